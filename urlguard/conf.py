@@ -1,0 +1,53 @@
+"""App settings under the one URLGUARD namespace, read at access time so that
+override_settings just works. Defaults are documented here and in README.md."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    # The scaling counting Bloom filter file (one per node).
+    "FILTER_PATH": None,  # None: <VAR_DIR>/filter.bin
+    "FILTER_CAPACITY": 100_000,  # capacity of the first stage; later stages grow
+    "FILTER_ERROR_RATE": 0.01,  # compounded bound over all stages
+    # What Guard.check does when the filter cannot be read:
+    # "database" answers every check from the spam table (correct, slower),
+    # "open" lets redirects through, "closed" warns on every redirect. Always logged.
+    "ON_FILTER_ERROR": "database",
+    # Check redirects to this site's own hosts too (off: only off-site destinations).
+    "CHECK_INTERNAL_REDIRECTS": False,
+    # Location schemes other than http(s) that pass unchecked; any other scheme
+    # (javascript:, data:, ...) gets the warning page.
+    "ALLOWED_OTHER_SCHEMES": ("mailto", "tel"),
+    # Lifetime of the signed "continue anyway" token on the warning page.
+    "CONTINUE_TOKEN_MAX_AGE": 15 * 60,
+    # Allowed redirects are cacheable this long, so a later block reaches returning visitors.
+    "REDIRECT_MAX_AGE": 90,
+    # Where "report a mistake" on the warning page points (mailto: or a URL).
+    "REPORT_MISTAKE_URL": "mailto:abuse@localhost",
+    # This node's name in NodeStatus (one filter file per node).
+    "NODE_NAME": None,  # None: the host name
+    # Periodic catch-up for a node that missed a broadcast (Celery beat), seconds.
+    "CATCHUP_INTERVAL": 60,
+    "BROADCAST_QUEUE": "urlguard.broadcast",
+}
+
+
+class Settings:
+    """Reads settings.URLGUARD[name], falling back to DEFAULTS, on every access."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"unknown URLGUARD setting {name!r}")
+        value = getattr(settings, "URLGUARD", {}).get(name, DEFAULTS[name])
+        if name == "FILTER_PATH" and value is None:
+            value = str(Path(settings.VAR_DIR) / "filter.bin")
+        elif name == "NODE_NAME" and value is None:
+            value = socket.gethostname()
+        return value
+
+
+conf = Settings()

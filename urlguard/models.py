@@ -1,0 +1,121 @@
+"""The spam table (source of truth), its change log, short links and their clicks,
+and what each node reports of its filter file."""
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.db import models
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+class Category(models.TextChoices):
+    PHISHING = "phishing", "Phishing"
+    MALWARE = "malware", "Malware"
+    SPAM = "spam", "Spam"
+    UNWANTED = "unwanted", "Unwanted software"
+    OTHER = "other", "Other"
+
+
+class SpamRule(models.Model):
+    """One blocked expression, e.g. `example.com/` (domain and subdomains),
+    `sub.example.com/`, `example.com/path/`, `example.com/path/page.html`.
+    Write only through urlguard.changes (add_rule/remove_rule)."""
+
+    expression = models.CharField(max_length=2000, unique=True)
+    category = models.CharField(max_length=16, choices=Category.choices, default=Category.SPAM)
+    # The filter id (dablooms): routes the addition and later the removal to one stage.
+    added_at = models.BigIntegerField(unique=True, default=now_micros)
+    source = models.CharField(max_length=200, blank=True, default="admin")
+    note = models.TextField(blank=True, default="")
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-added_at"]
+        permissions = [("rebuild_filter", "Can rebuild the filter")]
+
+    def __str__(self) -> str:
+        return self.expression
+
+
+class ChangeEvent(models.Model):
+    """The change log: one row per addition or removal, written in the same
+    transaction as the SpamRule change. Nodes apply rows in seq order, once."""
+
+    class Action(models.TextChoices):
+        ADD = "add", "Add"
+        REMOVE = "remove", "Remove"
+
+    seq = models.BigAutoField(primary_key=True)
+    action = models.CharField(max_length=6, choices=Action.choices)
+    expression = models.CharField(max_length=2000)
+    added_at = models.BigIntegerField()
+    category = models.CharField(max_length=16, choices=Category.choices, blank=True, default="")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    source = models.CharField(max_length=200, blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-seq"]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.action} {self.expression}"
+
+
+class NodeStatus(models.Model):
+    """What a node last reported of its filter file (the admin dashboard's lag column)."""
+
+    node = models.CharField(max_length=200, unique=True)
+    filter_path = models.CharField(max_length=1000)
+    applied_seq = models.BigIntegerField(default=0)
+    is_clean = models.BooleanField(default=True)
+    info = models.JSONField(default=dict, blank=True)
+    last_rebuild_at = models.DateTimeField(null=True, blank=True)
+    last_rebuild_seconds = models.FloatField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    reported_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "node statuses"
+
+    def __str__(self) -> str:
+        return self.node
+
+
+class ShortLink(models.Model):
+    slug = models.CharField(max_length=64, unique=True)
+    destination = models.CharField(max_length=4000)
+    created = models.DateTimeField(auto_now_add=True)
+    disabled = models.BooleanField(default=False)
+    disabled_reason = models.CharField(max_length=200, blank=True, default="")
+    click_count = models.PositiveBigIntegerField(default=0)
+    unique_visitors = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"/{self.slug} → {self.destination}"
+
+
+class Click(models.Model):
+    """A raw click row; at least one per (link, visitor, hour), close duplicates dropped."""
+
+    link = models.ForeignKey(ShortLink, on_delete=models.CASCADE, related_name="clicks")
+    visitor = models.CharField(max_length=64)  # a keyed hash, never the raw address
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    blocked = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.link_id} {self.visitor} {self.at:%Y-%m-%d %H:%M}"
