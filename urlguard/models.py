@@ -119,3 +119,42 @@ class Click(models.Model):
 
     def __str__(self) -> str:
         return f"{self.link_id} {self.visitor} {self.at:%Y-%m-%d %H:%M}"
+
+
+class AdminJob(models.Model):
+    """A long admin operation (an import, a rescan) and its progress and result, so a
+    request can hand the work to a Celery worker and a page can poll it; the uploaded
+    text is kept here between the preview and the commit."""
+
+    class Kind(models.TextChoices):
+        IMPORT = "import", "Import"
+        RESCAN = "rescan", "Rescan"
+
+    class State(models.TextChoices):
+        PREVIEWED = "previewed", "Previewed (dry run)"
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    done = models.BigIntegerField(default=0)
+    total = models.BigIntegerField(default=0)
+    message = models.TextField(blank=True, default="")
+    params = models.JSONField(default=dict, blank=True)
+    payload = models.TextField(blank=True, default="")
+    result = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk} ({self.state})"
