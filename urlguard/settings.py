@@ -56,6 +56,14 @@ DATABASES = {
         default=f"sqlite:///{VAR_DIR / 'urlguard.sqlite3'}", conn_max_age=60
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE: a transaction takes SQLite's write lock at BEGIN, so concurrent rule
+    # writers queue (up to `timeout` s) instead of failing with "database is locked"
+    # when a read transaction upgrades; WAL keeps readers going while one writes.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"transaction_mode": "IMMEDIATE", "timeout": 20,
+         "init_command": "PRAGMA journal_mode=WAL;"}
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
