@@ -1,4 +1,14 @@
-"""The Celery application; configuration comes from Django settings (CELERY_*)."""
+"""The Celery application; configuration comes from Django settings (CELERY_*).
+
+Every node runs one small worker that consumes the broadcast queue (each node gets
+every "apply changes" nudge) and the ordinary queue:
+
+    celery -A urlguard worker -B -Q urlguard.broadcast,celery --concurrency 1
+
+(`urlguard.broadcast` is URLGUARD["BROADCAST_QUEUE"]). `-B` embeds Celery beat, which
+broadcasts the periodic catch-up; running it on several nodes only repeats an
+idempotent catch-up.
+"""
 import os
 
 from celery import Celery
@@ -8,3 +18,36 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
 app = Celery("urlguard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["urlguard"])
+
+
+def _urlguard_defaults() -> dict:
+    # Lazy (evaluated when Celery first reads its configuration) so that the queue
+    # name and interval come from URLGUARD settings; CELERY_* settings still win.
+    from kombu import Exchange, Queue
+    from kombu.common import Broadcast
+
+    from urlguard.conf import conf
+
+    broadcast = conf.BROADCAST_QUEUE
+    # Each node must apply every change to its own file, so these go to every worker.
+    per_node = {"queue": broadcast, "exchange": broadcast}
+    return {
+        "task_queues": (
+            Queue("celery", Exchange("celery"), routing_key="celery"),
+            Broadcast(broadcast),
+        ),
+        "task_routes": {
+            "urlguard.tasks.apply_changes": per_node,
+            "urlguard.tasks.catch_up": per_node,
+            "urlguard.tasks.rebuild_filter": per_node,
+        },
+        "beat_schedule": {
+            "urlguard-catch-up": {
+                "task": "urlguard.tasks.catch_up",
+                "schedule": float(conf.CATCHUP_INTERVAL),
+            },
+        },
+    }
+
+
+app.add_defaults(_urlguard_defaults)
