@@ -1,0 +1,316 @@
+"""The one write path for the spam table: every addition or removal of a SpamRule
+commits together with its ChangeEvent, and the nodes are nudged after the commit.
+
+Writers are serialized (a PostgreSQL advisory lock; on SQLite, BEGIN IMMEDIATE), so
+ChangeEvent.seq values commit in seq order. A node that has seen seq N therefore
+never sees a smaller seq commit later, and a hole in seq can only be a rolled-back
+transaction, which is safe to skip. The Celery message is only a nudge: a lost one
+is caught up from the log (tasks.catch_up), so a broker that is down never loses or
+refuses an edit.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from django.db import connections, router, transaction
+from django.db.models import Max
+
+from urlguard.models import Category, ChangeEvent, SpamRule, now_micros, rule_writes_allowed
+from urlguard.rules import RuleError, normalize_rule
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BulkResult", "Refusal", "RuleExists", "add_rule", "add_rules", "remove_rule",
+    "remove_rules", "CHUNK_SIZE",
+]
+
+# One transaction per chunk: big enough for bulk inserts to be fast, small enough
+# that a writer never holds the change-log lock for long.
+CHUNK_SIZE = 5000
+# SQLite's historical limit on bound parameters is 999; stay under it for IN (...).
+_IN_BATCH = 900
+# pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
+_CHANGE_LOG_LOCK = 0x75726C67
+# The nudge must not hold an admin request hostage when the broker is down.
+_NUDGE_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
+                       "interval_max": 0.5}
+
+
+class RuleExists(RuleError):
+    """The expression is already listed; `.rule` is the existing row."""
+
+    def __init__(self, expression: str, rule: SpamRule):
+        super().__init__(f"{expression} is already listed (rule #{rule.pk}, {rule.category})")
+        self.expression = expression
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class Refusal:
+    text: str
+    reason: str
+    lineno: int | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.lineno}: " if self.lineno is not None else ""
+        return f"{where}{self.text!r}: {self.reason}"
+
+
+@dataclass
+class BulkResult:
+    """What a bulk import did (or, with dry_run, would do)."""
+
+    added: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # already listed, or repeated in the input
+    refused: list[Refusal] = field(default_factory=list)
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        verb = "would be added" if self.dry_run else "added"
+        return (f"{len(self.added)} {verb}, {len(self.skipped)} skipped (already listed), "
+                f"{len(self.refused)} refused")
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    expression: str
+    category: str
+    note: str
+    lineno: int | None
+
+
+def _check_category(category: str) -> str:
+    if category not in Category.values:
+        raise RuleError(f"unknown category {category!r}; choose one of {', '.join(Category.values)}")
+    return category
+
+
+def _actor(user: Any) -> Any:
+    # The admin may pass AnonymousUser (e.g. a public report form); it is no row.
+    return user if user is not None and getattr(user, "is_authenticated", False) else None
+
+
+def _lock_change_log(using: str) -> None:
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHANGE_LOG_LOCK])
+    # SQLite: settings make every transaction BEGIN IMMEDIATE, i.e. one writer at a time.
+
+
+def _next_added_at() -> int:
+    # Microseconds from the clock, bumped past the newest rule if the clock repeats
+    # or stepped back: added_at is the rule's filter id and must be unique.
+    newest = SpamRule.objects.aggregate(m=Max("added_at"))["m"] or 0
+    return max(now_micros(), newest + 1)
+
+
+def _nudge(seq: int) -> None:
+    """Ask every node to apply the log up to `seq`. Runs after the commit; a failure
+    is logged, never raised: the edit is committed and the periodic catch-up applies it."""
+    from urlguard.tasks import apply_changes
+
+    try:
+        apply_changes.apply_async(kwargs={"up_to_seq": seq}, retry=True,
+                                  retry_policy=_NUDGE_RETRY_POLICY)
+    except Exception as exc:  # broker down, or (in-process mode) the apply itself failed
+        logger.warning(
+            "change #%s is committed but the apply_changes nudge failed (%s: %s); "
+            "the periodic catch-up (or `manage.py sync_filter`) will apply it",
+            seq, type(exc).__name__, exc,
+        )
+
+
+def add_rule(text: str, *, category: str, source: str = "admin", note: str = "",
+             user: Any = None) -> SpamRule:
+    """Normalize `text` (URL, host or expression) and list it. Raises RuleError (with
+    the reason) if it cannot be a rule, RuleExists if it is already listed."""
+    expression = normalize_rule(text)
+    _check_category(category)
+    using = router.db_for_write(SpamRule)
+    with transaction.atomic(using=using), rule_writes_allowed():
+        _lock_change_log(using)
+        existing = SpamRule.objects.filter(expression=expression).first()
+        if existing is not None:
+            raise RuleExists(expression, existing)
+        rule = SpamRule(expression=expression, category=category, added_at=_next_added_at(),
+                        source=source, note=note, added_by=_actor(user))
+        rule.save(force_insert=True, using=using)
+        event = ChangeEvent.objects.create(
+            action=ChangeEvent.Action.ADD, expression=expression, added_at=rule.added_at,
+            category=category, actor=_actor(user), source=source,
+        )
+        transaction.on_commit(partial(_nudge, event.seq), using=using)
+    return rule
+
+
+def remove_rule(rule: SpamRule, *, user: Any = None, source: str = "admin") -> None:
+    """Unlist `rule`. Removing a rule that is already gone is a no-op (two people
+    clicking "delete" at once must not fail)."""
+    using = router.db_for_write(SpamRule)
+    with transaction.atomic(using=using), rule_writes_allowed():
+        _lock_change_log(using)
+        # Read the row again under the lock: the caller's copy may be stale.
+        row = (SpamRule.objects.filter(pk=rule.pk)
+               .values("expression", "added_at", "category").first())
+        if row is None:
+            logger.info("rule #%s (%s) was already removed", rule.pk, rule.expression)
+            return
+        SpamRule.objects.filter(pk=rule.pk).delete()
+        # The removal carries the rule's own added_at: it routes to the stage that
+        # took the addition, however long ago that was.
+        event = ChangeEvent.objects.create(
+            action=ChangeEvent.Action.REMOVE, expression=row["expression"],
+            added_at=row["added_at"], category=row["category"], actor=_actor(user),
+            source=source,
+        )
+        transaction.on_commit(partial(_nudge, event.seq), using=using)
+
+
+def _coerce(item: Any, default_category: str) -> tuple[str, str, str, int | None, str | None]:
+    """-> (text, category, note, lineno, error) from a str, a (text, category[, note])
+    tuple, or an importing.ParsedLine-like object."""
+    if isinstance(item, str):
+        return item, default_category, "", None, None
+    if isinstance(item, tuple):
+        text, category, *rest = item
+        return text, category or default_category, (rest[0] if rest else ""), None, None
+    text = getattr(item, "expression", None) or getattr(item, "raw", "")
+    return (text, getattr(item, "category", None) or default_category,
+            getattr(item, "note", "") or "", getattr(item, "lineno", None),
+            getattr(item, "error", None))
+
+
+def _present(expressions: list[str]) -> set[str]:
+    found: set[str] = set()
+    for i in range(0, len(expressions), _IN_BATCH):
+        found.update(SpamRule.objects.filter(expression__in=expressions[i:i + _IN_BATCH])
+                     .values_list("expression", flat=True))
+    return found
+
+
+def _add_chunk(chunk: list[_Candidate], result: BulkResult, *, source: str, user: Any,
+               dry_run: bool) -> None:
+    using = router.db_for_write(SpamRule)
+    if dry_run:
+        present = _present([c.expression for c in chunk])
+        for c in chunk:
+            (result.skipped if c.expression in present else result.added).append(c.expression)
+        return
+    with transaction.atomic(using=using), rule_writes_allowed():
+        _lock_change_log(using)
+        present = _present([c.expression for c in chunk])
+        new = [c for c in chunk if c.expression not in present]
+        result.skipped.extend(c.expression for c in chunk if c.expression in present)
+        if not new:
+            return
+        first_id = _next_added_at()
+        actor = _actor(user)
+        rules = [SpamRule(expression=c.expression, category=c.category, note=c.note,
+                          added_at=first_id + i, source=source, added_by=actor)
+                 for i, c in enumerate(new)]
+        SpamRule.objects.using(using).bulk_create(rules)
+        events = ChangeEvent.objects.using(using).bulk_create([
+            ChangeEvent(action=ChangeEvent.Action.ADD, expression=r.expression,
+                        added_at=r.added_at, category=r.category, actor=actor, source=source)
+            for r in rules
+        ])
+        last_seq = max((e.seq for e in events if e.seq is not None), default=None)
+        if last_seq is None:  # a backend that does not return bulk-inserted keys
+            last_seq = ChangeEvent.objects.aggregate(m=Max("seq"))["m"]
+        transaction.on_commit(partial(_nudge, last_seq), using=using)
+        result.added.extend(r.expression for r in rules)
+
+
+def add_rules(items: Iterable[Any], *, source: str, user: Any = None,
+              category: str = Category.SPAM, dry_run: bool = False,
+              chunk_size: int = CHUNK_SIZE,
+              progress: Callable[[int], None] | None = None) -> BulkResult:
+    """List many rules, one transaction (and one nudge) per chunk.
+
+    `items`: strings (listed under `category`), (text, category[, note]) tuples, or
+    importing.ParsedLine objects (their `error` makes a refusal). Already listed or
+    repeated expressions are skipped; bad ones are refused with the reason. With
+    `dry_run` nothing is written. `progress(n)` is called with the number of input
+    items handled so far after each chunk."""
+    _check_category(category)
+    result = BulkResult(dry_run=dry_run)
+    seen: set[str] = set()
+    chunk: list[_Candidate] = []
+    handled = 0
+
+    def flush() -> None:
+        if chunk:
+            _add_chunk(chunk, result, source=source, user=user, dry_run=dry_run)
+            chunk.clear()
+        if progress is not None:
+            progress(handled)
+
+    for item in items:
+        handled += 1
+        text, cat, note, lineno, error = _coerce(item, category)
+        if error:
+            result.refused.append(Refusal(text, str(error), lineno))
+            continue
+        try:
+            expression = normalize_rule(text)
+            _check_category(cat)
+        except RuleError as exc:
+            result.refused.append(Refusal(text, str(exc), lineno))
+            continue
+        if expression in seen:
+            result.skipped.append(expression)
+            continue
+        seen.add(expression)
+        chunk.append(_Candidate(expression, cat, note, lineno))
+        if len(chunk) >= chunk_size:
+            flush()
+    flush()
+    return result
+
+
+def _pks(rules: Iterable[Any]) -> Iterator[int]:
+    if hasattr(rules, "values_list"):  # a QuerySet: read only the keys, once
+        yield from rules.values_list("pk", flat=True).iterator(chunk_size=CHUNK_SIZE)
+        return
+    for rule in rules:
+        yield rule if isinstance(rule, int) else rule.pk
+
+
+def remove_rules(rules: Iterable[Any], *, user: Any = None, source: str = "admin",
+                 chunk_size: int = CHUNK_SIZE) -> int:
+    """Unlist many rules (a QuerySet, SpamRule objects or primary keys), one
+    transaction per chunk. Returns how many were removed (already gone: not counted)."""
+    pks = list(_pks(rules))
+    using = router.db_for_write(SpamRule)
+    actor = _actor(user)
+    removed = 0
+    for start in range(0, len(pks), chunk_size):
+        part = pks[start:start + chunk_size]
+        with transaction.atomic(using=using), rule_writes_allowed():
+            _lock_change_log(using)
+            rows = []
+            for i in range(0, len(part), _IN_BATCH):
+                rows.extend(SpamRule.objects.filter(pk__in=part[i:i + _IN_BATCH])
+                            .order_by("added_at")
+                            .values_list("pk", "expression", "added_at", "category"))
+            if not rows:
+                continue
+            for i in range(0, len(rows), _IN_BATCH):
+                SpamRule.objects.filter(pk__in=[r[0] for r in rows[i:i + _IN_BATCH]]).delete()
+            events = ChangeEvent.objects.using(using).bulk_create([
+                ChangeEvent(action=ChangeEvent.Action.REMOVE, expression=expr,
+                            added_at=added_at, category=cat, actor=actor, source=source)
+                for _, expr, added_at, cat in rows
+            ])
+            last_seq = max((e.seq for e in events if e.seq is not None), default=None)
+            if last_seq is None:
+                last_seq = ChangeEvent.objects.aggregate(m=Max("seq"))["m"]
+            transaction.on_commit(partial(_nudge, last_seq), using=using)
+            removed += len(rows)
+    return removed
