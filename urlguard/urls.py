@@ -1,7 +1,18 @@
-"""URL configuration."""
+"""URL configuration. Admin pages are added by the admin's ModelAdmin.get_urls,
+not here; the short-link catch-all comes last so it never shadows a page."""
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+
+from urlguard import views
+
+site_patterns = [
+    path("", views.home, name="home"),
+    path("api/check", views.api_check, name="api-check"),
+    path("continue", views.continue_anyway, name="continue"),
+    path("<slug:slug>", views.short_link, name="short-link"),
+]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("", include((site_patterns, "urlguard"))),
 ]

@@ -1,0 +1,184 @@
+"""RedirectGuardMiddleware: every redirect this site sends is checked before it
+leaves, and a blocked one is replaced by the warning page.
+
+It must be first in MIDDLEWARE so that it sees the final response, whatever
+the view or the inner middleware did. It only looks at 3xx responses with a
+Location header; everything else passes untouched at the cost of one integer
+comparison.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import urljoin, urlsplit
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.http import HttpRequest, HttpResponseBase
+from django.utils.encoding import iri_to_uri
+
+from urlguard.conf import conf
+from urlguard.guard import InvalidURL, Verdict, get_guard, log_limited
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RedirectGuardMiddleware", "mark_confirmed", "resolve_location"]
+
+#: Response attribute set by views whose redirect the user already confirmed
+#: (the warning page's "continue anyway"): checking it again would loop.
+CONFIRMED_ATTR = "urlguard_confirmed"
+
+WEB_SCHEMES = frozenset({"http", "https"})
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+# What a browser strips before parsing a URL (WHATWG URL standard): leading and
+# trailing C0 controls and spaces, and every tab and newline anywhere.
+_C0_OR_SPACE = "".join(chr(c) for c in range(0x21))
+_TAB_NEWLINE = str.maketrans("", "", "\t\r\n")
+
+
+def mark_confirmed(response: HttpResponseBase) -> HttpResponseBase:
+    """Tell the middleware this redirect was confirmed by the user: do not check it."""
+    setattr(response, CONFIRMED_ATTR, True)
+    return response
+
+
+def resolve_location(request: HttpRequest, location: str) -> tuple[str, str]:
+    """Return (scheme, absolute URL) the way a browser would resolve `location`.
+
+    Django's build_absolute_uri follows RFC 3986, but browsers follow WHATWG,
+    which differs exactly where attackers aim: `/\\evil.com`, `///evil.com` and
+    `https:evil.com` all lead a browser to evil.com. So we read the Location as
+    the browser will, and check where the browser will really go.
+    """
+    loc = location.strip(_C0_OR_SPACE).translate(_TAB_NEWLINE)
+    base_scheme = request.scheme or "http"
+    m = _SCHEME.match(loc)
+    if m:
+        scheme = m.group(1).lower()
+        if scheme not in WEB_SCHEMES:
+            return scheme, loc
+        rest = loc[m.end():].replace("\\", "/")
+        slashes = len(rest) - len(rest.lstrip("/"))
+        if slashes >= 2 or scheme != base_scheme:
+            # An authority follows; for another special scheme even without slashes.
+            return scheme, iri_to_uri(f"{scheme}://{rest.lstrip('/')}")
+        loc = rest  # `http:/x` or `http:x` on an http page: relative to the page
+    else:
+        loc = loc.replace("\\", "/")
+        if loc.startswith("//"):
+            return base_scheme, iri_to_uri(f"{base_scheme}://{loc.lstrip('/')}")
+    base = request.build_absolute_uri(request.path)
+    return base_scheme, iri_to_uri(urljoin(base, loc))
+
+
+class RedirectGuardMiddleware:
+    """Checks the destination of every redirect response (sync and async)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest):
+        if self.async_mode:
+            return self.__acall__(request)
+        response = self.get_response(request)
+        if not _needs_check(response):
+            return response
+        return self.guard_response(request, response)
+
+    async def __acall__(self, request: HttpRequest):
+        response = await self.get_response(request)
+        if not _needs_check(response):
+            return response
+        # The guard may query the database: that is sync code.
+        return await sync_to_async(self.guard_response, thread_sensitive=True)(request, response)
+
+    def guard_response(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        """Return `response`, or the warning page in its place. Never raises: a
+        failure here would turn every redirect of the site into a 500."""
+        location = response["Location"]
+        try:
+            return self._guard(request, response, location)
+        except Exception:
+            policy = get_policy()
+            log_limited("middleware", logging.ERROR,
+                        "urlguard: checking redirect to %r failed; ON_FILTER_ERROR=%r applies",
+                        location, policy, exc_info=True)
+            if policy == "open":
+                response["X-URLGuard"] = "degraded"
+                response["Cache-Control"] = "no-store"
+                return response
+            # "database" could not answer either (the failure may be the
+            # database itself), so the only safe answer left is "closed".
+            from urlguard.views import warning_response
+
+            try:
+                return warning_response(request, destination=location, kind="unchecked")
+            except Exception:
+                logger.exception("urlguard: rendering the warning page failed")
+                from django.http import HttpResponse
+
+                return HttpResponse(
+                    "This link could not be checked right now. Please try again later.",
+                    status=503, content_type="text/plain; charset=utf-8",
+                    headers={"Cache-Control": "no-store", "Retry-After": "60"},
+                )
+
+    def _guard(self, request: HttpRequest, response: HttpResponseBase,
+               location: str) -> HttpResponseBase:
+        from urlguard.views import warning_response
+
+        scheme, destination = resolve_location(request, location)
+        if scheme not in WEB_SCHEMES:
+            if scheme in conf.ALLOWED_OTHER_SCHEMES:
+                return response
+            return warning_response(request, destination=destination, kind="scheme")
+        if not conf.CHECK_INTERNAL_REDIRECTS and _is_internal(request, destination):
+            return response
+        try:
+            verdict = get_guard().check(destination)
+        except InvalidURL as exc:
+            return warning_response(request, destination=destination, kind="invalid",
+                                    reason=str(exc))
+        if verdict.blocked:
+            kind = "unchecked" if verdict.rule is None else "rule"
+            return warning_response(request, destination=destination, verdict=verdict, kind=kind)
+        return _allowed(request, response, verdict)
+
+
+def get_policy() -> str:
+    try:
+        return get_guard().on_filter_error
+    except Exception:
+        return str(conf.ON_FILTER_ERROR)
+
+
+def _needs_check(response: HttpResponseBase) -> bool:
+    return (
+        300 <= response.status_code < 400
+        and response.has_header("Location")
+        and not getattr(response, CONFIRMED_ATTR, False)
+    )
+
+
+def _is_internal(request: HttpRequest, destination: str) -> bool:
+    try:
+        return urlsplit(destination).netloc.lower() == request.get_host().lower()
+    except Exception:  # DisallowedHost etc.: treat as off-site, i.e. check it
+        return False
+
+
+def _allowed(request: HttpRequest, response: HttpResponseBase, verdict: Verdict) -> HttpResponseBase:
+    if verdict.degraded:
+        response["X-URLGuard"] = "degraded"
+        # An answer given without the filter must not stick in a browser cache.
+        response["Cache-Control"] = "no-store"
+    elif request.method in ("GET", "HEAD") and not response.has_header("Cache-Control"):
+        # Short enough that a rule added now reaches returning visitors within
+        # REDIRECT_MAX_AGE seconds; private so no shared cache keeps it longer.
+        response["Cache-Control"] = f"private, max-age={int(conf.REDIRECT_MAX_AGE)}"
+    return response
