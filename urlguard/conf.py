@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     # Periodic catch-up for a node that missed a broadcast (Celery beat), seconds.
     "CATCHUP_INTERVAL": 60,
     "BROADCAST_QUEUE": "urlguard.broadcast",
+    # How long a change-applying process waits for another one holding the filter's
+    # writer lock (e.g. during a rebuild) before giving up and retrying later, seconds.
+    "WRITER_LOCK_TIMEOUT": 30,
 }
 
 
