@@ -179,7 +179,7 @@ class Guard:
                 f"URLGUARD['ON_FILTER_ERROR'] must be one of {', '.join(POLICIES)}; "
                 f"got {on_filter_error!r}"
             )
-        self._get_filter = get_filter
+        self.get_filter = get_filter
         self.on_filter_error = on_filter_error
         self.clean_cache: CleanCache = clean_cache if clean_cache is not None else LRUCleanCache()
         # (generation, applied_seq) of the filter the clean cache was filled under.
@@ -195,7 +195,7 @@ class Guard:
         except ValueError as exc:
             raise InvalidURL(f"not a usable http(s) URL: {exc}") from exc
 
-        filt = self._get_filter()
+        filt = self.get_filter()
         if filt is None:
             return self._degraded(url, canonical, exprs, "the filter file could not be opened")
         try:
@@ -275,7 +275,7 @@ class Guard:
 
         degraded_why = ""
         maybe_set: set[str] = set()
-        filt = self._get_filter()
+        filt = self.get_filter()
         if filt is None:
             degraded_why = "the filter file could not be opened"
         elif unique:

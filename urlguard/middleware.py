@@ -172,7 +172,9 @@ def _is_internal(request: HttpRequest, destination: str) -> bool:
         return False
 
 
-def _allowed(request: HttpRequest, response: HttpResponseBase, verdict: Verdict) -> HttpResponseBase:
+def _allowed(
+    request: HttpRequest, response: HttpResponseBase, verdict: Verdict
+) -> HttpResponseBase:
     if verdict.degraded:
         response["X-URLGuard"] = "degraded"
         # An answer given without the filter must not stick in a browser cache.
