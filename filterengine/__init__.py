@@ -4,5 +4,14 @@ The heart is ScalingCountingBloomFilter, a dablooms-style scaling counting Bloom
 filter in a memory-mapped file; beside it the plain, counting, scalable,
 opposite, time-to-live and persistent filters."""
 
-from filterengine.opposite import OppositeBloomFilter  # noqa: E402  (VARIANTS)
-from filterengine.continuous import ContinuousBloomFilter, RotatingBloomFilter  # noqa: E402  (VARIANTS)
+from .bloom import BloomFilter
+from .errors import FilterFileError, FilterLockedError
+from .hashing import hash_pair, hash_pairs
+
+__all__ = [
+    "BloomFilter",
+    "FilterFileError",
+    "FilterLockedError",
+    "hash_pair",
+    "hash_pairs",
+]

@@ -1,0 +1,24 @@
+"""Exceptions raised by filterengine.
+
+FilterFileError is a ValueError so that callers who only care about "bad input"
+can catch ValueError; FilterLockedError narrows it to "another writer holds the
+file", which a service usually reports rather than treats as corruption."""
+
+from __future__ import annotations
+
+__all__ = ["FilterFileError", "FilterLockedError"]
+
+
+class FilterFileError(ValueError):
+    """A filter file (or serialized filter) is truncated, corrupt, of another
+    format or version, or inconsistent with the parameters asked for.
+
+    The message names the path (when there is one), the field, and the expected
+    and found values, so the operator knows whether to rebuild or reconfigure."""
+
+
+class FilterLockedError(FilterFileError):
+    """A second writer tried to open a filter file that already has one.
+
+    Only one process may write a filter file (an ``fcntl.flock`` on the sidecar
+    ``<path>.lock``); readers are unlimited."""
