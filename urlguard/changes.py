@@ -113,9 +113,9 @@ def _next_added_at() -> int:
 def _nudge(seq: int) -> None:
     """Ask every node to apply the log up to `seq`. Runs after the commit; a failure
     is logged, never raised: the edit is committed and the periodic catch-up applies it."""
-    from urlguard.tasks import apply_changes
-
     try:
+        from urlguard.tasks import apply_changes
+
         apply_changes.apply_async(kwargs={"up_to_seq": seq}, retry=True,
                                   retry_policy=_NUDGE_RETRY_POLICY)
     except Exception as exc:  # broker down, or (in-process mode) the apply itself failed
