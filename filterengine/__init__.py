@@ -15,3 +15,11 @@ __all__ = [
     "hash_pair",
     "hash_pairs",
 ]
+
+# VARIANTS (issue 5): appended, keep these lines when editing above.
+from .continuous import ContinuousBloomFilter, RotatingBloomFilter  # noqa: E402
+from .opposite import OppositeBloomFilter  # noqa: E402
+from .persistent import PersistentBloomFilter  # noqa: E402
+
+__all__ += ["ContinuousBloomFilter", "OppositeBloomFilter", "PersistentBloomFilter",
+            "RotatingBloomFilter"]

@@ -14,9 +14,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-import mmh3
 import numpy as np
 
+from filterengine.bloom import BloomFilter
+from filterengine.hashing import MASK64, hash_pair, plan_slices
 from filterengine.opposite import KeyLike
 from filterengine.opposite import _to_bytes as _key_bytes
 
@@ -73,13 +74,6 @@ class _TickClock:
         return int((now - self._origin) // self.period)
 
 
-def _bloom_shape(capacity: int, error_rate: float) -> tuple[int, int]:
-    """(cells per hash function, hash functions) for a partitioned filter."""
-    k = max(1, math.ceil(-math.log2(error_rate)))
-    cells = math.ceil(capacity * -math.log(error_rate) / (math.log(2) ** 2))
-    return max(1, math.ceil(cells / k)), k
-
-
 class _Indexer:
     """key -> the k cell indices, one in each of k partitions of `slice_size` cells."""
 
@@ -90,9 +84,10 @@ class _Indexer:
         self._offsets = [(i, i * slice_size) for i in range(k)]
 
     def __call__(self, key: KeyLike) -> list[int]:
-        h1, h2 = mmh3.hash64(_key_bytes(key), 0, signed=False)
+        # The engine's scheme (hashing.py): one mmh3 x64-128, then g_i = h1 + i*h2.
+        h1, h2 = hash_pair(_key_bytes(key))
         s = self._slice
-        return [base + (h1 + i * h2) % s for i, base in self._offsets]
+        return [base + ((h1 + i * h2) & MASK64) % s for i, base in self._offsets]
 
 
 class ContinuousBloomFilter:
@@ -107,7 +102,7 @@ class ContinuousBloomFilter:
                  clock: Callable[[], float] = time.monotonic) -> None:
         _check_params(capacity, error_rate, ttl)
         self.capacity, self.error_rate, self.ttl = capacity, error_rate, float(ttl)
-        self._slice, self._k = _bloom_shape(capacity, error_rate)
+        self._k, self._slice = plan_slices(capacity, error_rate)
         self._hasher = _Indexer(self._slice, self._k)
         # Two 4-bit cells per byte; a bytearray for fast single-cell access from
         # Python, a numpy view of the same memory for the sweep.
@@ -216,13 +211,12 @@ class RotatingBloomFilter:
         self._tick = 0
         self._lock = threading.Lock()
 
-    def _new_filter(self) -> "BloomFilter":
-        from filterengine.bloom import BloomFilter  # TEMP until bloom.py lands
+    def _new_filter(self) -> BloomFilter:
         return BloomFilter(self.capacity, self._per_filter)
 
     @property
     def nbytes(self) -> int:
-        return sum(_bloom_nbytes(f) for f in self._filters)
+        return sum(f.nbytes for f in self._filters)
 
     def _advance(self) -> None:
         # Caller holds the lock. Replacing (not clearing) a filter means a reader
