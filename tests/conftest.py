@@ -1,0 +1,55 @@
+"""Shared fixtures: every test gets its own var dir and filter file (nothing touches
+var/ of the checkout), a fresh filter registry, and helpers to build the filter from
+the rules a test has written."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _reset_registry() -> None:
+    # Only if something imported it: engine tests need no Django app state.
+    registry = sys.modules.get("urlguard.registry")
+    if registry is not None:
+        registry.reset()
+
+
+@pytest.fixture(autouse=True)
+def filter_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """This test's filter file (tmp_path/var/filter.bin; not created)."""
+    var = tmp_path / "var"
+    var.mkdir()
+    path = var / "filter.bin"
+    settings = request.getfixturevalue("settings")  # pytest-django: undone after the test
+    settings.VAR_DIR = var
+    settings.URLGUARD = {**getattr(settings, "URLGUARD", {}), "FILTER_PATH": str(path)}
+    _reset_registry()
+    yield path
+    _reset_registry()
+
+
+@pytest.fixture
+def build_filter(db: Any, filter_path: Path) -> Callable[[], Any]:
+    """Call it to (re)build this test's filter from the SpamRule table, as
+    `manage.py rebuild_filter` does; returns the process's read-only filter."""
+    from urlguard import registry, tasks
+
+    def build() -> Any:
+        tasks.rebuild(str(filter_path))
+        return registry.get_filter(str(filter_path))
+
+    return build
+
+
+@pytest.fixture
+def sync_filter(db: Any, filter_path: Path) -> Callable[[], Any]:
+    """Call it to apply the pending change log to this test's filter (as a worker
+    would; tests on the `db` fixture never run on_commit nudges). Returns the
+    SyncResult."""
+    from urlguard import tasks
+
+    return lambda: tasks.sync(path=str(filter_path))
