@@ -5,11 +5,13 @@ filter in a memory-mapped file; beside it the plain, counting, scalable,
 opposite, time-to-live and persistent filters."""
 
 from .bloom import BloomFilter
+from .counting import CountingBloomFilter
 from .errors import FilterFileError, FilterLockedError
 from .hashing import hash_pair, hash_pairs
 
 __all__ = [
     "BloomFilter",
+    "CountingBloomFilter",
     "FilterFileError",
     "FilterLockedError",
     "hash_pair",

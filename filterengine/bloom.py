@@ -80,7 +80,8 @@ def unpack_blob(data: bytes | bytearray | memoryview, *, kind: int, payload_len)
         )
     if scheme != HASH_SCHEME:
         raise FilterFileError(f"{what}: hash scheme: expected {HASH_SCHEME}, found {scheme}")
-    if not (capacity > 0 and 0.0 < error_rate < 1.0 and k > 0 and cells > 0):
+    if not (capacity > 0 and 0.0 < error_rate < 1.0 and k > 0 and cells > 0
+            and cells % 16 == 0):
         raise FilterFileError(
             f"{what}: parameters out of range: capacity={capacity}, error_rate={error_rate},"
             f" k={k}, cells per slice={cells}"

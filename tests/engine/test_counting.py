@@ -1,0 +1,170 @@
+"""CountingBloomFilter and the packed counters: properties, saturation, removal rules."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from filterengine import CountingBloomFilter, FilterFileError
+from filterengine.counters import (
+    counter_value,
+    counter_values,
+    stage_add_many,
+    stage_counter_indices,
+)
+from filterengine.hashing import hash_pair, hash_pairs
+
+key_st = st.one_of(st.text(max_size=12), st.binary(max_size=12))
+# Operations: ("add", key) or ("remove", index into the keys present so far).
+ops_st = st.lists(
+    st.one_of(st.tuples(st.just("add"), key_st), st.tuples(st.just("remove"), st.integers(0, 99))),
+    max_size=80,
+)
+
+
+def counters_of(f, key):
+    h1, h2 = hash_pair(key)
+    return [counter_value(f._buf, i * f.cells + ((h1 + i * h2) % 2**64) % f.cells)
+            for i in range(f.k)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops_st, st.booleans())
+def test_no_false_negatives_for_any_add_remove_sequence(ops, tiny):
+    # A tiny filter forces collisions and saturation; a roomy one the normal case.
+    f = CountingBloomFilter(3 if tiny else 500, 0.2 if tiny else 0.01)
+    present = []
+    for op, arg in ops:
+        if op == "add":
+            f.add(arg)
+            present.append(arg)
+        elif present:
+            f.remove(present.pop(arg % len(present)))
+        assert all(f.contains(k) for k in present)
+    assert f.contains_many(present).all() if present else True
+    assert f.count == len(present)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(key_st, min_size=1, max_size=60), st.data())
+def test_batch_remove_keeps_the_rest(keys, data):
+    f = CountingBloomFilter(20, 0.1)
+    f.add_many(keys)
+    doomed_idx = data.draw(st.sets(st.integers(0, len(keys) - 1)))
+    doomed = [keys[i] for i in sorted(doomed_idx)]
+    kept = [k for i, k in enumerate(keys) if i not in doomed_idx]
+    f.remove_many(doomed)
+    assert f.contains_many(kept).all() if kept else True
+    assert f.count == len(kept)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(key_st, max_size=60))
+def test_batch_and_scalar_adds_agree(keys):
+    a, b = CountingBloomFilter(30, 0.05), CountingBloomFilter(30, 0.05)
+    for k in keys:
+        a.add(k)
+    b.add_many(keys)
+    assert a.to_bytes() == b.to_bytes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(16, 40), st.integers(1, 40), st.booleans())
+def test_saturated_counters_stay_saturated(adds, removes, batch):
+    f = CountingBloomFilter(100, 0.01)
+    if batch:
+        f.add_many(["hot"] * adds)
+    else:
+        for _ in range(adds):
+            f.add("hot")
+    assert counters_of(f, "hot") == [15] * f.k  # saturated, not wrapped to 0
+    removes = min(removes, adds)
+    if batch:
+        f.remove_many(["hot"] * removes)
+    else:
+        for _ in range(removes):
+            f.remove("hot")
+    assert counters_of(f, "hot") == [15] * f.k
+    assert "hot" in f
+
+
+def test_remove_absent_key_raises_and_changes_nothing():
+    f = CountingBloomFilter(1000, 0.01)
+    f.add_many(["a", "b"])
+    before = f.to_bytes()
+    with pytest.raises(KeyError):
+        f.remove("zzz-not-there")
+    with pytest.raises(KeyError, match="not present"):
+        f.remove_many(["a", "zzz-not-there"])
+    assert f.to_bytes() == before
+    # Removing a key more often than it was added, within one batch, is refused too.
+    with pytest.raises(KeyError, match="more often"):
+        f.remove_many(["a", "a"])
+    assert f.to_bytes() == before
+    f.remove("a")
+    with pytest.raises(KeyError):
+        f.remove("a")
+    assert "b" in f and "a" not in f
+
+
+def test_duplicates_within_a_batch_are_counted():
+    f = CountingBloomFilter(1000, 0.01)
+    f.add_many(["x", "x", "x"])
+    assert counters_of(f, "x") == [3] * f.k
+    f.remove_many(["x", "x"])
+    assert counters_of(f, "x") == [1] * f.k
+
+
+def test_counter_packing_two_per_byte():
+    array = np.zeros(4, dtype=np.uint8)
+    h1 = np.array([1, 1, 2], dtype=np.uint64)  # counters 1, 1, 2 of a 16-counter slice
+    h2 = np.zeros(3, dtype=np.uint64)
+    stage_add_many(array, 0, 1, 8, h1, h2)
+    assert list(array) == [0x20, 0x01, 0, 0]
+    c = stage_counter_indices(0, 8, 0, h1, h2)
+    assert list(counter_values(array, c)) == [2, 2, 1]
+
+
+def test_measured_fpr_within_1_25x():
+    f = CountingBloomFilter(100_000, 0.01)
+    f.add_many([f"https://p{i}.example.com/x/{i}" for i in range(100_000)])
+    fpr = f.contains_many([f"https://a{i}.example.org/y/{i}" for i in range(100_000)]).mean()
+    assert fpr <= 0.0125
+    assert f.expected_fpp() == pytest.approx(0.01, rel=0.25)
+    assert f.approximate_count() == pytest.approx(100_000, rel=0.02)
+    assert f.nbytes <= 100_000 * 4.8 * 1.05
+
+
+def test_round_trip_and_kind_check():
+    from filterengine import BloomFilter
+
+    f = CountingBloomFilter(500, 0.01)
+    f.add_many(["a", "b", "b"])
+    g = CountingBloomFilter.from_bytes(f.to_bytes())
+    assert g.to_bytes() == f.to_bytes() and g.count == 3
+    g.remove("b")
+    assert "b" in g
+    with pytest.raises(FilterFileError, match="kind"):
+        CountingBloomFilter.from_bytes(BloomFilter(500, 0.01).to_bytes())
+    with pytest.raises(FilterFileError, match="kind"):
+        BloomFilter.from_bytes(f.to_bytes())
+
+
+@pytest.mark.parametrize("bad", [3, None, 2.0, bytearray(b"a")])
+def test_non_str_bytes_key_is_type_error(bad):
+    f = CountingBloomFilter(10, 0.1)
+    for call in (f.add, f.contains, f.remove, lambda k: f.remove_many([k]),
+                 lambda k: f.add_many([k])):
+        with pytest.raises(TypeError, match=type(bad).__name__):
+            call(bad)
+
+
+@pytest.mark.parametrize(("capacity", "rate"), [(0, 0.01), (-5, 0.01), (10, 0.0), (10, 1.0)])
+def test_bad_parameters(capacity, rate):
+    with pytest.raises(ValueError):
+        CountingBloomFilter(capacity, rate)
+
+
+def test_hash_pairs_of_generator():
+    h1, _ = hash_pairs(k for k in ["a", "b"])
+    assert len(h1) == 2
