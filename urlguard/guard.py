@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from cachetools import LRUCache
@@ -173,6 +174,7 @@ class Guard:
         *,
         on_filter_error: str = "database",
         clean_cache: CleanCache | None = None,
+        discard_filter: Callable[[], None] | None = None,
     ) -> None:
         if on_filter_error not in POLICIES:
             raise ValueError(
@@ -180,6 +182,8 @@ class Guard:
                 f"got {on_filter_error!r}"
             )
         self.get_filter = get_filter
+        # Called after the filter raised, so that the next check maps it afresh.
+        self._discard_filter = discard_filter
         self.on_filter_error = on_filter_error
         self.clean_cache: CleanCache = clean_cache if clean_cache is not None else LRUCleanCache()
         # (generation, applied_seq) of the filter the clean cache was filled under.
@@ -201,6 +205,7 @@ class Guard:
         try:
             hits = filt.contains_many(exprs)
         except Exception as exc:  # any failure of the filter is a degraded filter
+            self._discard()
             return self._degraded(url, canonical, exprs, f"reading the filter failed: {exc}",
                                   exc_info=True)
         if not hits.any():
@@ -222,6 +227,13 @@ class Guard:
                            reason="filter false positive")
         return Verdict(url=url, canonical=canonical, blocked=True, rule=rule,
                        category=rule.category, reason=_describe(rule), maybe=maybe)
+
+    def _discard(self) -> None:
+        if self._discard_filter is not None:
+            try:
+                self._discard_filter()
+            except Exception:
+                logger.debug("discarding the filter mapping failed", exc_info=True)
 
     def _cache_token(self, filt: Any) -> tuple[Any, Any]:
         # The clean cache is valid for one state of the filter: any applied
@@ -283,6 +295,7 @@ class Guard:
                 hits = filt.contains_many(unique)
                 maybe_set = {e for e, hit in zip(unique, hits.tolist(), strict=True) if hit}
             except Exception as exc:
+                self._discard()
                 degraded_why = f"reading the filter failed: {exc}"
         if degraded_why:
             log_limited("filter", logging.ERROR,
@@ -338,7 +351,11 @@ def get_guard() -> Guard:
             if _guard is None:
                 from urlguard import registry
 
-                _guard = Guard(registry.get_filter, on_filter_error=conf.ON_FILTER_ERROR)
+                # The path is resolved once here, not on every check.
+                path = conf.FILTER_PATH
+                _guard = Guard(partial(registry.get_filter, path),
+                               on_filter_error=conf.ON_FILTER_ERROR,
+                               discard_filter=partial(registry.forget, path))
             guard = _guard
     return guard
 

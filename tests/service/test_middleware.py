@@ -1,0 +1,248 @@
+"""RedirectGuardMiddleware through the test client: which responses it looks
+at, how it resolves a Location the way a browser does, what it blocks, the
+scheme policy, the cache header, and that it never turns a failure into a 500."""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.http import HttpResponse
+from django.test import RequestFactory
+from django.urls import include, path
+
+from tests.service.webfakes import SetFilter
+from urlguard import guard as guard_module
+from urlguard.changes import add_rule
+from urlguard.guard import Guard
+from urlguard.middleware import RedirectGuardMiddleware, mark_confirmed, resolve_location
+
+
+def raw_response(request):
+    """Any status, any Location, exactly as given (Django's redirect classes
+    would refuse some of the hostile ones we want to see the middleware handle)."""
+    response = HttpResponse("body", status=int(request.GET.get("status", "302")))
+    if "to" in request.GET:
+        response["Location"] = request.GET["to"]
+    if "cc" in request.GET:
+        response["Cache-Control"] = request.GET["cc"]
+    if "confirmed" in request.GET:
+        mark_confirmed(response)
+    return response
+
+
+urlpatterns = [
+    path("raw", raw_response),
+    path("", include("urlguard.urls")),
+]
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+
+
+@pytest.fixture
+def filt(monkeypatch):
+    """The fake filter behind the process-wide guard, with a few rules listed."""
+    fake = SetFilter()
+    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: fake))
+    for text, category in [("evil.example/", "malware"), ("login.bank.example/", "phishing"),
+                           ("site.example/free/", "spam"), ("site.example/a/page.html", "spam")]:
+        fake.add(add_rule(text, category=category, source="test").expression)
+    return fake
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_limits():
+    guard_module.log_limited._last.clear()
+
+
+def install(monkeypatch, filt, policy="database"):
+    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: filt, on_filter_error=policy))
+
+
+def redirect(client, to, **params):
+    return client.get("/raw?" + urlencode({"to": to, **params}))
+
+
+@pytest.mark.parametrize("to", [
+    "https://www.python.org/", "http://bank.example/", "https://www.bank.example/login",
+    "http://site.example/freedom/", "http://site.example/a/other.html", "http://notevil.example/",
+])
+def test_clean_redirect_passes_with_private_cache(client, filt, to):
+    response = redirect(client, to)
+    assert response.status_code == 302
+    assert response["Location"] == to
+    assert response["Cache-Control"] == "private, max-age=90"
+    assert "X-URLGuard" not in response
+
+
+@pytest.mark.parametrize(("to", "host", "category"), [
+    ("http://evil.example/", "evil.example", "malware"),
+    ("https://cdn.evil.example/setup.exe", "cdn.evil.example", "malware"),
+    ("https://login.bank.example/verify?id=1", "login.bank.example", "phishing"),
+    ("http://site.example/free/gift.html", "site.example", "spam"),
+    ("http://site.example/a/page.html?x=1", "site.example", "spam"),
+])
+def test_blocked_redirect_becomes_the_warning_page(client, filt, to, host, category):
+    response = redirect(client, to)
+    assert response.status_code == 403
+    assert not response.has_header("Location")
+    assert response["Cache-Control"] == "no-store"
+    assert "noindex" in response["X-Robots-Tag"]
+    html = response.content.decode()
+    assert host in html
+    assert category in html.lower()
+    assert '<meta name="robots" content="noindex' in html
+    assert "Back to safety" in html and "/continue?token=" in html
+
+
+@pytest.mark.parametrize("to", [
+    "//evil.example/x",  # scheme-relative
+    "/\\evil.example/x",  # browsers read a backslash as a slash
+    "///evil.example/x",  # and skip extra slashes before the host
+    "https:evil.example/x",  # another special scheme: an authority follows
+    "\t http://evil.example/x ",  # stripped by the browser
+    "ht\ttp://ev\til.example/",  # tabs removed anywhere (newlines cannot be in a header)
+])
+def test_browser_style_locations_are_resolved_before_checking(client, filt, to):
+    assert redirect(client, to).status_code == 403
+
+
+def test_relative_location_is_resolved_against_the_request(rf, settings):
+    settings.ALLOWED_HOSTS = ["shop.example"]
+    request = rf.get("/a/b/c", HTTP_HOST="shop.example")
+    assert resolve_location(request, "d?x=1") == ("http", "http://shop.example/a/b/d?x=1")
+    assert resolve_location(request, "../up") == ("http", "http://shop.example/a/up")
+    assert resolve_location(request, "http:same-scheme") == ("http",
+                                                             "http://shop.example/a/b/same-scheme")
+    assert resolve_location(request, "MAILTO:x@y") == ("mailto", "MAILTO:x@y")
+
+
+def test_internal_redirects_are_checked_only_when_configured(client, filt, settings, monkeypatch):
+    settings.ALLOWED_HOSTS = ["site.example"]
+    calls = filt.calls
+    response = client.get("/raw?to=free/x", HTTP_HOST="site.example")  # → /free/x on site
+    assert response.status_code == 302 and filt.calls == calls  # on-site: not checked
+    settings.URLGUARD = {**settings.URLGUARD, "CHECK_INTERNAL_REDIRECTS": True}
+    install(monkeypatch, filt)  # a URLGUARD change rebuilds the process-wide guard
+    assert client.get("/raw?to=free/x", HTTP_HOST="site.example").status_code == 403
+    assert client.get("/raw?to=/recipes/", HTTP_HOST="site.example").status_code == 302
+
+
+@pytest.mark.parametrize(("status", "extra"), [
+    (200, {"to": "http://evil.example/"}),  # not a redirect, even with a Location
+    (304, {}),  # a 3xx without Location
+    (404, {}),
+    (201, {"to": "http://evil.example/"}),
+])
+def test_non_redirect_responses_are_untouched(client, filt, status, extra):
+    calls = filt.calls
+    response = client.get("/raw?" + urlencode({"status": status, **extra}))
+    assert response.status_code == status
+    assert filt.calls == calls
+    assert "Cache-Control" not in response
+
+
+def test_every_redirect_status_is_checked(client, filt):
+    for status in (301, 302, 303, 307, 308):
+        assert redirect(client, "http://evil.example/", status=status).status_code == 403
+
+
+def test_a_filter_false_positive_never_shows_a_warning(client, monkeypatch):
+    install(monkeypatch, SetFilter(everything=True))
+    add_rule("evil.example/", category="spam", source="test")
+    for to in ["https://www.python.org/", "http://good.example/a/b?c=d"]:
+        response = redirect(client, to)
+        assert response.status_code == 302 and response["Location"] == to
+    assert redirect(client, "http://evil.example/").status_code == 403
+
+
+def test_scheme_policy(client, filt, settings):
+    for to in ["mailto:someone@example.com", "tel:+15551234"]:
+        assert redirect(client, to).status_code == 302
+    for to in ["javascript:alert(1)", " JaVa\tScript:alert(1)", "data:text/html,<b>x</b>",
+               "ftp://files.example/"]:
+        response = redirect(client, to)
+        assert response.status_code == 403, to
+        assert "does not lead to a web page" in response.content.decode()
+        assert "/continue?" not in response.content.decode()  # never one click from a script
+    settings.URLGUARD = {**settings.URLGUARD, "ALLOWED_OTHER_SCHEMES": ("ftp",)}
+    assert redirect(client, "ftp://files.example/").status_code == 302
+    assert redirect(client, "mailto:a@b.example").status_code == 403
+
+
+def test_unusable_http_destination_gets_the_warning_page(client, filt):
+    response = redirect(client, "http://")
+    assert response.status_code == 403
+    assert "not valid" in response.content.decode()
+
+
+def test_view_cache_control_is_kept(client, filt):
+    response = redirect(client, "https://www.python.org/", cc="no-cache")
+    assert response["Cache-Control"] == "no-cache"
+
+
+def test_confirmed_responses_are_not_rechecked(client, filt):
+    calls = filt.calls
+    response = redirect(client, "http://evil.example/", confirmed="1")
+    assert response.status_code == 302 and filt.calls == calls
+
+
+def test_fail_open(client, monkeypatch):
+    install(monkeypatch, None, policy="open")
+    response = redirect(client, "http://evil.example/")
+    assert response.status_code == 302
+    assert response["X-URLGuard"] == "degraded"
+    assert response["Cache-Control"] == "no-store"  # a degraded answer must not stick
+
+
+def test_fail_closed(client, monkeypatch):
+    install(monkeypatch, None, policy="closed")
+    response = redirect(client, "https://www.python.org/")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "60" and response["X-URLGuard"] == "degraded"
+    html = response.content.decode()
+    assert "could not check this link" in html and "/continue?token=" in html
+
+
+def test_fail_to_database(client, monkeypatch):
+    install(monkeypatch, None, policy="database")
+    add_rule("evil.example/", category="phishing", source="test")
+    blocked = redirect(client, "http://a.evil.example/")
+    assert blocked.status_code == 403 and blocked["X-URLGuard"] == "degraded"
+    clean = redirect(client, "http://good.example/")
+    assert clean.status_code == 302 and clean["X-URLGuard"] == "degraded"
+
+
+@pytest.mark.parametrize(("policy", "status"), [("open", 302), ("closed", 503), ("database", 503)])
+def test_a_guard_crash_is_never_a_500(client, monkeypatch, caplog, policy, status):
+    guard = Guard(SetFilter, on_filter_error=policy)
+
+    def explode(url):
+        raise RuntimeError("database is gone")
+
+    monkeypatch.setattr(guard, "check", explode)
+    monkeypatch.setattr(guard_module, "_guard", guard)
+    response = redirect(client, "https://www.python.org/")
+    assert response.status_code == status
+    assert response["X-URLGuard" if status == 302 else "Retry-After"]
+    assert any("database is gone" in (r.exc_text or "") or r.exc_info for r in caplog.records)
+
+
+def test_async_middleware_path(monkeypatch, filt):
+    async def get_response(request):
+        return raw_response(request)
+
+    middleware = RedirectGuardMiddleware(get_response)
+    factory = RequestFactory()
+    blocked = async_to_sync(middleware)(factory.get("/raw", {"to": "http://evil.example/"}))
+    assert blocked.status_code == 403
+    clean = async_to_sync(middleware)(factory.get("/raw", {"to": "https://www.python.org/"}))
+    assert clean.status_code == 302 and clean["Cache-Control"] == "private, max-age=90"
+    untouched = async_to_sync(middleware)(factory.get("/raw", {"status": "200"}))
+    assert untouched.status_code == 200
+
+
+def test_middleware_is_first():
+    from django.conf import settings
+
+    assert settings.MIDDLEWARE[0] == "urlguard.middleware.RedirectGuardMiddleware"
