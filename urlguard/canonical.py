@@ -1,0 +1,467 @@
+"""URL canonicalization and roll-up expressions, after Google Safe Browsing v4
+("URLs and Hashing"): the lookup keys of every redirect check and the form every
+spam rule is stored in (`example.com/`, `example.com/path/`, ...).
+
+`canonicalize(url)` passes the Safe Browsing test list verbatim. Where the
+published rules leave room, we side with what a browser would actually fetch,
+because a guard that reads a URL differently from the browser can be walked
+around:
+
+* Structure (scheme, authority, path, query) is read from the raw text before
+  percent-unescaping, as a browser does. Safe Browsing unescapes the whole URL
+  first, so `http://good.com%2F@evil.com/` would look like good.com to it while
+  the browser goes to evil.com. Characters that unescaping reveals in the host
+  and that would change the structure on a second reading (`/ ? @ \\ :`) stay
+  escaped, which keeps `canonicalize` idempotent.
+* After `http:` any run of `/` and `\\` introduces the host (`http:/x`,
+  `http:\\\\x`, `http:///x` all go to x, as in every browser); a backslash in
+  the path is a slash. A backslash that unescaping reveals in the path stays
+  escaped as `%5C` (what the browser sends).
+* `a/b/..` resolves to `a/` (RFC 3986 and browsers), not `a`.
+* Ports and userinfo are dropped; only http and https are accepted; input
+  without a scheme is taken as http (`www.google.com/`).
+
+A `str` is read as UTF-8, except that C1 control characters (U+0080-U+009F)
+stand for the bytes 0x80-0x9F: they never occur in text a person types, and do
+occur where bytes were decoded as Latin-1 (WSGI, or the reference list's
+`"http://\\x01\\x80.com/"`). `bytes` are taken as they are.
+
+Work is linear in the input: repeated unescaping finishes in one pass however
+deeply `%25` is nested, and input longer than MAX_URL_LENGTH is refused.
+"""
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import re
+from typing import NamedTuple
+from urllib.parse import unquote_to_bytes
+
+import idna
+
+__all__ = [
+    "MAX_URL_LENGTH",
+    "MAX_HOST_LABELS",
+    "MAX_PATH_PREFIXES",
+    "canonicalize",
+    "expressions",
+    "CanonicalURL",
+    "canonical_url",
+    "split_expression",
+]
+
+# Chrome's own limit on the URLs it will navigate to. Anything a browser would
+# follow is checked (a guard that refused long URLs could be passed by padding a
+# listed one); anything longer is refused with a ValueError. The work is linear,
+# so even the limit costs milliseconds, not seconds.
+MAX_URL_LENGTH = 2 * 1024 * 1024
+
+# Expressions: the exact host plus suffixes made from at most its last 5 labels,
+# and at most 4 path prefixes ("/" and up to 3 directories).
+MAX_HOST_LABELS = 5
+MAX_PATH_PREFIXES = 4
+
+# Recently seen URLs and their parts. The guard canonicalizes and then asks for
+# the expressions of the canonical form, and popular destinations repeat, so a
+# small cache halves the work on the hot path. Bounded in entries and in the
+# length of what it keeps.
+_CACHE_ENTRIES = 4096
+_CACHE_MAX_URL = 1024
+
+_SCHEME_RE = re.compile(rb"([A-Za-z][A-Za-z0-9+.\-]*):")
+# "host:8080/..." is a host and port, not a scheme called "host" (as in the
+# reference implementation).
+_PORT_RE = re.compile(rb":[0-9]+(?:[/\\?]|$)")
+# authority, path, query (None without a '?'): the browser's split, on raw text.
+_PARTS_RE = re.compile(rb"([^/\\?]*)([^?]*)(?:\?(.*))?", re.DOTALL)
+_C1_RE = re.compile(rb"\xc2([\x80-\x9f])")
+_LEADING_SCHEME_ESCAPED_RE = re.compile(rb"https?(?:%3[aA]|:)", re.IGNORECASE)
+
+# IPv4 in any form the reference accepts: decimal, octal, hex, 1 to 4 parts.
+_POSSIBLE_IPV4_RE = re.compile(rb"(?:0[xX][0-9A-Fa-f]+|[0-9.])+")
+# The Windows resolver takes "10.192.95.89 xy" as 10.192.95.89 (up to 15 chars).
+_IPV4_TRAILING_JUNK_RE = re.compile(rb"([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}) ")
+_DIGITS = frozenset(b"0123456789")
+_OCTAL = frozenset(b"01234567")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_HEX_VALUE = {c: int(chr(c), 16) for c in _HEX}
+
+# Label separators that UTS 46 maps to "." (ideographic and fullwidth full stops).
+_IDN_DOTS_RE = re.compile("[.\u3002\uff0e\uff61]")
+
+
+def _escape_table(extra: bytes) -> tuple[tuple[str, ...], re.Pattern[bytes]]:
+    """Per-byte output table and a detector for bytes that need escaping: the
+    Safe Browsing set (<= 0x20, >= 0x7f, '#', '%') plus `extra`."""
+    special = set(range(0x21)) | set(range(0x7F, 0x100)) | set(b"#%") | set(extra)
+    table = tuple(f"%{b:02X}" if b in special else chr(b) for b in range(256))
+    chars = b"".join(b"\\x%02x" % b for b in sorted(special))
+    return table, re.compile(b"[" + chars + b"]")
+
+
+_QUERY_TABLE, _QUERY_NEEDS_ESCAPE = _escape_table(b"")
+_PATH_TABLE, _PATH_NEEDS_ESCAPE = _escape_table(b"\\")
+_HOST_TABLE, _HOST_NEEDS_ESCAPE = _escape_table(b"/?@\\:")
+_IPV6_TABLE, _IPV6_NEEDS_ESCAPE = _escape_table(b"/?@\\")
+
+
+class CanonicalURL(NamedTuple):
+    """A canonical URL in parts. `path` starts with '/'; `query` is None when the
+    URL has no '?' (and "" for a bare '?'); `is_ip` for IPv4 and IPv6 hosts."""
+
+    scheme: str
+    host: str
+    path: str
+    query: str | None
+    is_ip: bool
+
+    def __str__(self) -> str:
+        if self.query is None:
+            return f"{self.scheme}://{self.host}{self.path}"
+        return f"{self.scheme}://{self.host}{self.path}?{self.query}"
+
+
+def canonicalize(url: str | bytes) -> str:
+    """The canonical form of `url`, e.g. "http://www.GOOgle.com:80/a/../b#x" ->
+    "http://www.google.com/b". Raises ValueError (with the reason) for anything that
+    is not a usable http(s) URL."""
+    return str(canonical_url(url))
+
+
+def expressions(url: str | bytes) -> list[str]:
+    """The Safe Browsing host-suffix x path-prefix expressions of `url`, most
+    specific first: for "http://a.b.c/1/2.html?param=1" that is
+    a.b.c/1/2.html?param=1, a.b.c/1/2.html, a.b.c/, a.b.c/1/, then the same for b.c.
+    Hosts: the exact host, then up to 4 suffixes of its last 5 labels, never the
+    last label alone, none for an IP address. Paths: path with query, path, then
+    "/" and up to 3 directories. Raises ValueError like canonicalize."""
+    parts = canonical_url(url)
+    host = parts.host
+    hosts = [host]
+    if not parts.is_ip:
+        labels = host.split(".")
+        count = len(labels)
+        for i in range(max(1, count - MAX_HOST_LABELS), count - 1):
+            hosts.append(".".join(labels[i:]))
+
+    path = parts.path
+    paths = []
+    if parts.query:
+        paths.append(f"{path}?{parts.query}")
+    if path != "/":
+        paths.append(path)
+    paths.append("/")
+    if path != "/":
+        # "/" is the first prefix; then each directory, up to MAX_PATH_PREFIXES in
+        # all, never the whole path (it is already listed).
+        end = path.find("/", 1)
+        found = 1
+        last = len(path) - 1
+        while end != -1 and end != last and found < MAX_PATH_PREFIXES:
+            paths.append(path[: end + 1])
+            found += 1
+            end = path.find("/", end + 1)
+    return [h + p for h in hosts for p in paths]
+
+
+def split_expression(expression: str) -> tuple[str, str]:
+    """ "host/path?query" -> ("host", "/path?query")."""
+    slash = expression.find("/")
+    if slash == -1:
+        return expression, "/"
+    return expression[:slash], expression[slash:]
+
+
+_cache: dict[object, CanonicalURL] = {}
+
+
+def canonical_url(url: str | bytes) -> CanonicalURL:
+    """canonicalize(url), in parts."""
+    try:
+        return _cache[url]
+    except (KeyError, TypeError):
+        pass
+    parts = _canonical_parts(url)
+    if len(url) <= _CACHE_MAX_URL and isinstance(url, str):
+        if len(_cache) >= _CACHE_ENTRIES:
+            # Drop the oldest; another thread may have got there first.
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del _cache[next(iter(_cache))]
+        _cache[url] = parts
+        # canonicalize() is idempotent: its output has the same parts, and it is
+        # what the guard asks about next.
+        _cache[str(parts)] = parts
+    return parts
+
+
+def _short(data: bytes) -> str:
+    text = data.decode("utf-8", "backslashreplace")
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _to_bytes(url: str | bytes) -> bytes:
+    if isinstance(url, str):
+        if url.isascii():
+            return url.encode("ascii")
+        data = url.encode("utf-8", "surrogatepass")
+        return _C1_RE.sub(rb"\1", data) if b"\xc2" in data else data
+    if isinstance(url, (bytes, bytearray, memoryview)):
+        return bytes(url)
+    raise TypeError(f"a URL must be str or bytes, not {type(url).__name__}")
+
+
+def _canonical_parts(url: str | bytes) -> CanonicalURL:
+    if len(url) > MAX_URL_LENGTH:
+        raise ValueError(
+            f"URL is {len(url):,} characters long; the limit is {MAX_URL_LENGTH:,} "
+            "(no browser follows a longer one)"
+        )
+    raw = _to_bytes(url)
+    data = raw
+    if b"\t" in data or b"\r" in data or b"\n" in data:
+        data = data.translate(None, b"\t\r\n")
+    data = data.partition(b"#")[0]
+    # Leading and trailing C0 controls and spaces, as browsers strip them.
+    data = data.strip(bytes(range(0x21)))
+    if not data:
+        raise ValueError("empty URL" if not raw.strip() else f"no host in {_short(raw)}")
+
+    scheme, rest = _split_scheme(data, raw)
+    authority, path, query = _PARTS_RE.fullmatch(rest).groups()  # type: ignore[union-attr]
+
+    host_text, is_ip = _canonical_host(authority, raw)
+
+    if path:
+        if b"\\" in path:
+            path = path.replace(b"\\", b"/")
+        if b"%" in path:
+            path = _unescape(path)
+            if b"?" in path:
+                # An escaped '?' is a query delimiter once unescaped (as in Safe
+                # Browsing): split here so the output reads back the same way.
+                path, _, revealed = path.partition(b"?")
+                query = revealed if query is None else revealed + b"?" + query
+        if b"/." in path or b"//" in path:
+            path = _remove_dot_segments(path)
+        path_text = _escape(path, _PATH_TABLE, _PATH_NEEDS_ESCAPE)
+    else:
+        path_text = "/"
+
+    query_text = None
+    if query is not None:
+        if b"%" in query:
+            query = _unescape(query)
+        query_text = _escape(query, _QUERY_TABLE, _QUERY_NEEDS_ESCAPE)
+
+    return CanonicalURL(scheme, host_text, path_text, query_text, is_ip)
+
+
+def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes]:
+    """-> (scheme, the text after "scheme:" and its slashes)."""
+    match = _SCHEME_RE.match(data)
+    if match is not None and _PORT_RE.match(data, match.end() - 1) is None:
+        scheme = match.group(1).lower()
+        if scheme not in (b"http", b"https"):
+            raise ValueError(
+                f"{_short(raw)} uses the {scheme.decode('ascii', 'replace')}: scheme; "
+                "only http and https URLs can be checked"
+            )
+        return scheme.decode("ascii"), data[match.end():].lstrip(b"/\\")
+    if data[:1] in (b"/", b"\\"):
+        if data[1:2] in (b"/", b"\\"):  # "//host/path": scheme-relative
+            return "http", data.lstrip(b"/\\")
+        raise ValueError(f"no host in {_short(raw)}: it is only a path")
+    if b"%" in data and _LEADING_SCHEME_ESCAPED_RE.match(data):
+        # "http%3A%2F%2Fhost/" (a pasted, fully escaped URL): read it unescaped,
+        # as Safe Browsing does. A browser never sees this form from us: the
+        # middleware resolves relative Locations before they get here.
+        unescaped = _unescape(data)
+        if unescaped[:7].lower() == b"http://" or unescaped[:8].lower() == b"https://":
+            return _split_scheme(unescaped, raw)
+    return "http", data
+
+
+def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool]:
+    host = authority.rpartition(b"@")[2]  # userinfo is dropped
+    if host[:1] == b"[":
+        close = host.find(b"]")
+        if close == -1:
+            raise ValueError(f"no ']' closing the IPv6 address in {_short(raw)}")
+        port = host[close + 1:]
+        host = host[: close + 1]
+    else:
+        host, colon, port = host.rpartition(b":")
+        if not colon:
+            host, port = port, b""
+        else:
+            port = colon + port
+    if port and (port[:1] != b":" or not all(c in _DIGITS for c in port[1:])):
+        raise ValueError(f"invalid port {port[1:].decode('utf-8', 'replace')!r} in {_short(raw)}")
+
+    if b"%" in host:
+        host = _unescape(host)
+    if host[:1] == b"[" and host[-1:] == b"]":
+        try:
+            address = ipaddress.IPv6Address(host[1:-1].decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            raise ValueError(f"invalid IPv6 address in {_short(raw)}") from None
+        text = f"[{address.compressed}]".encode("ascii")
+        return _escape(text, _IPV6_TABLE, _IPV6_NEEDS_ESCAPE), True
+
+    if not host.isascii():
+        host = _idna_host(host)
+    if host[:1] == b"." or host[-1:] == b"." or b".." in host:
+        host = b".".join(label for label in host.split(b".") if label)
+    if not host:
+        raise ValueError(f"no host in {_short(raw)}")
+    if host[:1] in _DIGITS_BYTES:
+        ipv4 = _parse_ipv4(host)
+        if ipv4 is not None:
+            return ipv4, True
+    return _escape(host.lower(), _HOST_TABLE, _HOST_NEEDS_ESCAPE), False
+
+
+_DIGITS_BYTES = frozenset(bytes([c]) for c in b"0123456789")
+
+
+def _escape(data: bytes, table: tuple[str, ...], needs_escape: re.Pattern[bytes]) -> str:
+    if needs_escape.search(data) is None:
+        return data.decode("ascii")
+    return "".join(map(table.__getitem__, data))
+
+
+def _unescape(data: bytes) -> bytes:
+    """Percent-unescape until no escape is left (Safe Browsing's "repeatedly").
+
+    A few whole-string rounds (fast, in C) finish every real URL. Unescaping is
+    confluent (no two escapes can overlap), so any order of decoding reaches the
+    same end: hostile nesting ("%25252525...") is finished by one linear pass that
+    decodes as soon as an escape is complete, instead of one round per level."""
+    for _ in range(4):
+        decoded = unquote_to_bytes(data)
+        if len(decoded) == len(data):
+            return data
+        data = decoded
+        if b"%" not in data:
+            return data
+    return _unescape_linear(data)
+
+
+def _unescape_linear(data: bytes) -> bytes:
+    out = bytearray()
+    hexdigits = _HEX
+    for byte in data:
+        out.append(byte)
+        while len(out) >= 3 and out[-3] == 0x25 and out[-2] in hexdigits and out[-1] in hexdigits:
+            value = _HEX_VALUE[out[-2]] * 16 + _HEX_VALUE[out[-1]]
+            del out[-3:]
+            out.append(value)
+    return bytes(out)
+
+
+def _remove_dot_segments(path: bytes) -> bytes:
+    """Resolve "." and "..", collapse "//"; a path ending in a directory (or in "."
+    or "..") keeps its trailing slash."""
+    segments = path.split(b"/")
+    out: list[bytes] = []
+    for segment in segments:
+        if segment == b"" or segment == b".":
+            continue
+        if segment == b"..":
+            if out:
+                out.pop()
+            continue
+        out.append(segment)
+    result = b"/" + b"/".join(out)
+    if out and segments[-1] in (b"", b".", b".."):
+        result += b"/"
+    return result
+
+
+def _parse_ipv4(host: bytes) -> str | None:
+    """Dotted-quad form of an IPv4 host in any legal encoding (decimal, octal, hex,
+    fewer than 4 parts: "3279880203" -> "195.127.0.11"), or None if it is a name.
+    Follows the Safe Browsing reference implementation, quirks included."""
+    if len(host) <= 15:
+        match = _IPV4_TRAILING_JUNK_RE.match(host)
+        if match is not None:
+            host = match.group(1)
+    if _POSSIBLE_IPV4_RE.fullmatch(host) is None:
+        return None
+    parts = host.split(b".")
+    if len(parts) > 4:
+        return None
+    values = []
+    for part in parts:
+        value = _parse_ip_number(part)
+        if value is None:
+            return None
+        values.append(value)
+    # Every part but the last gives one byte; the last fills the remaining bytes.
+    octets = [v & 0xFF for v in values[:-1]]
+    last = values[-1]
+    width = 5 - len(parts)
+    octets.extend((last >> (8 * shift)) & 0xFF for shift in range(width - 1, -1, -1))
+    return ".".join(map(str, octets))
+
+
+def _parse_ip_number(part: bytes) -> int | None:
+    if part[:2] in (b"0x", b"0X"):
+        digits, base, allowed = part[2:], 16, _HEX
+    elif len(part) > 1 and part[:1] == b"0":
+        digits, base, allowed = part[1:], 8, _OCTAL
+    else:
+        digits, base, allowed = part, 10, _DIGITS
+    if not digits or not all(c in allowed for c in digits):
+        return None
+    digits = digits.lstrip(b"0") or b"0"
+    if len(digits) > 11:  # more than 32 bits in any base (and no huge int parse)
+        return None
+    value = int(digits, base)
+    return value if value <= 0xFFFFFFFF else None
+
+
+def _idna_host(host: bytes) -> bytes:
+    """ASCII (IDNA, UTS 46 non-transitional) form of a non-ASCII host. A label that
+    IDNA 2008 refuses (an underscore, a symbol) gets plain Punycode, as browsers do,
+    so real-world hosts still canonicalize; a host that is not UTF-8 stays as bytes
+    (escaped on output)."""
+    try:
+        text = host.decode("utf-8")
+    except UnicodeDecodeError:
+        return host
+    return _idna_text(text)
+
+
+def _idna_label(label: str) -> bytes:
+    if label.isascii():
+        return label.encode("ascii")
+    try:
+        mapped = idna.uts46_remap(label, std3_rules=False, transitional=False)
+    except idna.IDNAError:
+        mapped = label.lower()
+    if mapped.isascii():
+        return mapped.encode("ascii")
+    try:
+        return idna.alabel(mapped)
+    except (idna.IDNAError, UnicodeError):
+        return b"xn--" + mapped.encode("punycode")
+
+
+_idna_cache: dict[str, bytes] = {}
+
+
+def _idna_text(text: str) -> bytes:
+    cached = _idna_cache.get(text)
+    if cached is not None:
+        return cached
+    try:
+        mapped = idna.uts46_remap(text, std3_rules=False, transitional=False)
+    except idna.IDNAError:
+        mapped = text  # map label by label below; a bad label falls back alone
+    result = b".".join(_idna_label(label) for label in _IDN_DOTS_RE.split(mapped) if label)
+    if len(_idna_cache) >= _CACHE_ENTRIES:
+        _idna_cache.clear()
+    if len(text) <= _CACHE_MAX_URL:
+        _idna_cache[text] = result
+    return result
