@@ -1,0 +1,231 @@
+"""Spam rules: what a person pastes (a URL, a host, an expression) turned into the
+rule expression the filter and the spam table store, and the roll-up levels a
+pasted URL offers.
+
+A rule is one of the expressions `urlguard.canonical.expressions` produces, so it
+blocks a URL exactly when it is among that URL's expressions:
+
+    example.com/                 the domain and all its subdomains   ("domain")
+    sub.example.com/             that subdomain and its subdomains   ("subdomain")
+    example.com/path/            everything under a directory        ("path")
+    example.com/path/page.html   one page, any query                 ("page")
+    example.com/page.html?id=3   one exact URL                       ("page")
+
+Rules on public suffixes (`com/`, `co.uk/`, `github.io/`) are refused: they would
+block every site under them. The list comes from the publicsuffixlist package
+(ICANN and private sections), never from the network.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from publicsuffixlist import PublicSuffixList
+
+from urlguard.canonical import (
+    MAX_HOST_LABELS,
+    MAX_PATH_PREFIXES,
+    CanonicalURL,
+    canonical_url,
+    expressions,
+    split_expression,
+)
+
+__all__ = [
+    "LEVELS",
+    "MAX_RULE_LENGTH",
+    "RuleCandidate",
+    "RuleError",
+    "normalize_rule",
+    "registrable_domain",
+    "rule_candidates",
+    "rule_level",
+    "rule_matches",
+]
+
+LEVELS = ("domain", "subdomain", "path", "page")
+
+# SpamRule.expression is a CharField(max_length=2000).
+MAX_RULE_LENGTH = 2000
+
+_IPV4_RE = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
+
+
+class RuleError(ValueError):
+    """Text that cannot be a rule; the message says why and what to do instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuleCandidate:
+    """One roll-up level a pasted URL could be blocked at."""
+
+    level: str  # "domain", "subdomain", "path" or "page"
+    expression: str
+    description: str
+
+
+@functools.cache
+def _public_suffixes() -> PublicSuffixList:
+    # Parsing the bundled list takes a few tens of milliseconds: once per process.
+    return PublicSuffixList()
+
+
+def registrable_domain(host: str) -> str | None:
+    """The registrable domain of a canonical host ("www.example.co.uk" ->
+    "example.co.uk", "user.github.io" -> itself); the host itself for an IP
+    address; None for a public suffix."""
+    if _is_ip(host):
+        return host
+    return _public_suffixes().privatesuffix(host)
+
+
+def normalize_rule(text: str) -> str:
+    """The rule expression for a pasted URL, host or expression:
+    "https://Evil.EXAMPLE.com/x/y.html#frag" -> "evil.example.com/x/y.html",
+    "evil.example.com" -> "evil.example.com/", "*.example.com" -> "example.com/".
+    Raises RuleError with the reason for anything that cannot be a rule."""
+    parts = _parse(text)
+    expression = _expression(parts)
+    if len(expression) > MAX_RULE_LENGTH:
+        raise RuleError(
+            f"the rule would be {len(expression):,} characters long; the limit is "
+            f"{MAX_RULE_LENGTH:,}: block a shorter prefix of this URL instead"
+        )
+    return expression
+
+
+def rule_candidates(text: str) -> list[RuleCandidate]:
+    """Every level a pasted URL can be blocked at, widest first: its registrable
+    domain, its exact host (if different), each directory a rule can cover, the page
+    (any query) and, with a query, the exact URL. Raises RuleError like
+    normalize_rule (e.g. for a public suffix)."""
+    parts = _parse(text)
+    host, path, query = parts.host, parts.path, parts.query
+    candidates: list[RuleCandidate] = []
+
+    if parts.is_ip:
+        candidates.append(RuleCandidate("domain", f"{host}/", f"everything on {host}"))
+    else:
+        domain = registrable_domain(host) or host  # _parse refused public suffixes
+        candidates.append(RuleCandidate("domain", f"{domain}/", _host_description(domain)))
+        if host != domain:
+            candidates.append(RuleCandidate("subdomain", f"{host}/", _host_description(host)))
+
+    covers_subdomains = not parts.is_ip and host.count(".") < MAX_HOST_LABELS
+    where = f"{host} and its subdomains" if covers_subdomains else host
+    for prefix in _directory_prefixes(path):
+        candidates.append(RuleCandidate(
+            "path", f"{host}{prefix}", f"every page under {prefix} on {where}"))
+
+    if path != "/" and not _is_directory_rule(path):
+        candidates.append(RuleCandidate(
+            "page", f"{host}{path}", f"the page {path} with any query, on {where}"))
+    if query:
+        exact = f"{host}{path}?{query}"
+        if len(exact) <= MAX_RULE_LENGTH:
+            candidates.append(RuleCandidate(
+                "page", exact, f"only {path}?{query} (this exact query), on {where}"))
+    return [c for c in candidates if len(c.expression) <= MAX_RULE_LENGTH]
+
+
+def rule_level(expression: str) -> str:
+    """The roll-up level of a rule expression: "domain", "subdomain", "path" or
+    "page" (a directory deeper than a lookup rolls up to only matches itself, so it
+    is a page)."""
+    host, path = split_expression(expression)
+    if not host:
+        raise RuleError(f"{expression!r} is not a rule expression: it has no host")
+    if path == "/":
+        domain = registrable_domain(host)
+        return "domain" if domain is None or domain == host else "subdomain"
+    if _is_directory_rule(path):
+        return "path"
+    return "page"
+
+
+def rule_matches(expression: str, url: str) -> bool:
+    """True if the rule `expression` blocks `url` (it is one of the URL's
+    expressions). Raises ValueError if `url` is not a usable http(s) URL."""
+    return expression in expressions(url)
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def _parse(text: str) -> CanonicalURL:
+    if not isinstance(text, str):
+        raise RuleError(f"a rule must be text, not {type(text).__name__}")
+    stripped = text.strip()
+    if not stripped:
+        raise RuleError("empty rule: paste a URL, a host (example.com) or an expression "
+                        "(example.com/path/)")
+    if len(stripped) > 4 * MAX_RULE_LENGTH:
+        raise RuleError(f"{len(stripped):,} characters is too long for a rule "
+                        f"(the limit is {MAX_RULE_LENGTH:,} once canonical)")
+    try:
+        parts = canonical_url(stripped)
+    except ValueError as exc:
+        raise RuleError(f"{_short(stripped)} is not a URL, host or rule expression: {exc}") \
+            from None
+    # Blocklists write "all of example.com" as *.example.com (or .example.com, which
+    # canonicalization already strips), and a directory as example.com/dir/*: both
+    # mean what our host and directory rules do.
+    if parts.host.startswith("*."):
+        parts = parts._replace(host=parts.host[2:])
+    if parts.path.endswith("/*") and not parts.query:
+        parts = parts._replace(path=parts.path[:-1], query=None)
+    if "*" in parts.host:
+        raise RuleError(f"{_short(stripped)}: a host cannot contain '*'; a leading '*.' "
+                        "is understood (a domain and all its subdomains), nothing else")
+    if not parts.is_ip and _public_suffixes().is_public(parts.host):
+        if "." not in parts.host:
+            raise RuleError(
+                f"{parts.host!r} is a top-level domain (or a single-label name): a rule on "
+                f"it would block every site under it. Block one domain instead, such as "
+                f"example.{parts.host}/"
+            )
+        raise RuleError(
+            f"{parts.host!r} is a public suffix (like com, co.uk or github.io): a rule on it "
+            f"would block every site under it. Block one registrable domain instead, "
+            f"such as example.{parts.host}/"
+        )
+    return parts
+
+
+def _expression(parts: CanonicalURL) -> str:
+    # A bare "?" adds nothing: expressions() never lists "path?" with an empty query.
+    if parts.query:
+        return f"{parts.host}{parts.path}?{parts.query}"
+    return f"{parts.host}{parts.path}"
+
+
+def _is_ip(host: str) -> bool:
+    return host[:1] == "[" or _IPV4_RE.fullmatch(host) is not None
+
+
+def _is_directory_rule(path: str) -> bool:
+    """A path ending in '/' that lookups roll up to ("/a/", up to "/a/b/c/")."""
+    return path.endswith("/") and "?" not in path and path.count("/") <= MAX_PATH_PREFIXES
+
+
+def _directory_prefixes(path: str) -> list[str]:
+    """The directories of `path` a rule can cover, shallowest first, including the
+    path itself when it is such a directory."""
+    prefixes = []
+    end = path.find("/", 1)
+    while end != -1 and len(prefixes) < MAX_PATH_PREFIXES - 1:
+        prefixes.append(path[: end + 1])
+        end = path.find("/", end + 1)
+    return prefixes
+
+
+def _host_description(host: str) -> str:
+    if host.count(".") + 1 > MAX_HOST_LABELS:
+        return (f"{host} only: lookups roll up to at most {MAX_HOST_LABELS} labels of a "
+                "host, so its subdomains are not covered")
+    return f"{host} and all its subdomains"
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
