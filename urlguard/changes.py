@@ -172,18 +172,22 @@ def remove_rule(rule: SpamRule, *, user: Any = None, source: str = "admin") -> N
         transaction.on_commit(partial(_nudge, event.seq), using=using)
 
 
-def _coerce(item: Any, default_category: str) -> tuple[str, str, str, int | None, str | None]:
+def _coerce(item: Any, default_category: str
+            ) -> tuple[str | None, str, str, int | None, str | None]:
     """-> (text, category, note, lineno, error) from a str, a (text, category[, note])
-    tuple, or an importing.ParsedLine-like object."""
+    tuple, or an importing.ParsedLine-like object; text None = nothing to import (a
+    comment or blank line)."""
     if isinstance(item, str):
         return item, default_category, "", None, None
     if isinstance(item, tuple):
         text, category, *rest = item
         return text, category or default_category, (rest[0] if rest else ""), None, None
-    text = getattr(item, "expression", None) or getattr(item, "raw", "")
+    error = getattr(item, "error", None)
+    text = getattr(item, "expression", None)
+    if error:
+        text = getattr(item, "raw", "") or ""
     return (text, getattr(item, "category", None) or default_category,
-            getattr(item, "note", "") or "", getattr(item, "lineno", None),
-            getattr(item, "error", None))
+            getattr(item, "note", "") or "", getattr(item, "lineno", None), error)
 
 
 def _present(expressions: list[str]) -> set[str]:
@@ -254,6 +258,8 @@ def add_rules(items: Iterable[Any], *, source: str, user: Any = None,
     for item in items:
         handled += 1
         text, cat, note, lineno, error = _coerce(item, category)
+        if text is None:
+            continue
         if error:
             result.refused.append(Refusal(text, str(error), lineno))
             continue

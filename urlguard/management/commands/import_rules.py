@@ -1,0 +1,69 @@
+"""`manage.py import_rules FILE`: list many rules at once from a file."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from urlguard import changes
+from urlguard.importing import parse_rules
+from urlguard.models import Category
+
+from ._progress import Progress
+
+
+class Command(BaseCommand):
+    help = (
+        "Import spam rules from FILE ('-' for standard input): one URL, host or rule "
+        "expression per line, a hosts file (0.0.0.0 host), or CSV with a category column. "
+        "Each rule is normalized and checked like one added in the admin (public suffixes "
+        "are refused). Prints how many were added, skipped (already listed) and refused, "
+        "with the reason for each refusal. --dry-run changes nothing."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("file", help="the file to read, or - for standard input")
+        parser.add_argument("--category", default=Category.SPAM, choices=Category.values,
+                            help="category for lines that do not name one (default: spam)")
+        parser.add_argument("--source", default=None,
+                            help="recorded on each rule (default: import:<file name>)")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="report what would be added, skipped and refused; write nothing")
+        parser.add_argument("--show", type=int, default=50, metavar="N",
+                            help="print at most N refusals (default 50)")
+
+    def handle(self, *args, file: str, category: str, source: str | None, dry_run: bool,
+               show: int, **options):
+        if file == "-":
+            stream, name = sys.stdin, "stdin"
+        else:
+            path = Path(file)
+            if not path.is_file():
+                raise CommandError(f"{file}: no such file")
+            try:
+                # utf-8-sig: spreadsheets like to start CSV exports with a BOM.
+                stream = path.open(encoding="utf-8-sig", errors="strict", newline="")
+            except OSError as exc:
+                raise CommandError(f"{file}: {exc}") from exc
+            name = path.name
+        progress = Progress(self.stdout, "lines")
+        try:
+            lines = (line.rstrip("\r\n") for line in stream)
+            result = changes.add_rules(
+                parse_rules(lines, default_category=category),
+                source=source or f"import:{name}"[:200], category=category,
+                dry_run=dry_run, progress=progress)
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{file} is not UTF-8 text ({exc}); re-save it as UTF-8.") from exc
+        finally:
+            progress.end()
+            if stream is not sys.stdin:
+                stream.close()
+        for refusal in result.refused[:show]:
+            self.stderr.write(f"  refused {refusal}")
+        if len(result.refused) > show:
+            self.stderr.write(f"  ... and {len(result.refused) - show:,} more refused")
+        style = self.style.SUCCESS if not result.refused else self.style.WARNING
+        prefix = "Dry run: " if dry_run else ""
+        self.stdout.write(style(f"{prefix}{result.summary()}."))

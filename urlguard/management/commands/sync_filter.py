@@ -1,0 +1,36 @@
+"""`manage.py sync_filter`: apply the pending change log to this node's filter now."""
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from urlguard import registry, tasks
+from urlguard.conf import conf
+
+
+class Command(BaseCommand):
+    help = (
+        "Apply every change-log row this node's filter file has not applied yet (what the "
+        "Celery worker does on each nudge and on its periodic catch-up). A missing, dirty, "
+        "corrupt or differently configured file is rebuilt from the spam table, and the "
+        "reason is printed."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--path", help=f"filter file (default: URLGUARD FILTER_PATH, "
+                                           f"now {conf.FILTER_PATH})")
+
+    def handle(self, *args, path: str | None = None, **options):
+        path = path or conf.FILTER_PATH
+        try:
+            result = tasks.sync(path=path)
+        except registry.WriterBusy as exc:
+            raise CommandError(str(exc)) from exc
+        if path == conf.FILTER_PATH:
+            tasks.report_status(path, result=result)
+        if result.rebuilt:
+            self.stdout.write(self.style.WARNING(
+                f"Rebuilt {path} ({result.rebuilt}): {result.rules:,} rules in "
+                f"{result.rebuild_seconds:.2f} s."))
+        self.stdout.write(self.style.SUCCESS(
+            f"{path}: applied {result.applied} change(s); now at change #{result.applied_seq} "
+            f"(log head #{max(result.head, result.applied_seq)})."))
