@@ -2,9 +2,12 @@
 one-query confirmation, the clean cache, and the ON_FILTER_ERROR policies."""
 from __future__ import annotations
 
+import io
 import logging
+import re
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from tests.service.webfakes import BrokenFilter, SetFilter
 from urlguard import guard as guard_module
@@ -229,3 +232,32 @@ def test_get_guard_is_process_wide_and_follows_settings(settings):
     assert get_guard() is get_guard()
     settings.URLGUARD = {**settings.URLGUARD, "ON_FILTER_ERROR": "closed"}
     assert get_guard().on_filter_error == "closed"
+
+
+def run_check_url(url: str) -> str:
+    out = io.StringIO()
+    call_command("check_url", url, stdout=out, no_color=True)
+    return out.getvalue()
+
+
+def test_check_url_command_explains_each_step(build_filter):
+    listed(("evil.example/", "phishing"))
+    build_filter()
+    out = run_check_url("http://LOGIN.evil.example/a?b=1")
+    assert "canonical  http://login.evil.example/a?b=1" in out
+    assert re.search(r"evil\.example/\s+maybe\s+listed: phishing", out)
+    assert re.search(r"login\.evil\.example/a\?b=1\s+no\s+-", out)
+    assert "verdict    BLOCKED: matches the rule evil.example/" in out
+    assert "verdict    allowed" in run_check_url("https://www.python.org/")
+
+
+def test_check_url_command_spots_a_filter_behind_the_table(build_filter):
+    build_filter()
+    listed(("late.example/", "spam"))  # committed, not yet applied to this node's file
+    out = run_check_url("http://late.example/")
+    assert "behind the change log" in out and "sync_filter" in out
+
+
+def test_check_url_command_refuses_a_non_web_url():
+    with pytest.raises(CommandError, match="not a usable http"):
+        run_check_url("javascript:alert(1)")
