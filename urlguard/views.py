@@ -80,8 +80,8 @@ def report_mistake_url(destination: str) -> str:
     base = str(conf.REPORT_MISTAKE_URL)
     sep = "&" if "?" in base else "?"
     if base.startswith("mailto:"):
-        subject = quote("Wrongly blocked link")
-        body = quote(f"This link was blocked, I think by mistake:\n{destination}\n")
+        subject = quote("Wrongly blocked link", safe="")
+        body = quote(f"This link was blocked, I think by mistake:\n{destination}\n", safe="")
         return f"{base}{sep}subject={subject}&body={body}"
     return f"{base}{sep}{urlencode({'url': destination})}"
 
