@@ -1,0 +1,359 @@
+"""urlguard.canonical: the Safe Browsing v4 reference list verbatim, its expression
+examples, our own cases (IDN, IPv4 forms, ports, userinfo, browser-consistent
+structure), hostile input and properties."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from urlguard.canonical import (
+    MAX_URL_LENGTH,
+    canonical_url,
+    canonicalize,
+    expressions,
+    split_expression,
+)
+
+# "URLs and Hashing", Safe Browsing API v4, section Canonicalization: every example
+# on the page, in its order, verbatim.
+SAFE_BROWSING_CANONICALIZATION = [
+    ("http://host/%25%32%35", "http://host/%25"),
+    ("http://host/%25%32%35%25%32%35", "http://host/%25%25"),
+    ("http://host/%2525252525252525", "http://host/%25"),
+    ("http://host/asdf%25%32%35asd", "http://host/asdf%25asd"),
+    ("http://host/%%%25%32%35asd%%", "http://host/%25%25%25asd%25%25"),
+    ("http://www.google.com/", "http://www.google.com/"),
+    ("http://%31%36%38%2e%31%38%38%2e%39%39%2e%32%36/%2E%73%65%63%75%72%65/%77%77%77%2E%65%62%61%79%2E%63%6F%6D/",
+     "http://168.188.99.26/.secure/www.ebay.com/"),
+    ("http://195.127.0.11/uploads/%20%20%20%20/.verify/.eBaysecure=updateuserdataxplimnbqmn-xplmvalidateinfoswqpcmlx=hgplmcx/",
+     "http://195.127.0.11/uploads/%20%20%20%20/.verify/.eBaysecure=updateuserdataxplimnbqmn-xplmvalidateinfoswqpcmlx=hgplmcx/"),
+    ("http://host%23.com/%257Ea%2521b%2540c%2523d%2524e%25f%255E00%252611%252A22%252833%252944_55%252B",
+     "http://host%23.com/~a!b@c%23d$e%25f^00&11*22(33)44_55+"),
+    ("http://3279880203/blah", "http://195.127.0.11/blah"),
+    ("http://www.google.com/blah/..", "http://www.google.com/"),
+    ("www.google.com/", "http://www.google.com/"),
+    ("www.google.com", "http://www.google.com/"),
+    ("http://www.evil.com/blah#frag", "http://www.evil.com/blah"),
+    ("http://www.GOOgle.com/", "http://www.google.com/"),
+    ("http://www.google.com.../", "http://www.google.com/"),
+    ("http://www.google.com/foo\tbar\rbaz\n2", "http://www.google.com/foobarbaz2"),
+    ("http://www.google.com/q?", "http://www.google.com/q?"),
+    ("http://www.google.com/q?r?", "http://www.google.com/q?r?"),
+    ("http://www.google.com/q?r?s", "http://www.google.com/q?r?s"),
+    ("http://evil.com/foo#bar#baz", "http://evil.com/foo"),
+    ("http://evil.com/foo;", "http://evil.com/foo;"),
+    ("http://evil.com/foo?bar;", "http://evil.com/foo?bar;"),
+    ("http://\x01\x80.com/", "http://%01%80.com/"),
+    ("http://notrailingslash.com", "http://notrailingslash.com/"),
+    ("http://www.gotaport.com:1234/", "http://www.gotaport.com/"),
+    ("  http://www.google.com/  ", "http://www.google.com/"),
+    ("http:// leadingspace.com/", "http://%20leadingspace.com/"),
+    ("http://%20leadingspace.com/", "http://%20leadingspace.com/"),
+    ("%20leadingspace.com/", "http://%20leadingspace.com/"),
+    ("https://www.securesite.com/", "https://www.securesite.com/"),
+    ("http://host.com/ab%23cd", "http://host.com/ab%23cd"),
+    ("http://host.com//twoslashes?more//slashes", "http://host.com/twoslashes?more//slashes"),
+]
+
+# The page's three suffix/prefix examples, in the page's order.
+SAFE_BROWSING_EXPRESSIONS = [
+    ("http://a.b.c/1/2.html?param=1", [
+        "a.b.c/1/2.html?param=1", "a.b.c/1/2.html", "a.b.c/", "a.b.c/1/",
+        "b.c/1/2.html?param=1", "b.c/1/2.html", "b.c/", "b.c/1/",
+    ]),
+    ("http://a.b.c.d.e.f.g/1.html", [
+        "a.b.c.d.e.f.g/1.html", "a.b.c.d.e.f.g/",
+        "c.d.e.f.g/1.html", "c.d.e.f.g/",
+        "d.e.f.g/1.html", "d.e.f.g/",
+        "e.f.g/1.html", "e.f.g/",
+        "f.g/1.html", "f.g/",
+    ]),
+    ("http://1.2.3.4/1/", ["1.2.3.4/1/", "1.2.3.4/"]),
+]
+
+
+@pytest.mark.parametrize(("url", "expected"), SAFE_BROWSING_CANONICALIZATION)
+def test_safe_browsing_reference_list(url, expected):
+    assert canonicalize(url) == expected
+
+
+def test_reference_list_is_complete():
+    assert len(SAFE_BROWSING_CANONICALIZATION) == 33
+
+
+@pytest.mark.parametrize(("url", "expected"), SAFE_BROWSING_EXPRESSIONS)
+def test_safe_browsing_expression_examples(url, expected):
+    assert expressions(url) == expected
+
+
+def test_reference_byte_string_as_bytes():
+    # The reference's "\x01\x80" is a C byte string; bytes are taken as they are.
+    assert canonicalize(b"http://\x01\x80.com/") == "http://%01%80.com/"
+
+
+# The Go reference implementation's own vectors (google/safebrowsing urls_test.go)
+# where it agrees with the published v4 rules (it drops the query; v4 keeps it).
+@pytest.mark.parametrize(("url", "expected"), [
+    ("http://www.google.com/q?r?s%3F", "http://www.google.com/q?r?s?"),
+    ("http://www.\u00fcmlat.com/", "http://www.xn--mlat-zra.com/"),
+    ("http://[2001:470:1:18::114]/", "http://[2001:470:1:18::114]/"),
+    ("http%3A%2F%2Fwackyurl.com:80/", "http://wackyurl.com/"),
+    ("http://W!eird<>Ho$^.com/", "http://w!eird<>ho$^.com/"),
+    ("http://i.have.way.too.many.dots.com/", "http://i.have.way.too.many.dots.com/"),
+    ("http://some%1bhost.com/%1b", "http://some%1Bhost.com/%1B"),
+    ("http://google.com.:8080/foo.html", "http://google.com/foo.html"),
+    ("http://..google.com/foo.html", "http://google.com/foo.html"),
+    ("http://google...com/foo.html", "http://google.com/foo.html"),
+    ("http://a.com/foo/.././bar/./../foo.html", "http://a.com/foo.html"),
+    ("http://a.com//a//b///c////", "http://a.com/a/b/c/"),
+    ("www.google.com:8080/foo.html", "http://www.google.com/foo.html"),
+    ("www.google.com:80", "http://www.google.com/"),
+])
+def test_reference_implementation_vectors(url, expected):
+    assert canonicalize(url) == expected
+
+
+@pytest.mark.parametrize(("host", "expected"), [
+    ("255.0.0.1", "255.0.0.1"),
+    ("12.0x12.01234", "12.18.2.156"),
+    ("276.2.3", "20.2.0.3"),
+    ("012.034.01.055", "10.28.1.45"),
+    ("0x12.0x43.0x44.0x01", "18.67.68.1"),
+    ("0X12.0X43.0X44.0X01", "18.67.68.1"),
+    ("167838211", "10.1.2.3"),
+    ("3279880203", "195.127.0.11"),
+    ("4294967295", "255.255.255.255"),
+    ("0xffffffff", "255.255.255.255"),
+    ("037777777777", "255.255.255.255"),
+    ("10.192.95.89 xy", "10.192.95.89"),
+    ("1.2.65535", "1.2.255.255"),
+    ("127.1", "127.0.0.1"),
+    ("0x7f.1", "127.0.0.1"),
+    ("0", "0.0.0.0"),
+])
+def test_ipv4_in_all_its_forms(host, expected):
+    assert canonicalize(f"http://{host}/x") == f"http://{expected}/x"
+    assert canonical_url(f"http://{host}/x").is_ip
+
+
+@pytest.mark.parametrize("host", [
+    "123.123.0.0.1",  # five parts
+    "1.2.3.00x0",  # not a number
+    "4294967296",  # more than 32 bits
+    "08.1.2.3",  # 8 is no octal digit
+    "1.2.3.4a",
+    "99999999999999999999999999999999999999999999",
+])
+def test_ipv4_lookalikes_stay_names(host):
+    parts = canonical_url(f"http://{host}/")
+    assert parts.host == host
+    assert not parts.is_ip
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    # IDN: Unicode, mixed case, ideographic full stops, fullwidth letters
+    ("http://B\u00fccher.Example/", "http://xn--bcher-kva.example/"),
+    ("http://\u4f8b\u3048\u3002\u30c6\u30b9\u30c8/", "http://xn--r8jz45g.xn--zckzah/"),
+    ("http://\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45.com/", "http://example.com/"),
+    ("http://%E4%BE%8B%E3%81%88.jp/", "http://xn--r8jz45g.jp/"),
+    ("http://xn--BCHER-kva.example/", "http://xn--bcher-kva.example/"),
+    # a label IDNA 2008 refuses still canonicalizes (plain Punycode, as browsers do)
+    ("http://my_site.\u00fc_x.com/", "http://my_site.xn--_x-wka.com/"),
+    ("http://under_score.example.com/", "http://under_score.example.com/"),
+    # ports and userinfo are dropped
+    ("https://example.com:443/a", "https://example.com/a"),
+    ("http://example.com:/a", "http://example.com/a"),
+    ("http://user:pass@example.com:8080/a", "http://example.com/a"),
+    ("http://a@b@example.com/", "http://example.com/"),
+    ("http://[2001:DB8:0:0:0:0:0:1]:8080/x", "http://[2001:db8::1]/x"),
+    # the scheme is case-insensitive; no scheme means http; '//' is scheme-relative
+    ("HTTPS://EXAMPLE.COM/A", "https://example.com/A"),
+    ("//example.com/a", "http://example.com/a"),
+    ("example.com?q=1", "http://example.com/?q=1"),
+    # browsers read any run of slashes and backslashes after the scheme, and a
+    # backslash in the path as a slash
+    ("http:/example.com/a", "http://example.com/a"),
+    ("http:///example.com/a", "http://example.com/a"),
+    ("http:\\\\example.com\\a\\b", "http://example.com/a/b"),
+    ("http:example.com", "http://example.com/"),
+    # structure is read before unescaping, as the browser does
+    ("http://good.com%2F@evil.com/", "http://evil.com/"),
+    ("http://evil.com%2F.good.com/", "http://evil.com%2F.good.com/"),
+    ("http://evil.com%40good.com/", "http://evil.com%40good.com/"),
+    ("http://evil.com%3A80/", "http://evil.com%3A80/"),
+    ("http://example.com/a%5Cb", "http://example.com/a%5Cb"),
+    # an unescaped '?' starts the query, as in Safe Browsing
+    ("http://example.com/a%3Fb", "http://example.com/a?b"),
+    ("http://example.com/a/..%3F/b", "http://example.com/?/b"),
+    # dot segments as browsers resolve them
+    ("http://example.com/a/b/..", "http://example.com/a/"),
+    ("http://example.com/a/./b/.", "http://example.com/a/b/"),
+    ("http://example.com/../../a", "http://example.com/a"),
+    ("http://example.com/a/%2E%2E/b", "http://example.com/b"),
+    ("http://example.com/.hidden/..a", "http://example.com/.hidden/..a"),
+    # the query keeps its slashes and dots; only escaping changes it
+    ("http://example.com/?a=/./b/../c//d", "http://example.com/?a=/./b/../c//d"),
+    ("http://example.com/?q=%41%2541 b#frag", "http://example.com/?q=AA%20b"),
+    # non-ASCII path and query are escaped as UTF-8, upper-case hex
+    ("http://example.com/\u00fc?\u00e9", "http://example.com/%C3%BC?%C3%A9"),
+    ("http://example.com/%c3%bc", "http://example.com/%C3%BC"),
+    # leading and trailing controls and spaces are stripped, inner ones escaped
+    ("\x00\x1f http://example.com/a b \x7f", "http://example.com/a%20b%20%7F"),
+])
+def test_own_cases(url, expected):
+    assert canonicalize(url) == expected
+
+
+@pytest.mark.parametrize("url", [
+    "", "   ", "\t\r\n", ":", "/blah", "#ref", "/blah#ref", "?query#ref", "/blah?query#ref",
+    "/blah;param", "http://", "https://", "http:///", "http://#ref", "http://?query#ref",
+    "http://...", "http://%2e%2e/", "http://[::1/", "http://[not:an:address]/",
+    "http://example.com:port/", "mailto:bryner@google.com", "javascript:alert(1)",
+    "JavaScript:alert(1)", "data:text/html;base64,PHNjcmlwdD4=", "ftp://ftp.myfiles.com/",
+    "file:///etc/passwd", "tel:+123", "about:blank",
+])
+def test_not_a_usable_http_url(url):
+    with pytest.raises(ValueError):
+        canonicalize(url)
+    with pytest.raises(ValueError):
+        expressions(url)
+
+
+def test_error_messages_say_why():
+    with pytest.raises(ValueError, match="only http and https"):
+        canonicalize("mailto:someone@example.com")
+    with pytest.raises(ValueError, match="no host"):
+        canonicalize("http:///")
+    with pytest.raises(ValueError, match="empty URL"):
+        canonicalize("  ")
+    with pytest.raises(ValueError, match="invalid port"):
+        canonicalize("http://example.com:http/")
+    with pytest.raises(TypeError):
+        canonicalize(None)  # type: ignore[arg-type]
+
+
+def test_expressions_of_deep_paths_and_hosts():
+    assert expressions("http://a.b.c/1/2/3/4/5/") == [
+        "a.b.c/1/2/3/4/5/", "a.b.c/", "a.b.c/1/", "a.b.c/1/2/", "a.b.c/1/2/3/",
+        "b.c/1/2/3/4/5/", "b.c/", "b.c/1/", "b.c/1/2/", "b.c/1/2/3/",
+    ]
+    assert expressions("http://a.com/a/b/c/d/e.html?123") == [
+        "a.com/a/b/c/d/e.html?123", "a.com/a/b/c/d/e.html",
+        "a.com/", "a.com/a/", "a.com/a/b/", "a.com/a/b/c/",
+    ]
+    assert expressions("http://a.b.c.d.e/1.html") == [
+        "a.b.c.d.e/1.html", "a.b.c.d.e/", "b.c.d.e/1.html", "b.c.d.e/",
+        "c.d.e/1.html", "c.d.e/", "d.e/1.html", "d.e/",
+    ]
+    assert expressions("http://a.b/?") == ["a.b/"]  # an empty query adds nothing
+    assert expressions("http://b/") == ["b/"]  # never a bare TLD beyond the host itself
+    assert expressions("http://[2001:470:1:18::114]/a/b") == [
+        "[2001:470:1:18::114]/a/b", "[2001:470:1:18::114]/", "[2001:470:1:18::114]/a/",
+    ]
+    assert expressions("http://3279880203/a/b") == [
+        "195.127.0.11/a/b", "195.127.0.11/", "195.127.0.11/a/",
+    ]
+
+
+def test_at_most_thirty_expressions():
+    exprs = expressions("http://a.b.c.d.e.f.g.h/1/2/3/4/5/6.html?q=1")
+    assert len(exprs) == 30 == len(set(exprs))
+
+
+def test_expressions_agree_with_those_of_the_canonical_form():
+    url = "HTTP://User@WWW.Example.COM:80/a/./b/../c/%64.html?x=%41#frag"
+    canonical = canonicalize(url)
+    assert canonical == "http://www.example.com/a/c/d.html?x=A"
+    assert expressions(url) == expressions(canonical)
+    assert "example.com/a/" in expressions(url)
+
+
+def test_split_expression():
+    assert split_expression("example.com/a/b?c") == ("example.com", "/a/b?c")
+    assert split_expression("example.com/") == ("example.com", "/")
+
+
+# -- hostile input: bounded work -------------------------------------------------------
+
+
+def _timed(fn, *args):
+    started = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - started
+
+
+def test_nested_percent_25_finishes_fast():
+    url = "http://example.com/%" + "25" * 10_000 + "41"
+    result, seconds = _timed(canonicalize, url)
+    assert result == "http://example.com/A"
+    assert seconds < 0.5
+
+
+def test_many_separate_escapes_finish_fast():
+    url = "http://example.com/" + "%2525%32%35" * 10_000
+    result, seconds = _timed(canonicalize, url)
+    assert result == "http://example.com/" + "%25" * 10_000
+    assert seconds < 0.5
+
+
+def test_hundred_kilobyte_url_finishes_fast():
+    segment = "abc%2Fdef/./../%41%25%32%35/"
+    url = "http://Sub.Example.com/" + segment * (100_000 // len(segment)) + "?" + "q=%41&" * 1000
+    result, seconds = _timed(expressions, url)
+    assert seconds < 0.5
+    # Unescaped, "%2F" is a slash like any other (Safe Browsing): "abc/def/./../" -> "abc/"
+    assert result[0].startswith("sub.example.com/abc/A%25/abc/A%25/")
+    assert "example.com/" in result
+
+
+def test_hundred_kilobyte_host_finishes_fast():
+    for host in ("a." * 50_000 + "com", "1" * 100_000, "0x" + "f" * 100_000,
+                 "\u00fc" * 50_000 + ".com"):
+        _, seconds = _timed(canonicalize, f"http://{host}/")
+        assert seconds < 0.5, host[:20]
+
+
+def test_length_limit():
+    with pytest.raises(ValueError, match="limit"):
+        canonicalize("http://example.com/" + "a" * MAX_URL_LENGTH)
+
+
+# -- properties ----------------------------------------------------------------------
+
+_PIECES = st.sampled_from([
+    "http://", "https://", "HTTP://", "//", "http:", "www.", "example", ".com", "co.uk", ".",
+    "..", "/", "//", "\\", "?", "#", "@", ":", ":80", "%", "%25", "%2e", "%2E", "%2F", "%3F",
+    "%40", "%5C", "%23", "%3A", "%41", "%c3%bc", "%80", "%00", "%20", "%09", " ", "\t", "a",
+    "Z", "_", "-", "0x7f", "127", "1", "0", "[::1]", "[", "]", "\u00fc", "\u3002", "\uff21",
+    "\u0080", "\x01", "xn--", "*", ";", "&", "=", "~",
+])
+_URLS = st.one_of(
+    st.lists(_PIECES, max_size=25).map("".join),
+    st.builds(lambda host, path: f"http://{host}/{path}",
+              st.text(alphabet="ab.%25-_\u00fcXY0x9", max_size=20),
+              st.text(max_size=30)),
+    st.text(max_size=60),
+)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_URLS)
+def test_canonicalize_is_idempotent_and_expressions_are_consistent(url):
+    try:
+        canonical = canonicalize(url)
+    except ValueError:
+        return
+    assert canonicalize(canonical) == canonical
+    assert canonical.isascii() and canonical.isprintable() and " " not in canonical
+    assert canonical.startswith(("http://", "https://"))
+    exprs = expressions(url)
+    assert exprs == expressions(canonical)
+    parts = canonical_url(url)
+    assert exprs[0] == canonical.split("://", 1)[1] or not parts.query
+    if not parts.is_ip:
+        assert parts.host + "/" in exprs
+    assert 1 <= len(exprs) <= 30
+    assert len(set(exprs)) == len(exprs)
