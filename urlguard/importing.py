@@ -13,7 +13,9 @@ spellings `*.example.com`, `||example.com^` and `example.com/dir/*` included).
 from __future__ import annotations
 
 import csv
+import functools
 import ipaddress
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
@@ -27,6 +29,8 @@ CSV_URL_COLUMNS = ("url", "expression", "rule", "host", "hostname", "domain", "p
 CSV_CATEGORY_COLUMNS = ("category", "type", "threat", "threat_type", "kind")
 CSV_NOTE_COLUMNS = ("note", "notes", "comment", "description", "reason")
 _CSV_DELIMITERS = (",", ";", "\t", "|")
+
+_COMMENT_RE = re.compile(r"(?:^|(?<=\s))#")
 
 # Names every hosts file maps to loopback or broadcast: they describe the machine
 # itself, not something to block.
@@ -133,6 +137,7 @@ def _entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> P
     return ParsedLine(lineno, raw, expression, category, note=note)
 
 
+@functools.lru_cache(maxsize=256)  # a hosts file repeats one or two addresses
 def _is_ip_address(token: str) -> bool:
     try:
         ipaddress.ip_address(token.split("%", 1)[0])  # "fe80::1%lo0"
@@ -143,10 +148,8 @@ def _is_ip_address(token: str) -> bool:
 
 def _without_comment(text: str) -> str:
     # A comment starts at a '#' that begins a word; a '#' inside a URL is a fragment.
-    for i, char in enumerate(text):
-        if char == "#" and (i == 0 or text[i - 1].isspace()):
-            return text[:i]
-    return text
+    match = _COMMENT_RE.search(text)
+    return text if match is None else text[: match.start()]
 
 
 # -- CSV -----------------------------------------------------------------------------
