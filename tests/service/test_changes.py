@@ -229,8 +229,7 @@ def test_broker_down_keeps_the_edit_and_logs(settings, caplog, django_capture_on
 
 def test_write_inside_an_outer_transaction_nudges_only_after_it_commits(
         nudges, django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks(execute=True):
-        with transaction.atomic():
-            changes.add_rule("example.org/", category="spam")
-            assert nudges == []
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        changes.add_rule("example.org/", category="spam")
+        assert nudges == []
     assert len(nudges) == 1

@@ -32,7 +32,8 @@ class Command(BaseCommand):
         try:
             filt = ScalingCountingBloomFilter.open(path, readonly=True)
         except (OSError, FilterFileError) as exc:
-            raise CommandError(f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.")
+            raise CommandError(
+                f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.") from exc
         try:
             info = _jsonable(filt.info())
             applied, clean = filt.applied_seq, filt.is_clean

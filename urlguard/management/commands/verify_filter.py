@@ -42,7 +42,8 @@ class Command(BaseCommand):
         try:
             filt = ScalingCountingBloomFilter.open(path, readonly=True)
         except (OSError, FilterFileError) as exc:
-            raise CommandError(f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.")
+            raise CommandError(
+                f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.") from exc
         progress = Progress(self.stdout, "rules checked")
         missing: list[str] = []
         checked = 0

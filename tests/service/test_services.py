@@ -1,0 +1,227 @@
+"""The change path on real services: PostgreSQL, Redis and a Celery worker process
+(the node), with a read-only filter in this process (a web worker of the same node).
+
+Run by `make test-services` (DATABASE_URL and CELERY_BROKER_URL set). The worker uses
+the test database pytest-django creates, so the tests use committed transactions."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection, connections
+
+from urlguard import changes, registry, tasks
+from urlguard.models import ChangeEvent, NodeStatus
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _reachable(url: str, default_port: int) -> str:
+    parts = urlparse(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or default_port
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError as exc:
+        return f"{host}:{port} unreachable ({exc})"
+    return ""
+
+
+def _skip_reason() -> str:
+    if connection.vendor != "postgresql":
+        return ("needs PostgreSQL: run `make test-services` (DATABASE_URL=postgres://"
+                "postgres@127.0.0.1:5432/urlguard)")
+    broker = django_settings.CELERY_BROKER_URL
+    if not broker.startswith("redis://"):
+        return "needs CELERY_BROKER_URL=redis://127.0.0.1:6379/15 (`make test-services`)"
+    db = django_settings.DATABASES["default"]
+    problems = [p for p in (_reachable(f"postgres://{db['HOST']}:{db['PORT'] or 5432}", 5432),
+                            _reachable(broker, 6379)) if p]
+    return "; ".join(problems)
+
+
+@pytest.fixture(autouse=True)
+def services_available():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+class Worker:
+    """A real `celery worker -B` process: one node, using this test's filter file."""
+
+    def __init__(self, filter_path: Path, log: Path, *, catchup_interval: float = 60):
+        db = connection.settings_dict
+        self.node = f"node-{uuid.uuid4().hex[:8]}"
+        self.log = log
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.service.services_settings",
+            "DATABASE_URL": (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/"
+                             f"{db['NAME']}"),  # the test database
+            "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
+            "URLGUARD_FILTER_PATH": str(filter_path),
+            "URLGUARD_NODE_NAME": self.node,
+            "URLGUARD_CATCHUP_INTERVAL": str(catchup_interval),
+        }
+        queue = registry.conf.BROADCAST_QUEUE
+        self._out = open(log, "w")  # noqa: SIM115 (closed in stop())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "urlguard", "worker", "-B",
+             "-Q", f"{queue},celery", "--pool", "solo", "--loglevel", "INFO",
+             "--hostname", f"{self.node}@%h", "--schedule", str(log.with_suffix(".beat")),
+             "--without-gossip", "--without-mingle"],
+            cwd=ROOT, env=env, stdout=self._out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace")
+            if " ready." in text:
+                # Redis fanout is pub/sub: a moment for the subscription to be live.
+                time.sleep(0.3)
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"celery worker did not start:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+        self._out.close()
+
+
+@pytest.fixture
+def start_worker(tmp_path, filter_path):
+    workers: list[Worker] = []
+
+    def start(**kwargs) -> Worker:
+        worker = Worker(filter_path, tmp_path / f"worker{len(workers)}.log", **kwargs)
+        workers.append(worker)
+        worker.wait_ready()
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def wait_for(predicate, timeout: float = 15, what: str = "condition", log: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    tail = log.read_text()[-3000:] if log else ""
+    raise AssertionError(f"timed out waiting for {what}\n{tail}")
+
+
+def applied_seq(path) -> int:
+    filt = registry.get_filter(str(path))
+    return -1 if filt is None else filt.applied_seq
+
+
+def test_add_and_remove_reach_the_reader_through_the_worker(start_worker, filter_path):
+    worker = start_worker()
+    # The worker's boot-time catch-up built the (empty) file.
+    wait_for(lambda: filter_path.exists(), what="the boot-time build", log=worker.log)
+    rule = changes.add_rule("https://evil.example.org/login", category="phishing")
+    wait_for(lambda: rule.expression in (registry.get_filter() or ()),
+             what="the worker to apply the addition", log=worker.log)
+    changes.remove_rule(rule)
+    head = tasks.log_head()
+    wait_for(lambda: applied_seq(filter_path) >= head, what="the removal", log=worker.log)
+    filt = registry.get_filter()
+    assert sum(s["count"] for s in filt.info()["stages"]) == 0
+    assert filt.is_clean
+    wait_for(lambda: NodeStatus.objects.filter(node=worker.node, applied_seq=head).exists(),
+             what="the node's status report", log=worker.log)
+
+
+def test_missed_messages_are_caught_up_at_boot_and_by_beat(start_worker, filter_path,
+                                                           monkeypatch):
+    real_nudge = changes._nudge
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)  # every nudge is lost
+    before = changes.add_rule("before-boot.example.org", category="spam")
+    worker = start_worker(catchup_interval=1.0)
+    wait_for(lambda: before.expression in (registry.get_filter() or ()),
+             what="the boot-time catch-up", log=worker.log)
+    during = changes.add_rule("while-up.example.org", category="spam")
+    wait_for(lambda: during.expression in (registry.get_filter() or ()), timeout=10,
+             what="the periodic (beat) catch-up", log=worker.log)
+    assert "catch_up" in worker.log.read_text()
+    monkeypatch.setattr(changes, "_nudge", real_nudge)
+
+
+def test_duplicate_nudges_do_not_double_count(start_worker, filter_path):
+    worker = start_worker()
+    wait_for(lambda: filter_path.exists(), what="the boot-time build", log=worker.log)
+    rule = changes.add_rule("dup.example.org", category="spam")
+    seq = tasks.log_head()
+    for _ in range(3):  # redelivered, and an old one late
+        tasks.apply_changes.apply_async(kwargs={"up_to_seq": seq})
+    tasks.apply_changes.apply_async(kwargs={"up_to_seq": 1})
+    wait_for(lambda: rule.expression in (registry.get_filter() or ()), log=worker.log)
+    time.sleep(0.5)
+    assert sum(s["count"] for s in registry.get_filter().info()["stages"]) == 1
+
+
+def test_postgres_commits_change_events_in_seq_order():
+    """Writers are serialized, so a reader never sees a seq commit below one it has
+    already seen (which would make a node skip it forever)."""
+    stop = threading.Event()
+    violations: list[str] = []
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(15):
+                changes.add_rule(f"w{n}-{i}.example.org", category="spam")
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    def reader() -> None:
+        seen: set[int] = set()
+        high = 0
+        try:
+            while not stop.is_set():
+                now = set(ChangeEvent.objects.values_list("seq", flat=True))
+                late = {s for s in now - seen if s < high}
+                if late:
+                    violations.append(f"seq {sorted(late)} appeared after seq {high}")
+                seen, high = now, max(now, default=0)
+        finally:
+            connections.close_all()
+
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    watcher.join()
+    assert not errors, errors
+    assert violations == []
+    assert ChangeEvent.objects.count() == 60

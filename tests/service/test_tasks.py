@@ -1,0 +1,298 @@
+"""urlguard.tasks: the change log reaches the filter file in seq order, exactly once,
+whatever happens to the nudges; a file that cannot be trusted is rebuilt (and the
+log says why); the node reports its state."""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from django.db import transaction
+
+from filterengine import ScalingCountingBloomFilter
+from urlguard import changes, registry, tasks
+from urlguard.celery import app as celery_app
+from urlguard.models import NodeStatus, SpamRule
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def quiet(monkeypatch):
+    """Writes send no nudge: each test delivers (or loses) them itself."""
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+
+
+def add(text: str, category: str = "spam") -> SpamRule:
+    return changes.add_rule(text, category=category, source="test")
+
+
+def entries(filt) -> int:
+    """Entries the file holds (sum over stages): counts every double application."""
+    return sum(int(stage["count"]) for stage in filt.info()["stages"])
+
+
+def reader(filter_path) -> ScalingCountingBloomFilter:
+    return registry.get_filter(str(filter_path))
+
+
+def head() -> int:
+    return tasks.log_head()
+
+
+def deliver(up_to_seq=None):
+    """One delivery of the nudge, run here as the node's worker would."""
+    return celery_app.tasks["urlguard.tasks.apply_changes"].apply(
+        kwargs={"up_to_seq": up_to_seq}).get()
+
+
+def test_changes_apply_in_order_exactly_once(quiet, filter_path):
+    rules = [add(f"host{i}.example.org") for i in range(5)]
+    first = deliver(head())
+    assert first["rebuilt"] == "the file is missing"  # the first nudge builds the file
+    filt = reader(filter_path)
+    assert filt.applied_seq == head() and entries(filt) == 5
+    assert all(r.expression in filt for r in rules)
+
+    changes.remove_rule(rules[0])
+    late = add("late.example.org")
+    result = deliver(head())
+    assert (result["applied"], result["rebuilt"]) == (2, "")
+    assert filt.applied_seq == head() and entries(filt) == 5
+    assert late.expression in filt
+
+
+def test_a_duplicate_delivery_changes_nothing(quiet, filter_path, sync_filter):
+    sync_filter()  # the file exists, at seq 0
+    add("a.example.org")
+    seq = head()
+    assert deliver(seq)["applied"] == 1
+    again = deliver(seq)
+    assert again["skipped"] and again["applied"] == 0
+    assert deliver(None)["applied"] == 0  # a catch-up after it finds nothing either
+    assert entries(reader(filter_path)) == 1
+
+
+def test_out_of_order_deliveries(quiet, filter_path, sync_filter):
+    sync_filter()
+    a = add("a.example.org")
+    seq_a = head()
+    add("b.example.org")
+    changes.remove_rule(a)
+    seq_last = head()
+    # The newest nudge arrives first: it applies everything, in log order.
+    assert deliver(seq_last)["applied"] == 3
+    # The older one arrives late: nothing left to do, nothing applied twice.
+    assert deliver(seq_a)["skipped"]
+    filt = reader(filter_path)
+    assert entries(filt) == 1 and "b.example.org/" in filt
+    assert filt.applied_seq == seq_last
+
+
+def test_a_missed_message_is_caught_up(quiet, filter_path, sync_filter):
+    sync_filter()
+    rule = add("missed.example.org")  # its nudge is lost (quiet)
+    assert rule.expression not in reader(filter_path)
+    result = celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
+    assert result["applied"] == 1
+    assert rule.expression in reader(filter_path)
+
+
+def test_catch_up_is_scheduled_and_nudges_reach_every_node(settings):
+    schedule = celery_app.conf.beat_schedule["urlguard-catch-up"]
+    assert schedule["task"] == "urlguard.tasks.catch_up"
+    assert schedule["schedule"] == 60.0
+    for name in ("apply_changes", "catch_up", "rebuild_filter"):
+        route = celery_app.amqp.router.route({}, f"urlguard.tasks.{name}")
+        assert route["queue"].exchange.type == "fanout"
+        assert route["queue"].exchange.name == "urlguard.broadcast"
+
+
+def test_removal_of_a_rule_added_long_ago_reaches_its_stage(quiet, settings, filter_path,
+                                                            sync_filter):
+    settings.URLGUARD = {**settings.URLGUARD, "FILTER_CAPACITY": 50}
+    old = add("old.example.org")
+    sync_filter()
+    changes.add_rules([f"h{i}.example.net" for i in range(400)], source="test")
+    sync_filter()
+    filt = reader(filter_path)
+    stages = filt.info()["stages"]
+    assert len(stages) >= 3, "a small capacity must have grown several stages"
+    first_before = int(stages[0]["count"])
+
+    changes.remove_rule(old)
+    result = sync_filter()
+    assert (result.applied, result.rebuilt) == (1, "")  # no KeyError: routed right
+    stages = filt.info()["stages"]
+    assert int(stages[0]["count"]) == first_before - 1  # the stage that took the add
+    assert entries(filt) == 400
+    live = list(SpamRule.objects.values_list("expression", flat=True))
+    assert filt.contains_many(live).all()  # no false negative for anyone else
+
+
+def test_add_and_remove_in_one_chunk_in_log_order(quiet, filter_path, sync_filter):
+    sync_filter()
+    a = add("a.example.org")
+    changes.remove_rule(a)
+    a2 = add("a.example.org")  # listed again: a new id
+    assert a2.added_at != a.added_at
+    assert sync_filter().applied == 3
+    filt = reader(filter_path)
+    assert entries(filt) == 1 and "a.example.org/" in filt
+
+
+def _dirty(path) -> None:
+    """A writer that dies (SIGKILL-like: os._exit) in the middle of a change."""
+    code = textwrap.dedent(f"""
+        import os
+        from filterengine import ScalingCountingBloomFilter
+        f = ScalingCountingBloomFilter.open({str(path)!r}, readonly=False)
+        f.change().__enter__()
+        f.add("half-applied.example/", 1)
+        os._exit(9)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 9, proc.stderr
+
+
+def _corrupt(path) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(8)
+        fh.write(b"\xff" * 16)
+
+
+@pytest.mark.parametrize(("damage", "reason"), [
+    (lambda p: os.unlink(p), "missing"),
+    (_dirty, "dirty"),
+    (_corrupt, "unreadable"),
+])
+def test_a_bad_file_is_rebuilt_and_the_log_says_why(quiet, filter_path, sync_filter, caplog,
+                                                    damage, reason):
+    rules = [add(f"r{i}.example.org") for i in range(3)]
+    sync_filter()
+    damage(filter_path)
+    registry.reset()
+    extra = add("after.example.org")
+    with caplog.at_level(logging.WARNING, logger="urlguard.tasks"):
+        result = sync_filter()
+    assert reason in result.rebuilt
+    assert any(reason in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records), caplog.text
+    filt = reader(filter_path)
+    assert filt.is_clean and filt.applied_seq == head()
+    assert entries(filt) == 4
+    assert all(r.expression in filt for r in [*rules, extra])
+
+
+def test_a_file_of_other_parameters_is_rebuilt(quiet, settings, filter_path, sync_filter):
+    add("a.example.org")
+    sync_filter()
+    settings.URLGUARD = {**settings.URLGUARD, "FILTER_ERROR_RATE": 0.001}
+    result = sync_filter()
+    assert "FILTER_ERROR_RATE=0.001" in result.rebuilt
+    assert sync_filter().rebuilt == ""  # and now it matches
+
+
+def test_a_file_ahead_of_the_log_is_rebuilt(quiet, filter_path, sync_filter):
+    add("a.example.org")
+    sync_filter()
+    with registry.writer(str(filter_path)) as filt, filt.change():
+        filt.applied_seq = 10_000
+    result = sync_filter()
+    assert "another database" in result.rebuilt
+    assert reader(filter_path).applied_seq == head()
+
+
+def test_a_removal_the_file_cannot_honour_means_rebuild(quiet, filter_path, sync_filter):
+    a = add("a.example.org")
+    b = add("b.example.org")
+    # A file that claims to be current but lacks `a` (someone built it wrongly).
+    ScalingCountingBloomFilter.build(
+        str(filter_path), [(b.expression, b.added_at)], capacity=100_000, error_rate=0.01,
+        applied_seq=head())
+    registry.reset()
+    changes.remove_rule(a)
+    result = sync_filter()
+    assert "disagrees with the log" in result.rebuilt
+    filt = reader(filter_path)
+    assert entries(filt) == 1 and b.expression in filt
+
+
+def test_rebuild_snapshot_matches_the_table(quiet, filter_path):
+    for i in range(30):
+        add(f"r{i}.example.org")
+    changes.remove_rules(SpamRule.objects.all()[:10])
+    rules, seq = tasks.rebuild(str(filter_path))
+    assert (rules, seq) == (20, head())
+    filt = reader(filter_path)
+    assert entries(filt) == 20 and filt.applied_seq == seq
+    assert filt.contains_many(list(SpamRule.objects.values_list("expression", flat=True))).all()
+
+
+def test_status_is_reported(quiet, settings, filter_path):
+    settings.URLGUARD = {**settings.URLGUARD, "NODE_NAME": "node-a"}
+    add("a.example.org")
+    deliver(head())
+    status = NodeStatus.objects.get(node="node-a")
+    assert status.applied_seq == head() and status.is_clean
+    assert status.filter_path == str(filter_path)
+    assert len(status.info["stages"]) >= 1 and status.last_error == ""
+    assert status.last_rebuild_at is not None  # the first delivery built the file
+
+
+def test_rebuild_task_records_its_duration(quiet, settings, filter_path):
+    settings.URLGUARD = {**settings.URLGUARD, "NODE_NAME": "node-b"}
+    add("a.example.org")
+    celery_app.tasks["urlguard.tasks.rebuild_filter"].apply(kwargs={"reason": "test"}).get()
+    status = NodeStatus.objects.get(node="node-b")
+    assert status.last_rebuild_seconds is not None and status.last_rebuild_seconds >= 0
+    assert "a.example.org/" in reader(filter_path)
+
+
+def test_in_process_mode_applies_on_commit(filter_path, django_capture_on_commit_callbacks):
+    """The embedded default: the nudge runs the task in-process right after commit."""
+    with django_capture_on_commit_callbacks(execute=True):
+        rule = add("eager.example.org")
+    assert rule.expression in reader(filter_path)
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        changes.remove_rule(rule)
+    assert reader(filter_path).applied_seq == head()
+    assert entries(reader(filter_path)) == 0
+
+
+def test_a_busy_writer_fails_the_nudge_softly_and_catch_up_repairs(
+        settings, filter_path, sync_filter, caplog, django_capture_on_commit_callbacks):
+    settings.URLGUARD = {**settings.URLGUARD, "WRITER_LOCK_TIMEOUT": 0.2}
+    sync_filter()
+    with registry.writer(str(filter_path)):  # e.g. a long rebuild in another process
+        with caplog.at_level(logging.WARNING, logger="urlguard"), \
+                django_capture_on_commit_callbacks(execute=True):
+            rule = add("a.example.org")
+        with pytest.raises(registry.WriterBusy, match="another process is writing"):
+            tasks.sync(path=str(filter_path))
+    assert "nudge failed" in caplog.text
+    assert SpamRule.objects.filter(pk=rule.pk).exists()  # the edit is never lost
+    celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
+    assert rule.expression in reader(filter_path)
+
+
+def test_broker_down_then_catch_up(settings, filter_path, sync_filter,
+                                   django_capture_on_commit_callbacks):
+    sync_filter()
+    saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
+    celery_app.conf.update(task_always_eager=False, broker_url="redis://127.0.0.1:1/0")
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            rule = add("a.example.org")
+    finally:
+        celery_app.conf.update(saved)
+        celery_app._pool = None
+        celery_app.amqp._producer_pool = None
+    assert rule.expression not in reader(filter_path)
+    tasks._catch_up_at_boot()  # the worker's boot-time catch-up (beat's does the same)
+    assert rule.expression in reader(filter_path)
