@@ -75,6 +75,7 @@ _SCHEME_RE = re.compile(rb"([A-Za-z][A-Za-z0-9+.\-]*):")
 _PORT_RE = re.compile(rb":[0-9]+(?:[/\\?]|$)")
 # authority, path, query (None without a '?'): the browser's split, on raw text.
 _PARTS_RE = re.compile(rb"([^/\\?]*)([^?]*)(?:\?(.*))?", re.DOTALL)
+_C0_AND_SPACE = bytes(range(0x21))
 _C1_RE = re.compile(rb"\xc2([\x80-\x9f])")
 _LEADING_SCHEME_ESCAPED_RE = re.compile(rb"https?(?:%3[aA]|:)", re.IGNORECASE)
 
@@ -220,12 +221,9 @@ def _canonical_parts(url: str | bytes) -> CanonicalURL:
             "(no browser follows a longer one)"
         )
     raw = _to_bytes(url)
-    data = raw
-    if b"\t" in data or b"\r" in data or b"\n" in data:
-        data = data.translate(None, b"\t\r\n")
-    data = data.partition(b"#")[0]
+    data = raw.translate(None, b"\t\r\n").partition(b"#")[0]
     # Leading and trailing C0 controls and spaces, as browsers strip them.
-    data = data.strip(bytes(range(0x21)))
+    data = data.strip(_C0_AND_SPACE)
     if not data:
         raise ValueError("empty URL" if not raw.strip() else f"no host in {_short(raw)}")
 
@@ -261,6 +259,11 @@ def _canonical_parts(url: str | bytes) -> CanonicalURL:
 
 def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes]:
     """-> (scheme, the text after "scheme:" and its slashes)."""
+    # The common spellings first: no regex, and nothing after "//" can be a port.
+    if data.startswith(b"https://"):
+        return "https", data[8:].lstrip(b"/\\")
+    if data.startswith(b"http://"):
+        return "http", data[7:].lstrip(b"/\\")
     match = _SCHEME_RE.match(data)
     if match is not None and _PORT_RE.match(data, match.end() - 1) is None:
         scheme = match.group(1).lower()
