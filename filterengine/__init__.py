@@ -8,12 +8,14 @@ from .bloom import BloomFilter
 from .counting import CountingBloomFilter
 from .errors import FilterFileError, FilterLockedError
 from .hashing import hash_pair, hash_pairs
+from .scaling import ScalingCountingBloomFilter
 
 __all__ = [
     "BloomFilter",
     "CountingBloomFilter",
     "FilterFileError",
     "FilterLockedError",
+    "ScalingCountingBloomFilter",
     "hash_pair",
     "hash_pairs",
 ]
@@ -25,3 +27,6 @@ from .persistent import PersistentBloomFilter  # noqa: E402
 
 __all__ += ["ContinuousBloomFilter", "OppositeBloomFilter", "PersistentBloomFilter",
             "RotatingBloomFilter"]
+from .scalable import ScalableBloomFilter  # noqa: E402
+
+__all__ += ["ScalableBloomFilter"]

@@ -80,6 +80,13 @@ def _hashable_keys(keys: Iterable[str | bytes]) -> Sequence[str | bytes]:
     case: URLs); other str is encoded here for the reason given in check_key."""
     if not isinstance(keys, list | tuple):
         keys = list(keys)
+    try:
+        # The common case, all ASCII str (URLs), costs one pass; a non-str
+        # key makes str.isascii raise TypeError and takes the general path.
+        if all(map(str.isascii, keys)):
+            return keys
+    except TypeError:
+        pass
     types = set(map(type, keys))
     if types <= {bytes}:
         return keys

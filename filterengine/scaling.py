@@ -1,0 +1,888 @@
+"""ScalingCountingBloomFilter: bitly's dablooms structure on a memory-mapped file.
+
+A sequence of counting Bloom filter stages (packed 4-bit counters) in one file
+(layout: fileformat.py). Only the newest stage takes additions; when its count
+reaches its capacity a new stage is appended with ``growth`` times the capacity
+and ``tightening`` times the error rate, so the error rates of all stages sum to
+at most ``error_rate`` (Almeida et al.). Each stage records the smallest and
+largest id it took; a removal goes to a stage whose recorded id range holds its
+id and which holds the key. Unlike dablooms, ids that repeat or go backwards
+never stop the filter from scaling: fullness is a count, not an id.
+
+One writer per file (``fcntl.flock`` on ``<path>.lock``), any number of
+read-only openers in other processes. They share the page cache through
+``MAP_SHARED``, so readers see additions without reopening; before each answer
+a reader compares one header word (stage count + superseded bit) with the value
+it mapped, and remaps when a stage was added or the file was replaced by
+``build``.
+
+Crash safety follows dablooms: ``mem_seqnum`` is 0 while a change is being
+applied and a fresh non-zero number after it; ``flush()`` msyncs the counters
+and then records ``disk_seqnum = mem_seqnum``. A file is clean when no change
+was interrupted and everything was flushed; a writer that opens an unclean
+file marks it dirty for good, so only a rebuild makes it clean again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import mmap
+import os
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from . import fileformat as ff
+from .counters import (
+    stage_add,
+    stage_add_many,
+    stage_contains,
+    stage_contains_many,
+    stage_remove,
+    stage_remove_apply,
+    stage_remove_check,
+)
+from .errors import FilterFileError, FilterLockedError
+from .hashing import (
+    HASH_SEED,
+    MASK64,
+    _hash_tuple,  # the scalar hot path calls mmh3 directly
+    hash_pair,
+    hash_pairs,
+)
+
+__all__ = ["ScalingCountingBloomFilter", "DEFAULT_GROWTH", "DEFAULT_TIGHTENING"]
+
+#: Defaults chosen by measurement (bench/engine.py): see the module's README
+#: section in the closing note. growth 2 keeps the newest, partly empty stage
+#: from dominating the file; tightening 0.7 keeps k low in later stages.
+DEFAULT_GROWTH = 2.0
+DEFAULT_TIGHTENING = 0.7
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_STATE_RETRIES = 20  # a reader may catch the writer between two stores
+_BUILD_CHUNK = 65_536
+_NATIVE_Q, _LE_Q = struct.Struct("=Q"), struct.Struct("<Q")
+
+
+def _int_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"ids must be int (e.g. microsecond timestamps), not "
+                        f"{type(value).__name__}")
+    value = int(value)
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"id {value} does not fit in a signed 64-bit integer")
+    return value
+
+
+def _id_array(ids: Iterable[int], n: int) -> np.ndarray:
+    if not isinstance(ids, np.ndarray):
+        ids = list(ids)
+        for value in ids:
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise TypeError(f"ids must be int, not {type(value).__name__}")
+        try:
+            ids = np.array(ids, dtype=np.int64)
+        except OverflowError:
+            raise ValueError("an id does not fit in a signed 64-bit integer") from None
+    elif ids.dtype.kind not in "iu":
+        raise TypeError(f"ids must be integers, not an array of {ids.dtype}")
+    else:
+        ids = ids.astype(np.int64)
+    if ids.shape != (n,):
+        raise ValueError(f"got {n} keys but {len(ids)} ids: pass one id per key")
+    return ids
+
+
+def _refused(keys: list, why: str) -> KeyError:
+    shown = ", ".join(repr(k) for k in keys[:5])
+    more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+    return KeyError(f"{why}: {shown}{more}; nothing was removed")
+
+
+def _acquire_lock(path: str, timeout: float) -> int:
+    """Take the writer lock of ``path`` (the sidecar ``<path>.lock``), or raise."""
+    lock_path = path + ".lock"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise FilterLockedError(
+                    f"{path}: another process is writing this filter (its lock "
+                    f"{lock_path} is held); open it read-only, or retry when that "
+                    f"writer has closed it") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
+def _release_lock(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+class _View:
+    """One consistent mapping of the file: swapped as a whole on remap, so a
+    thread that is mid-answer keeps using the mapping it started with (old
+    mappings stay valid: files only grow, and a replaced file stays mapped)."""
+
+    __slots__ = ("mm", "buf", "array", "word", "layout", "header", "stages", "probes",
+                 "size", "fd", "seed")
+
+    def __init__(self, fd: int, writable: bool, path: str) -> None:
+        """Map ``fd`` and validate it. The view owns ``fd`` from here on: it is
+        closed on failure and by release()."""
+        self.fd = fd
+        self.mm = None
+        try:
+            self._load(fd, writable, path)
+        except BaseException:
+            self.release()
+            raise
+
+    def _load(self, fd: int, writable: bool, path: str) -> None:
+        size = os.fstat(fd).st_size
+        if size < ff.DATA_OFFSET:
+            # Validate before mapping: mmap of an empty file would fail obscurely.
+            raise FilterFileError(
+                f"{path}: file size: expected at least {ff.DATA_OFFSET} bytes, found "
+                f"{size} bytes (the file is truncated or not a filter file)")
+        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+        self.mm = mmap.mmap(fd, size, access=access)
+        self.size = size
+        self.buf = memoryview(self.mm)
+        self.header = ff.read_fixed(self.buf, size, path)
+        self.seed = self.header.seed
+        # The layout word in native byte order: only ever compared with itself.
+        self.word = self.buf[ff.STATE_OFFSET:ff.STATE_OFFSET + 8].cast("Q")
+        for attempt in range(_STATE_RETRIES):
+            try:
+                state = ff.read_state(self.buf, path)
+                break
+            except FilterFileError:
+                if attempt == _STATE_RETRIES - 1:
+                    raise
+                time.sleep(0.0005)
+        # The layout the stages below were read under, in the word's native
+        # byte order (the word is only ever compared with this value).
+        self.layout = _NATIVE_Q.unpack(_LE_Q.pack(state.layout))[0]
+        self.stages = ff.read_entries(self.buf, state.stage_count, self.header, size, path)
+        self.array = np.frombuffer(self.mm, dtype=np.uint8)
+        # Per stage, what the scalar probe needs, resolved once: the counter
+        # index where each slice starts, and cells per slice. Newest first: it
+        # is the biggest and holds the most recent keys.
+        self.probes = tuple(
+            (tuple(s.offset * 2 + i * s.cells for i in range(s.k)), s.cells)
+            for s in reversed(self.stages))
+
+    def release(self) -> None:
+        """Unmap and close the file (idempotent)."""
+        for name in ("word", "buf"):
+            view = getattr(self, name, None)
+            if view is not None:
+                with contextlib.suppress(BufferError, ValueError):
+                    view.release()
+        self.array = None
+        if self.mm is not None:
+            with contextlib.suppress(BufferError, ValueError):
+                self.mm.close()
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        # A remapped-away view is dropped, not released, because another thread
+        # may still be answering from it; the last reference closes it here.
+        with contextlib.suppress(Exception):
+            self.release()
+
+
+class _ClosedWord:
+    def __getitem__(self, index: int) -> int:
+        raise ValueError("the filter is closed")
+
+
+class _ClosedView:
+    word = _ClosedWord()
+    layout = None
+
+
+class ScalingCountingBloomFilter:
+    """A scaling counting Bloom filter in a memory-mapped file (see the module doc).
+
+    Open with ``create``, ``open`` or write one with ``build``; all keys are str
+    (UTF-8) or bytes, all ids signed 64-bit ints (e.g. microsecond timestamps).
+    Not thread-safe for writing; reading from many threads is safe."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        raise TypeError("use ScalingCountingBloomFilter.create(), .open() or .build()")
+
+    # -- opening ------------------------------------------------------------
+    @classmethod
+    def _attach(cls, path: str, fd: int, *, readonly: bool, lock_fd: int | None
+                ) -> ScalingCountingBloomFilter:
+        self = object.__new__(cls)
+        self.path = path
+        self.readonly = readonly
+        self._lock_fd = lock_fd
+        self._remap_lock = threading.Lock()
+        self._depth = 0
+        self._modified = False
+        self._view = _View(fd, not readonly, path)
+        self._header = self._view.header
+        if not readonly:
+            state = self._state()
+            self._seq = max(state.mem_seqnum, state.disk_seqnum)
+            if state.mem_seqnum == 0 or state.mem_seqnum != state.disk_seqnum:
+                # The last writer died mid-change, or before flushing: its
+                # counters may be torn. Keep the file dirty until it is rebuilt,
+                # however cleanly this writer finishes.
+                state.flags |= ff.FLAG_TORN
+                if state.mem_seqnum == 0:
+                    state.mem_seqnum = self._seq = self._seq + 1
+                ff.pack_state(self._view.buf, state)
+        return self
+
+    @classmethod
+    def create(cls, path: str | os.PathLike, capacity: int, error_rate: float, *,
+               growth: float = DEFAULT_GROWTH, tightening: float = DEFAULT_TIGHTENING,
+               seed: int = HASH_SEED) -> ScalingCountingBloomFilter:
+        """Create a new, empty filter file at ``path`` and open it for writing.
+
+        Raises FileExistsError if ``path`` exists (use ``build`` to replace a
+        file atomically: overwriting one that readers map would crash them)."""
+        path = os.fspath(path)
+        ff.check_parameters(capacity, error_rate, growth, tightening)
+        if os.path.exists(path):
+            raise FileExistsError(f"{path}: already exists; open() it, or build() a "
+                                  "replacement")
+        lock_fd = _acquire_lock(path, 0.0)
+        try:
+            header = ff.Header(seed=seed, capacity=capacity, error_rate=float(error_rate),
+                               growth=float(growth), tightening=float(tightening),
+                               generation=time.time_ns() // 1000)
+            tmp = _write_empty(path, header, applied_seq=0)
+            try:
+                # link() refuses to replace: a file created meanwhile is kept.
+                os.link(tmp, path)
+            finally:
+                os.unlink(tmp)
+            _fsync_dir(path)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            return cls._attach(path, fd, readonly=False, lock_fd=lock_fd)
+        except BaseException:
+            _release_lock(lock_fd)
+            raise
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, readonly: bool = False, *,
+             capacity: int | None = None, error_rate: float | None = None,
+             lock_timeout: float = 0.0) -> ScalingCountingBloomFilter:
+        """Map an existing filter file: O(1), parameters come from its header.
+
+        A writer (``readonly=False``) takes the file's lock, waiting at most
+        ``lock_timeout`` seconds, else FilterLockedError. ``capacity`` and
+        ``error_rate``, if given, must match the file's (FilterFileError)."""
+        path = os.fspath(path)
+        lock_fd = None if readonly else _acquire_lock(path, lock_timeout)
+        try:
+            fd = os.open(path, (os.O_RDONLY if readonly else os.O_RDWR) | os.O_CLOEXEC)
+            self = cls._attach(path, fd, readonly=readonly, lock_fd=lock_fd)
+        except BaseException:
+            _release_lock(lock_fd)
+            raise
+        for name, wanted in (("capacity", capacity), ("error_rate", error_rate)):
+            found = getattr(self._header, name)
+            if wanted is not None and wanted != found:
+                self.close()
+                raise FilterFileError(f"{path}: {name}: expected {wanted}, found {found} "
+                                      "(the file was made with other parameters)")
+        return self
+
+    @classmethod
+    def build(cls, path: str | os.PathLike, pairs: Iterable[tuple[str | bytes, int]], *,
+              capacity: int, error_rate: float, applied_seq: int = 0,
+              growth: float = DEFAULT_GROWTH, tightening: float = DEFAULT_TIGHTENING,
+              seed: int = HASH_SEED, writer: ScalingCountingBloomFilter | None = None,
+              lock_timeout: float = 30.0) -> int:
+        """Write a complete new file from (key, id) pairs and atomically replace ``path``.
+
+        The new file is written aside in the same directory, fsynced, moved over
+        ``path`` with ``os.replace`` and the directory fsynced; then the old
+        file is marked superseded so that readers mapping it reopen ``path``
+        before their next answer. Safe while other processes read the old file.
+        Holds the writer lock throughout: pass ``writer`` (this process's open
+        writer of ``path``, which then follows the new file) or the lock is
+        taken, waiting at most ``lock_timeout`` seconds. Returns the new
+        file's generation."""
+        path = os.fspath(path)
+        ff.check_parameters(capacity, error_rate, growth, tightening)
+        applied_seq = _int_id(applied_seq)
+        if applied_seq < 0:
+            raise ValueError(f"applied_seq must be >= 0, got {applied_seq}")
+        if writer is not None:
+            if writer.readonly or writer.path != path or writer._lock_fd is None:
+                raise ValueError(f"writer must be an open writer of {path}")
+            lock_fd = None
+        else:
+            lock_fd = _acquire_lock(path, lock_timeout)
+        tmp = None
+        try:
+            old_fd = _open_existing(path)
+            generation = max(time.time_ns() // 1000, _generation_of(old_fd) + 1)
+            header = ff.Header(seed=seed, capacity=capacity, error_rate=float(error_rate),
+                               growth=float(growth), tightening=float(tightening),
+                               generation=generation)
+            tmp = _write_empty(path, header, applied_seq=applied_seq)
+            fresh = cls._attach(tmp, os.open(tmp, os.O_RDWR | os.O_CLOEXEC),
+                                readonly=False, lock_fd=None)
+            fresh.path = path  # error messages name the file the caller asked for
+            try:
+                with fresh.change():
+                    chunk_keys: list = []
+                    chunk_ids: list = []
+                    for key, id_ in pairs:
+                        chunk_keys.append(key)
+                        chunk_ids.append(id_)
+                        if len(chunk_keys) == _BUILD_CHUNK:
+                            fresh.add_many(chunk_keys, chunk_ids)
+                            chunk_keys, chunk_ids = [], []
+                    if chunk_keys:
+                        fresh.add_many(chunk_keys, chunk_ids)
+                fresh.flush()
+                os.fsync(fresh._view.fd)
+            finally:
+                fresh._close_mapping()
+            os.replace(tmp, path)
+            tmp = None
+            _fsync_dir(path)
+            if old_fd is not None:
+                _mark_superseded(old_fd)
+            if writer is not None:
+                writer._follow_replacement()
+            return generation
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            _release_lock(lock_fd)
+
+    # -- the mapping ----------------------------------------------------------
+    def _refresh(self) -> _View:
+        """Remap after a new stage or a replacement; returns the current view."""
+        with self._remap_lock:
+            view = self._view
+            if isinstance(view, _ClosedView):
+                raise ValueError(f"{self.path}: the filter is closed")
+            current = view.word[0]
+            if current == view.layout:
+                return view  # another thread remapped already
+            if current & ff.SUPERSEDED:
+                fresh = _View(os.open(self.path, os.O_RDONLY | os.O_CLOEXEC), False, self.path)
+            else:
+                fresh = _View(os.dup(view.fd), not self.readonly, self.path)
+            self._view = fresh
+            self._header = fresh.header
+            # The old view is dropped, not closed: another thread may be
+            # answering from it; it is unmapped when the last reference goes.
+            return fresh
+
+    def _follow_replacement(self) -> None:
+        """Writer side of build(writer=self): map the new file at our path."""
+        old = self._view
+        self._view = _View(os.open(self.path, os.O_RDWR | os.O_CLOEXEC), True, self.path)
+        self._header = self._view.header
+        state = self._state()
+        self._seq = max(state.mem_seqnum, state.disk_seqnum)
+        self._close_view(old)
+
+    @staticmethod
+    def _close_view(view: _View) -> None:
+        view.release()
+
+    def _state(self) -> ff.State:
+        return ff.read_state(self._view.buf, self.path)
+
+    def _writable(self) -> _View:
+        if self.readonly:
+            raise PermissionError(f"{self.path}: opened read-only; open it with "
+                                  "readonly=False to change it")
+        view = self._view
+        if isinstance(view, _ClosedView):
+            raise ValueError(f"{self.path}: the filter is closed")
+        return view
+
+    def _dynamic(self, index: int) -> tuple[int, int, int]:
+        return ff.DYNAMIC.unpack_from(self._view.buf,
+                                      ff.entry_offset(index) + ff.DYNAMIC_OFFSET)
+
+    def _set_dynamic(self, index: int, count: int, first: int, last: int) -> None:
+        ff.DYNAMIC.pack_into(self._view.buf, ff.entry_offset(index) + ff.DYNAMIC_OFFSET,
+                             count, first, last)
+
+    def _add_stage(self) -> _View:
+        """Append a stage (the newest is full): grow the file, then publish."""
+        view = self._view
+        index = len(view.stages)
+        if index >= self._header.max_stages:
+            raise FilterFileError(
+                f"{self.path}: stage count: expected at most {self._header.max_stages}, "
+                "found the table full; rebuild with a larger capacity")
+        entry = ff.stage_plan(self._header, index, ff.next_offset(view.stages[-1]))
+        # Order matters for readers: the file is long enough and the entry is
+        # written before the stage count that makes them look at it.
+        os.ftruncate(view.fd, entry.end)
+        fresh = _View(os.dup(view.fd), True, self.path)
+        ff.pack_entry(fresh.buf, index, entry)
+        state = ff.read_state(fresh.buf, self.path)
+        state.layout = (state.layout & ff.SUPERSEDED) | (index + 1)
+        ff.pack_state(fresh.buf, state)
+        fresh.stages = [*fresh.stages, entry]
+        fresh.probes = (
+            (tuple(entry.offset * 2 + i * entry.cells for i in range(entry.k)), entry.cells),
+            *fresh.probes)
+        fresh.layout = fresh.word[0]
+        self._view = fresh
+        self._close_view(view)
+        return fresh
+
+    def _newest_with_room(self) -> tuple[_View, int, int]:
+        """(view, index, room) of the stage that takes the next addition."""
+        view = self._view
+        index = len(view.stages) - 1
+        count = self._dynamic(index)[0]
+        room = view.stages[index].capacity - count
+        if room <= 0:
+            view = self._add_stage()
+            index += 1
+            room = view.stages[index].capacity
+        return view, index, room
+
+    # -- changes --------------------------------------------------------------
+    @contextlib.contextmanager
+    def change(self) -> Iterator[ScalingCountingBloomFilter]:
+        """One multi-step change: ``mem_seqnum`` is 0 for its whole duration.
+
+        ``with f.change(): f.add_many(...); f.remove_many(...); f.applied_seq = n``
+        If the process dies inside, the file reopens with ``is_clean`` False.
+        If an exception leaves the block after something was modified, the
+        file is marked dirty for good (a partial change must not look applied
+        after a flush); an exception before any modification leaves it clean."""
+        view = self._writable()
+        if self._depth == 0:
+            state = ff.read_state(view.buf, self.path)
+            state.mem_seqnum = 0
+            ff.pack_state(view.buf, state)
+            self._modified = False
+        self._depth += 1
+        ok = False
+        try:
+            yield self
+            ok = True
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._seq += 1
+                state = self._state()
+                state.mem_seqnum = self._seq
+                if not ok and self._modified:
+                    state.flags |= ff.FLAG_TORN  # part of a change is in the counters
+                ff.pack_state(self._view.buf, state)
+
+    @property
+    def applied_seq(self) -> int:
+        """High-water mark of the change log applied to this file (persisted)."""
+        return struct.unpack_from("<Q", self._live_view().buf, ff.STATE_OFFSET + 8)[0]
+
+    @applied_seq.setter
+    def applied_seq(self, value: int) -> None:
+        value = _int_id(value)
+        if value < 0:
+            raise ValueError(f"applied_seq must be >= 0, got {value}")
+        with self.change():
+            state = self._state()
+            state.applied_seq = value
+            ff.pack_state(self._view.buf, state)
+            self._modified = True
+
+    def flush(self) -> None:
+        """Make everything written so far durable: msync the counters, then
+        record disk_seqnum = mem_seqnum (and msync the header). A reader's
+        flush does nothing."""
+        if self.readonly or isinstance(self._view, _ClosedView):
+            return
+        view = self._view
+        view.mm.flush()
+        state = self._state()
+        if state.mem_seqnum and state.disk_seqnum != state.mem_seqnum:
+            state.disk_seqnum = state.mem_seqnum
+            ff.pack_state(view.buf, state)
+            view.mm.flush(0, mmap.PAGESIZE)
+
+    # -- single key -----------------------------------------------------------
+    def add(self, key: str | bytes, id: int) -> None:
+        """Add ``key`` with ``id`` (its timestamp) to the newest stage."""
+        h1, h2 = hash_pair(key, self._header.seed)
+        id = _int_id(id)
+        self._writable()
+        with self.change():
+            view, index, _ = self._newest_with_room()
+            stage = view.stages[index]
+            stage_add(view.mm, stage.offset * 2, stage.k, stage.cells, h1, h2)
+            count, first, last = self._dynamic(index)
+            self._set_dynamic(index, count + 1, min(first, id), max(last, id))
+            self._modified = True
+
+    def remove(self, key: str | bytes, id: int) -> None:
+        """Remove ``key`` added with ``id``: from a stage whose id range holds
+        ``id`` and which holds the key. KeyError, nothing changed, if none does."""
+        h1, h2 = hash_pair(key, self._header.seed)
+        id = _int_id(id)
+        view = self._writable()
+        for index in reversed(range(len(view.stages))):
+            count, first, last = self._dynamic(index)
+            stage = view.stages[index]
+            if first <= id <= last and stage_contains(
+                    view.mm, stage.offset * 2, stage.k, stage.cells, h1, h2):
+                with self.change():
+                    stage_remove(view.mm, stage.offset * 2, stage.k, stage.cells, h1, h2)
+                    self._set_dynamic(index, count - 1, first, last)
+                    self._modified = True
+                return
+        raise KeyError(f"{key!r} with id {id} is not in the filter; nothing was removed")
+
+    def contains(self, key: str | bytes) -> bool:
+        """True if ``key`` may be present, False if it certainly is not."""
+        view = self._view
+        if view.word[0] != view.layout:
+            view = self._refresh()
+        # hash_pair inlined: this is the per-redirect hot path.
+        if type(key) is str:
+            key = key.encode()
+        elif type(key) is not bytes:
+            hash_pair(key)  # raises the TypeError naming the type
+        h1, h2 = _hash_tuple(key, view.seed)
+        buf = view.buf
+        for starts, cells in view.probes:
+            g = h1
+            for start in starts:
+                c = start + g % cells
+                if not buf[c >> 1] & (15 << ((c & 1) << 2)):
+                    break
+                g = (g + h2) & MASK64
+            else:
+                return True
+        return False
+
+    __contains__ = contains
+
+    # -- batches --------------------------------------------------------------
+    def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
+        """One bool per key, in order (vectorised; each key hashed once)."""
+        view = self._view
+        if view.word[0] != view.layout:
+            view = self._refresh()
+        h1, h2 = hash_pairs(keys, view.header.seed)
+        result = np.zeros(len(h1), dtype=bool)
+        todo = None  # indices of keys not found yet; None = all
+        for stage in reversed(view.stages):
+            if todo is not None and not len(todo):
+                break
+            a1, a2 = (h1, h2) if todo is None else (h1[todo], h2[todo])
+            hit = stage_contains_many(view.array, stage.offset * 2, stage.k, stage.cells,
+                                      a1, a2)
+            if todo is None:
+                result |= hit
+                todo = np.flatnonzero(~hit)
+            else:
+                result[todo[hit]] = True
+                todo = todo[~hit]
+        return result
+
+    def add_many(self, keys: Iterable[str | bytes], ids: Iterable[int]) -> None:
+        """Add every key with its id (one id per key), in order (vectorised)."""
+        h1, h2 = hash_pairs(keys, self._header.seed)
+        ids = _id_array(ids, len(h1))
+        self._writable()
+        if not len(h1):
+            return
+        with self.change():
+            pos = 0
+            while pos < len(h1):
+                view, index, room = self._newest_with_room()
+                end = min(len(h1), pos + room)
+                stage = view.stages[index]
+                stage_add_many(view.array, stage.offset * 2, stage.k, stage.cells,
+                               h1[pos:end], h2[pos:end])
+                self._modified = True
+                count, first, last = self._dynamic(index)
+                part = ids[pos:end]
+                self._set_dynamic(index, count + end - pos, min(first, int(part.min())),
+                                  max(last, int(part.max())))
+                pos = end
+
+    def remove_many(self, keys: Iterable[str | bytes], ids: Iterable[int]) -> None:
+        """Remove every key added with its id, all or nothing.
+
+        KeyError naming the offending keys, with nothing changed, if a key is
+        in no stage whose id range holds its id, or is removed more often than
+        its counters allow."""
+        keys = keys if isinstance(keys, list | tuple) else list(keys)
+        h1, h2 = hash_pairs(keys, self._header.seed)
+        ids = _id_array(ids, len(h1))
+        view = self._writable()
+        if not len(h1):
+            return
+        owner = np.full(len(h1), -1, dtype=np.int64)
+        for index in reversed(range(len(view.stages))):
+            _, first, last = self._dynamic(index)
+            todo = np.flatnonzero((owner < 0) & (ids >= first) & (ids <= last))
+            if len(todo):
+                stage = view.stages[index]
+                hit = stage_contains_many(view.array, stage.offset * 2, stage.k,
+                                          stage.cells, h1[todo], h2[todo])
+                owner[todo[hit]] = index
+        if (owner < 0).any():
+            raise _refused([keys[i] for i in np.flatnonzero(owner < 0)],
+                           "not present in a stage whose id range holds its id")
+        plans = []
+        for index in np.unique(owner).tolist():
+            rows = np.flatnonzero(owner == index)
+            stage = view.stages[index]
+            plan, short = stage_remove_check(view.array, stage.offset * 2, stage.k,
+                                             stage.cells, h1[rows], h2[rows])
+            if short.any():
+                raise _refused([keys[i] for i in rows[short]], "removed more often than added")
+            plans.append((index, plan, len(rows)))
+        with self.change():
+            for index, plan, removed in plans:
+                stage_remove_apply(view.array, plan)
+                count, first, last = self._dynamic(index)
+                self._set_dynamic(index, count - removed, first, last)
+            self._modified = True
+
+    # -- state and measurements -----------------------------------------------
+    def _live_view(self) -> _View:
+        view = self._view
+        if isinstance(view, _ClosedView):
+            raise ValueError(f"{self.path}: the filter is closed")
+        if view.word[0] != view.layout:
+            view = self._refresh()
+        return view
+
+    @property
+    def generation(self) -> int:
+        """Identity of the file now mapped: a rebuild gives a new, larger one."""
+        return self._live_view().header.generation
+
+    @property
+    def capacity(self) -> int:
+        return self._live_view().header.capacity
+
+    @property
+    def error_rate(self) -> float:
+        return self._live_view().header.error_rate
+
+    @property
+    def growth(self) -> float:
+        return self._live_view().header.growth
+
+    @property
+    def tightening(self) -> float:
+        return self._live_view().header.tightening
+
+    @property
+    def is_clean(self) -> bool:
+        """False if a writer died mid-change or before flushing (then rebuild).
+
+        Also False while a live writer is between a change and its flush()."""
+        state = ff.read_state(self._live_view().buf, self.path)
+        return (not state.flags & ff.FLAG_TORN and state.mem_seqnum != 0
+                and state.disk_seqnum == state.mem_seqnum)
+
+    @property
+    def count(self) -> int:
+        """Keys held: additions minus removals over all stages."""
+        view = self._live_view()
+        return sum(self._dynamic_of(view, i)[0] for i in range(len(view.stages)))
+
+    @staticmethod
+    def _dynamic_of(view: _View, index: int) -> tuple[int, int, int]:
+        return ff.DYNAMIC.unpack_from(view.buf, ff.entry_offset(index) + ff.DYNAMIC_OFFSET)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the file."""
+        return self._live_view().stages[-1].end
+
+    def info(self) -> dict[str, Any]:
+        """Parameters, state and per-stage figures. Reads every counter to
+        measure the fill (O(size), unlike open)."""
+        view = self._live_view()
+        state = ff.read_state(view.buf, self.path)
+        stages = []
+        miss_all = 1.0
+        for index, stage in enumerate(view.stages):
+            count, first, last = self._dynamic_of(view, index)
+            cells = view.array[stage.offset:stage.end].reshape(stage.k, stage.cells // 2)
+            nonzero = (np.count_nonzero(cells & 0x0F, axis=1)
+                       + np.count_nonzero(cells & 0xF0, axis=1))
+            fpr = math.prod(int(x) / stage.cells for x in nonzero)
+            miss_all *= 1.0 - fpr
+            stages.append({
+                "index": index,
+                "first_id": first if first != ff.NO_ID_FIRST else None,
+                "last_id": last if last != ff.NO_ID_LAST else None,
+                "count": count,
+                "capacity": stage.capacity,
+                "k": stage.k,
+                "cells_per_slice": stage.cells,
+                "bytes": stage.nbytes,
+                "error_rate": stage.error_rate,
+                "fill": float(nonzero.sum()) / (stage.k * stage.cells),
+                "estimated_fpr": fpr,
+                "saturated": int(np.count_nonzero((cells & 0x0F) == 0x0F)
+                                 + np.count_nonzero((cells & 0xF0) == 0xF0)),
+            })
+        header = view.header
+        return {
+            "path": self.path,
+            "generation": header.generation,
+            "readonly": self.readonly,
+            "capacity": header.capacity,
+            "error_rate": header.error_rate,
+            "growth": header.growth,
+            "tightening": header.tightening,
+            "seed": header.seed,
+            "count": sum(s["count"] for s in stages),
+            "bytes": view.stages[-1].end,
+            "estimated_fpr": 1.0 - miss_all,
+            "applied_seq": state.applied_seq,
+            "is_clean": (not state.flags & ff.FLAG_TORN and state.mem_seqnum != 0
+                         and state.disk_seqnum == state.mem_seqnum),
+            "mem_seqnum": state.mem_seqnum,
+            "disk_seqnum": state.disk_seqnum,
+            "stages": stages,
+        }
+
+    # -- closing --------------------------------------------------------------
+    def _close_mapping(self) -> None:
+        view = self._view
+        self._view = _ClosedView()  # type: ignore[assignment]
+        if not isinstance(view, _ClosedView):
+            self._close_view(view)
+
+    def close(self) -> None:
+        """Unmap and release the writer lock. A writer flushes first (unless a
+        change is still open), so a clean close leaves a clean file."""
+        if isinstance(self._view, _ClosedView):
+            return
+        try:
+            if not self.readonly and self._depth == 0:
+                self.flush()
+        finally:
+            self._close_mapping()
+            _release_lock(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> ScalingCountingBloomFilter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if not isinstance(getattr(self, "_view", None), _ClosedView | None):
+                self.close()
+
+    def __repr__(self) -> str:
+        if isinstance(self._view, _ClosedView):
+            return f"<ScalingCountingBloomFilter {self.path!r} closed>"
+        mode = "read-only" if self.readonly else "writer"
+        return (f"<ScalingCountingBloomFilter {self.path!r} {mode} "
+                f"stages={len(self._view.stages)} generation={self._header.generation}>")
+
+
+# -- file helpers ---------------------------------------------------------------
+def _write_empty(path: str, header: ff.Header, *, applied_seq: int) -> str:
+    """Write a complete one-stage file beside ``path``; return its temp path."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
+                               suffix=".tmp")
+    try:
+        stage = ff.stage_plan(header, 0, ff.DATA_OFFSET)
+        os.ftruncate(fd, stage.end)  # counters start as zeros (a sparse file)
+        head = bytearray(ff.DATA_OFFSET)
+        head[0:ff.FIXED_SIZE] = ff.pack_fixed(header)
+        ff.pack_state(head, ff.State(layout=1, applied_seq=applied_seq, mem_seqnum=1,
+                                     disk_seqnum=1, flags=0))
+        ff.pack_entry(head, 0, stage)
+        os.pwrite(fd, head, 0)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_existing(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+
+
+def _generation_of(fd: int | None) -> int:
+    if fd is None:
+        return 0
+    head = os.pread(fd, ff.FIXED_SIZE, 0)
+    try:
+        return ff.read_fixed(head, ff.DATA_OFFSET, "").generation
+    except FilterFileError:
+        return 0
+
+
+def _mark_superseded(fd: int) -> None:
+    """Set the superseded bit in a replaced file that readers may still map.
+
+    Written through the file (pwrite), not a mapping: the page cache is shared,
+    so readers' mappings see it at once. Skipped for a file that is not ours."""
+    try:
+        head = bytearray(os.pread(fd, ff.TABLE_OFFSET, 0))
+        if len(head) == ff.TABLE_OFFSET and head[0:8] == ff.MAGIC:
+            state = ff.read_state(head, "")
+            state.layout |= ff.SUPERSEDED
+            ff.pack_state(head, state)
+            os.pwrite(fd, bytes(head[ff.STATE_OFFSET:ff.TABLE_OFFSET]), ff.STATE_OFFSET)
+    except FilterFileError:
+        # A corrupt state block: nobody can have opened the file since it broke,
+        # but someone who mapped it before may still check the layout word.
+        os.pwrite(fd, struct.pack("<Q", ff.SUPERSEDED | 1), ff.STATE_OFFSET)
+    finally:
+        os.close(fd)
