@@ -71,7 +71,8 @@ class ScalableBloomFilter:
     each next one, each stage `tightening` times stricter, so that the whole filter's
     false-positive rate stays at most `error_rate` however many keys it takes."""
 
-    __slots__ = ("_budget", "_newest", "_stages", "error_rate", "growth", "initial_capacity", "tightening")
+    __slots__ = ("_budget", "_newest", "_stages", "error_rate", "growth", "initial_capacity",
+                 "tightening")
 
     def __init__(self, initial_capacity: int, error_rate: float, growth: float = 2,
                  tightening: float = 0.85) -> None:
@@ -137,7 +138,7 @@ class ScalableBloomFilter:
 
     def contains(self, key: KeyLike) -> bool:
         h1, h2 = hash_pair(_key_bytes(key))
-        for stage in reversed(self._stages):
+        for stage in reversed(self._stages):  # noqa: SIM110  (a loop beats any(genexpr) here)
             if _stage_contains(stage, h1, h2):
                 return True
         return False
