@@ -1,0 +1,143 @@
+"""The admin in a real browser (Debian chromium via Playwright) against a live server:
+add a rule from a pasted URL with the live preview, see a short link warned and then,
+after removing the rule, redirected; import a file with a refused line; open the
+filter dashboard's chart. Screenshots of each page go to tests/artifacts/."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from urlguard import registry, tasks
+from urlguard.guard import reset_guard
+from urlguard.models import ShortLink, SpamRule
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+DESTINATION = "http://www.browser-spam.example.com/landing?utm=1"
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def site(live_server, django_user_model, filter_path):
+    """A superuser, one short link, and an (empty) filter file the server's guard reads."""
+    django_user_model.objects.create_superuser("boss", "boss@example.com", PASSWORD)
+    ShortLink.objects.create(slug="promo", destination=DESTINATION)
+    tasks.rebuild(str(filter_path))
+    reset_guard()
+    yield live_server.url
+    reset_guard()
+
+
+def _login(page, base: str) -> None:
+    page.goto(f"{base}/admin/login/")
+    page.fill("#id_username", "boss")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#urlguard-tools")
+
+
+def _follow_short_link(page, base: str) -> None:
+    page.goto(f"{base}/promo")
+
+
+def test_add_rule_block_remove_unblock(page, site, shot):
+    # The destination host does not exist (no internet): the browser answers for it.
+    page.route(re.compile(r"https?://www\.browser-spam\.example\.com/.*"),
+               lambda route: route.fulfill(status=200, content_type="text/html",
+                                           body="<h1>landed at the destination</h1>"))
+    _login(page, site)
+    shot("admin-index")
+
+    page.goto(f"{site}/admin/urlguard/spamrule/add/")
+    page.fill("#id_url", DESTINATION)
+    # The live preview (fetch) fills in the levels and the sample URLs.
+    page.wait_for_selector('input[name="expression"][value="browser-spam.example.com/"]')
+    page.check('input[name="expression"][value="browser-spam.example.com/"]')
+    page.wait_for_function(
+        "document.querySelector('.preview-expression') && "
+        "document.querySelector('.preview-expression').textContent === "
+        "'browser-spam.example.com/'")
+    blocked = page.locator(".preview-blocked li").all_inner_texts()
+    allowed = page.locator(".preview-allowed li").all_inner_texts()
+    assert DESTINATION in blocked
+    assert "http://browser-spam.example.com.example.net/" in allowed
+    shot("add-rule-preview")
+    page.click('input[name="_save"]')
+    page.wait_for_selector(".messagelist .success")
+    assert "browser-spam.example.com/" in page.inner_text(".messagelist")
+    shot("rule-changelist")
+    assert SpamRule.objects.filter(expression="browser-spam.example.com/").exists()
+
+    _follow_short_link(page, site)
+    assert page.inner_text("#warning-title") == "This link leads to a site on our block list"
+    assert "browser-spam.example.com" in page.content()
+    shot("short-link-warning")
+
+    page.goto(f"{site}/admin/urlguard/spamrule/")
+    page.check('input[name="_selected_action"]')
+    page.select_option('select[name="action"]', "delete_selected")
+    page.click('button[name="index"]')
+    page.click('input[type="submit"]')  # "Yes, I'm sure"
+    page.wait_for_selector(".messagelist .success")
+    assert not SpamRule.objects.exists()
+
+    _follow_short_link(page, site)
+    assert page.url == DESTINATION
+    assert page.inner_text("h1") == "landed at the destination"
+
+
+def test_import_with_a_refused_line(page, site, shot, tmp_path):
+    feed = tmp_path / "feed.txt"
+    feed.write_text("# feed\nimport-one.example.com\n0.0.0.0 import-two.example.net\nco.uk\n")
+    _login(page, site)
+    page.goto(f"{site}/admin/urlguard/spamrule/import/")
+    shot("import-upload")
+    page.set_input_files("#id_file", str(feed))
+    page.click('input[type="submit"]')
+    page.wait_for_selector("#refused-lines")
+    assert page.inner_text(".count-new") == "2"
+    assert page.inner_text(".count-refused") == "1"
+    reason = page.inner_text("#refused-lines td.reason")
+    assert "public suffix" in reason
+    shot("import-preview")
+    assert not SpamRule.objects.exists()
+    page.click('input[type="submit"][value^="Commit"]')
+    page.wait_for_selector(".import-done")
+    assert "Added 2 rules" in page.inner_text(".import-done")
+    page.wait_for_selector("#rescan-result")
+    assert "Scanned 1 links" in page.inner_text("#rescan-result")
+    shot("import-done")
+    assert SpamRule.objects.count() == 2
+
+
+def test_dashboard_chart_check_and_rescan_pages(page, site, shot):
+    _login(page, site)
+    page.goto(f"{site}/admin/urlguard/spamrule/add/")
+    page.fill("#id_url", "dash.example.org")
+    page.wait_for_selector('input[name="expression"]:checked')
+    page.click('input[name="_save"]')
+    page.wait_for_selector(".messagelist .success")
+
+    page.goto(f"{site}/admin/urlguard/spamrule/dashboard/")
+    stages = registry.get_filter().info()["stages"]
+    assert page.locator("svg.stage-chart rect.bar").count() == len(stages) >= 1
+    assert page.locator("#stages tbody tr").count() == len(stages)
+    shot("dashboard")
+    page.click('input[name="rebuild"]')
+    page.wait_for_selector(".messagelist .success")
+    assert "Rebuild finished" in page.inner_text(".messagelist")
+    shot("dashboard-after-rebuild")
+
+    page.goto(f"{site}/admin/urlguard/spamrule/check/")
+    page.fill("#id_url", "HTTPS://Sub.Dash.Example.org/a/../b?x=1")
+    page.click('input[type="submit"][value="Check"]')
+    page.wait_for_selector("#verdict")
+    assert "Verdict: blocked" in page.inner_text("#verdict")
+    assert page.inner_text("#canonical") == "https://sub.dash.example.org/b?x=1"
+    shot("check-url")
+
+    page.goto(f"{site}/admin/urlguard/shortlink/rescan/")
+    page.click('input[type="submit"][value="Rescan all short links now"]')
+    page.wait_for_selector(".rescan-summary")
+    shot("rescan")

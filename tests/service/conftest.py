@@ -1,0 +1,59 @@
+"""Fixtures for tests/service (the admin tests: staff users with chosen permissions,
+logged-in clients, and a way to run on-commit work, i.e. the change-log nudge and the
+import and rescan jobs, as the embedded default does). Others may add theirs below."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+
+
+@pytest.fixture
+def make_staff(db, django_user_model) -> Callable[..., Client]:
+    """make_staff("view_spamrule", ...) -> a client logged in as a staff user holding
+    exactly those urlguard permissions (superuser=True: all of them)."""
+    made = 0
+
+    def make(*codenames: str, superuser: bool = False) -> Client:
+        nonlocal made
+        made += 1
+        user = django_user_model.objects.create_user(
+            f"staff{made}", password="pw", is_staff=True, is_superuser=superuser)
+        for codename in codenames:
+            user.user_permissions.add(
+                Permission.objects.get(codename=codename, content_type__app_label="urlguard"))
+        client = Client()
+        client.force_login(user)
+        client.user = user
+        return client
+
+    return make
+
+
+RULE_EDITOR = ("view_spamrule", "add_spamrule", "change_spamrule", "delete_spamrule")
+
+
+@pytest.fixture
+def editor(make_staff) -> Client:
+    """Staff who may view, add, change and delete rules, but not rebuild."""
+    return make_staff(*RULE_EDITOR)
+
+
+@pytest.fixture
+def viewer(make_staff) -> Client:
+    """Staff who may only view rules."""
+    return make_staff("view_spamrule")
+
+
+@pytest.fixture
+def superuser(make_staff) -> Client:
+    return make_staff(superuser=True)
+
+
+@pytest.fixture
+def committed(django_capture_on_commit_callbacks):
+    """`with committed(): ...` runs the on-commit callbacks (the apply_changes nudge,
+    queued admin jobs) when the block ends, as autocommit does outside tests."""
+    return lambda: django_capture_on_commit_callbacks(execute=True)

@@ -1,0 +1,119 @@
+"""The filter dashboard: the SVG stage chart, this node's file, every node's lag,
+and the Sync / Rebuild buttons with their permissions."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+
+from urlguard import changes, tasks
+from urlguard.admin.charts import StageBar, render_stage_chart
+from urlguard.models import NodeStatus
+
+DASHBOARD = reverse("admin:urlguard_spamrule_dashboard")
+SYNC = reverse("admin:urlguard_spamrule_dashboard_sync")
+REBUILD = reverse("admin:urlguard_spamrule_dashboard_rebuild")
+STATUS = reverse("admin:urlguard_spamrule_dashboard_status")
+
+
+def _bars(svg: str) -> list[str]:
+    return re.findall(r'<rect class="bar"[^>]*width="([0-9.]+)"', svg)
+
+
+def test_chart_has_one_bar_per_stage_sized_by_fill():
+    stages = [StageBar(0, 1, 99, 50, 100, 7, 0.25), StageBar(1, 100, None, 10, 200, 8, 0.95),
+              StageBar(2, None, None, 0, 400, 9, 0.0)]
+    svg = str(render_stage_chart(stages))
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    widths = [float(w) for w in _bars(svg)]
+    assert len(widths) == 3 and widths[1] == pytest.approx(widths[0] * 0.95 / 0.25, rel=1e-3)
+    assert widths[2] == 0
+    assert "ids 1–99" in svg and "ids 100–…" in svg and "no ids yet" in svg and "k=8" in svg
+    assert "#ba2121" in svg  # the nearly full stage is red
+
+
+def test_chart_without_stages_says_so():
+    svg = str(render_stage_chart([]))
+    assert "no stages" in svg.lower() and not _bars(svg)
+
+
+@pytest.mark.django_db
+def test_dashboard_shows_the_file_stages_and_nodes(editor, build_filter, settings):
+    for i in range(30):
+        changes.add_rule(f"spam{i}.example.com/", category="spam")
+    filt = build_filter()
+    tasks.report_status()
+    page = editor.get(DASHBOARD)
+    assert page.status_code == 200
+    html = page.content.decode()
+    stages = filt.info()["stages"]
+    assert len(_bars(html)) == len(stages) >= 1
+    assert 'id="fp-rate"' in html and 'id="file-size"' in html
+    node = NodeStatus.objects.get()
+    assert f'data-node="{node.node}"' in html
+    assert 'name="sync"' in html
+    assert 'name="rebuild"' not in html and "Rebuilding needs a superuser" in html
+
+
+@pytest.mark.django_db
+def test_superuser_gets_the_rebuild_button(superuser):
+    assert 'name="rebuild"' in superuser.get(DASHBOARD).content.decode()
+
+
+@pytest.mark.django_db
+def test_dashboard_without_a_filter_file_explains(editor):
+    html = editor.get(DASHBOARD).content.decode()
+    assert "missing or unreadable" in html and "rebuild_filter" in html
+
+
+@pytest.mark.django_db
+def test_dashboard_reports_lag(editor, build_filter):
+    changes.add_rule("one.example.com/", category="spam")
+    build_filter()
+    tasks.report_status()
+    changes.add_rule("two.example.com/", category="spam")  # not applied (no commit hooks)
+    data = editor.get(STATUS).json()
+    assert data["head"] == 2 and [n["lag"] for n in data["nodes"]] == [1]
+
+
+@pytest.mark.django_db
+def test_sync_now_applies_pending_changes(editor, build_filter):
+    changes.add_rule("one.example.com/", category="spam")
+    build_filter()
+    changes.add_rule("two.example.com/", category="spam")
+    response = editor.post(SYNC, follow=True)
+    assert response.status_code == 200
+    assert "Sync finished" in response.content.decode()
+    assert NodeStatus.objects.get().applied_seq == 2
+
+
+@pytest.mark.django_db
+def test_sync_needs_post_and_staff(editor, client):
+    assert editor.get(SYNC).status_code == 405
+    assert client.post(SYNC).status_code == 302  # to the login page
+
+
+@pytest.mark.django_db
+def test_rebuild_is_for_superusers_or_the_rebuild_permission(editor, make_staff, superuser):
+    changes.add_rule("one.example.com/", category="spam")
+    assert editor.post(REBUILD).status_code == 403
+    assert not NodeStatus.objects.exists()
+    done = superuser.post(REBUILD, follow=True)
+    assert "Rebuild finished" in done.content.decode()
+    status = NodeStatus.objects.get()
+    assert status.applied_seq == 1 and status.last_rebuild_seconds is not None
+    granted = make_staff("view_spamrule", "rebuild_filter")
+    assert granted.post(REBUILD).status_code == 302
+    assert Permission.objects.filter(codename="rebuild_filter").exists()
+
+
+@pytest.mark.django_db
+def test_a_failing_task_is_a_message_not_a_traceback(superuser, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(tasks, "sync", broken)
+    page = superuser.post(REBUILD, follow=True)
+    assert page.status_code == 200 and "disk full" in page.content.decode()

@@ -1,0 +1,184 @@
+"""The import pages: upload, dry-run preview (new / present / repeated / refused with
+reasons), commit through changes.add_rules, the rescan that follows, progress JSON,
+form errors and permissions."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from urlguard import changes
+from urlguard.guard import reset_guard
+from urlguard.models import AdminJob, ChangeEvent, ShortLink, SpamRule
+
+pytestmark = pytest.mark.django_db
+
+UPLOAD = reverse("admin:urlguard_spamrule_import")
+
+FILE = b"""# a feed
+https://Spam-One.example.com/
+0.0.0.0 spam-two.example.net
+spam-three.example.org/path/
+co.uk
+HTTP://spam-one.example.com
+
+already.example.com
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_guard():
+    reset_guard()
+    yield
+    reset_guard()
+
+
+def _upload(client, content: bytes, name: str = "feed.txt", category: str = "spam"):
+    return client.post(UPLOAD, {"file": SimpleUploadedFile(name, content),
+                                "default_category": category})
+
+
+def _job_page(job: AdminJob) -> str:
+    return reverse("admin:urlguard_spamrule_import_job", args=[job.pk])
+
+
+def test_upload_page(editor):
+    page = editor.get(UPLOAD)
+    assert page.status_code == 200 and 'type="file"' in page.content.decode()
+
+
+def test_preview_counts_and_refusals_and_changes_nothing(editor):
+    changes.add_rule("already.example.com", category="spam")
+    before = (SpamRule.objects.count(), ChangeEvent.objects.count())
+    response = _upload(editor, FILE)
+    assert response.status_code == 302
+    job = AdminJob.objects.get(kind="import")
+    assert response["Location"] == _job_page(job)
+    result = job.result
+    assert (result["new"], result["present"], result["repeated"], result["refused"]) == (
+        3, 1, 1, 1)
+    assert result["lines"] == 6  # the comment and the blank line are no entries
+    assert [(line["lineno"], line["raw"]) for line in result["refused_lines"]] == [
+        (5, "co.uk")]
+    assert "public suffix" in result["refused_lines"][0]["error"]
+    # The dry run wrote no rule and no change event.
+    assert (SpamRule.objects.count(), ChangeEvent.objects.count()) == before
+    html = editor.get(_job_page(job)).content.decode()
+    assert "Dry run: nothing has changed yet" in html
+    assert "public suffix" in html and "co.uk" in html
+    assert "Commit: add 3 rules" in html
+
+
+def test_commit_adds_through_the_change_log_then_rescans(editor, committed, filter_path):
+    changes.add_rule("already.example.com", category="spam")
+    hit = ShortLink.objects.create(slug="bad", destination="http://www.spam-two.example.net/a")
+    ShortLink.objects.create(slug="good", destination="https://fine.example.org/")
+    _upload(editor, FILE, category="malware")
+    job = AdminJob.objects.get(kind="import")
+    with committed():
+        response = editor.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]))
+    assert response.status_code == 302 and response["Location"] == _job_page(job)
+    job.refresh_from_db()
+    assert job.state == "done" and job.result["added"] == 3, job.message
+    imported = SpamRule.objects.filter(source="import:feed.txt")
+    assert set(imported.values_list("expression", flat=True)) == {
+        "spam-one.example.com/", "spam-two.example.net/", "spam-three.example.org/path/"}
+    assert set(imported.values_list("category", flat=True)) == {"malware"}
+    assert ChangeEvent.objects.filter(action="add").count() == 4
+    assert job.payload == ""  # served its purpose
+    rescan = AdminJob.objects.get(pk=job.result["rescan_job"])
+    assert rescan.state == "done" and rescan.result["scanned"] == 2
+    assert [h["slug"] for h in rescan.result["hits"]] == ["bad"]
+    assert rescan.result["hits"][0]["link_id"] == hit.pk
+    html = editor.get(_job_page(job)).content.decode()
+    assert "Rescan after the import" in html and "1 point to spam" in html
+
+
+def test_commit_twice_imports_once(editor, committed):
+    _upload(editor, b"one.example.com\n")
+    job = AdminJob.objects.get(kind="import")
+    commit = reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])
+    with committed():
+        editor.post(commit)
+        second = editor.post(commit, follow=True)
+    assert "already committed" in second.content.decode()
+    assert ChangeEvent.objects.count() == 1
+
+
+def test_commit_needs_post(editor):
+    _upload(editor, b"one.example.com\n")
+    job = AdminJob.objects.get(kind="import")
+    assert editor.get(
+        reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])).status_code == 405
+
+
+def test_csv_with_category_column(editor):
+    _upload(editor, b"url,category\nhttps://a.example.com/,phishing\nb.example.com,malware\n",
+            name="feed.csv")
+    job = AdminJob.objects.get(kind="import")
+    assert job.result["new"] == 2
+    assert sorted(category for _, category, _ in json.loads(job.payload)) == [
+        "malware", "phishing"]
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"", "empty"),
+    (b"\xff\xfe\x00bad", "not UTF-8"),
+    (b"abc\x00def\n", "binary"),
+])
+def test_bad_files_are_form_errors(editor, content, message):
+    page = _upload(editor, content)
+    assert page.status_code == 200
+    assert message in " ".join(page.context["form"].errors["file"])
+    assert not AdminJob.objects.exists()
+
+
+def test_missing_file_is_a_form_error(editor):
+    page = editor.post(UPLOAD, {"default_category": "spam"})
+    assert page.status_code == 200 and page.context["form"].errors["file"]
+
+
+def test_unknown_job_is_404(editor):
+    assert editor.get(reverse("admin:urlguard_spamrule_import_job", args=[999])).status_code == 404
+    assert editor.get(reverse("admin:urlguard_spamrule_job_status", args=[999])).status_code == 404
+
+
+def test_status_json(editor):
+    changes.add_rule("already.example.com", category="spam")
+    _upload(editor, FILE)
+    job = AdminJob.objects.get(kind="import")
+    data = editor.get(reverse("admin:urlguard_spamrule_job_status", args=[job.pk])).json()
+    assert data == {"id": job.pk, "kind": "import", "state": "previewed", "done": 0,
+                    "total": 3, "message": "", "finished": False, "rescan_job": None}
+
+
+def test_import_needs_add_permission(viewer, editor):
+    assert viewer.get(UPLOAD).status_code == 403
+    assert _upload(viewer, FILE).status_code == 403
+    _upload(editor, FILE)
+    job = AdminJob.objects.get(kind="import")
+    assert viewer.get(_job_page(job)).status_code == 403
+    assert viewer.post(
+        reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])).status_code == 403
+    assert viewer.get(
+        reverse("admin:urlguard_spamrule_job_status", args=[job.pk])).status_code == 403
+    assert not SpamRule.objects.exists()
+
+
+def test_a_failing_commit_is_reported_not_a_traceback(editor, committed, monkeypatch):
+    _upload(editor, b"one.example.com\ntwo.example.com\n")
+    job = AdminJob.objects.get(kind="import")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(changes, "add_rules", broken)
+    with committed():
+        editor.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]))
+    page = editor.get(_job_page(job))
+    assert page.status_code == 200
+    job.refresh_from_db()
+    assert job.state == "failed" and "database went away" in job.message
+    assert "database went away" in page.content.decode()

@@ -1,0 +1,143 @@
+"""ShortLink admin: verdicts on the change list (one check_many per page), actions,
+the rescan page and bulk disabling; urlguard.rescan itself."""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from urlguard import changes
+from urlguard.guard import Guard, reset_guard
+from urlguard.models import AdminJob, ShortLink
+from urlguard.rescan import rescan_links
+
+pytestmark = pytest.mark.django_db
+
+LINKS = reverse("admin:urlguard_shortlink_changelist")
+RESCAN = reverse("admin:urlguard_shortlink_rescan")
+DISABLE = reverse("admin:urlguard_shortlink_rescan_disable")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_guard():
+    reset_guard()
+    yield
+    reset_guard()
+
+
+@pytest.fixture
+def links(db, build_filter):
+    changes.add_rule("spam.example.com/", category="phishing")
+    changes.add_rule("ok.example.org/bad/", category="malware")
+    made = {
+        "spam": ShortLink.objects.create(slug="s1", destination="https://www.spam.example.com/x"),
+        "path": ShortLink.objects.create(slug="s2", destination="http://ok.example.org/bad/a"),
+        "clean": ShortLink.objects.create(slug="c1", destination="http://ok.example.org/good",
+                                          click_count=12, unique_visitors=5),
+        "invalid": ShortLink.objects.create(slug="i1", destination="javascript:alert(1)"),
+        "off": ShortLink.objects.create(slug="d1", destination="https://spam.example.com/",
+                                        disabled=True),
+    }
+    build_filter()
+    return made
+
+
+@pytest.fixture
+def link_admin(make_staff):
+    return make_staff("view_shortlink", "change_shortlink")
+
+
+def test_changelist_verdicts_in_one_batch(link_admin, links, monkeypatch):
+    calls = []
+    original = Guard.check_many
+
+    def spy(self, urls):
+        calls.append(list(urls))
+        return original(self, urls)
+
+    monkeypatch.setattr(Guard, "check_many", spy)
+    page = link_admin.get(LINKS)
+    assert page.status_code == 200
+    assert len(calls) == 1 and len(calls[0]) == len(links)
+    html = page.content.decode()
+    assert "blocked: spam.example.com/ (Phishing)" in html
+    assert "blocked: ok.example.org/bad/ (Malware)" in html
+    assert "invalid URL" in html and 'class="verdict verdict-ok"' in html
+    assert ">12<" in html and ">5<" in html  # clicks and unique visitors
+    assert "Rescan for spam" in html
+
+
+def test_rescan_links_finds_what_points_to_spam(links):
+    seen = []
+    result = rescan_links(chunk_size=2, progress=lambda done, total: seen.append((done, total)))
+    assert result.scanned == 4  # disabled links are not rescanned
+    assert sorted(h.slug for h in result.hits) == ["s1", "s2"]
+    assert {h.slug: h.expression for h in result.hits} == {
+        "s1": "spam.example.com/", "s2": "ok.example.org/bad/"}
+    assert result.invalid == 1
+    assert seen == [(2, 4), (4, 4)]
+    everything = rescan_links(include_disabled=True)
+    assert sorted(h.slug for h in everything.hits) == ["d1", "s1", "s2"]
+
+
+def test_rescan_page_runs_and_lists_hits(link_admin, links, committed):
+    assert "Rescan all short links now" in link_admin.get(RESCAN).content.decode()
+    with committed():
+        response = link_admin.post(RESCAN)
+    job = AdminJob.objects.get(kind="rescan")
+    assert response.status_code == 302 and response["Location"].endswith(f"?job={job.pk}")
+    assert job.state == "done", job.message
+    page = link_admin.get(response["Location"]).content.decode()
+    assert "2 point to spam" in page and "/s1" in page and "/s2" in page
+    assert "/c1" not in page
+    assert 'value="Disable selected links"' in page
+
+
+def test_disable_selected_hits(link_admin, links, committed):
+    with committed():
+        link_admin.post(RESCAN)
+    job = AdminJob.objects.get(kind="rescan")
+    clean = links["clean"]
+    # The clean link's id is forged into the post: only links the scan found change.
+    response = link_admin.post(DISABLE, {"job": job.pk,
+                                         "link": [links["spam"].pk, clean.pk]}, follow=True)
+    assert "Disabled 1 short link" in response.content.decode()
+    links["spam"].refresh_from_db()
+    clean.refresh_from_db()
+    assert links["spam"].disabled and "spam.example.com/" in links["spam"].disabled_reason
+    assert not clean.disabled
+    assert not ShortLink.objects.get(slug="s2").disabled
+
+
+def test_disabling_needs_change_permission(make_staff, links, committed):
+    reader = make_staff("view_shortlink")
+    with committed():
+        reader.post(RESCAN)
+    job = AdminJob.objects.get(kind="rescan")
+    page = reader.get(f"{RESCAN}?job={job.pk}").content.decode()
+    assert 'value="Disable selected links"' not in page
+    assert reader.post(DISABLE, {"job": job.pk, "link": [links["spam"].pk]}).status_code == 403
+    assert not ShortLink.objects.get(slug="s1").disabled
+
+
+def test_rescan_needs_view_permission(viewer):
+    assert viewer.get(RESCAN).status_code == 403
+    assert viewer.post(RESCAN).status_code == 403
+
+
+def test_actions_disable_enable_and_check(link_admin, links):
+    ids = [links["spam"].pk, links["clean"].pk]
+    page = link_admin.post(LINKS, {"action": "check_selected", "_selected_action": ids},
+                           follow=True).content.decode()
+    assert "/s1 → https://www.spam.example.com/x is blocked by spam.example.com/" in page
+    link_admin.post(LINKS, {"action": "disable_selected", "_selected_action": ids})
+    spam, clean = ShortLink.objects.get(slug="s1"), ShortLink.objects.get(slug="c1")
+    assert spam.disabled and "spam.example.com/" in spam.disabled_reason
+    assert clean.disabled and clean.disabled_reason == "disabled by an administrator"
+    link_admin.post(LINKS, {"action": "enable_selected", "_selected_action": ids})
+    assert not ShortLink.objects.filter(pk__in=ids, disabled=True).exists()
+
+
+def test_view_only_has_no_disable_action(make_staff, links):
+    reader = make_staff("view_shortlink")
+    page = reader.get(LINKS).content.decode()
+    assert "disable_selected" not in page and "check_selected" in page

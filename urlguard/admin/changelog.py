@@ -1,0 +1,68 @@
+"""The audit trail, read-only: every ChangeEvent (who, what, when) with the nodes
+whose filter has applied it, and what each node last reported."""
+from __future__ import annotations
+
+from django.contrib import admin
+from django.utils.html import format_html, format_html_join
+
+from urlguard.admin.pages import BatchAnnotatedChangeList
+from urlguard.models import ChangeEvent, NodeStatus
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written only by the service: viewable, never added, edited or deleted here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ChangeEvent)
+class ChangeEventAdmin(ReadOnlyAdmin):
+    list_display = ("seq", "action", "expression", "category", "actor", "source", "created",
+                    "applied_on")
+    list_filter = ("action", "category", "source", "created")
+    search_fields = ("expression",)
+    list_select_related = ("actor",)
+    list_per_page = 100
+
+    def get_changelist(self, request, **kwargs):
+        return BatchAnnotatedChangeList
+
+    def annotate_page(self, request, events: list[ChangeEvent]) -> None:
+        nodes = list(NodeStatus.objects.order_by("node").values_list("node", "applied_seq"))
+        for event in events:
+            event.applied_nodes_ = [name for name, seq in nodes if seq >= event.seq]
+            event.pending_nodes_ = [name for name, seq in nodes if seq < event.seq]
+
+    @admin.display(description="applied on")
+    def applied_on(self, obj: ChangeEvent) -> str:
+        applied = getattr(obj, "applied_nodes_", None)
+        if applied is None:  # the detail page: one object, one query is fine
+            self.annotate_page(None, [obj])
+            applied = obj.applied_nodes_
+        pending = obj.pending_nodes_
+        if not applied and not pending:
+            return "no node has reported yet"
+        parts = format_html_join(", ", '<span class="node-applied">{}</span>',
+                                 ((n,) for n in applied))
+        if pending:
+            parts = format_html('{}{}<span class="node-pending">pending: {}</span>', parts,
+                                "; " if applied else "", ", ".join(pending))
+        return parts
+
+    readonly_fields = ("seq", "action", "expression", "added_at", "category", "actor", "source",
+                       "created", "applied_on")
+
+
+@admin.register(NodeStatus)
+class NodeStatusAdmin(ReadOnlyAdmin):
+    list_display = ("node", "applied_seq", "is_clean", "last_rebuild_at", "last_rebuild_seconds",
+                    "reported_at", "last_error")
+    readonly_fields = ("node", "filter_path", "applied_seq", "is_clean", "info",
+                       "last_rebuild_at", "last_rebuild_seconds", "last_error", "reported_at")

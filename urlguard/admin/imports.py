@@ -1,0 +1,108 @@
+"""The import pages: upload a rule file, see the dry run (new / already present /
+repeated / refused with each line's reason), commit it, watch its progress and the
+rescan that follows. The work itself is in urlguard.admin.jobs."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+
+from urlguard.admin import jobs
+from urlguard.admin.pages import http_methods
+from urlguard.forms import ImportForm
+from urlguard.models import AdminJob
+
+
+def _context(model_admin, request, **extra) -> dict:
+    return {**model_admin.admin_site.each_context(request), "opts": model_admin.opts, **extra}
+
+
+def _job(job_id: int, kind: str) -> AdminJob:
+    job = AdminJob.objects.filter(pk=job_id, kind=kind).select_related("created_by").first()
+    if job is None:
+        raise Http404(f"There is no {kind} job #{job_id}.")
+    return job
+
+
+def upload_view(model_admin, request: HttpRequest) -> HttpResponse:
+    if not model_admin.has_add_permission(request):
+        raise PermissionDenied
+    if request.method == "POST":
+        form = ImportForm(request.POST, request.FILES)
+        if form.is_valid():
+            upload = form.cleaned_data["file"]
+            job = jobs.preview_import(
+                upload.text, default_category=form.cleaned_data["default_category"],
+                filename=upload.name, user=request.user,
+            )
+            return HttpResponseRedirect(
+                reverse("admin:urlguard_spamrule_import_job", args=[job.pk])
+            )
+    else:
+        form = ImportForm()
+    recent = AdminJob.objects.filter(kind=AdminJob.Kind.IMPORT).select_related("created_by")[:10]
+    return render(request, "admin/urlguard/spamrule/import.html", _context(
+        model_admin, request, title="Import spam rules", form=form, recent=recent,
+    ))
+
+
+def job_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
+    """The dry-run preview (with the commit button), then the progress, then the result."""
+    if not model_admin.has_add_permission(request):
+        raise PermissionDenied
+    job = _job(job_id, AdminJob.Kind.IMPORT)
+    rescan = None
+    if rescan_id := job.result.get("rescan_job"):
+        rescan = AdminJob.objects.filter(pk=rescan_id).first()
+    return render(request, "admin/urlguard/spamrule/import_job.html", _context(
+        model_admin, request, title=f"Import #{job.pk}: {job.params.get('filename', '')}",
+        job=job, rescan=rescan,
+        status_url=reverse("admin:urlguard_spamrule_job_status", args=[job.pk]),
+        rescan_status_url=(reverse("admin:urlguard_spamrule_job_status", args=[rescan.pk])
+                           if rescan else ""),
+    ))
+
+
+@http_methods("POST")
+def commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
+    if not model_admin.has_add_permission(request):
+        raise PermissionDenied
+    job = _job(job_id, AdminJob.Kind.IMPORT)
+    if job.state != AdminJob.State.PREVIEWED:
+        messages.warning(request, f"Import #{job.pk} was already committed "
+                                  f"({job.get_state_display()}).")
+    elif job.total == 0:
+        messages.info(request, "Nothing to import: every line is already present or refused.")
+    else:
+        jobs.start_import(job)
+        job.refresh_from_db()
+        if job.state == AdminJob.State.DONE:
+            messages.success(request, job.message)
+        elif job.state == AdminJob.State.FAILED:
+            messages.error(request, job.message)
+        else:
+            messages.info(request, f"Import #{job.pk} is queued; this page shows its progress.")
+    return HttpResponseRedirect(reverse("admin:urlguard_spamrule_import_job", args=[job.pk]))
+
+
+@http_methods("GET")
+def status_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
+    """Progress of any admin job, polled by the import and rescan pages."""
+    job = AdminJob.objects.filter(pk=job_id).first()
+    if job is None:
+        raise Http404(f"There is no job #{job_id}.")
+    # The permission of a page that shows the job: the import page shows its
+    # import and the rescan that follows it; the rescan page shows any rescan.
+    allowed = {"urlguard.add_spamrule"}
+    if job.kind == AdminJob.Kind.RESCAN:
+        allowed.add("urlguard.view_shortlink")
+    if not any(request.user.has_perm(p) for p in allowed):
+        raise PermissionDenied
+    return JsonResponse({
+        "id": job.pk, "kind": job.kind, "state": job.state, "done": job.done,
+        "total": job.total, "message": job.message,
+        "finished": job.state in (AdminJob.State.DONE, AdminJob.State.FAILED),
+        "rescan_job": job.result.get("rescan_job"),
+    })

@@ -1,0 +1,185 @@
+"""ShortLink admin: each destination's current verdict (one Guard.check_many per page),
+click counts, and the rescan page that lists links now pointing to spam, with bulk
+disabling."""
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+
+from urlguard.admin import jobs
+from urlguard.admin.pages import BatchAnnotatedChangeList, http_methods, tool_urls
+from urlguard.guard import get_guard
+from urlguard.models import AdminJob, ShortLink
+
+# Disabling a link records why, so a later "why is my link dead?" has an answer.
+DISABLED_REASON = "destination blocked by spam rule {expression}"
+HITS_SHOWN = 500
+
+
+def disable_links(link_ids: list[int], hits_by_id: dict[int, str]) -> int:
+    """Disable these links (each with the rule that blocks it); returns how many changed."""
+    changed = 0
+    for link in ShortLink.objects.filter(pk__in=link_ids, disabled=False):
+        link.disabled = True
+        link.disabled_reason = DISABLED_REASON.format(
+            expression=hits_by_id.get(link.pk, "?"))[:200]
+        link.save(update_fields=["disabled", "disabled_reason"])
+        changed += 1
+    return changed
+
+
+@admin.register(ShortLink)
+class ShortLinkAdmin(admin.ModelAdmin):
+    list_display = ("slug", "destination_short", "verdict", "click_count", "unique_visitors",
+                    "disabled", "created")
+    list_filter = ("disabled", "created")
+    search_fields = ("slug", "destination")
+    readonly_fields = ("click_count", "unique_visitors", "created", "current_verdict")
+    list_per_page = 100
+    actions = ["disable_selected", "enable_selected", "check_selected"]
+
+    def get_changelist(self, request, **kwargs):
+        return BatchAnnotatedChangeList
+
+    def annotate_page(self, request, links: list[ShortLink]) -> None:
+        verdicts = get_guard().check_many([link.destination for link in links])
+        for link, verdict in zip(links, verdicts, strict=True):
+            link.verdict_ = verdict
+
+    @admin.display(description="destination", ordering="destination")
+    def destination_short(self, obj: ShortLink) -> str:
+        text = obj.destination
+        return text if len(text) <= 80 else text[:77] + "…"
+
+    @admin.display(description="verdict")
+    def verdict(self, obj: ShortLink) -> str:
+        verdict = getattr(obj, "verdict_", None)
+        if verdict is None:  # not on a change list page (e.g. the change form)
+            verdict = get_guard().check_many([obj.destination])[0]
+        if verdict.error:
+            return format_html('<span class="verdict verdict-invalid" title="{}">invalid URL'
+                               "</span>", verdict.error)
+        if verdict.blocked and verdict.rule is not None:
+            return format_html(
+                '<span class="verdict verdict-blocked">blocked: {} ({})</span>',
+                verdict.rule.expression, verdict.rule.get_category_display(),
+            )
+        if verdict.blocked:
+            return format_html('<span class="verdict verdict-degraded" title="{}">blocked '
+                               "(filter unreadable)</span>", verdict.reason)
+        return mark_safe('<span class="verdict verdict-ok">ok</span>')
+
+    @admin.display(description="current verdict")
+    def current_verdict(self, obj: ShortLink) -> str:
+        return self.verdict(obj)
+
+    # --- actions ---------------------------------------------------------------------
+    @admin.action(description="Disable selected short links", permissions=["change"])
+    def disable_selected(self, request, queryset):
+        links = list(queryset.filter(disabled=False))
+        verdicts = get_guard().check_many([link.destination for link in links])
+        for link, verdict in zip(links, verdicts, strict=True):
+            link.disabled = True
+            link.disabled_reason = (
+                DISABLED_REASON.format(expression=verdict.rule.expression)
+                if verdict.rule is not None else "disabled by an administrator"
+            )[:200]
+            link.save(update_fields=["disabled", "disabled_reason"])
+        self.message_user(request, f"Disabled {len(links)} short link(s).", messages.SUCCESS)
+
+    @admin.action(description="Enable selected short links", permissions=["change"])
+    def enable_selected(self, request, queryset):
+        changed = 0
+        for link in queryset.filter(disabled=True):
+            link.disabled = False
+            link.disabled_reason = ""
+            link.save(update_fields=["disabled", "disabled_reason"])
+            changed += 1
+        self.message_user(request, f"Enabled {changed} short link(s).", messages.SUCCESS)
+
+    @admin.action(description="Check selected destinations now", permissions=["view"])
+    def check_selected(self, request, queryset):
+        links = list(queryset.only("pk", "slug", "destination"))
+        verdicts = get_guard().check_many([link.destination for link in links])
+        blocked = [(link, v) for link, v in zip(links, verdicts, strict=True)
+                   if v.blocked and v.rule is not None]
+        if not blocked:
+            self.message_user(request, f"All {len(links)} destination(s) are clean.",
+                              messages.SUCCESS)
+        for link, verdict in blocked:
+            self.message_user(request, format_html(
+                "/{} → {} is blocked by {} ({}).", link.slug, link.destination,
+                verdict.rule.expression, verdict.rule.get_category_display(),
+            ), messages.WARNING)
+
+    # --- the rescan page -------------------------------------------------------------
+    def get_urls(self):
+        return tool_urls(self, [
+            ("rescan/", rescan_view, "rescan"),
+            ("rescan/disable/", rescan_disable_view, "rescan_disable"),
+        ]) + super().get_urls()
+
+
+def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpResponse:
+    """GET: the latest rescan (running: its progress; done: the links that point to
+    spam). POST: start a new rescan."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    if request.method == "POST":
+        job = jobs.start_rescan(user=request.user)
+        job.refresh_from_db()
+        if job.state == AdminJob.State.DONE:
+            messages.success(request, job.message)
+        elif job.state == AdminJob.State.FAILED:
+            messages.error(request, job.message)
+        else:
+            messages.info(request, "Rescan queued; this page shows its progress.")
+        return HttpResponseRedirect(reverse("admin:urlguard_shortlink_rescan") + f"?job={job.pk}")
+    rescans = AdminJob.objects.filter(kind=AdminJob.Kind.RESCAN)
+    job_id = request.GET.get("job", "")
+    job = (rescans.filter(pk=int(job_id)).first() if job_id.isdigit() else None) or rescans.first()
+    hits = []
+    hit_count = 0
+    if job is not None and job.state == AdminJob.State.DONE:
+        hit_count = len(job.result.get("hits", []))
+        # One page of checkboxes (a form with thousands of fields exceeds Django's
+        # DATA_UPLOAD_MAX_NUMBER_FIELDS); "disable all" covers the rest.
+        hits = job.result.get("hits", [])[:HITS_SHOWN]
+        # The disabled flag may have changed since the scan: show it as it is now.
+        current = dict(ShortLink.objects.filter(pk__in=[h["link_id"] for h in hits])
+                       .values_list("pk", "disabled"))
+        hits = [{**h, "disabled": current.get(h["link_id"], True),
+                 "gone": h["link_id"] not in current} for h in hits]
+    return render(request, "admin/urlguard/shortlink/rescan.html", {
+        **model_admin.admin_site.each_context(request), "opts": model_admin.opts,
+        "title": "Rescan short links", "job": job, "hits": hits, "hit_count": hit_count,
+        "can_change": model_admin.has_change_permission(request),
+        "status_url": (reverse("admin:urlguard_spamrule_job_status", args=[job.pk])
+                       if job is not None else ""),
+    })
+
+
+@http_methods("POST")
+def rescan_disable_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpResponse:
+    if not model_admin.has_change_permission(request):
+        raise PermissionDenied
+    job_id = request.POST.get("job", "")
+    job = (AdminJob.objects.filter(pk=int(job_id), kind=AdminJob.Kind.RESCAN).first()
+           if job_id.isdigit() else None)
+    every = request.POST.get("all") == "1"
+    selected = {int(x) for x in request.POST.getlist("link") if x.isdigit()}
+    if job is None or not (selected or every):
+        messages.warning(request, "Select the links to disable first.")
+    else:
+        # Only links the scan found: a forged id cannot disable an unrelated link.
+        hits = {h["link_id"]: h["expression"] for h in job.result.get("hits", [])
+                if every or h["link_id"] in selected}
+        changed = disable_links(list(hits), hits)
+        messages.success(request, f"Disabled {changed} short link(s).")
+    target = reverse("admin:urlguard_shortlink_rescan")
+    return HttpResponseRedirect(f"{target}?job={job.pk}" if job is not None else target)

@@ -1,0 +1,46 @@
+"""Plumbing shared by the urlguard admin pages: extra views bound to their ModelAdmin
+(with the admin's login, CSRF and never-cache wrapping), method restriction for such
+views, and a change list that decorates a whole page of objects in one batch (one
+Guard.check_many per page of short links, one NodeStatus query per page of events)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import update_wrapper, wraps
+
+from django.contrib.admin.views.main import ChangeList
+from django.http import HttpResponseNotAllowed
+from django.urls import path
+
+
+def http_methods(*methods: str) -> Callable:
+    """require_http_methods for views that take (model_admin, request, ...)."""
+    def decorate(view: Callable) -> Callable:
+        @wraps(view)
+        def inner(model_admin, request, *args, **kwargs):
+            if request.method not in methods:
+                return HttpResponseNotAllowed(methods)
+            return view(model_admin, request, *args, **kwargs)
+        return inner
+    return decorate
+
+
+def tool_urls(model_admin, routes: list[tuple[str, Callable, str]]) -> list:
+    """URL patterns for (route, view(model_admin, request, ...), name suffix); names
+    are admin:<app>_<model>_<suffix> like the admin's own."""
+    prefix = f"{model_admin.opts.app_label}_{model_admin.opts.model_name}"
+
+    def bind(view: Callable) -> Callable:
+        def bound(request, *args, **kwargs):
+            return view(model_admin, request, *args, **kwargs)
+        return model_admin.admin_site.admin_view(update_wrapper(bound, view))
+
+    return [path(route, bind(view), name=f"{prefix}_{suffix}") for route, view, suffix in routes]
+
+
+class BatchAnnotatedChangeList(ChangeList):
+    def get_results(self, request):
+        super().get_results(request)
+        # Evaluated once here; the templates then iterate this list, so the
+        # attributes set by annotate_page are the ones they display.
+        self.result_list = list(self.result_list)
+        self.model_admin.annotate_page(request, self.result_list)

@@ -1,0 +1,167 @@
+"""SpamRule admin: the change list, adding a rule from a pasted URL (pick the roll-up
+level, preview what it blocks), editing category and note, and removals that go
+through urlguard.changes. The import, check-a-URL and dashboard pages hang off
+this admin's URLs (see get_urls)."""
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.html import format_html
+
+from urlguard import changes
+from urlguard.admin import checkurl, dashboard, imports
+from urlguard.admin.pages import http_methods, tool_urls
+from urlguard.admin.preview import rule_preview
+from urlguard.canonical import expressions
+from urlguard.forms import SpamRuleAddForm, SpamRuleChangeForm
+from urlguard.models import SpamRule
+from urlguard.rules import RuleError, rule_level
+
+
+@admin.register(SpamRule)
+class SpamRuleAdmin(admin.ModelAdmin):
+    list_display = ("expression", "level", "category", "created", "added_by", "source")
+    list_filter = ("category", "source", "created")
+    search_fields = ("expression",)
+    search_help_text = (
+        "Part of an expression (example.com), or a whole URL to find the rules that block it."
+    )
+    list_select_related = ("added_by",)
+    list_per_page = 100
+    form = SpamRuleChangeForm
+    readonly_fields = ("expression", "level", "added_at", "source", "added_by", "created",
+                       "updated")
+    fields = ("expression", "level", "category", "note", "added_at", "source", "added_by",
+              "created", "updated")
+    actions = ["delete_selected"]
+
+    @admin.display(description="level")
+    def level(self, obj: SpamRule) -> str:
+        try:
+            return rule_level(obj.expression)
+        except (RuleError, ValueError):
+            return "?"
+
+    # --- search: a pasted URL finds the rules that block it --------------------------
+    def get_search_results(self, request, queryset, search_term):
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if "/" in term or "." in term:
+            try:
+                covering = expressions(term)
+            except ValueError:
+                covering = []
+            if covering:
+                results = results | queryset.filter(expression__in=covering)
+        return results, may_have_duplicates
+
+    # --- writes go through urlguard.changes ------------------------------------------
+    def save_model(self, request, obj, form, change):
+        if change:
+            # Only category and note are editable (the form has no other field); the
+            # filter holds expressions only, so this needs no ChangeEvent.
+            obj.save(update_fields=["category", "note", "updated"])
+        else:
+            # Not reached through add_view below; kept so that nothing that calls
+            # save_model can write a rule without its ChangeEvent.
+            saved = changes.add_rule(obj.expression, category=obj.category, note=obj.note,
+                                     user=request.user, source="admin")
+            obj.pk, obj.added_at = saved.pk, saved.added_at
+
+    def delete_model(self, request, obj):
+        changes.remove_rule(obj, user=request.user, source="admin")
+
+    def delete_queryset(self, request, queryset):
+        changes.remove_rules(queryset, user=request.user, source="admin")
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields
+
+    # --- the add page: paste, pick a level, preview, save ----------------------------
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context=None):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            previewing = "_preview" in request.POST
+            data = request.POST.copy()
+            if previewing and not data.get("expression"):
+                # Without JavaScript the first round trip only knows the URL: propose
+                # the first (broadest) level so the preview has something to show.
+                first = SpamRuleAddForm(data).fields["expression"].choices
+                if first:
+                    data["expression"] = first[0][0]
+            form = SpamRuleAddForm(data, preview=previewing)
+            if form.is_valid() and not previewing:
+                try:
+                    rule = changes.add_rule(
+                        form.cleaned_data["expression"], category=form.cleaned_data["category"],
+                        note=form.cleaned_data["note"], user=request.user, source="admin",
+                    )
+                except RuleError as exc:  # includes RuleExists from a concurrent add
+                    form.add_error("expression", str(exc))
+                else:
+                    self.log_addition(request, rule, [{"added": {}}])
+                    self.message_user(request, format_html(
+                        "Rule “{}” added ({}). Nodes apply it within seconds; the "
+                        "<a href=\"{}\">filter dashboard</a> shows their progress.",
+                        rule.expression, rule.get_category_display(),
+                        reverse("admin:urlguard_spamrule_dashboard"),
+                    ), messages.SUCCESS)
+                    if "_addanother" in request.POST:
+                        return HttpResponseRedirect(request.path)
+                    return HttpResponseRedirect(reverse("admin:urlguard_spamrule_changelist"))
+        else:
+            form = SpamRuleAddForm(initial={"url": request.GET.get("url", "")})
+        preview = None
+        text = form.data.get("url", "") if form.is_bound else form.initial.get("url", "")
+        if text:
+            preview = rule_preview(
+                text, form.data.get("expression") if form.is_bound else None,
+                form.sample_lines(),
+            )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts, "title": "Add a spam rule", "form": form, "preview": preview,
+            "preview_url": reverse("admin:urlguard_spamrule_preview"),
+            "has_view_permission": self.has_view_permission(request),
+            **(extra_context or {}),
+        }
+        return render(request, "admin/urlguard/spamrule/add_rule.html", context)
+
+    # --- extra pages -----------------------------------------------------------------
+    def get_urls(self):
+        return tool_urls(self, [
+            ("preview/", preview_view, "preview"),
+            ("import/", imports.upload_view, "import"),
+            ("import/<int:job_id>/", imports.job_view, "import_job"),
+            ("import/<int:job_id>/commit/", imports.commit_view, "import_commit"),
+            ("jobs/<int:job_id>/status/", imports.status_view, "job_status"),
+            ("check/", checkurl.check_view, "check"),
+            ("dashboard/", dashboard.dashboard_view, "dashboard"),
+            ("dashboard/sync/", dashboard.sync_view, "dashboard_sync"),
+            ("dashboard/rebuild/", dashboard.rebuild_view, "dashboard_rebuild"),
+            ("dashboard/status/", dashboard.status_view, "dashboard_status"),
+        ]) + super().get_urls()
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {
+            **(extra_context or {}),
+            "can_rebuild": request.user.has_perm("urlguard.rebuild_filter"),
+        }
+        return super().changelist_view(request, extra_context)
+
+
+@http_methods("GET")
+def preview_view(model_admin: SpamRuleAdmin, request: HttpRequest) -> HttpResponse:
+    """JSON for the add form's live preview: the candidate expressions for the pasted
+    text and, for the chosen one, which sample URLs it would and would not block."""
+    if not model_admin.has_add_permission(request):
+        raise PermissionDenied
+    samples = [s.strip() for s in request.GET.getlist("sample") if s.strip()][:20]
+    preview = rule_preview(request.GET.get("url", ""), request.GET.get("expression") or None,
+                           samples)
+    return JsonResponse(preview, status=200 if preview["error"] is None else 400)
+

@@ -1,0 +1,159 @@
+"""Admin forms: adding a rule from a pasted URL (pick a roll-up level), editing a
+rule's category and note, uploading an import file, and checking one URL."""
+from __future__ import annotations
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from urlguard.models import Category, SpamRule
+from urlguard.rules import RuleError, rule_candidates
+
+# An upload bigger than this is almost certainly not a rule list; refusing it early
+# keeps one request from holding hundreds of megabytes in memory.
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
+
+
+
+def candidate_choices(text: str) -> list[tuple[str, str]]:
+    """(expression, label) radio choices for a pasted URL; [] when it is not usable."""
+    try:
+        candidates = rule_candidates(text)
+    except (RuleError, ValueError):
+        return []
+    return [
+        (c.expression, f"{c.expression} — {c.description}")
+        for c in candidates
+    ]
+
+
+class SpamRuleAddForm(forms.Form):
+    """Step one: paste anything (URL, host, expression). Step two: pick the roll-up
+    level to block. Both steps post the same form; "Preview" never saves."""
+
+    url = forms.CharField(
+        label="URL, host or expression", max_length=4000, strip=True,
+        widget=forms.TextInput(attrs={"size": 80, "autofocus": True, "autocomplete": "off"}),
+        help_text="Paste it as you found it: https://www.Example.com/path?x=1, a bare host, "
+        "or an expression such as example.com/path/.",
+    )
+    expression = forms.ChoiceField(
+        label="What to block", required=False, widget=forms.RadioSelect, choices=[],
+    )
+    category = forms.ChoiceField(choices=Category.choices, initial=Category.SPAM)
+    note = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        help_text="Why this is spam, where it was reported (shown in the change log).",
+    )
+    samples = forms.CharField(
+        label="Also test these URLs", required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        help_text="Optional, one URL per line: the preview says whether the rule blocks each.",
+    )
+
+    def __init__(self, *args, preview: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A preview round trip validates the pasted text but does not yet insist on a
+        # chosen level: it is how the no-JavaScript user gets to see the choices.
+        self.preview = preview
+        # The radio choices depend on what was pasted, so they are built from the
+        # submitted text before validation (ChoiceField checks against them).
+        text = (self.data.get("url") or "") if self.is_bound else ""
+        self.fields["expression"].choices = candidate_choices(text) if text else []
+
+    def clean_url(self) -> str:
+        text = self.cleaned_data["url"]
+        try:
+            rule_candidates(text)
+        except (RuleError, ValueError) as exc:
+            raise ValidationError(str(exc), code="invalid_rule") from exc
+        return text
+
+    def clean(self):
+        data = super().clean()
+        expression = data.get("expression")
+        if "url" in data and not expression and not self.preview:
+            self.add_error(
+                "expression", ValidationError(
+                    "Pick what to block: one of the expressions below.", code="required",
+                ),
+            )
+        elif expression:
+            existing = SpamRule.objects.filter(expression=expression).first()
+            if existing is not None:
+                self.add_error("expression", ValidationError(
+                    "%(expression)s is already blocked (rule added %(when)s, category "
+                    "%(category)s).",
+                    code="duplicate",
+                    params={"expression": expression, "when": f"{existing.created:%Y-%m-%d %H:%M}",
+                            "category": existing.get_category_display()},
+                ))
+        return data
+
+    def sample_lines(self) -> list[str]:
+        raw = (self.data.get("samples") or "") if self.is_bound else ""
+        return [line.strip() for line in raw.splitlines() if line.strip()][:20]
+
+
+class SpamRuleChangeForm(forms.ModelForm):
+    """An existing rule: only its category and note change. A different expression
+    is a different rule: remove this one and add the other, so the log says so."""
+
+    class Meta:
+        model = SpamRule
+        fields = ["category", "note"]
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(
+        label="Rule file",
+        help_text="One URL, host or expression per line; a hosts file (0.0.0.0 host); or CSV "
+        "with the URL first and a category column. Lines starting with # are comments.",
+    )
+    default_category = forms.ChoiceField(
+        choices=Category.choices, initial=Category.SPAM,
+        help_text="Used for lines that do not name a category.",
+    )
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > MAX_IMPORT_BYTES:
+            raise ValidationError(
+                "The file is %(size)d MB; the limit is %(limit)d MB. Split it, or use the "
+                "import_rules management command.",
+                code="too_large",
+                params={"size": upload.size // 2**20, "limit": MAX_IMPORT_BYTES // 2**20},
+            )
+        raw = upload.read()
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ValidationError(
+                "The file is not UTF-8 text (byte %(pos)d is invalid). Save it as UTF-8 and "
+                "upload it again.", code="encoding", params={"pos": exc.start},
+            ) from exc
+        if "\x00" in text:
+            raise ValidationError("The file is binary, not a text list of rules.", code="binary")
+        if not text.strip():
+            raise ValidationError("The file is empty.", code="empty")
+        upload.text = text
+        return upload
+
+
+class CheckUrlForm(forms.Form):
+    url = forms.CharField(
+        label="URL", max_length=100_000, strip=True,
+        widget=forms.TextInput(attrs={"size": 100, "autofocus": True}),
+    )
+
+    def clean_url(self) -> str:
+        from urlguard.canonical import canonicalize
+
+        text = self.cleaned_data["url"]
+        try:
+            canonicalize(text)
+        except ValueError as exc:
+            raise ValidationError(
+                "%(url)s is not a URL that can be checked: %(reason)s", code="invalid_url",
+                params={"url": text[:200], "reason": exc},
+            ) from exc
+        return text
