@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from publicsuffixlist import PublicSuffixList
 
@@ -178,6 +179,14 @@ def _parse(text: str) -> CanonicalURL:
     if "*" in parts.host:
         raise RuleError(f"{_short(stripped)}: a host cannot contain '*'; a leading '*.' "
                         "is understood (a domain and all its subdomains), nothing else")
+    if "%" in parts.host:
+        # Canonicalization escapes what no browser accepts in a host name (spaces,
+        # controls, '#', '/', '@', bytes that are not UTF-8 ...): no browser could
+        # ever be sent there, so a rule on it would only ever match itself.
+        raise RuleError(
+            f"{_short(stripped)}: the host {unquote(parts.host)!r} contains characters that "
+            "no browser accepts in a host name"
+        )
     if not parts.is_ip and _public_suffixes().is_public(parts.host):
         if "." not in parts.host:
             raise RuleError(

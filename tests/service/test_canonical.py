@@ -222,6 +222,14 @@ def test_not_a_usable_http_url(url):
         expressions(url)
 
 
+def test_odd_text_never_crashes():
+    # a lone surrogate, a NUL, a C1 control: escaped, not an exception
+    assert canonicalize("http://\udc80.com/\udcff") == "http://%ED%B2%80.com/%ED%B3%BF"
+    assert canonicalize("http://a.com/\x00x") == "http://a.com/%00x"
+    assert canonicalize("http://a.com/\x85") == "http://a.com/%85"
+    assert canonicalize(bytearray(b"http://a.com/")) == "http://a.com/"
+
+
 def test_error_messages_say_why():
     with pytest.raises(ValueError, match="only http and https"):
         canonicalize("mailto:someone@example.com")

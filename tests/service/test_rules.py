@@ -65,6 +65,10 @@ def test_normalize_rule(text, expression):
     ("http://a*b.example.com/", "cannot contain '\\*'"),
     ("http://example.com:notaport/", "invalid port"),
     ("example.com/" + "a" * MAX_RULE_LENGTH, "limit"),
+    ("http://%20leadingspace.com/", "no browser accepts"),
+    ("http://host%23.com/", "no browser accepts"),
+    ("http://evil.com%2F.good.com/", "no browser accepts"),
+    ("http://\x01\x80.com/", "no browser accepts"),
 ])
 def test_normalize_rule_refuses_with_a_reason(text, reason):
     with pytest.raises(RuleError, match=reason):
