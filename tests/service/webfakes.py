@@ -25,6 +25,10 @@ class SetFilter:
         return np.fromiter((self.everything or k in self.keys for k in keys), dtype=bool,
                            count=len(keys))
 
+    def contains(self, key: str) -> bool:
+        self.calls += 1
+        return self.everything or key in self.keys
+
     def add(self, key: str) -> None:
         self.keys.add(key)
         self.applied_seq += 1
@@ -36,3 +40,5 @@ class BrokenFilter:
 
     def contains_many(self, keys):
         raise OSError("simulated: the mapped file went away")
+
+    contains = contains_many
