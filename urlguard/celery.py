@@ -28,13 +28,21 @@ def _urlguard_defaults() -> dict:
 
     from urlguard.conf import conf
 
-    broadcast = conf.BROADCAST_QUEUE
+    # An explicit routing key: on Redis a fanout is PUB/SUB on "<exchange>/<key>", and
+    # the worker would otherwise subscribe with its default key while a publisher
+    # sent with none, so nothing would arrive. (RabbitMQ ignores it for fanout.)
+    broadcast = Broadcast(conf.BROADCAST_QUEUE, routing_key="urlguard.nudge")
     # Each node must apply every change to its own file, so these go to every worker.
-    per_node = {"queue": broadcast, "exchange": broadcast}
+    # `declare`: Celery never declares a Broadcast queue when publishing, and on
+    # Redis an exchange the publisher has not declared is taken for a direct one, so
+    # the message would match no binding and vanish; declaring the fanout exchange
+    # (same attributes as the workers') makes it a PUBLISH every node receives.
+    per_node = {"queue": conf.BROADCAST_QUEUE, "exchange": conf.BROADCAST_QUEUE,
+                "routing_key": broadcast.routing_key, "declare": [broadcast.exchange]}
     return {
         "task_queues": (
             Queue("celery", Exchange("celery"), routing_key="celery"),
-            Broadcast(broadcast),
+            broadcast,
         ),
         "task_routes": {
             "urlguard.tasks.apply_changes": per_node,

@@ -109,6 +109,10 @@ def test_catch_up_is_scheduled_and_nudges_reach_every_node(settings):
         route = celery_app.amqp.router.route({}, f"urlguard.tasks.{name}")
         assert route["queue"].exchange.type == "fanout"
         assert route["queue"].exchange.name == "urlguard.broadcast"
+        # On Redis the publisher must know the exchange is a fanout, and publish on
+        # the key the workers subscribe to, or every nudge silently vanishes.
+        assert [e.type for e in route["declare"]] == ["fanout"]
+        assert route["routing_key"] == route["queue"].routing_key == "urlguard.nudge"
 
 
 def test_removal_of_a_rule_added_long_ago_reaches_its_stage(quiet, settings, filter_path,
