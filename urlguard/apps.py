@@ -1,4 +1,5 @@
-"""The urlguard AppConfig."""
+"""The urlguard AppConfig: registers the system checks and maps the filter once per
+process at start-up."""
 from django.apps import AppConfig
 
 
@@ -6,3 +7,8 @@ class UrlguardConfig(AppConfig):
     name = "urlguard"
     verbose_name = "URL guard"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from urlguard import checks, registry  # noqa: F401  (checks register on import)
+
+        registry.open_at_startup()
