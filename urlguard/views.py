@@ -21,6 +21,11 @@ from django.utils.encoding import iri_to_uri
 from django.views.decorators.http import require_GET
 
 from urlguard.conf import conf
+
+try:
+    from urlguard.clicks import record_click
+except ImportError:  # clicks.py not in this checkout yet: counting is optional, redirecting is not
+    record_click = None
 from urlguard.guard import InvalidURL, Verdict, get_guard
 from urlguard.middleware import WEB_SCHEMES, mark_confirmed
 from urlguard.models import Category, ShortLink
@@ -201,11 +206,8 @@ def short_link(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _record_click(request: HttpRequest, link: ShortLink) -> None:
-    try:
-        from urlguard.clicks import record_click
-    except ImportError:  # clicks.py not there yet: counting is optional, redirecting is not
-        return
-    record_click(request, link)
+    if record_click is not None:
+        record_click(request, link)
 
 
 def _json_error(message: str, status: int, **headers: str) -> JsonResponse:
