@@ -293,25 +293,31 @@ def _timed(fn, *args):
     return result, time.perf_counter() - started
 
 
+# The bounds are generous for a busy machine; what they catch is work that grows
+# with the square of the input (one unescaping round per nesting level would take
+# many seconds here, a linear pass takes milliseconds).
+
+
 def test_nested_percent_25_finishes_fast():
-    url = "http://example.com/%" + "25" * 10_000 + "41"
-    result, seconds = _timed(canonicalize, url)
-    assert result == "http://example.com/A"
-    assert seconds < 0.5
+    for levels in (10_000, 50_000):
+        url = "http://example.com/%" + "25" * levels + "41"
+        result, seconds = _timed(canonicalize, url)
+        assert result == "http://example.com/A"
+        assert seconds < 1.0, levels
 
 
 def test_many_separate_escapes_finish_fast():
     url = "http://example.com/" + "%2525%32%35" * 10_000
     result, seconds = _timed(canonicalize, url)
     assert result == "http://example.com/" + "%25" * 10_000
-    assert seconds < 0.5
+    assert seconds < 1.0
 
 
 def test_hundred_kilobyte_url_finishes_fast():
     segment = "abc%2Fdef/./../%41%25%32%35/"
     url = "http://Sub.Example.com/" + segment * (100_000 // len(segment)) + "?" + "q=%41&" * 1000
     result, seconds = _timed(expressions, url)
-    assert seconds < 0.5
+    assert seconds < 1.0
     # Unescaped, "%2F" is a slash like any other (Safe Browsing): "abc/def/./../" -> "abc/"
     assert result[0].startswith("sub.example.com/abc/A%25/abc/A%25/")
     assert "example.com/" in result
@@ -321,7 +327,7 @@ def test_hundred_kilobyte_host_finishes_fast():
     for host in ("a." * 50_000 + "com", "1" * 100_000, "0x" + "f" * 100_000,
                  "\u00fc" * 50_000 + ".com"):
         _, seconds = _timed(canonicalize, f"http://{host}/")
-        assert seconds < 0.5, host[:20]
+        assert seconds < 1.0, host[:20]
 
 
 def test_length_limit():
@@ -347,7 +353,7 @@ _URLS = st.one_of(
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_URLS)
 def test_canonicalize_is_idempotent_and_expressions_are_consistent(url):
     try:
