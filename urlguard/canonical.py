@@ -187,9 +187,10 @@ def canonical_url(url: str | bytes) -> CanonicalURL:
         pass
     parts = _canonical_parts(url)
     if len(url) <= _CACHE_MAX_URL and isinstance(url, str):
-        if len(_cache) >= _CACHE_ENTRIES:
-            # Drop the oldest; another thread may have emptied it meanwhile.
-            with contextlib.suppress(KeyError):
+        # Make room for two entries, oldest out first (another thread may empty the
+        # cache meanwhile: then there is nothing left to drop).
+        with contextlib.suppress(KeyError):
+            while len(_cache) > _CACHE_ENTRIES - 2:
                 _cache.popitem(last=False)
         _cache[url] = parts
         # canonicalize() is idempotent: its output has the same parts, and it is

@@ -279,6 +279,18 @@ def test_expressions_agree_with_those_of_the_canonical_form():
     assert "example.com/a/" in expressions(url)
 
 
+def test_cache_stays_bounded():
+    from urlguard import canonical
+
+    for i in range(canonical._CACHE_ENTRIES * 2):
+        canonicalize(f"http://host{i}.example/")
+    assert len(canonical._cache) <= canonical._CACHE_ENTRIES
+    # and answers stay right for what it still holds and what it dropped
+    assert canonicalize("http://HOST0.example/") == "http://host0.example/"
+    last = canonical._CACHE_ENTRIES * 2 - 1
+    assert canonicalize(f"http://host{last}.example/") == f"http://host{last}.example/"
+
+
 def test_split_expression():
     assert split_expression("example.com/a/b?c") == ("example.com", "/a/b?c")
     assert split_expression("example.com/") == ("example.com", "/")
