@@ -9,7 +9,7 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from urlguard import changes, tasks
-from urlguard.admin.charts import StageBar, render_stage_chart
+from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
 from urlguard.models import NodeStatus
 
 DASHBOARD = reverse("admin:urlguard_spamrule_dashboard")
@@ -32,6 +32,13 @@ def test_chart_has_one_bar_per_stage_sized_by_fill():
     assert widths[2] == 0
     assert "ids 1–99" in svg and "ids 100–…" in svg and "no ids yet" in svg and "k=8" in svg
     assert "#ba2121" in svg  # the nearly full stage is red
+
+
+def test_ids_read_as_times_and_rates_stay_readable():
+    stage = StageBar(0, 1_700_000_000_000_000, None, 1, 10, 7, 0.1, estimated_fpr=3e-9)
+    assert stage.time_range == "added 2023-11-14 22:13:20 → … UTC"
+    assert stage.fpr_text == "3.0e-07%"
+    assert format_rate(0.0123) == "1.23%" and format_rate(0) == "0%"
 
 
 def test_chart_without_stages_says_so():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -14,9 +15,9 @@ from django.utils.safestring import SafeString, mark_safe
 WARN_FILL = 0.5
 FULL_FILL = 0.9
 
-ROW_HEIGHT = 34
+ROW_HEIGHT = 46
 BAR_HEIGHT = 18
-LABEL_WIDTH = 230
+LABEL_WIDTH = 130
 BAR_WIDTH = 420
 VALUE_WIDTH = 230
 
@@ -42,9 +43,34 @@ class StageBar:
         return f"ids {self.first_id}–{'…' if self.last_id is None else self.last_id}"
 
     @property
+    def time_range(self) -> str:
+        """The id range as the times the rules were added (ids are added_at, in µs)."""
+        if self.first_id is None:
+            return "empty"
+        last = "…" if self.last_id is None else _when(self.last_id)
+        return f"added {_when(self.first_id)} → {last} UTC"
+
+    @property
+    def fpr_text(self) -> str:
+        return format_rate(self.estimated_fpr)
+
+    @property
     def load(self) -> float:
         """Items held against items planned, 0..1 (can exceed 1 only if the engine overfills)."""
         return self.count / self.capacity if self.capacity else 0.0
+
+
+def _when(micros: int) -> str:
+    return datetime.fromtimestamp(micros / 1e6, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_rate(rate: float) -> str:
+    """A probability as a percentage that stays readable when it is tiny."""
+    if rate == 0:
+        return "0%"
+    if rate < 1e-4:
+        return f"{rate * 100:.1e}%"
+    return f"{rate * 100:.3g}%"
 
 
 def _colour(fill: float) -> str:
@@ -73,7 +99,8 @@ def render_stage_chart(stages: Sequence[StageBar]) -> SafeString:
         fill = min(max(stage.fill, 0.0), 1.0)
         rows.append(format_html(
             '<g class="stage" data-stage="{index}">'
-            '<text class="label" x="0" y="{ty}">stage {index}: {ids}</text>'
+            '<text class="label" x="0" y="{ty}">stage {index}</text>'
+            '<text class="range" x="{x}" y="{ry}" font-size="10" fill-opacity="0.7">{when}</text>'
             '<rect class="track" x="{x}" y="{y}" width="{bw}" height="{bh}" rx="3" '
             'fill="#e8e8e8"/>'
             '<rect class="bar" x="{x}" y="{y}" width="{w}" height="{bh}" rx="3" fill="{c}">'
@@ -81,8 +108,9 @@ def render_stage_chart(stages: Sequence[StageBar]) -> SafeString:
             '</rect>'
             '<text class="value" x="{vx}" y="{ty}">{pct}% · {count}/{capacity} · k={k}</text>'
             '</g>',
-            index=stage.index, ids=stage.id_range, ty=y + BAR_HEIGHT - 4,
-            x=LABEL_WIDTH, y=y, bw=BAR_WIDTH, bh=BAR_HEIGHT, w=f"{BAR_WIDTH * fill:.1f}",
+            index=stage.index, when=f"{stage.time_range} ({stage.id_range})", ry=y + BAR_HEIGHT + 13,
+            ty=y + BAR_HEIGHT - 4,
+            x=LABEL_WIDTH, y=y, bw=BAR_WIDTH, bh=BAR_HEIGHT, w=f"{max(BAR_WIDTH * fill, 1.0 if fill > 0 else 0.0):.1f}",
             c=_colour(fill), pct=f"{fill * 100:.1f}", count=stage.count, capacity=stage.capacity,
             k=stage.k, vx=LABEL_WIDTH + BAR_WIDTH + 10,
         ))

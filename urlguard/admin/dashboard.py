@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from urlguard import registry, tasks
-from urlguard.admin.charts import StageBar, render_stage_chart
+from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
 from urlguard.admin.pages import http_methods
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus
@@ -73,7 +73,7 @@ def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
     chart = render_stage_chart(state["bars"]) if not state["error"] else None
     fp_percent = ""
     if not state["error"]:
-        fp_percent = f"{state['info'].get(FP_KEY, 0.0) * 100:.4g}%"
+        fp_percent = format_rate(float(state["info"].get(FP_KEY, 0.0)))
     return render(request, "admin/urlguard/spamrule/dashboard.html", {
         **model_admin.admin_site.each_context(request), "opts": model_admin.opts,
         "title": "Filter dashboard", "state": state, "chart": chart, "head": head,
