@@ -35,18 +35,19 @@ BLOB_HEADER_SIZE = _BLOB.size + _BLOB_CRC.size
 
 
 def pack_blob(
-    *, kind: int, seed: int, capacity: int, error_rate: float, k: int, cells: int,
-    count: int, payload: bytes | bytearray | memoryview,
+    *, kind: int, scheme: int = HASH_SCHEME, seed: int, capacity: int, error_rate: float,
+    k: int, cells: int, count: int, payload: bytes | bytearray | memoryview,
 ) -> bytes:
     """Serialize a filter's parameters and cells (header + payload)."""
     head = _BLOB.pack(
-        BLOB_MAGIC, BLOB_VERSION, kind, HASH_SCHEME, seed, 0, capacity, error_rate,
+        BLOB_MAGIC, BLOB_VERSION, kind, scheme, seed, 0, capacity, error_rate,
         k, cells, count, len(payload), zlib.crc32(payload),
     )
     return head + _BLOB_CRC.pack(zlib.crc32(head)) + bytes(payload)
 
 
-def unpack_blob(data: bytes | bytearray | memoryview, *, kind: int, payload_len) -> dict:
+def unpack_blob(data: bytes | bytearray | memoryview, *, kind: int, payload_len,
+                scheme: int = HASH_SCHEME) -> dict:
     """Validate a serialized filter and return its fields; FilterFileError if bad.
 
     ``payload_len(k, cells)`` gives the payload size the header's geometry
@@ -59,7 +60,7 @@ def unpack_blob(data: bytes | bytearray | memoryview, *, kind: int, payload_len)
             f"found {len(data)}"
         )
     fields = _BLOB.unpack_from(data)
-    (magic, version, found_kind, scheme, seed, _reserved, capacity, error_rate, k,
+    (magic, version, found_kind, found_scheme, seed, _reserved, capacity, error_rate, k,
      cells, count, length, payload_crc) = fields
     if magic != BLOB_MAGIC:
         raise FilterFileError(f"{what}: magic: expected {BLOB_MAGIC!r}, found {magic!r}")
@@ -78,8 +79,8 @@ def unpack_blob(data: bytes | bytearray | memoryview, *, kind: int, payload_len)
             f"{what}: kind: expected {names.get(kind, kind)}, "
             f"found {names.get(found_kind, found_kind)}"
         )
-    if scheme != HASH_SCHEME:
-        raise FilterFileError(f"{what}: hash scheme: expected {HASH_SCHEME}, found {scheme}")
+    if found_scheme != scheme:
+        raise FilterFileError(f"{what}: hash scheme: expected {scheme}, found {found_scheme}")
     if not (capacity > 0 and 0.0 < error_rate < 1.0 and k > 0 and cells > 0
             and cells % 16 == 0):
         raise FilterFileError(

@@ -11,13 +11,18 @@ counter ``base + i * cells``. The functions here work on such a stage inside
 any buffer: a numpy uint8 array for the batch paths (duplicate indices within
 one batch are counted, not collapsed) and a bytearray/mmap for the scalar
 paths (plain Python ints, no numpy scalars).
+
+Counter indices use hashing.COUNTER_SCHEME: slice i of a key is
+(h1 + i*h2) mod cells, exactly. Both paths reduce h1 and h2 mod cells once
+per stage and then step slice to slice with one addition and a conditional
+subtraction, so no 64-bit arithmetic or modulo happens per probe.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Iterator
 
-from .hashing import MASK64
+import numpy as np
 
 __all__ = [
     "MAX_COUNT",
@@ -27,6 +32,8 @@ __all__ = [
     "stage_contains",
     "stage_remove",
     "stage_counter_indices",
+    "stage_counters",
+    "slice_positions",
     "stage_contains_many",
     "stage_add_many",
     "stage_remove_check",
@@ -48,21 +55,42 @@ def counter_values(array: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 # -- scalar paths -------------------------------------------------------------
+_MASKS = (0x0F, 0xF0)  # the nibble of an even / odd counter
+
+
 def stage_contains(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
     """Whether every one of the key's k counters in the stage is non-zero."""
-    for i in range(k):
-        c = base + ((h1 + i * h2) & MASK64) % cells
-        if not (buf[c >> 1] >> ((c & 1) << 2)) & 15:
+    x = h1 % cells
+    step = h2 % cells
+    for _ in range(k):
+        c = base + x
+        if not buf[c >> 1] & _MASKS[c & 1]:
             return False
+        x += step
+        if x >= cells:
+            x -= cells
         base += cells
     return True
+
+
+def stage_counters(base: int, k: int, cells: int, h1: int, h2: int) -> list[int]:
+    """The key's k counter indices in the stage (scalar path)."""
+    x = h1 % cells
+    step = h2 % cells
+    out = []
+    for _ in range(k):
+        out.append(base + x)
+        x += step
+        if x >= cells:
+            x -= cells
+        base += cells
+    return out
 
 
 def stage_add(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
     """Increment the key's counters (saturating); True if any was zero before."""
     was_absent = False
-    for i in range(k):
-        c = base + ((h1 + i * h2) & MASK64) % cells
+    for c in stage_counters(base, k, cells, h1, h2):
         b = c >> 1
         v = buf[b]
         if c & 1:
@@ -74,7 +102,6 @@ def stage_add(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
             if not v & 15:
                 was_absent = True
             buf[b] = v + 1
-        base += cells
     return was_absent
 
 
@@ -83,27 +110,43 @@ def stage_remove(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
 
     Saturated counters are left at 15 (see the module docstring)."""
     positions = []
-    for i in range(k):
-        c = base + ((h1 + i * h2) & MASK64) % cells
+    for c in stage_counters(base, k, cells, h1, h2):
         v = (buf[c >> 1] >> ((c & 1) << 2)) & 15
         if not v:
             return False
         if v != 15:
             positions.append(c)
-        base += cells
     for c in positions:
         buf[c >> 1] -= 0x10 if c & 1 else 1
     return True
 
 
 # -- batch paths --------------------------------------------------------------
+def slice_positions(cells: int, k: int, h1: np.ndarray, h2: np.ndarray) -> Iterator[np.ndarray]:
+    """Per slice i = 0..k-1, every key's index within the slice (uint64 < cells).
+
+    x_{i+1} = x_i + step - cells when that does not wrap below zero: as both
+    are below cells <= 2**63 the sum cannot overflow, and the unsigned
+    subtraction wraps to a huge value exactly when it must not be taken, so
+    np.minimum picks the right one without a comparison or a modulo."""
+    modulus = np.uint64(cells)
+    x = h1 % modulus
+    step = h2 % modulus
+    for i in range(k):
+        yield x
+        if i + 1 < k:
+            y = x + step
+            x = np.minimum(y, y - modulus)
+
+
 def stage_counter_indices(
     base: int, cells: int, i: int, h1: np.ndarray, h2: np.ndarray
 ) -> np.ndarray:
     """Global counter indices (uint64) of slice ``i`` for every hashed key."""
-    with np.errstate(over="ignore"):
-        g = h1 + np.uint64(i) * h2 if i else h1
-    return g % np.uint64(cells) + np.uint64(base + i * cells)
+    for j, x in enumerate(slice_positions(cells, i + 1, h1, h2)):
+        if j == i:
+            return x + np.uint64(base + i * cells)
+    raise AssertionError("unreachable")
 
 
 def stage_contains_many(
@@ -113,26 +156,48 @@ def stage_contains_many(
 
     Slices are probed two at a time, and only keys still possibly present go
     on: an absent key usually fails within the first pair, so the work is
-    about 2n probes, not k*n, with few compactions."""
+    about 2n probes, not k*n, with few compactions. ``base`` (the stage's
+    first counter) and ``cells`` are even, so each slice is whole bytes and
+    is read through its own view."""
     n = len(h1)
+    modulus = np.uint64(cells)
+    half = cells // 2
+    start = base // 2
     alive = None  # indices of keys still possibly present; None = all
+    x = h1 % modulus
+    step = h2 % modulus
     i = 0
     while i < k:
-        hit = counter_values(array, stage_counter_indices(base, cells, i, h1, h2)) != 0
+        hit = _nonzero(array[start + i * half:start + (i + 1) * half], x)
         if i + 1 < k:
-            hit &= counter_values(array, stage_counter_indices(base, cells, i + 1, h1, h2)) != 0
+            y = x + step
+            x = np.minimum(y, y - modulus)
+            hit &= _nonzero(array[start + (i + 1) * half:start + (i + 2) * half], x)
         i += 2
+        if i < k:
+            y = x + step
+            x = np.minimum(y, y - modulus)
         if hit.all():
             continue
         alive = np.flatnonzero(hit) if alive is None else alive[hit]
         if not len(alive):
             break
-        h1, h2 = h1[hit], h2[hit]
+        x, step = x[hit], step[hit]
     if alive is None:
         return np.ones(n, dtype=bool)
     result = np.zeros(n, dtype=bool)
     result[alive] = True
     return result
+
+
+_I1, _I2, _NIBBLE = np.int64(1), np.int64(2), np.uint8(15)
+
+
+def _nonzero(region: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """Whether counters ``local`` (uint64, < 2**63) of a byte region are non-zero."""
+    r = local.view(np.int64)
+    values = region[r >> _I1] >> ((r & _I1) << _I2).astype(np.uint8)
+    return (values & _NIBBLE).astype(bool)
 
 
 def _unique_counts(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -174,27 +239,23 @@ def stage_add_many(
         return
     if len(h1) * 8 < cells:
         # Few keys for the slice: count duplicates by sorting the touched counters.
-        for i in range(k):
-            u, counts = _unique_counts(stage_counter_indices(base, cells, i, h1, h2))
+        for i, x in enumerate(slice_positions(cells, k, h1, h2)):
+            u, counts = _unique_counts(x + np.uint64(base + i * cells))
             old = counter_values(array, u)
             _store(array, u, np.minimum(old + counts, MAX_COUNT).astype(np.uint8))
         return
     # Many keys: count per counter with bincount and rewrite the whole slice,
     # O(keys + cells) of sequential work instead of a sort per slice.
-    cells64 = np.uint64(cells)
     half = cells // 2
-    with np.errstate(over="ignore"):
-        g = h1.copy()
-        for i in range(k):
-            counts = np.bincount((g % cells64).astype(np.intp), minlength=cells)
-            np.minimum(counts, MAX_COUNT, out=counts)
-            counts = counts.astype(np.uint8)
-            start = (base + i * cells) >> 1
-            region = array[start:start + half]
-            low = np.minimum((region & np.uint8(0x0F)) + counts[0::2], MAX_COUNT)
-            high = np.minimum((region >> np.uint8(4)) + counts[1::2], MAX_COUNT)
-            region[:] = low.astype(np.uint8) | (high.astype(np.uint8) << np.uint8(4))
-            g += h2
+    for i, x in enumerate(slice_positions(cells, k, h1, h2)):
+        counts = np.bincount(x.view(np.int64), minlength=cells)
+        np.minimum(counts, MAX_COUNT, out=counts)
+        counts = counts.astype(np.uint8)
+        start = (base + i * cells) >> 1
+        region = array[start:start + half]
+        low = np.minimum((region & np.uint8(0x0F)) + counts[0::2], MAX_COUNT)
+        high = np.minimum((region >> np.uint8(4)) + counts[1::2], MAX_COUNT)
+        region[:] = low.astype(np.uint8) | (high.astype(np.uint8) << np.uint8(4))
 
 
 def stage_remove_check(
@@ -208,8 +269,8 @@ def stage_remove_check(
     the other removals of this batch. Saturated counters stay at 15."""
     plan = []
     short = np.zeros(len(h1), dtype=bool)
-    for i in range(k):
-        c = stage_counter_indices(base, cells, i, h1, h2)
+    for i, x in enumerate(slice_positions(cells, k, h1, h2)):
+        c = x + np.uint64(base + i * cells)
         u, counts = _unique_counts(c)
         old = counter_values(array, u).astype(np.int64)
         saturated = old == MAX_COUNT

@@ -29,7 +29,7 @@ from .counters import (
     stage_remove_apply,
     stage_remove_check,
 )
-from .hashing import HASH_SEED, hash_pair, hash_pairs, plan_slices
+from .hashing import COUNTER_SCHEME, HASH_SEED, hash_pair, hash_pairs, plan_slices
 
 __all__ = ["CountingBloomFilter"]
 
@@ -142,14 +142,14 @@ class CountingBloomFilter:
     # -- serialization ------------------------------------------------------
     def to_bytes(self) -> bytes:
         """Self-describing little-endian bytes; ``from_bytes`` reverses it."""
-        return pack_blob(kind=KIND_COUNTERS, seed=self.seed, capacity=self.capacity,
-                         error_rate=self.error_rate, k=self.k, cells=self.cells,
-                         count=self.count, payload=self._buf)
+        return pack_blob(kind=KIND_COUNTERS, scheme=COUNTER_SCHEME, seed=self.seed,
+                         capacity=self.capacity, error_rate=self.error_rate, k=self.k,
+                         cells=self.cells, count=self.count, payload=self._buf)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> CountingBloomFilter:
         """Rebuild a filter from ``to_bytes`` output; FilterFileError if it is bad."""
-        fields = unpack_blob(data, kind=KIND_COUNTERS,
+        fields = unpack_blob(data, kind=KIND_COUNTERS, scheme=COUNTER_SCHEME,
                              payload_len=lambda k, cells: k * cells // 2)
         self = cls.__new__(cls)
         for name in ("capacity", "error_rate", "k", "cells", "seed", "count"):

@@ -42,7 +42,7 @@ import zlib
 from dataclasses import dataclass
 
 from .errors import FilterFileError
-from .hashing import HASH_SCHEME, plan_slices, stage_error_rate
+from .hashing import COUNTER_SCHEME, plan_slices, stage_error_rate
 
 __all__ = [
     "MAGIC", "VERSION", "MAX_STAGES", "PAGE", "FIXED_SIZE", "STATE_OFFSET",
@@ -175,7 +175,7 @@ def entry_offset(index: int) -> int:
 
 # -- packing -------------------------------------------------------------------
 def pack_fixed(h: Header) -> bytes:
-    body = _FIXED.pack(MAGIC, VERSION, FIXED_SIZE, HASH_SCHEME, h.seed, h.max_stages,
+    body = _FIXED.pack(MAGIC, VERSION, FIXED_SIZE, COUNTER_SCHEME, h.seed, h.max_stages,
                        h.capacity, h.error_rate, h.growth, h.tightening, h.generation,
                        TABLE_OFFSET, DATA_OFFSET)
     return body + _CRC.pack(zlib.crc32(body)) + bytes(4)
@@ -227,7 +227,7 @@ def read_fixed(buf, size: int, path: str) -> Header:
     (_, _, header_size, scheme, seed, max_stages, capacity, error_rate, growth, tightening,
      generation, table_offset, data_offset) = _FIXED.unpack_from(buf, 0)
     for field, want, got in (("header size", FIXED_SIZE, header_size),
-                             ("hash scheme", HASH_SCHEME, scheme),
+                             ("hash scheme", COUNTER_SCHEME, scheme),
                              ("max stages", MAX_STAGES, max_stages),
                              ("stage table offset", TABLE_OFFSET, table_offset),
                              ("data offset", DATA_OFFSET, data_offset)):

@@ -1,11 +1,19 @@
 """Key hashing and index geometry shared by every filter in filterengine.
 
 Each key is hashed once with MurmurHash3 x64-128 (mmh3); its two 64-bit halves
-(h1, h2) drive Kirsch–Mitzenmacher double hashing, g_i = h1 + i*h2 (mod 2**64),
-and slice i of a partitioned filter uses counter g_i mod m, where m is the
-number of cells per slice. All arithmetic is unsigned 64-bit, in Python ints on
-the scalar path and uint64 on the numpy path, so the two paths agree bit for bit
-and filters with more than 2**32 cells (files over 4 GiB) index correctly.
+(h1, h2) drive Kirsch–Mitzenmacher double hashing over partitioned slices of m
+cells each. Two index schemes exist, each named by an id stored with the data:
+
+- HASH_SCHEME (1), bit filters (BloomFilter and the variants built on it):
+  slice i uses ((h1 + i*h2) mod 2**64) mod m, Guava's MURMUR128_MITZ_64 style.
+- COUNTER_SCHEME (2), counting filters (counters.py, the scaling file):
+  slice i uses (h1 + i*h2) mod m exactly. h1 and h2 are reduced mod m once and
+  each next slice is one addition and a conditional subtraction, which keeps
+  64-bit arithmetic and modulos off the per-probe path, scalar and numpy.
+
+Both are exact in Python ints and in uint64 (the numpy paths never overflow),
+so scalar and batch paths agree bit for bit, and slices of more than 2**32
+cells (files over 4 GiB) index correctly.
 
 Hashing once per key lets a multi-stage filter probe every stage from one hash.
 """
@@ -20,6 +28,7 @@ import numpy as np
 
 __all__ = [
     "HASH_SCHEME",
+    "COUNTER_SCHEME",
     "HASH_SEED",
     "MASK64",
     "check_key",
@@ -35,6 +44,8 @@ __all__ = [
 #: mod cells-per-slice, partitioned slices" in file headers. Bump it if any of
 #: that changes: old files must then be refused, not silently misread.
 HASH_SCHEME = 1
+#: Counting filters' exact KM indices; see the module docstring.
+COUNTER_SCHEME = 2
 #: The seed written into new files. Files carry their own seed.
 HASH_SEED = 0
 MASK64 = (1 << 64) - 1

@@ -41,6 +41,7 @@ import numpy as np
 
 from . import fileformat as ff
 from .counters import (
+    _MASKS,
     stage_add,
     stage_add_many,
     stage_contains,
@@ -52,7 +53,6 @@ from .counters import (
 from .errors import FilterFileError, FilterLockedError
 from .hashing import (
     HASH_SEED,
-    MASK64,
     _hash_tuple,  # the scalar hot path calls mmh3 directly
     hash_pair,
     hash_pairs,
@@ -185,9 +185,7 @@ class _View:
         # Per stage, what the scalar probe needs, resolved once: the counter
         # index where each slice starts, and cells per slice. Newest first: it
         # is the biggest and holds the most recent keys.
-        self.probes = tuple(
-            (tuple(s.offset * 2 + i * s.cells for i in range(s.k)), s.cells)
-            for s in reversed(self.stages))
+        self.probes = tuple(_probe(s) for s in reversed(self.stages))
 
     def release(self) -> None:
         """Unmap and close the file (idempotent)."""
@@ -210,6 +208,13 @@ class _View:
         # may still be answering from it; the last reference closes it here.
         with contextlib.suppress(Exception):
             self.release()
+
+
+def _probe(stage: ff.StageEntry) -> tuple[int, tuple[int, ...], int]:
+    """What the scalar lookup needs of a stage, resolved once per mapping: the
+    first counter of slice 0, of the other slices, and cells per slice."""
+    starts = [stage.offset * 2 + i * stage.cells for i in range(stage.k)]
+    return starts[0], tuple(starts[1:]), stage.cells
 
 
 class _ClosedWord:
@@ -453,9 +458,7 @@ class ScalingCountingBloomFilter:
         state.layout = (state.layout & ff.SUPERSEDED) | (index + 1)
         ff.pack_state(fresh.buf, state)
         fresh.stages = [*fresh.stages, entry]
-        fresh.probes = (
-            (tuple(entry.offset * 2 + i * entry.cells for i in range(entry.k)), entry.cells),
-            *fresh.probes)
+        fresh.probes = (_probe(entry), *fresh.probes)
         fresh.layout = fresh.word[0]
         self._view = fresh
         self._close_view(view)
@@ -578,13 +581,22 @@ class ScalingCountingBloomFilter:
             hash_pair(key)  # raises the TypeError naming the type
         h1, h2 = _hash_tuple(key, view.seed)
         buf = view.buf
-        for starts, cells in view.probes:
-            g = h1
-            for start in starts:
-                c = start + g % cells
-                if not buf[c >> 1] & (15 << ((c & 1) << 2)):
+        masks = _MASKS
+        # COUNTER_SCHEME stepping (counters.py), unrolled for the first slice:
+        # most absent keys leave a stage there, before h2 is even reduced.
+        for first, rest, cells in view.probes:
+            x = h1 % cells
+            c = first + x
+            if not buf[c >> 1] & masks[c & 1]:
+                continue
+            step = h2 % cells
+            for start in rest:
+                x += step
+                if x >= cells:
+                    x -= cells
+                c = start + x
+                if not buf[c >> 1] & masks[c & 1]:
                     break
-                g = (g + h2) & MASK64
             else:
                 return True
         return False

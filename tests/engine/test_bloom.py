@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from filterengine import BloomFilter, FilterFileError
+from filterengine.counters import slice_positions, stage_counters
 from filterengine.hashing import (
     hash_pair,
     hash_pairs,
@@ -177,8 +178,14 @@ def test_stage_error_rates_sum_within_target():
        st.integers(1, 2**62))
 def test_index_math_is_64_bit_clean_at_any_size(h1, h2, i, cells):
     # Large slices (files far beyond 4 GiB) without allocating them: the numpy
-    # path must agree with exact integer arithmetic.
+    # paths must agree with exact integer arithmetic, for both schemes.
     expected = ((h1 + i * h2) % 2**64) % cells
     assert slice_index(h1, h2, i, cells) == expected
     got = slice_indices(np.array([h1], np.uint64), np.array([h2], np.uint64), i, cells)
     assert int(got[0]) == expected < cells
+    # COUNTER_SCHEME: (h1 + i*h2) mod cells with no 64-bit wrap, scalar and numpy.
+    exact = (h1 + i * h2) % cells
+    assert stage_counters(0, i + 1, cells, h1, h2)[i] == i * cells + exact
+    positions = list(slice_positions(cells, i + 1, np.array([h1], np.uint64),
+                                     np.array([h2], np.uint64)))
+    assert int(positions[i][0]) == exact

@@ -24,7 +24,7 @@ ops_st = st.lists(
 
 def counters_of(f, key):
     h1, h2 = hash_pair(key)
-    return [counter_value(f._buf, i * f.cells + ((h1 + i * h2) % 2**64) % f.cells)
+    return [counter_value(f._buf, i * f.cells + (h1 + i * h2) % f.cells)
             for i in range(f.k)]
 
 

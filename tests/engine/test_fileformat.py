@@ -113,7 +113,7 @@ def test_other_format_version(made):
 def test_other_hash_scheme(made):
     path, data = made
     write(path, _rewrite_fixed(data, scheme=9))
-    refused(path, "hash scheme: expected 1, found 9")
+    refused(path, "hash scheme: expected 2, found 9")
 
 
 def test_other_format_entirely(made, tmp_path):

@@ -1,0 +1,359 @@
+"""Benchmark filterengine's filters against the peers named in issue 2.
+
+    python bench/engine.py              # 1,000,000 URL-like keys, error rate 0.01
+    python bench/engine.py --keys 100000
+
+All structures get the same keys in the same run. Single-key columns time a
+plain Python loop of single calls (loop overhead included, as a caller pays
+it); "batch" rows time the vectorised methods. Contains and remove are timed
+on a sample (``--sample``, default 200,000) of present keys and of keys never
+added; the false-positive rate is measured on the whole absent sample.
+Afterwards the issue's targets are checked on a filter grown from capacity
+100,000 (scaled with --keys) to all keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import pickle
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from filterengine import ScalingCountingBloomFilter  # noqa: E402
+
+RATE = 0.01
+
+
+def url_keys(n: int, tag: str) -> list[str]:
+    """URL-like keys: a few thousand hosts, varied paths and queries."""
+    return [f"https://{tag}{i % 5003}.example{i % 7}.com/articles/{i}/"
+            f"page-{(i * 7919) % 100_003}.html?utm={i % 97}" for i in range(n)]
+
+
+def rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+def timed(fn: Callable[[], object]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def fmt_rate(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f} M"
+    return f"{value / 1e3:.0f} k"
+
+
+def fmt_open(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+class Row:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.add: float | None = None
+        self.present: float | None = None
+        self.absent: float | None = None
+        self.remove: float | None = None
+        self.bytes_per: float | None = None
+        self.fpr: float | None = None
+        self.open: float | None = None
+        self.note = ""
+
+    def cells(self) -> list[str]:
+        return [self.name, fmt_rate(self.add), fmt_rate(self.present), fmt_rate(self.absent),
+                fmt_rate(self.remove),
+                "n/a" if self.bytes_per is None else f"{self.bytes_per:.2f}",
+                "n/a" if self.fpr is None else f"{self.fpr * 100:.3f}%",
+                fmt_open(self.open), self.note]
+
+
+def best_open(fn: Callable[[], object], repeat: int = 7) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        obj = fn()
+        times.append(time.perf_counter() - start)
+        close = getattr(obj, "close", None)
+        if close is not None:
+            close()
+    return statistics.median(times)
+
+
+def bench_single(keys, present, absent, tmp, initial) -> Row:
+    row = Row(f"ours single-key (grown from {initial:,})")
+    path = os.path.join(tmp, "ours-single.bin")
+    f = ScalingCountingBloomFilter.create(path, capacity=initial, error_rate=RATE)
+    add = f.add
+
+    def adding():
+        for i, key in enumerate(keys):
+            add(key, i)
+    row.add = rate(len(keys), timed(adding))
+    contains = f.contains
+    row.present = rate(len(present), timed(lambda: [contains(k) for k in present]))
+    hits = []
+    row.absent = rate(len(absent), timed(lambda: hits.extend(contains(k) for k in absent)))
+    row.fpr = sum(hits) / len(absent)
+    row.bytes_per = f.nbytes / len(keys)
+    f.flush()
+    remove = f.remove
+    step = max(1, len(keys) // len(present))
+    ids = range(0, len(keys), step)
+
+    def removing():
+        for key, id_ in zip(present, ids, strict=False):
+            remove(key, id_)
+    row.remove = rate(len(present), timed(removing))
+    f.close()
+    row.open = best_open(lambda: ScalingCountingBloomFilter.open(path, readonly=True))
+    return row
+
+
+def bench_batch(keys, present, absent, tmp, initial, chunk) -> Row:
+    row = Row(f"ours batch (grown from {initial:,})")
+    path = os.path.join(tmp, f"ours-batch-{initial}.bin")
+    f = ScalingCountingBloomFilter.create(path, capacity=initial, error_rate=RATE)
+    ids = np.arange(len(keys), dtype=np.int64)
+
+    def adding():
+        for s in range(0, len(keys), chunk):
+            f.add_many(keys[s:s + chunk], ids[s:s + chunk])
+    row.add = rate(len(keys), timed(adding))
+    row.present = rate(len(present), timed(lambda: f.contains_many(present)))
+    hits = f.contains_many(absent)
+    row.absent = rate(len(absent), timed(lambda: f.contains_many(absent)))
+    row.fpr = float(hits.mean())
+    row.bytes_per = f.nbytes / len(keys)
+    row.note = f"{len(f.info()['stages'])} stage(s), 4-bit counters, mmap file"
+    step = max(1, len(keys) // len(present))
+    row.remove = rate(len(present),
+                      timed(lambda: f.remove_many(present, ids[::step][:len(present)])))
+    f.close()
+    row.open = best_open(lambda: ScalingCountingBloomFilter.open(path, readonly=True))
+    return row
+
+
+def bench_peers(keys, present, absent, tmp) -> list[Row]:
+    rows = []
+    n = len(keys)
+
+    import rbloom
+    row = Row("rbloom Bloom (bits, Rust)")
+    b = rbloom.Bloom(n, RATE)
+    row.add = rate(n, timed(lambda: [b.add(k) for k in keys]))
+    row.present = rate(len(present), timed(lambda: [k in b for k in present]))
+    row.absent = rate(len(absent), timed(lambda: [k in b for k in absent]))
+    row.fpr = sum(k in b for k in absent) / len(absent)
+    row.bytes_per = b.size_in_bits / 8 / n
+    row.note = "no remove; save/load needs a Python hash_func"
+    rows.append(row)
+
+    import pybloomfilter
+    row = Row("pybloomfiltermmap3 (bits, mmap)")
+    path = os.path.join(tmp, "pbf.bin")
+    b = pybloomfilter.BloomFilter(n, RATE, path)
+    row.add = rate(n, timed(lambda: [b.add(k) for k in keys]))
+    row.present = rate(len(present), timed(lambda: [k in b for k in present]))
+    row.absent = rate(len(absent), timed(lambda: [k in b for k in absent]))
+    row.fpr = sum(k in b for k in absent) / len(absent)
+    row.bytes_per = b.num_bits / 8 / n
+    b.sync()
+    b.close()
+    row.open = best_open(lambda: pybloomfilter.BloomFilter.open(path, "r"))
+    row.note = "no remove"
+    rows.append(row)
+
+    import probables
+    row = Row("pyprobables CountingBloomFilter")
+    b = probables.CountingBloomFilter(est_elements=n, false_positive_rate=RATE)
+    row.add = rate(n, timed(lambda: [b.add(k) for k in keys]))
+    row.present = rate(len(present), timed(lambda: [b.check(k) for k in present]))
+    row.absent = rate(len(absent), timed(lambda: [b.check(k) for k in absent]))
+    row.fpr = sum(bool(b.check(k)) for k in absent) / len(absent)
+    row.bytes_per = b.export_size() / n
+    path = os.path.join(tmp, "probables.cbf")
+    b.export(path)
+    row.remove = rate(len(present), timed(lambda: [b.remove(k) for k in present]))
+    row.open = best_open(lambda: probables.CountingBloomFilter(filepath=path), repeat=3)
+    row.note = "32-bit counters"
+    rows.append(row)
+
+    import fastbloom_rs
+    row = Row("fastbloom-rs CountingBloomFilter (batch)")
+    b = fastbloom_rs.FilterBuilder(n, RATE).build_counting_bloom_filter()
+    row.add = rate(n, timed(lambda: b.add_str_batch(keys)))
+    row.present = rate(len(present), timed(lambda: b.contains_str_batch(present)))
+    row.absent = rate(len(absent), timed(lambda: b.contains_str_batch(absent)))
+    row.fpr = sum(b.contains_str_batch(absent)) / len(absent)
+    data = b.get_bytes()
+    row.bytes_per = len(data) / n
+    path = os.path.join(tmp, "fastbloom.bin")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    hashes = b.hashes()
+
+    def load():
+        with open(path, "rb") as fh:
+            return fastbloom_rs.CountingBloomFilter.from_bytes(fh.read(), hashes)
+    row.remove = rate(len(present), timed(lambda: [b.remove_str(k) for k in present]))
+    row.open = best_open(load, repeat=3)
+    row.note = "remove is single-key (no batch remove)"
+    rows.append(row)
+
+    import pybloom_live
+    row = Row("pybloom-live ScalableBloomFilter")
+    b = pybloom_live.ScalableBloomFilter(initial_capacity=100_000 * n // 1_000_000 or 1000,
+                                         error_rate=RATE)
+    row.add = rate(n, timed(lambda: [b.add(k) for k in keys]))
+    row.present = rate(len(present), timed(lambda: [k in b for k in present]))
+    row.absent = rate(len(absent), timed(lambda: [k in b for k in absent]))
+    row.fpr = sum(k in b for k in absent) / len(absent)
+    row.bytes_per = sum(f.num_bits for f in b.filters) / 8 / n
+    path = os.path.join(tmp, "pybloom.sbf")
+    with open(path, "wb") as fh:
+        b.tofile(fh)
+
+    def load_sbf():
+        with open(path, "rb") as fh:
+            return pybloom_live.ScalableBloomFilter.fromfile(fh)
+    row.open = best_open(load_sbf, repeat=3)
+    row.note = f"{len(b.filters)} stages, bits; no remove"
+    rows.append(row)
+
+    row = Row("Python set")
+    s: set[str] = set()
+    row.add = rate(n, timed(lambda: [s.add(k) for k in keys]))
+    row.present = rate(len(present), timed(lambda: [k in s for k in present]))
+    row.absent = rate(len(absent), timed(lambda: [k in s for k in absent]))
+    row.fpr = 0.0
+    row.bytes_per = (sys.getsizeof(s) + sum(map(sys.getsizeof, keys))) / n
+    path = os.path.join(tmp, "set.pickle")
+    with open(path, "wb") as fh:
+        pickle.dump(s, fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def load_set():
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+    row.remove = rate(len(present), timed(lambda: [s.discard(k) for k in present]))
+    row.open = best_open(load_set, repeat=3)
+    row.note = "exact; pickle load"
+    rows.append(row)
+    return rows
+
+
+def target_checks(keys, absent, tmp, initial) -> list[tuple[str, str, str, bool]]:
+    """The issue's targets on a filter grown from ``initial`` to all keys."""
+    path = os.path.join(tmp, "grown.bin")
+    f = ScalingCountingBloomFilter.create(path, capacity=initial, error_rate=RATE)
+    ids = np.arange(len(keys), dtype=np.int64)
+    add_s = timed(lambda: f.add_many(keys, ids))
+    f.close()
+    r = ScalingCountingBloomFilter.open(path, readonly=True)
+    info = r.info()
+    present_s = timed(lambda: r.contains_many(keys))
+    absent_s = timed(lambda: r.contains_many(absent))
+    fpr = float(r.contains_many(absent).mean())
+    contains = r.contains
+    clock = time.perf_counter_ns
+    medians = {}
+    for label, sample in (("present", keys[:: max(1, len(keys) // 20_000)]),
+                          ("absent", absent[:20_000])):
+        per_call = []
+        for key in sample:
+            t0 = clock()
+            contains(key)
+            per_call.append(clock() - t0)
+        overhead = min(clock() - clock() for _ in range(1000))
+        medians[label] = (statistics.median(per_call) - overhead) / 1000
+    r.close()
+    opens = [best_open(lambda: ScalingCountingBloomFilter.open(path, readonly=True), 15)]
+    n = len(keys)
+    stages = len(info["stages"])
+    return [
+        ("stages", f"{stages} (capacity {initial:,} → {n:,} keys)", "", True),
+        ("add_many", f"{rate(n, add_s) / 1e6:.2f} M keys/s", "≥ 4 M", rate(n, add_s) >= 4e6),
+        ("contains_many present", f"{rate(n, present_s) / 1e6:.2f} M keys/s", "≥ 4 M",
+         rate(n, present_s) >= 4e6),
+        ("contains_many absent", f"{rate(len(absent), absent_s) / 1e6:.2f} M keys/s", "≥ 4 M",
+         rate(len(absent), absent_s) >= 4e6),
+        ("contains median, present", f"{medians['present']:.2f} µs", "≤ 2 µs",
+         medians["present"] <= 2),
+        ("contains median, absent", f"{medians['absent']:.2f} µs", "≤ 2 µs",
+         medians["absent"] <= 2),
+        ("bytes per element", f"{info['bytes'] / n:.2f}", "≤ 8", info["bytes"] / n <= 8),
+        ("measured FPR", f"{fpr * 100:.3f}% on {len(absent):,} absent keys "
+         f"(estimated {info['estimated_fpr'] * 100:.3f}%)", "≤ 1%", fpr <= RATE),
+        ("open()", f"{opens[0] * 1e3:.3f} ms", "< 1 ms", opens[0] < 1e-3),
+    ]
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
+            for r in rows]
+    return "\n".join([line, rule, *body])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--sample", type=int, default=200_000)
+    parser.add_argument("--chunk", type=int, default=100_000,
+                        help="batch size for our add_many in the comparison table")
+    parser.add_argument("--skip-peers", action="store_true")
+    args = parser.parse_args()
+    n = args.keys
+    initial = max(1000, n // 10)
+    keys = url_keys(n, "host")
+    absent_all = url_keys(n, "nohost")
+    m = min(args.sample, n)
+    present = keys[:: max(1, n // m)][:m]
+    absent = absent_all[:m]
+    print(f"filterengine benchmark: {n:,} URL-like keys, error rate {RATE}, "
+          f"contains/remove on {m:,} present and {m:,} absent keys, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [bench_single(keys, present, absent, tmp, initial),
+                bench_batch(keys, present, absent, tmp, initial, args.chunk),
+                bench_batch(keys, present, absent, tmp, n, args.chunk)]
+        rows[-1].name = f"ours batch (capacity {n:,}, one stage)"
+        if not args.skip_peers:
+            rows += bench_peers(keys, present, absent, tmp)
+        print()
+        print(table(["structure", "add/s", "contains/s present", "contains/s absent",
+                     "remove/s", "bytes/elem", "FPR", "open", "note"],
+                    [r.cells() for r in rows]))
+        print()
+        print(f"Targets (issue 2) on a filter grown from {initial:,} to {n:,} keys "
+              f"(one add_many call; {n:,} absent keys for the FPR):")
+        checks = target_checks(keys, absent_all, tmp, initial)
+        print(table(["check", "measured", "target", "met"],
+                    [[c, v, t, "" if not t else ("yes" if ok else "NO")]
+                     for c, v, t, ok in checks]))
+
+
+if __name__ == "__main__":
+    main()
