@@ -9,7 +9,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.core import signing
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import include, path
 
 from urlguard.changes import add_rule
@@ -165,3 +167,21 @@ def test_error_pages_are_ours_not_tracebacks(db, settings):
     assert crashed.status_code == 500
     html = crashed.content.decode()
     assert "Something went wrong" in html and "Traceback" not in html
+
+
+def test_real_filter_false_positive_never_warns(client, links, filter_path):
+    from urlguard import registry
+
+    # A key in the filter file with no row in the table: exactly what a Bloom
+    # filter false positive looks like to the guard.
+    with registry.writer(str(filter_path)) as writer:
+        writer.add("www.python.org/", 1)
+    assert registry.get_filter(str(filter_path)).contains("www.python.org/")
+    response = client.get("/clean")
+    assert response.status_code == 302 and response["Location"] == "https://www.python.org/"
+    assert "X-URLGuard" not in response
+    # Confirmed clean once; the next redirect does not ask the spam table again.
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/clean").status_code == 302
+    assert queries.captured_queries
+    assert not [q for q in queries.captured_queries if "urlguard_spamrule" in q["sql"]]
