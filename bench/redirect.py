@@ -3,11 +3,11 @@ driven by wrk on loopback, with the guard on and off in the same run.
 Target: the guard costs at most 5% of throughput.
 
 Both servers run on the same seeded SQLite database and filter file; they
-differ only in RedirectGuardMiddleware. The runs alternate (off, on, off, on, …)
-so that drift of the machine hits both sides alike; the table reports each
-run and the median.
+differ only in RedirectGuardMiddleware. The runs alternate (off, on, on, off, …)
+in pairs, so that drift of the machine hits both sides alike; the table
+reports each run, the medians, and the median cost over the pairs.
 
-    .venv/bin/python bench/redirect.py [--rounds 3] [--seconds 5] [--connections 16]
+    .venv/bin/python bench/redirect.py [--rounds 6] [--seconds 4] [--connections 16]
 
 Bounded: rounds x 2 x seconds of load plus ~10 s of set-up; stops by itself.
 """
@@ -88,8 +88,8 @@ def wrk(url: str, seconds: int, connections: int) -> tuple[float, str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--slug", default="python", help="seed_demo link to request")
@@ -134,9 +134,11 @@ def main() -> None:
             wrk(url, 1, args.connections)
 
         results: dict[str, list[tuple[float, str, int]]] = {name: [] for name in servers}
+        order = list(servers)
         for _ in range(args.rounds):
-            for name, url in servers.items():
-                results[name].append(wrk(url, args.seconds, args.connections))
+            for name in order:
+                results[name].append(wrk(servers[name], args.seconds, args.connections))
+            order.reverse()  # off-on, on-off, ...: drift of the machine hits both alike
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -159,7 +161,10 @@ def main() -> None:
               f"{medians[name]:>12.0f} | {runs[len(runs) // 2][1]:>11} | "
               f"{sum(r[2] for r in runs):>6} |")
     cost = 1 - medians["guard on"] / medians["guard off"]
-    print(f"\nguard cost: {cost:+.1%} of throughput (target <= 5%)\n")
+    paired = statistics.median(1 - on[0] / off[0] for on, off in
+                               zip(results["guard on"], results["guard off"], strict=True))
+    print(f"\nguard cost: {cost:+.1%} of median throughput, {paired:+.1%} median of the "
+          f"{args.rounds} back-to-back pairs (target <= 5%)\n")
 
 
 if __name__ == "__main__":
