@@ -84,7 +84,8 @@ _POSSIBLE_IPV4_RE = re.compile(rb"(?:0[xX][0-9A-Fa-f]+|[0-9.])+")
 # The Windows resolver takes "10.192.95.89 xy" as 10.192.95.89 (up to 15 chars).
 _IPV4_TRAILING_JUNK_RE = re.compile(rb"([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}) ")
 _DIGITS = frozenset(b"0123456789")
-_OCTAL = frozenset(b"01234567")
+_OCTET = rb"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_DOTTED_QUAD_RE = re.compile(_OCTET + rb"(?:\." + _OCTET + rb"){3}")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _HEX_VALUE = {c: int(chr(c), 16) for c in _HEX}
 
@@ -92,11 +93,11 @@ _HEX_VALUE = {c: int(chr(c), 16) for c in _HEX}
 _IDN_DOTS_RE = re.compile("[.\u3002\uff0e\uff61]")
 
 
-def _escape_table(extra: bytes) -> tuple[tuple[str, ...], re.Pattern[bytes]]:
-    """Per-byte output table and a detector for bytes that need escaping: the
-    Safe Browsing set (<= 0x20, >= 0x7f, '#', '%') plus `extra`."""
+def _escape_table(extra: bytes) -> tuple[tuple[bytes, ...], re.Pattern[bytes]]:
+    """Per-byte escapes and a pattern matching the bytes that need one: the Safe
+    Browsing set (<= 0x20, >= 0x7f, '#', '%') plus `extra`."""
     special = set(range(0x21)) | set(range(0x7F, 0x100)) | set(b"#%") | set(extra)
-    table = tuple(f"%{b:02X}" if b in special else chr(b) for b in range(256))
+    table = tuple(b"%%%02X" % b if b in special else bytes([b]) for b in range(256))
     chars = b"".join(b"\\x%02x" % b for b in sorted(special))
     return table, re.compile(b"[" + chars + b"]")
 
@@ -331,10 +332,11 @@ def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool]:
 _DIGITS_BYTES = frozenset(bytes([c]) for c in b"0123456789")
 
 
-def _escape(data: bytes, table: tuple[str, ...], needs_escape: re.Pattern[bytes]) -> str:
-    if needs_escape.search(data) is None:
-        return data.decode("ascii")
-    return "".join(map(table.__getitem__, data))
+def _escape(data: bytes, table: tuple[bytes, ...], needs_escape: re.Pattern[bytes]) -> str:
+    # Only the bytes that need it go through Python; the rest is copied in C.
+    if needs_escape.search(data) is not None:
+        data = needs_escape.sub(lambda match: table[match.group()[0]], data)
+    return data.decode("ascii")
 
 
 def _unescape(data: bytes) -> bytes:
@@ -389,6 +391,8 @@ def _parse_ipv4(host: bytes) -> str | None:
     """Dotted-quad form of an IPv4 host in any legal encoding (decimal, octal, hex,
     fewer than 4 parts: "3279880203" -> "195.127.0.11"), or None if it is a name.
     Follows the Safe Browsing reference implementation, quirks included."""
+    if _DOTTED_QUAD_RE.fullmatch(host) is not None:  # already canonical: the usual case
+        return host.decode("ascii")
     if len(host) <= 15:
         match = _IPV4_TRAILING_JUNK_RE.match(host)
         if match is not None:
@@ -413,18 +417,22 @@ def _parse_ipv4(host: bytes) -> str | None:
 
 
 def _parse_ip_number(part: bytes) -> int | None:
+    # _POSSIBLE_IPV4_RE has already limited the characters to digits and "0x" + hex
+    # digits, so int() sees no sign, space or underscore; it refuses the rest
+    # ("08", "10x1", "0x").
     if part[:2] in (b"0x", b"0X"):
-        digits, base, allowed = part[2:], 16, _HEX
+        digits, base = part[2:], 16
     elif len(part) > 1 and part[:1] == b"0":
-        digits, base, allowed = part[1:], 8, _OCTAL
+        digits, base = part[1:], 8
     else:
-        digits, base, allowed = part, 10, _DIGITS
-    if not digits or not all(c in allowed for c in digits):
+        digits, base = part, 10
+    digits = digits.lstrip(b"0") or (b"0" if digits else b"")
+    if not digits or len(digits) > 11:  # > 32 bits in any base; no huge int parse
         return None
-    digits = digits.lstrip(b"0") or b"0"
-    if len(digits) > 11:  # more than 32 bits in any base (and no huge int parse)
+    try:
+        value = int(digits, base)
+    except ValueError:
         return None
-    value = int(digits, base)
     return value if value <= 0xFFFFFFFF else None
 
 
