@@ -66,7 +66,7 @@ def first_response(url: str) -> tuple[int, str]:
             return None
 
     try:
-        with urllib.request.build_opener(NoRedirect).open(url, timeout=5) as r:
+        with urllib.request.build_opener(NoRedirect).open(url, timeout=60) as r:
             return r.status, r.headers.get("Cache-Control", "")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers.get("Cache-Control", "")
