@@ -251,7 +251,9 @@ class ScalingCountingBloomFilter:
         self._view = _View(fd, not readonly, path)
         self._header = self._view.header
         if not readonly:
-            state = self._state()
+            # The writer keeps the state block in memory (it is its only
+            # writer) and writes it through, instead of decoding it per change.
+            state = self._st = self._state()
             self._seq = max(state.mem_seqnum, state.disk_seqnum)
             if state.mem_seqnum == 0 or state.mem_seqnum != state.disk_seqnum:
                 # The last writer died mid-change, or before flushing: its
@@ -412,7 +414,7 @@ class ScalingCountingBloomFilter:
         old = self._view
         self._view = _View(os.open(self.path, os.O_RDWR | os.O_CLOEXEC), True, self.path)
         self._header = self._view.header
-        state = self._state()
+        state = self._st = self._state()
         self._seq = max(state.mem_seqnum, state.disk_seqnum)
         self._close_view(old)
 
@@ -454,7 +456,7 @@ class ScalingCountingBloomFilter:
         os.ftruncate(view.fd, entry.end)
         fresh = _View(os.dup(view.fd), True, self.path)
         ff.pack_entry(fresh.buf, index, entry)
-        state = ff.read_state(fresh.buf, self.path)
+        state = self._st
         state.layout = (state.layout & ff.SUPERSEDED) | (index + 1)
         ff.pack_state(fresh.buf, state)
         fresh.stages = [*fresh.stages, entry]
@@ -486,26 +488,31 @@ class ScalingCountingBloomFilter:
         If an exception leaves the block after something was modified, the
         file is marked dirty for good (a partial change must not look applied
         after a flush); an exception before any modification leaves it clean."""
-        view = self._writable()
-        if self._depth == 0:
-            state = ff.read_state(view.buf, self.path)
-            state.mem_seqnum = 0
-            ff.pack_state(view.buf, state)
-            self._modified = False
-        self._depth += 1
+        self._begin()
         ok = False
         try:
             yield self
             ok = True
         finally:
-            self._depth -= 1
-            if self._depth == 0:
-                self._seq += 1
-                state = self._state()
-                state.mem_seqnum = self._seq
-                if not ok and self._modified:
-                    state.flags |= ff.FLAG_TORN  # part of a change is in the counters
-                ff.pack_state(self._view.buf, state)
+            self._end(ok)
+
+    def _begin(self) -> None:
+        view = self._writable()
+        if self._depth == 0:
+            self._st.mem_seqnum = 0
+            ff.pack_state(view.buf, self._st)
+            self._modified = False
+        self._depth += 1
+
+    def _end(self, ok: bool) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._seq += 1
+            state = self._st
+            state.mem_seqnum = self._seq
+            if not ok and self._modified:
+                state.flags |= ff.FLAG_TORN  # part of a change is in the counters
+            ff.pack_state(self._view.buf, state)
 
     @property
     def applied_seq(self) -> int:
@@ -518,9 +525,7 @@ class ScalingCountingBloomFilter:
         if value < 0:
             raise ValueError(f"applied_seq must be >= 0, got {value}")
         with self.change():
-            state = self._state()
-            state.applied_seq = value
-            ff.pack_state(self._view.buf, state)
+            self._st.applied_seq = value  # written by the change's end
             self._modified = True
 
     def flush(self) -> None:
@@ -531,7 +536,7 @@ class ScalingCountingBloomFilter:
             return
         view = self._view
         view.mm.flush()
-        state = self._state()
+        state = self._st
         if state.mem_seqnum and state.disk_seqnum != state.mem_seqnum:
             state.disk_seqnum = state.mem_seqnum
             ff.pack_state(view.buf, state)
@@ -542,14 +547,17 @@ class ScalingCountingBloomFilter:
         """Add ``key`` with ``id`` (its timestamp) to the newest stage."""
         h1, h2 = hash_pair(key, self._header.seed)
         id = _int_id(id)
-        self._writable()
-        with self.change():
+        self._begin()
+        ok = False
+        try:
             view, index, _ = self._newest_with_room()
             stage = view.stages[index]
-            stage_add(view.mm, stage.offset * 2, stage.k, stage.cells, h1, h2)
+            stage_add(view.buf, stage.offset * 2, stage.k, stage.cells, h1, h2)
             count, first, last = self._dynamic(index)
             self._set_dynamic(index, count + 1, min(first, id), max(last, id))
-            self._modified = True
+            self._modified = ok = True
+        finally:
+            self._end(ok)
 
     def remove(self, key: str | bytes, id: int) -> None:
         """Remove ``key`` added with ``id``: from a stage whose id range holds
@@ -561,9 +569,9 @@ class ScalingCountingBloomFilter:
             count, first, last = self._dynamic(index)
             stage = view.stages[index]
             if first <= id <= last and stage_contains(
-                    view.mm, stage.offset * 2, stage.k, stage.cells, h1, h2):
+                    view.buf, stage.offset * 2, stage.k, stage.cells, h1, h2):
                 with self.change():
-                    stage_remove(view.mm, stage.offset * 2, stage.k, stage.cells, h1, h2)
+                    stage_remove(view.buf, stage.offset * 2, stage.k, stage.cells, h1, h2)
                     self._set_dynamic(index, count - 1, first, last)
                     self._modified = True
                 return
