@@ -20,6 +20,7 @@ from filterengine.bloom import BloomFilter
 from filterengine.hashing import MASK64, hash_pair, plan_slices
 from filterengine.opposite import KeyLike
 from filterengine.opposite import _to_bytes as _key_bytes
+from filterengine.scalable import _stage_add, _stage_contains
 
 __all__ = ["ContinuousBloomFilter", "RotatingBloomFilter"]
 
@@ -232,17 +233,19 @@ class RotatingBloomFilter:
 
     def add(self, key: KeyLike) -> bool:
         """Add `key` to the current period; return True if it was not present."""
+        h1, h2 = hash_pair(_key_bytes(key))  # once for every filter of the ring
         with self._lock:
             self._advance()
-            present = any(key in f for f in self._filters)
-            self._current.add(key)
+            present = any(_stage_contains(f, h1, h2) for f in self._filters)
+            _stage_add(self._current, h1, h2)
         return not present
 
     def contains(self, key: KeyLike) -> bool:
+        h1, h2 = hash_pair(_key_bytes(key))
         with self._lock:
             self._advance()
             filters = self._filters
-        return any(key in f for f in filters)
+        return any(_stage_contains(f, h1, h2) for f in filters)
 
     __contains__ = contains
 
