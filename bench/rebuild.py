@@ -104,9 +104,9 @@ def main() -> None:
     print(f"rebuild_filter from PostgreSQL: {n:,} rules, capacity {conf.FILTER_CAPACITY:,}, "
           f"error rate {conf.FILTER_ERROR_RATE}")
     print()
-    print(f"| {'what':<52} | {'seconds':>8} | {'rules/s':>10} |")
-    print(f"|{'-' * 54}|{'-' * 10}|{'-' * 12}|")
-    line = "| {:<52} | {:>8.2f} | {:>10,.0f} |"
+    print(f"| {'what':<56} | {'seconds':>8} | {'rules/s':>10} |")
+    print(f"|{'-' * 58}|{'-' * 10}|{'-' * 12}|")
+    line = "| {:<56} | {:>8.2f} | {:>10,.0f} |"
     print(line.format("rebuild_filter (stream + build + replace + replay)", rebuild_s,
                       n / rebuild_s))
     print(line.format("  stream rows from PostgreSQL (values_list iterator)", stream_s,

@@ -145,12 +145,11 @@ def open_writer(path: str | None = None, *, timeout: float | None = None
 @contextmanager
 def writer(path: str | None = None, *, timeout: float | None = None
            ) -> Iterator[ScalingCountingBloomFilter]:
-    """open_writer() as a context manager: flushes and closes (releasing the lock) on
-    the way out. Keep the block short: in-process (eager) mode, every web process
+    """open_writer() as a context manager: closes it (flush, release the lock) on the
+    way out. Keep the block short: in-process (eager) mode, every web process
     that applies a change takes this lock."""
     filt = open_writer(path, timeout=timeout)
     try:
         yield filt
-        filt.flush()
     finally:
-        filt.close()
+        filt.close()  # flushes first (msync, then the clean mark), unless a change is open

@@ -254,10 +254,9 @@ def sync(up_to_seq: int | None = None, *, path: str | None = None,
                 filt = registry.open_writer(path)
             _apply_pending(filt, result)  # whatever was committed after the snapshot
             result.head = max(result.head, log_head())
-        filt.flush()
     finally:
         if filt is not None:
-            filt.close()
+            filt.close()  # flushes: durable, and marked clean
     registry.file_written(path)
     if result.applied:
         logger.info("filter %s: applied %d change(s), now at #%d",
@@ -287,17 +286,22 @@ def _jsonable(value: Any) -> Any:
 
 
 def report_status(path: str | None = None, *, error: str = "",
-                  result: SyncResult | None = None) -> None:
+                  result: SyncResult | None = None, full: bool = False) -> None:
     """Write what this node's file looks like now into its NodeStatus row. Never
-    raises: reporting must not turn a successful apply into a failed task."""
+    raises: reporting must not turn a successful apply into a failed task.
+
+    info() reads every counter (O(file size)), so the stage figures are refreshed
+    only when `full` or after a rebuild (the periodic catch-up passes full=True);
+    a plain apply records its high-water mark and state, which is what lag needs."""
     if path is None:
         path = conf.FILTER_PATH
     try:
         defaults: dict[str, Any] = {"filter_path": path, "last_error": error[:10_000]}
         filt = registry.get_filter(path)
         if filt is not None:
-            defaults.update(applied_seq=filt.applied_seq, is_clean=filt.is_clean,
-                            info=_jsonable(filt.info()))
+            defaults.update(applied_seq=filt.applied_seq, is_clean=filt.is_clean)
+            if full or (result is not None and result.rebuilt):
+                defaults["info"] = _jsonable(filt.info())
         elif not error:
             defaults["last_error"] = "the filter file is missing or unreadable"
         if result is not None and result.rebuilt:
@@ -308,7 +312,8 @@ def report_status(path: str | None = None, *, error: str = "",
         logger.exception("could not report the status of filter %s", path)
 
 
-def _run(task: Any, up_to_seq: int | None, force_rebuild: str = "") -> dict[str, Any]:
+def _run(task: Any, up_to_seq: int | None, force_rebuild: str = "",
+         full: bool = False) -> dict[str, Any]:
     try:
         result = sync(up_to_seq, force_rebuild=force_rebuild)
     except (registry.WriterBusy, DatabaseError) as exc:
@@ -323,8 +328,8 @@ def _run(task: Any, up_to_seq: int | None, force_rebuild: str = "") -> dict[str,
     except Exception as exc:
         report_status(error=f"{type(exc).__name__}: {exc}")
         raise
-    if not result.skipped:
-        report_status(result=result)
+    if not result.skipped or full:
+        report_status(result=result, full=full)
     return result.as_dict()
 
 
@@ -336,8 +341,9 @@ def apply_changes(self: Any, up_to_seq: int | None = None) -> dict[str, Any]:
 
 @shared_task(bind=True, name="urlguard.tasks.catch_up", ignore_result=True)
 def catch_up(self: Any) -> dict[str, Any]:
-    """Periodic (beat) and boot-time catch-up for a node that missed a nudge."""
-    return _run(self, None)
+    """Periodic (beat) catch-up for a node that missed a nudge; also refreshes the
+    node's full status (stage figures) for the dashboard."""
+    return _run(self, None, full=True)
 
 
 @shared_task(bind=True, name="urlguard.tasks.rebuild_filter", ignore_result=True)
@@ -352,7 +358,7 @@ def _catch_up_at_boot(sender: Any = None, **kwargs: Any) -> None:
     # changed is current again before it applies the next nudge.
     try:
         result = sync()
-        report_status(result=result)
+        report_status(result=result, full=True)
         logger.info("boot-time catch-up: filter %s at change #%d (%d applied%s)",
                     result.path, result.applied_seq, result.applied,
                     f"; rebuilt: {result.rebuilt}" if result.rebuilt else "")

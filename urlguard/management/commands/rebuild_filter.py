@@ -35,7 +35,7 @@ class Command(BaseCommand):
         finally:
             progress.end()
         if path == conf.FILTER_PATH:
-            tasks.report_status(path, result=result)
+            tasks.report_status(path, result=result, full=True)
         later = result.applied
         self.stdout.write(self.style.SUCCESS(
             f"Rebuilt {path}: {result.rules:,} rules in {result.rebuild_seconds:.2f} s; "

@@ -26,7 +26,7 @@ class Command(BaseCommand):
         except registry.WriterBusy as exc:
             raise CommandError(str(exc)) from exc
         if path == conf.FILTER_PATH:
-            tasks.report_status(path, result=result)
+            tasks.report_status(path, result=result, full=True)
         if result.rebuilt:
             self.stdout.write(self.style.WARNING(
                 f"Rebuilt {path} ({result.rebuilt}): {result.rules:,} rules in "
