@@ -188,7 +188,7 @@ def test_view_permission_alone_cannot_add_change_or_delete(viewer):
 
 
 def test_no_staff_no_admin(make_staff, django_user_model, client):
-    user = django_user_model.objects.create_user("nostaff", password="pw")
+    user = django_user_model.objects.create_user("nostaff", password=None)
     client.force_login(user)
     assert client.get(CHANGELIST).status_code == 302
 
