@@ -126,52 +126,61 @@ def bench_opposite(n: int) -> None:
 
 
 def bench_clean_cache(n: int) -> None:
-    """The cache of URLs confirmed clean after a main-filter false positive: a Zipf
-    stream of lookups, a fixed entry budget; hit rate, speed and memory."""
+    """The cache of URLs confirmed clean after a main-filter false positive (the
+    Guard's clean cache): a Zipf stream of lookups; on a miss the Guard queries the
+    table and adds the URL. Both are thread-safe as the Guard needs: the LRU as
+    urlguard.guard.LRUCleanCache wraps it (a lock), ours with its own lock."""
+    import threading
+
     from cachetools import LRUCache
+
+    class LockedLRU:  # urlguard.guard.LRUCleanCache, without importing Django
+        def __init__(self, maxsize):
+            self._data, self._lock = LRUCache(maxsize=maxsize), threading.Lock()
+
+        def __contains__(self, key):
+            with self._lock:
+                return self._data.get(key, False)
+
+        def add(self, key):
+            with self._lock:
+                self._data[key] = True
 
     rng = np.random.default_rng(7)
     universe = 200_000
     ids = np.minimum(rng.zipf(1.2, n), universe)
     stream = [f"https://fp-site{i % 1000}.example/p/{i}" for i in ids.tolist()]
     rows = []
-    for budget in (1024, 8192):
-        def run_opposite(budget=budget):
-            f = OppositeBloomFilter(budget)
-            cab = f.contains_and_add
-            return sum(cab(k) for k in stream)
-
-        def run_lru(budget=budget):
-            c = LRUCache(maxsize=budget)
+    configs = [("LRU + lock (Guard's LRUCleanCache)", LockedLRU, 1024),
+               ("LRU + lock (Guard's LRUCleanCache)", LockedLRU, 10_000),
+               ("OppositeBloomFilter", OppositeBloomFilter, 1024),
+               ("OppositeBloomFilter", OppositeBloomFilter, 16_384),
+               ("OppositeBloomFilter", OppositeBloomFilter, 32_768)]
+    for name, make, entries in configs:
+        def run(make=make, entries=entries):
+            cache = make(entries)
             hits = 0
-            for k in stream:
-                if k in c:
-                    c[k]  # noqa: B018
+            for url in stream:
+                if url in cache:
                     hits += 1
                 else:
-                    c[k] = True
+                    cache.add(url)  # after the table confirmed it clean
             return hits
 
-        for name, run, make, put in [
-            ("OppositeBloomFilter", run_opposite, lambda b=budget: OppositeBloomFilter(b),
-             lambda s, k: s.add(k)),
-            ("LRUCache", run_lru, lambda b=budget: LRUCache(maxsize=b),
-             lambda s, k: s.__setitem__(k, True)),
-        ]:
-            hits = run()
+        hits = run()
 
-            def build(make=make, put=put, budget=budget):
-                s = make()
-                for i in range(budget):
-                    put(s, f"https://fp-site{i % 1000}.example/p/{i}")
-                return s
+        def build(make=make, entries=entries):
+            cache = make(entries)
+            for i in range(max(entries, 1)):
+                cache.add(f"https://fp-site{i % 1000}.example/p/{i}")
+            return cache
 
-            _, mem = allocated(build)
-            rows.append([name, budget, f"{hits / len(stream):.1%}", rate(run, len(stream)),
-                         mem / budget])
-    table(f"Clean-URL cache: Zipf(1.2) stream of {len(stream):,} lookups over "
-          f"{universe:,} URLs", ["structure", "entries", "hit rate", "lookups/s",
-                                  "bytes/entry"], rows)
+        _, mem = allocated(build)
+        rows.append([name, entries, f"{hits / len(stream):.1%}", rate(run, len(stream)),
+                     f"{mem / 1024:,.0f} KiB"])
+    table(f"Clean-URL cache: Zipf(1.2) stream of {len(stream):,} lookups over {universe:,} "
+          f"URLs (a miss costs one table query)",
+          ["structure", "entries/slots", "hit rate", "lookups/s", "memory when full"], rows)
 
 
 # -- scalable ------------------------------------------------------------------
@@ -270,7 +279,7 @@ def bench_persistent_shape(n: int, capacity: int) -> list[list[object]]:
                     v = v.add(k)
                 return v
 
-            adds = rate(chain, n, repeat=2)
+            adds = rate(chain, n, repeat=3)
 
             def retained(base=base):
                 versions = [base]
@@ -280,7 +289,7 @@ def bench_persistent_shape(n: int, capacity: int) -> list[list[object]]:
 
             _, mem = allocated(retained)
             v = chain()
-            lookups = rate(lambda v=v: [k in v for k in keys], n, repeat=2)
+            lookups = rate(lambda v=v: [k in v for k in keys], n, repeat=3)
             rows.append([fanout, block, v.info()["depth"], adds, lookups, mem / n])
     return rows
 
