@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.core.exceptions import ValidationError
 
-from urlguard.models import Category, SpamRule
+from urlguard.models import Category, ShortLink, SpamRule
 from urlguard.rules import RuleError, rule_candidates
 
 # An upload bigger than this is almost certainly not a rule list; refusing it early
@@ -157,3 +157,42 @@ class CheckUrlForm(forms.Form):
                 params={"url": text[:200], "reason": exc},
             ) from exc
         return text
+
+
+class ShortLinkForm(forms.ModelForm):
+    """Adding a link: a destination that canonicalizes, and a slug that is free (or
+    blank: the shortest free one is allocated). Editing: the slug stays."""
+
+    class Meta:
+        model = ShortLink
+        fields = ["slug", "destination", "disabled", "disabled_reason"]
+        widgets = {"destination": forms.TextInput(attrs={"size": 100})}
+        help_texts = {"slug": "Leave blank for the shortest free slug."}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "slug" in self.fields:
+            self.fields["slug"].required = False
+
+    def clean_destination(self) -> str:
+        from urlguard.slugs import validate_destination
+
+        try:
+            return validate_destination(self.cleaned_data["destination"])
+        except ValueError as exc:
+            raise ValidationError(str(exc), code="invalid_destination") from exc
+
+    def clean_slug(self) -> str:
+        from urlguard.slugs import validate_slug
+
+        slug = (self.cleaned_data.get("slug") or "").strip()
+        if not slug:
+            return ""
+        try:
+            validate_slug(slug)
+        except ValueError as exc:
+            raise ValidationError(str(exc), code="invalid_slug") from exc
+        if ShortLink.objects.filter(slug=slug).exclude(pk=self.instance.pk).exists():
+            raise ValidationError("The slug %(slug)s is already taken.", code="taken",
+                                  params={"slug": slug})
+        return slug

@@ -141,3 +141,21 @@ def test_view_only_has_no_disable_action(make_staff, links):
     reader = make_staff("view_shortlink")
     page = reader.get(LINKS).content.decode()
     assert "disable_selected" not in page and "check_selected" in page
+
+
+def test_add_link_through_slugs(link_admin, make_staff):
+    adder = make_staff("view_shortlink", "add_shortlink", "change_shortlink")
+    add = reverse("admin:urlguard_shortlink_add")
+    response = adder.post(add, {"slug": "", "destination": " https://new.example.org/x "})
+    assert response.status_code == 302
+    link = ShortLink.objects.get(destination="https://new.example.org/x")
+    assert link.slug  # allocated
+    adder.post(add, {"slug": "mine", "destination": "https://new.example.org/y"})
+    assert ShortLink.objects.get(slug="mine").destination == "https://new.example.org/y"
+    taken = adder.post(add, {"slug": "mine", "destination": "https://new.example.org/z"})
+    assert "already taken" in " ".join(taken.context["adminform"].form.errors["slug"])
+    bad = adder.post(add, {"slug": "", "destination": "javascript:alert(1)"})
+    assert "not a usable http(s) URL" in " ".join(
+        bad.context["adminform"].form.errors["destination"])
+    change = adder.get(reverse("admin:urlguard_shortlink_change", args=[link.pk]))
+    assert 'name="slug"' not in change.content.decode()

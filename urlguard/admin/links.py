@@ -13,8 +13,10 @@ from django.utils.safestring import mark_safe
 
 from urlguard.admin import jobs
 from urlguard.admin.pages import BatchAnnotatedChangeList, http_methods, tool_urls
+from urlguard.forms import ShortLinkForm
 from urlguard.guard import get_guard
 from urlguard.models import AdminJob, ShortLink
+from urlguard.slugs import SlugError, create_short_link
 
 # Disabling a link records why, so a later "why is my link dead?" has an answer.
 DISABLED_REASON = "destination blocked by spam rule {expression}"
@@ -42,6 +44,29 @@ class ShortLinkAdmin(admin.ModelAdmin):
     readonly_fields = ("click_count", "unique_visitors", "created", "current_verdict")
     list_per_page = 100
     actions = ["disable_selected", "enable_selected", "check_selected"]
+    form = ShortLinkForm
+
+    def get_readonly_fields(self, request, obj=None):
+        # A slug in circulation must keep pointing somewhere: it is not renamed here.
+        return (*self.readonly_fields, "slug") if obj is not None else self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # New links go through urlguard.slugs (slug allocation, destination checks).
+        try:
+            link = create_short_link(obj.destination, slug=obj.slug or None)
+        except SlugError:
+            # Taken between the form's check and now: allocate another, and say so.
+            link = create_short_link(obj.destination)
+            self.message_user(request, f"The slug {obj.slug!r} was taken meanwhile; the link "
+                                       f"got /{link.slug} instead.", messages.WARNING)
+        if obj.disabled:
+            link.disabled, link.disabled_reason = True, obj.disabled_reason
+            link.save(update_fields=["disabled", "disabled_reason"])
+        obj.pk, obj.slug, obj.created = link.pk, link.slug, link.created
+        obj._state.adding = False
 
     def get_changelist(self, request, **kwargs):
         return BatchAnnotatedChangeList
