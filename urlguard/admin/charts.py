@@ -108,9 +108,11 @@ def render_stage_chart(stages: Sequence[StageBar]) -> SafeString:
             '</rect>'
             '<text class="value" x="{vx}" y="{ty}">{pct}% · {count}/{capacity} · k={k}</text>'
             '</g>',
-            index=stage.index, when=f"{stage.time_range} ({stage.id_range})", ry=y + BAR_HEIGHT + 13,
-            ty=y + BAR_HEIGHT - 4,
-            x=LABEL_WIDTH, y=y, bw=BAR_WIDTH, bh=BAR_HEIGHT, w=f"{max(BAR_WIDTH * fill, 1.0 if fill > 0 else 0.0):.1f}",
+            index=stage.index, when=f"{stage.time_range} ({stage.id_range})",
+            ry=y + BAR_HEIGHT + 13, ty=y + BAR_HEIGHT - 4,
+            # A stage with any fill gets at least a pixel, so "almost empty" shows.
+            x=LABEL_WIDTH, y=y, bw=BAR_WIDTH, bh=BAR_HEIGHT,
+            w=f"{max(BAR_WIDTH * fill, 1.0 if fill > 0 else 0.0):.1f}",
             c=_colour(fill), pct=f"{fill * 100:.1f}", count=stage.count, capacity=stage.capacity,
             k=stage.k, vx=LABEL_WIDTH + BAR_WIDTH + 10,
         ))
