@@ -1,0 +1,49 @@
+"""The admin's long jobs on real services: with a broker, an import commit and the
+rescan after it are handed to a real Celery worker (not run in the request), and the
+page follows their progress. Run by `make test-services`."""
+from __future__ import annotations
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from tests.service.test_services import (  # noqa: F401  (fixtures)
+    services_available,
+    start_worker,
+    wait_for,
+)
+from urlguard import tasks
+from urlguard.models import AdminJob, ShortLink, SpamRule
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+
+def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_staff):  # noqa: F811
+    tasks.rebuild(str(filter_path))
+    ShortLink.objects.create(slug="bad", destination="https://www.worker-spam.example.com/x")
+    worker = start_worker()
+    editor = make_staff("view_spamrule", "add_spamrule", "view_shortlink")
+    lines = "\n".join(["worker-spam.example.com"] + [f"w{i}.example.net" for i in range(300)])
+    editor.post(reverse("admin:urlguard_spamrule_import"), {
+        "file": SimpleUploadedFile("feed.txt", lines.encode()), "default_category": "spam"})
+    job = AdminJob.objects.get(kind="import")
+    response = editor.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]),
+                           follow=True)
+    # The request only queued it: a worker does the work.
+    assert "is queued" in response.content.decode()
+    status = reverse("admin:urlguard_spamrule_job_status", args=[job.pk])
+
+    def finished() -> bool:
+        return editor.get(status).json()["finished"]
+
+    wait_for(finished, timeout=60, what="the import job", log=worker.log)
+    job.refresh_from_db()
+    assert job.state == "done", job.message
+    assert SpamRule.objects.count() == 301
+    rescan = AdminJob.objects.get(pk=job.result["rescan_job"])
+    wait_for(lambda: AdminJob.objects.get(pk=rescan.pk).state == "done", timeout=60,
+             what="the rescan job", log=worker.log)
+    rescan.refresh_from_db()
+    assert [h["slug"] for h in rescan.result["hits"]] == ["bad"]
+    page = editor.get(reverse("admin:urlguard_spamrule_import_job", args=[job.pk]))
+    assert "1 point to spam" in page.content.decode()
