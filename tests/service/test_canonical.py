@@ -383,3 +383,84 @@ def test_canonicalize_is_idempotent_and_expressions_are_consistent(url):
         assert parts.host + "/" in exprs
     assert 1 <= len(exprs) <= 30
     assert len(set(exprs)) == len(exprs)
+
+
+# -- differential: a literal reading of the published algorithm -----------------------
+
+
+def _published_algorithm(url: str) -> str:
+    """Safe Browsing's canonicalization as the page words it, step by step, slowly:
+    unescape the whole URL, then parse. Agrees with ours wherever escaping does not
+    hide structure in the authority (there we side with the browser)."""
+    import posixpath
+    import re
+    import socket
+    from urllib.parse import unquote_to_bytes
+
+    import idna
+
+    url = url.replace("\t", "").replace("\r", "").replace("\n", "")
+    url = url.split("#", 1)[0].strip()
+    data = url.encode("utf-8")
+    while (decoded := unquote_to_bytes(data)) != data:
+        data = decoded
+    match = re.match(rb"([A-Za-z][A-Za-z0-9+.\-]*)://", data)
+    scheme, rest = (match.group(1).lower(), data[match.end():]) if match else (b"http", data)
+    rest, has_query, query = rest.partition(b"?")
+    hostish, slash, path = rest.partition(b"/")
+    host = re.sub(rb":[0-9]*$", b"", hostish.rpartition(b"@")[2])
+    if not host.isascii():
+        host = idna.encode(host.decode("utf-8"), uts46=True)
+    host = b".".join(label for label in host.split(b".") if label)
+    try:
+        host = socket.inet_ntoa(socket.inet_aton(host.decode("ascii"))).encode("ascii")
+    except OSError:
+        host = host.lower()
+    if slash:
+        normalized = posixpath.normpath(b"/" + path).lstrip(b"/")
+        path = b"/" + normalized if normalized != b"." else b"/"
+        if path != b"/" and re.search(rb"(^|/)(\.|\.\.)?$", b"/" + slash + rest.partition(b"/")[2]):
+            path += b"/"
+    else:
+        path = b"/"
+
+    def escape(text: bytes) -> str:
+        return "".join(f"%{b:02X}" if b <= 0x20 or b >= 0x7F or b in b"#%" else chr(b)
+                       for b in text)
+
+    out = f"{scheme.decode()}://{escape(host)}{escape(path)}"
+    return out + "?" + escape(query) if has_query else out
+
+
+_LABEL = st.text(alphabet="abcxyz019-", min_size=1, max_size=6).filter(
+    lambda label: not label.startswith("-") and not label.endswith("-"))
+_ORDINARY_HOST = st.one_of(
+    st.lists(_LABEL, min_size=1, max_size=6).map(".".join).map(
+        lambda h: h if not h.replace(".", "").isdigit() else h + ".example"),
+    st.sampled_from(["B\u00fccher.de", "WWW.Example.COM", "%77%77%77.example.com",
+                     "example.com.", "..example..com", "xn--bcher-kva.de"]),
+    st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: ".".join(map(str, t))),
+    st.sampled_from(["3279880203", "0x7f.1", "012.034.01.055", "0xC0.0xA8.0.1"]),
+)
+_SEGMENT = st.sampled_from(["a", "b.html", ".", "..", "", "%2E%2E", "%41", "%2541", "%252541",
+                            "c%20d", "%C3%BC", "\u00e9", "x%3Fy", "x%23y", "~user", "a;b", "%%"])
+_ORDINARY_URL = st.builds(
+    lambda scheme, auth, host, port, segments, query, fragment:
+        # Without a scheme, "user:pw@host" and "host:/" read as schemes called "user"
+        # and "host" (as in the reference implementation): only "host:80/" is a port.
+        f"{scheme}{auth if scheme else ''}{host}{port if scheme or port[1:] else ''}"
+        f"/{'/'.join(segments)}{query}{fragment}",
+    st.sampled_from(["http://", "https://", "HTTP://", ""]),
+    st.sampled_from(["", "user@", "user:pw@"]),
+    _ORDINARY_HOST,
+    st.sampled_from(["", ":80", ":8080", ":"]),
+    st.lists(_SEGMENT, max_size=6),
+    st.one_of(st.just(""), st.text(alphabet="ab=&/?.%2541 ", max_size=10).map("?".__add__)),
+    st.sampled_from(["", "#", "#frag", "#a?b"]),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_ORDINARY_URL)
+def test_agrees_with_the_published_algorithm_on_ordinary_urls(url):
+    assert canonicalize(url) == _published_algorithm(url)
