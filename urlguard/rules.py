@@ -17,7 +17,9 @@ block every site under them. The list comes from the publicsuffixlist package
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import ipaddress
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -164,6 +166,9 @@ def _parse(text: str) -> CanonicalURL:
     if len(stripped) > 4 * MAX_RULE_LENGTH:
         raise RuleError(f"{len(stripped):,} characters is too long for a rule "
                         f"(the limit is {MAX_RULE_LENGTH:,} once canonical)")
+    if ":" in stripped and "/" not in stripped and "[" not in stripped:
+        with contextlib.suppress(ValueError):  # a bare IPv6 address: bracket it
+            stripped = f"[{ipaddress.IPv6Address(stripped)}]"
     try:
         parts = canonical_url(stripped)
     except ValueError as exc:

@@ -37,6 +37,7 @@ from urlguard.rules import (
     ("1.2.3.4", "1.2.3.4/"),
     ("http://3279880203/x", "195.127.0.11/x"),
     ("[2001:db8::1]/a/", "[2001:db8::1]/a/"),
+    ("2001:DB8:0::1", "[2001:db8::1]/"),
     ("user.github.io", "user.github.io/"),  # github.io is a (private) public suffix
     ("example.co.uk", "example.co.uk/"),
     ("paypal.com.login.secure.verify.evil.com", "paypal.com.login.secure.verify.evil.com/"),
