@@ -242,3 +242,11 @@ def test_admin_index_links_the_tools(superuser):
     for name in ("add", "import", "check", "dashboard"):
         assert reverse(f"admin:urlguard_spamrule_{name}") in html
     assert reverse("admin:urlguard_shortlink_rescan") in html
+
+
+def test_add_only_staff_lands_on_the_index(make_staff):
+    adder = make_staff("add_spamrule")
+    response = adder.post(ADD, {"url": "adder.example.com", "expression": "adder.example.com/",
+                                "category": "spam", "_save": "Save"})
+    assert response.status_code == 302 and response["Location"] == reverse("admin:index")
+    assert SpamRule.objects.filter(expression="adder.example.com/").exists()

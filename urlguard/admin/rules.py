@@ -112,7 +112,11 @@ class SpamRuleAdmin(admin.ModelAdmin):
                     ), messages.SUCCESS)
                     if "_addanother" in request.POST:
                         return HttpResponseRedirect(request.path)
-                    return HttpResponseRedirect(reverse("admin:urlguard_spamrule_changelist"))
+                    # Like the admin's own add view: back to the list if it may be seen.
+                    if self.has_view_or_change_permission(request):
+                        return HttpResponseRedirect(
+                            reverse("admin:urlguard_spamrule_changelist"))
+                    return HttpResponseRedirect(reverse("admin:index"))
         else:
             form = SpamRuleAddForm(initial={"url": request.GET.get("url", "")})
         preview = None
