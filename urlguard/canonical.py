@@ -182,12 +182,13 @@ _cache: OrderedDict[object, CanonicalURL] = OrderedDict()
 
 def canonical_url(url: str | bytes) -> CanonicalURL:
     """canonicalize(url), in parts."""
-    try:
-        return _cache[url]
-    except (KeyError, TypeError):
-        pass
+    cacheable = isinstance(url, str) and len(url) <= _CACHE_MAX_URL
+    if cacheable:
+        parts = _cache.get(url)
+        if parts is not None:
+            return parts
     parts = _canonical_parts(url)
-    if len(url) <= _CACHE_MAX_URL and isinstance(url, str):
+    if cacheable:
         # Make room for two entries, oldest out first (another thread may empty the
         # cache meanwhile: then there is nothing left to drop).
         with contextlib.suppress(KeyError):
