@@ -3,12 +3,24 @@ var/ of the checkout), a fresh filter registry, and helpers to build the filter 
 the rules a test has written."""
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """A PostgreSQL test database per run: several people (and CI) share one server,
+    and one fixed name lets a run drop the database another run is using."""
+    from django.conf import settings
+
+    for db in settings.DATABASES.values():
+        if db["ENGINE"] == "django.db.backends.postgresql":
+            db.setdefault("TEST", {})["NAME"] = f"test_{db['NAME']}_{os.getpid()}"
 
 
 def _reset_registry() -> None:

@@ -32,6 +32,10 @@ MAX_REFUSED_SHOWN = 1_000
 PROGRESS_EVERY_SECONDS = 0.5
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _chunks(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -172,7 +176,7 @@ def import_rules_job(job_id: int) -> dict | None:
                   "refused_at_commit": refused[:MAX_REFUSED_SHOWN],
                   "import_seconds": round(time.perf_counter() - started, 3),
                   "rescan_job": rescan.pk}
-    job.message = f"Added {added} rules ({skipped} were already present)."
+    job.message = f"Added {_count(added, 'rule')} ({skipped:,} already present)."
     if refused:
         job.message += f" {len(refused)} were refused at commit time."
     # The payload has served its purpose; keep the row small.
@@ -186,6 +190,15 @@ def rescan_links_job(job_id: int) -> dict | None:
     job = _begin(job_id, AdminJob.Kind.RESCAN)
     if job is None:
         return None
+    # On a worker, the import's broadcast nudges may still wait behind this job:
+    # bring this node's filter up to the change log first, or just-listed rules
+    # would be missed by the scan.
+    try:
+        from urlguard import tasks
+
+        tasks.sync()
+    except Exception:
+        logger.warning("rescan: could not bring the filter up to date first", exc_info=True)
     progress = _Progress(job)
     try:
         result = rescan_links(progress=progress)
@@ -196,8 +209,9 @@ def rescan_links_job(job_id: int) -> dict | None:
     job.finished = timezone.now()
     job.done = job.total = result.scanned
     job.result = result.as_dict()
-    job.message = (f"Scanned {result.scanned} links in {result.seconds:.1f} s: "
-                   f"{len(result.hits)} point to spam.")
+    hits = len(result.hits)
+    job.message = (f"Scanned {_count(result.scanned, 'link')} in {result.seconds:.1f} s: "
+                   f"{_count(hits, 'link')} {'points' if hits == 1 else 'point'} to spam.")
     if result.unchecked:
         job.message += (f" {result.unchecked} could not be checked because the filter is "
                         "unreadable (see the filter dashboard).")
