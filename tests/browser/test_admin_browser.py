@@ -107,7 +107,7 @@ def test_import_with_a_refused_line(page, site, shot, tmp_path):
     page.wait_for_selector(".import-done")
     assert "Added 2 rules" in page.inner_text(".import-done")
     page.wait_for_selector("#rescan-result")
-    assert "Scanned 1 links" in page.inner_text("#rescan-result")
+    assert "Scanned 1 link in" in page.inner_text("#rescan-result")
     shot("import-done")
     assert SpamRule.objects.count() == 2
 
@@ -145,7 +145,16 @@ def test_dashboard_chart_check_and_rescan_pages(page, small_filter, site, shot):
     assert page.inner_text("#canonical") == "https://sub.dash-spam.org/b?x=1"
     shot("check-url")
 
+    ShortLink.objects.create(slug="dash", destination="https://www.dash-spam.org/promo?id=1")
     page.goto(f"{site}/admin/urlguard/shortlink/rescan/")
     page.click('input[type="submit"][value="Rescan all short links now"]')
     page.wait_for_selector(".rescan-summary")
+    assert "1 link points to spam" in page.inner_text(".rescan-summary")
+    assert page.locator("#rescan-hits tbody tr").count() == 1
     shot("rescan")
+    page.click('input[type="submit"][value="Disable selected links"]')
+    page.wait_for_selector(".messagelist .success")
+    assert "Disabled 1 short link" in page.inner_text(".messagelist")
+    assert ShortLink.objects.get(slug="dash").disabled
+    page.goto(f"{site}/admin/urlguard/shortlink/")
+    shot("short-links")

@@ -93,7 +93,7 @@ def test_commit_adds_through_the_change_log_then_rescans(editor, committed, filt
     assert [h["slug"] for h in rescan.result["hits"]] == ["bad"]
     assert rescan.result["hits"][0]["link_id"] == hit.pk
     html = editor.get(_job_page(job)).content.decode()
-    assert "Rescan after the import" in html and "1 point to spam" in html
+    assert "Rescan after the import" in html and "1 link points to spam" in html
 
 
 def test_commit_twice_imports_once(editor, committed):

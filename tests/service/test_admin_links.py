@@ -87,7 +87,7 @@ def test_rescan_page_runs_and_lists_hits(link_admin, links, committed):
     assert response.status_code == 302 and response["Location"].endswith(f"?job={job.pk}")
     assert job.state == "done", job.message
     page = link_admin.get(response["Location"]).content.decode()
-    assert "2 point to spam" in page and "/s1" in page and "/s2" in page
+    assert "2 links point to spam" in page and "/s1" in page and "/s2" in page
     assert "/c1" not in page
     assert 'value="Disable selected links"' in page
 

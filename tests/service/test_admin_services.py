@@ -46,4 +46,4 @@ def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_sta
     rescan.refresh_from_db()
     assert [h["slug"] for h in rescan.result["hits"]] == ["bad"]
     page = editor.get(reverse("admin:urlguard_spamrule_import_job", args=[job.pk]))
-    assert "1 point to spam" in page.content.decode()
+    assert "1 link points to spam" in page.content.decode()
