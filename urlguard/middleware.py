@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.encoding import iri_to_uri
 
 from urlguard.conf import conf
-from urlguard.guard import InvalidURL, Verdict, get_guard, log_limited
+from urlguard.guard import InvalidURL, get_guard, log_limited
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +37,11 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 # trailing C0 controls and spaces, and every tab and newline anywhere.
 _C0_OR_SPACE = "".join(chr(c) for c in range(0x21))
 _TAB_NEWLINE = str.maketrans("", "", "\t\r\n")
+# The common case, an absolute http(s) URL whose host follows "//" directly and
+# with nothing a browser would rewrite (controls, spaces, backslashes): it
+# means exactly what it says and needs no resolving.
+_PLAIN_ABSOLUTE = re.compile(r"(https?)://[^/\\\x00-\x20\x7f]+(?:[/?#][^\\\x00-\x20\x7f]*)?\Z",
+                             re.ASCII)
 
 
 def mark_confirmed(response: HttpResponseBase) -> HttpResponseBase:
@@ -49,6 +58,9 @@ def resolve_location(request: HttpRequest, location: str) -> tuple[str, str]:
     `https:evil.com` all lead a browser to evil.com. So we read the Location as
     the browser will, and check where the browser will really go.
     """
+    plain = _PLAIN_ABSOLUTE.match(location)
+    if plain and location.isascii():
+        return plain.group(1), location
     loc = location.strip(_C0_OR_SPACE).translate(_TAB_NEWLINE)
     base_scheme = request.scheme or "http"
     m = _SCHEME.match(loc)
@@ -104,7 +116,7 @@ class RedirectGuardMiddleware:
         try:
             return self._guard(request, response, location)
         except Exception:
-            policy = get_policy()
+            policy = get_failure_policy()
             log_limited("middleware", logging.ERROR,
                         "urlguard: checking redirect to %r failed; ON_FILTER_ERROR=%r applies",
                         location, policy, exc_info=True)
@@ -114,10 +126,8 @@ class RedirectGuardMiddleware:
                 return response
             # "database" could not answer either (the failure may be the
             # database itself), so the only safe answer left is "closed".
-            from urlguard.views import warning_response
-
             try:
-                return warning_response(request, destination=location, kind="unchecked")
+                return _warning(request, destination=location, kind="unchecked")
             except Exception:
                 logger.exception("urlguard: rendering the warning page failed")
                 from django.http import HttpResponse
@@ -130,27 +140,72 @@ class RedirectGuardMiddleware:
 
     def _guard(self, request: HttpRequest, response: HttpResponseBase,
                location: str) -> HttpResponseBase:
-        from urlguard.views import warning_response
-
+        policy = _policy()
         scheme, destination = resolve_location(request, location)
         if scheme not in WEB_SCHEMES:
-            if scheme in conf.ALLOWED_OTHER_SCHEMES:
+            if scheme in policy.allowed_other_schemes:
                 return response
-            return warning_response(request, destination=destination, kind="scheme")
-        if not conf.CHECK_INTERNAL_REDIRECTS and _is_internal(request, destination):
+            return _warning(request, destination=destination, kind="scheme")
+        if not policy.check_internal and _is_internal(request, destination):
             return response
         try:
             verdict = get_guard().check(destination)
         except InvalidURL as exc:
-            return warning_response(request, destination=destination, kind="invalid",
-                                    reason=str(exc))
+            return _warning(request, destination=destination, kind="invalid", reason=str(exc))
         if verdict.blocked:
             kind = "unchecked" if verdict.rule is None else "rule"
-            return warning_response(request, destination=destination, verdict=verdict, kind=kind)
-        return _allowed(request, response, verdict)
+            return _warning(request, destination=destination, verdict=verdict, kind=kind)
+        if verdict.degraded:
+            response["X-URLGuard"] = "degraded"
+            # An answer given without the filter must not stick in a browser cache.
+            response["Cache-Control"] = "no-store"
+        elif request.method in ("GET", "HEAD") and not response.has_header("Cache-Control"):
+            # Short enough that a rule added now reaches returning visitors
+            # within REDIRECT_MAX_AGE seconds; private, so no shared cache keeps it.
+            response["Cache-Control"] = policy.cache_control
+        return response
 
 
-def get_policy() -> str:
+def _warning(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
+    # views imports this module (mark_confirmed, WEB_SCHEMES): import on use.
+    from urlguard.views import warning_response
+
+    return warning_response(request, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    check_internal: bool
+    allowed_other_schemes: frozenset[str]
+    cache_control: str
+
+
+_resolved: _Policy | None = None
+
+
+def _policy() -> _Policy:
+    """The middleware's settings, resolved once per process (and again after a
+    URLGUARD change): Django builds the middleware once per process, but the
+    test client once per client, and override_settings must still apply."""
+    global _resolved
+    policy = _resolved
+    if policy is None:
+        policy = _resolved = _Policy(
+            check_internal=bool(conf.CHECK_INTERNAL_REDIRECTS),
+            allowed_other_schemes=frozenset(s.lower() for s in conf.ALLOWED_OTHER_SCHEMES),
+            cache_control=f"private, max-age={int(conf.REDIRECT_MAX_AGE)}",
+        )
+    return policy
+
+
+@receiver(setting_changed)
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    global _resolved
+    if setting == "URLGUARD":
+        _resolved = None
+
+
+def get_failure_policy() -> str:
     try:
         return get_guard().on_filter_error
     except Exception:
@@ -166,21 +221,13 @@ def _needs_check(response: HttpResponseBase) -> bool:
 
 
 def _is_internal(request: HttpRequest, destination: str) -> bool:
+    netloc = urlsplit(destination).netloc.lower()
+    # Cheap first: a destination that is not even the raw Host header is off-site.
+    # Only a match pays for get_host(), which validates it against ALLOWED_HOSTS
+    # (and may prefer X-Forwarded-Host; a mismatch there just means one more check).
+    if netloc != request.META.get("HTTP_HOST", "").lower():
+        return False
     try:
-        return urlsplit(destination).netloc.lower() == request.get_host().lower()
+        return netloc == request.get_host().lower()
     except Exception:  # DisallowedHost etc.: treat as off-site, i.e. check it
         return False
-
-
-def _allowed(
-    request: HttpRequest, response: HttpResponseBase, verdict: Verdict
-) -> HttpResponseBase:
-    if verdict.degraded:
-        response["X-URLGuard"] = "degraded"
-        # An answer given without the filter must not stick in a browser cache.
-        response["Cache-Control"] = "no-store"
-    elif request.method in ("GET", "HEAD") and not response.has_header("Cache-Control"):
-        # Short enough that a rule added now reaches returning visitors within
-        # REDIRECT_MAX_AGE seconds; private so no shared cache keeps it longer.
-        response["Cache-Control"] = f"private, max-age={int(conf.REDIRECT_MAX_AGE)}"
-    return response

@@ -115,6 +115,13 @@ def test_relative_location_is_resolved_against_the_request(rf, settings):
     assert resolve_location(request, "http:same-scheme") == ("http",
                                                              "http://shop.example/a/b/same-scheme")
     assert resolve_location(request, "MAILTO:x@y") == ("mailto", "MAILTO:x@y")
+    # Plain absolute URLs mean what they say; anything a browser rewrites is rewritten.
+    assert resolve_location(request, "https://a.example/x?y=1#z") == ("https",
+                                                                     "https://a.example/x?y=1#z")
+    assert resolve_location(request, "HTTPS://A.example/x") == ("https", "https://A.example/x")
+    assert resolve_location(request, "https://a.example\\b.example/") == (
+        "https", "https://a.example/b.example/")
+    assert resolve_location(request, "https://a.exa mple/") == ("https", "https://a.exa%20mple/")
 
 
 def test_internal_redirects_are_checked_only_when_configured(client, filt, settings, monkeypatch):
