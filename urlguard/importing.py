@@ -128,8 +128,10 @@ def _line_entries(numbered: Iterable[tuple[int, str]], category: str) -> Iterato
 
 
 def _entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
-    if text.startswith("||") and text.endswith("^"):  # adblock: a domain and subdomains
-        text = text[2:-1]
+    if text.startswith("||"):
+        # Adblock syntax: "||example.com^" is the domain and its subdomains; options
+        # after '$' ("third-party", ...) do not change what is blocked here.
+        text = text[2:].partition("$")[0].rstrip("^")
     try:
         expression = normalize_rule(text)
     except RuleError as exc:

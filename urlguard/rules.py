@@ -52,6 +52,10 @@ LEVELS = ("domain", "subdomain", "path", "page")
 # SpamRule.expression is a CharField(max_length=2000).
 MAX_RULE_LENGTH = 2000
 
+# Left unescaped by canonicalization but refused in a host by every browser; the
+# rest of the forbidden set arrives escaped, as "%XX".
+_FORBIDDEN_IN_HOST = "%<>^|"
+
 _IPV4_RE = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
 
 
@@ -184,9 +188,9 @@ def _parse(text: str) -> CanonicalURL:
     if "*" in parts.host:
         raise RuleError(f"{_short(stripped)}: a host cannot contain '*'; a leading '*.' "
                         "is understood (a domain and all its subdomains), nothing else")
-    if "%" in parts.host:
-        # Canonicalization escapes what no browser accepts in a host name (spaces,
-        # controls, '#', '/', '@', bytes that are not UTF-8 ...): no browser could
+    if any(char in parts.host for char in _FORBIDDEN_IN_HOST):
+        # What no browser accepts in a host name (WHATWG's forbidden host code
+        # points; canonicalization escapes most of them, hence '%'): no browser can
         # ever be sent there, so a rule on it would only ever match itself.
         raise RuleError(
             f"{_short(stripped)}: the host {unquote(parts.host)!r} contains characters that "

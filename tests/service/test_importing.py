@@ -28,6 +28,8 @@ def test_plain_list():
         "*.tracker.example.net   # inline comment\n"
         "||ads.example.net^\n"
         "http://example.com/path/to/page.html\n"
+        "||track.example.net^$third-party,image\n"
+        "||example.org/banner/^\n"
     )
     assert summary(lines) == [
         (3, "evil.example.com/", "spam", False, None),
@@ -35,6 +37,8 @@ def test_plain_list():
         (6, "tracker.example.net/", "spam", False, None),
         (7, "ads.example.net/", "spam", False, None),
         (8, "example.com/path/to/page.html", "spam", False, None),
+        (9, "track.example.net/", "spam", False, None),
+        (10, "example.org/banner/", "spam", False, None),
     ]
     assert lines[1].raw == "https://Phish.example.org/login.html?x=1#frag"
     assert all(p.is_new for p in lines)

@@ -70,6 +70,8 @@ def test_normalize_rule(text, expression):
     ("http://host%23.com/", "no browser accepts"),
     ("http://evil.com%2F.good.com/", "no browser accepts"),
     ("http://\x01\x80.com/", "no browser accepts"),
+    ("http://W!eird<>Ho$^.com/", "no browser accepts"),
+    ("||example.com^", "no browser accepts"),
 ])
 def test_normalize_rule_refuses_with_a_reason(text, reason):
     with pytest.raises(RuleError, match=reason):
