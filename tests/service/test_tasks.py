@@ -300,3 +300,35 @@ def test_broker_down_then_catch_up(settings, filter_path, sync_filter,
     assert rule.expression not in reader(filter_path)
     tasks._catch_up_at_boot()  # the worker's boot-time catch-up (beat's does the same)
     assert rule.expression in reader(filter_path)
+
+
+def test_a_busy_node_retries_with_backoff_and_reports_it(monkeypatch, settings):
+    """On a worker (not in-process), a held lock or a database hiccup is retried by
+    Celery with exponential backoff, and the node's status shows the error meanwhile."""
+    from types import SimpleNamespace
+
+    from celery.exceptions import Retry
+
+    settings.URLGUARD = {**settings.URLGUARD, "NODE_NAME": "busy-node"}
+
+    def busy(*args, **kwargs):
+        raise registry.WriterBusy("filter.bin: another process is writing this filter")
+
+    monkeypatch.setattr(tasks, "sync", busy)
+    retries = []
+
+    def retry(*, exc, countdown, max_retries):
+        retries.append((exc, countdown, max_retries))
+        return Retry(exc=exc, when=countdown)
+
+    task = SimpleNamespace(request=SimpleNamespace(is_eager=False, retries=3), retry=retry)
+    with pytest.raises(Retry):
+        tasks._run(task, 7)
+    ((exc, countdown, max_retries),) = retries
+    assert isinstance(exc, registry.WriterBusy)
+    assert 0 <= countdown <= 8 and max_retries == tasks.MAX_RETRIES  # 2**3 with full jitter
+    assert "another process is writing" in NodeStatus.objects.get(node="busy-node").last_error
+    # In-process (a web request): no sleeping retries, the error goes to the nudge's log.
+    task.request.is_eager = True
+    with pytest.raises(registry.WriterBusy):
+        tasks._run(task, 7)
