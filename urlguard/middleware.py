@@ -221,13 +221,14 @@ def _needs_check(response: HttpResponseBase) -> bool:
 
 
 def _is_internal(request: HttpRequest, destination: str) -> bool:
-    netloc = urlsplit(destination).netloc.lower()
-    # Cheap first: a destination that is not even the raw Host header is off-site.
-    # Only a match pays for get_host(), which validates it against ALLOWED_HOSTS
-    # (and may prefer X-Forwarded-Host; a mismatch there just means one more check).
-    if netloc != request.META.get("HTTP_HOST", "").lower():
-        return False
     try:
+        netloc = urlsplit(destination).netloc.lower()
+        # Cheap first: a destination that is not even the raw Host header is
+        # off-site. Only a match pays for get_host(), which validates it against
+        # ALLOWED_HOSTS (and may prefer X-Forwarded-Host; a mismatch there just
+        # means one more check).
+        if netloc != request.META.get("HTTP_HOST", "").lower():
+            return False
         return netloc == request.get_host().lower()
-    except Exception:  # DisallowedHost etc.: treat as off-site, i.e. check it
+    except Exception:  # a malformed URL, DisallowedHost...: off-site, i.e. check it
         return False

@@ -91,6 +91,14 @@ def report_mistake_url(destination: str) -> str:
     return f"{base}{sep}{urlencode({'url': destination})}"
 
 
+def _scheme_and_host(url: str) -> tuple[str, str]:
+    try:
+        parts = urlsplit(url)
+        return parts.scheme.lower(), parts.hostname or ""
+    except ValueError:  # e.g. "http://[" : an unusable address has no host to name
+        return "", ""
+
+
 def warning_response(
     request: HttpRequest,
     *,
@@ -109,14 +117,13 @@ def warning_response(
     Retry-After) when we simply could not check. Browsers show the page either
     way, and monitoring and crawlers see that nothing was served.
     """
-    parts = urlsplit(destination)
-    host = parts.hostname or ""
+    scheme, host = _scheme_and_host(destination)
     rule = verdict.rule if verdict else None
     context: dict[str, Any] = {
         "kind": kind,
         "destination": destination,
         "host": host,
-        "scheme": parts.scheme,
+        "scheme": scheme,
         "rule": rule,
         "reason": reason or (verdict.reason if verdict else ""),
         "report_url": report_mistake_url(destination),
@@ -130,7 +137,7 @@ def warning_response(
             level=level,
             level_words=LEVEL_WORDS.get(level, "{host}").format(host=rule.expression.split("/")[0]),
         )
-    if kind in ("rule", "unchecked") and parts.scheme in WEB_SCHEMES:
+    if kind in ("rule", "unchecked") and scheme in WEB_SCHEMES and host:
         # Never offered for javascript:/data: (that would be a script injection
         # one click away) nor for an address we could not even parse.
         context["continue_url"] = (
@@ -156,7 +163,7 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
     try:
         data = _signer().unsign_object(token, max_age=conf.CONTINUE_TOKEN_MAX_AGE)
         destination = data["u"] if isinstance(data, dict) and isinstance(data.get("u"), str) else ""
-        if urlsplit(destination).scheme not in WEB_SCHEMES:
+        if _scheme_and_host(destination)[0] not in WEB_SCHEMES:
             problem = "This link does not lead to a web page."
     except signing.SignatureExpired:
         problem = ("This link has expired. Go back and open the original link again "

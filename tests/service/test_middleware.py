@@ -253,3 +253,10 @@ def test_middleware_is_first():
     from django.conf import settings
 
     assert settings.MIDDLEWARE[0] == "urlguard.middleware.RedirectGuardMiddleware"
+
+
+@pytest.mark.parametrize("to", ["http://[::1", "https://[not-an-ip]/x"])
+def test_malformed_destinations_get_a_page_not_a_crash(client, filt, to):
+    response = redirect(client, to)
+    assert response.status_code == 403
+    assert "not valid" in response.content.decode()
