@@ -253,9 +253,10 @@ def stage_add_many(
         counts = counts.astype(np.uint8)
         start = (base + i * cells) >> 1
         region = array[start:start + half]
-        low = np.minimum((region & np.uint8(0x0F)) + counts[0::2], MAX_COUNT)
-        high = np.minimum((region >> np.uint8(4)) + counts[1::2], MAX_COUNT)
-        region[:] = low.astype(np.uint8) | (high.astype(np.uint8) << np.uint8(4))
+        # uint8 throughout: 15 + 15 cannot overflow, and saturates at 15.
+        low = np.minimum((region & np.uint8(0x0F)) + counts[0::2], np.uint8(MAX_COUNT))
+        high = np.minimum((region >> np.uint8(4)) + counts[1::2], np.uint8(MAX_COUNT))
+        region[:] = low | (high << np.uint8(4))
 
 
 def stage_remove_check(

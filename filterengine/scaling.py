@@ -42,11 +42,11 @@ import numpy as np
 from . import fileformat as ff
 from .counters import (
     _MASKS,
+    MAX_COUNT,
     stage_add,
     stage_add_many,
-    stage_contains,
     stage_contains_many,
-    stage_remove,
+    stage_counters,
     stage_remove_apply,
     stage_remove_check,
 )
@@ -560,22 +560,55 @@ class ScalingCountingBloomFilter:
             self._end(ok)
 
     def remove(self, key: str | bytes, id: int) -> None:
-        """Remove ``key`` added with ``id``: from a stage whose id range holds
-        ``id`` and which holds the key. KeyError, nothing changed, if none does."""
+        """Remove ``key`` added with ``id``. KeyError, nothing changed, if no
+        stage holds it (see _remove_hashed for which stage gives it up)."""
         h1, h2 = hash_pair(key, self._header.seed)
         id = _int_id(id)
-        view = self._writable()
+        self._writable()
+        self._begin()
+        ok = False
+        try:
+            if self._remove_hashed(h1, h2, id) is None:
+                raise KeyError(f"{key!r} with id {id} is not in the filter; "
+                               "nothing was removed")
+            self._modified = ok = True
+        finally:
+            self._end(ok)
+
+    def _remove_hashed(self, h1: int, h2: int, id: int) -> tuple[int, list[int]] | None:
+        """Take one occurrence of a hashed key out of a stage; None if none holds it.
+
+        Stages whose recorded id range holds ``id`` come first, newest first.
+        Only if none of them holds the key are the other stages tried: that
+        happens when the same key was added more than once with different ids
+        and an earlier removal took the occurrence filed under this id.
+        Returns (stage index, counters decremented) so a batch can be undone."""
+        view = self._view
+        buf = view.buf
+        ranged, others = [], []
         for index in reversed(range(len(view.stages))):
-            count, first, last = self._dynamic(index)
+            _, first, last = self._dynamic(index)
+            (ranged if first <= id <= last else others).append(index)
+        for index in ranged + others:
             stage = view.stages[index]
-            if first <= id <= last and stage_contains(
-                    view.buf, stage.offset * 2, stage.k, stage.cells, h1, h2):
-                with self.change():
-                    stage_remove(view.buf, stage.offset * 2, stage.k, stage.cells, h1, h2)
-                    self._set_dynamic(index, count - 1, first, last)
-                    self._modified = True
-                return
-        raise KeyError(f"{key!r} with id {id} is not in the filter; nothing was removed")
+            counters = stage_counters(stage.offset * 2, stage.k, stage.cells, h1, h2)
+            values = [(buf[c >> 1] >> ((c & 1) << 2)) & 15 for c in counters]
+            if all(values):
+                moved = [c for c, v in zip(counters, values, strict=True) if v != MAX_COUNT]
+                for c in moved:
+                    buf[c >> 1] -= 0x10 if c & 1 else 1
+                count, first, last = self._dynamic(index)
+                self._set_dynamic(index, count - 1, first, last)
+                return index, moved
+        return None
+
+    def _undo_removals(self, done: list[tuple[int, list[int]]]) -> None:
+        buf = self._view.buf
+        for index, moved in reversed(done):
+            for c in moved:
+                buf[c >> 1] += 0x10 if c & 1 else 1
+            count, first, last = self._dynamic(index)
+            self._set_dynamic(index, count + 1, first, last)
 
     def contains(self, key: str | bytes) -> bool:
         """True if ``key`` may be present, False if it certainly is not."""
@@ -659,9 +692,9 @@ class ScalingCountingBloomFilter:
     def remove_many(self, keys: Iterable[str | bytes], ids: Iterable[int]) -> None:
         """Remove every key added with its id, all or nothing.
 
-        KeyError naming the offending keys, with nothing changed, if a key is
-        in no stage whose id range holds its id, or is removed more often than
-        its counters allow."""
+        Stages are chosen as for ``remove``. KeyError naming the offending key,
+        with nothing changed, if a key is not present or is removed more
+        often than it was added."""
         keys = keys if isinstance(keys, list | tuple) else list(keys)
         h1, h2 = hash_pairs(keys, self._header.seed)
         ids = _id_array(ids, len(h1))
@@ -677,24 +710,49 @@ class ScalingCountingBloomFilter:
                 hit = stage_contains_many(view.array, stage.offset * 2, stage.k,
                                           stage.cells, h1[todo], h2[todo])
                 owner[todo[hit]] = index
-        if (owner < 0).any():
-            raise _refused([keys[i] for i in np.flatnonzero(owner < 0)],
-                           "not present in a stage whose id range holds its id")
         plans = []
-        for index in np.unique(owner).tolist():
-            rows = np.flatnonzero(owner == index)
-            stage = view.stages[index]
-            plan, short = stage_remove_check(view.array, stage.offset * 2, stage.k,
-                                             stage.cells, h1[rows], h2[rows])
-            if short.any():
-                raise _refused([keys[i] for i in rows[short]], "removed more often than added")
-            plans.append((index, plan, len(rows)))
-        with self.change():
-            for index, plan, removed in plans:
-                stage_remove_apply(view.array, plan)
-                count, first, last = self._dynamic(index)
-                self._set_dynamic(index, count - removed, first, last)
-            self._modified = True
+        if not (owner < 0).any():
+            for index in np.unique(owner).tolist():
+                rows = np.flatnonzero(owner == index)
+                stage = view.stages[index]
+                plan, short = stage_remove_check(view.array, stage.offset * 2, stage.k,
+                                                 stage.cells, h1[rows], h2[rows])
+                if short.any():
+                    plans = None
+                    break
+                plans.append((index, plan, len(rows)))
+        else:
+            plans = None
+        self._begin()
+        ok = False
+        try:
+            if plans is not None:
+                for index, plan, removed in plans:
+                    stage_remove_apply(view.array, plan)
+                    count, first, last = self._dynamic(index)
+                    self._set_dynamic(index, count - removed, first, last)
+            else:
+                self._remove_one_by_one(keys, h1, h2, ids)
+            self._modified = ok = True
+        finally:
+            self._end(ok)
+
+    def _remove_one_by_one(self, keys: list, h1: np.ndarray, h2: np.ndarray,
+                           ids: np.ndarray) -> None:
+        """remove_many's exact path, when the vectorised plan cannot place every
+        removal (a key with no stage by id range, or removed more often in the
+        batch than one stage holds it): key by key, undone if one fails."""
+        done: list[tuple[int, list[int]]] = []
+        modified = self._modified
+        for position, (a, b, id_) in enumerate(zip(h1.tolist(), h2.tolist(), ids.tolist(),
+                                                   strict=True)):
+            taken = self._remove_hashed(a, b, id_)
+            if taken is None:
+                self._undo_removals(done)
+                self._modified = modified  # nothing of this batch is left
+                raise _refused([keys[position]], "not present (or removed more often "
+                               "than added)")
+            done.append(taken)
 
     # -- state and measurements -----------------------------------------------
     def _live_view(self) -> _View:

@@ -97,10 +97,28 @@ def test_removal_goes_to_the_stage_that_took_the_key(path):
     f.remove(urls(1, start=150)[0], 150)
     assert [s["count"] for s in f.info()["stages"]] == [100, 199]
     with pytest.raises(KeyError, match="not in the filter"):
-        f.remove(urls(1, start=5)[0], 250)  # right key, id of another stage
+        f.remove("never-added", 250)
     with pytest.raises(KeyError, match="not present"):
         f.remove_many([urls(1, start=5)[0], "never-added"], [5, 6])
-    assert f.count == 299
+    assert [s["count"] for s in f.info()["stages"]] == [100, 199]  # nothing moved
+    # A key whose id's stage does not hold it is taken from a stage that does
+    # (the same key added twice under different ids, one occurrence gone).
+    f.remove(urls(1, start=5)[0], 250)
+    assert [s["count"] for s in f.info()["stages"]] == [99, 199]
+
+
+def test_the_same_key_added_under_several_ids(path):
+    f = S.create(path, capacity=3, error_rate=0.1)
+    f.add_many([""] * 6, [0] * 6)  # two full stages holding the same key
+    f.add("", -5)
+    f.remove_many([""] * 4, [0] * 4)  # more than one stage holds for that id
+    f.remove("", -5)
+    assert "" in f and f.count == 2
+    f.remove_many(["", ""], [0, 0])
+    assert f.count == 0 and "" not in f
+    with pytest.raises(KeyError):
+        f.remove_many([""], [0])
+    f.close()
     f.close()
 
 
