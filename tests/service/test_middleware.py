@@ -10,9 +10,13 @@ from asgiref.sync import async_to_sync
 from django.http import HttpResponse
 from django.test import RequestFactory
 from django.urls import include, path
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from tests.service.webfakes import SetFilter
 from urlguard import guard as guard_module
+from urlguard.canonical import canonical_url
 from urlguard.changes import add_rule
 from urlguard.guard import Guard
 from urlguard.middleware import RedirectGuardMiddleware, mark_confirmed, resolve_location
@@ -260,3 +264,27 @@ def test_malformed_destinations_get_a_page_not_a_crash(client, filt, to):
     response = redirect(client, to)
     assert response.status_code == 403
     assert "not valid" in response.content.decode()
+
+
+_PIECES = st.sampled_from(["", "/", "//", "///", "\\", "/\\", "http:", "https:", "HTTP://",
+                           "javascript:", "mailto:", " ", "\t", "%2F", "%00", "@", ":", "?",
+                           "#", "[", "]", "..", "evil.example", "good.example", "é", "\x7f"])
+
+
+@hsettings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(location=st.lists(_PIECES, max_size=8).map("".join))
+def test_any_location_gets_an_answer_never_an_error(filt, location):
+    request = RequestFactory().get("/raw", HTTP_HOST="testserver")
+    response = HttpResponse(status=302)
+    response["Location"] = location
+    result = RedirectGuardMiddleware(lambda r: response).guard_response(request, response)
+    assert result.status_code in (302, 403), (location, result.status_code)
+    scheme, destination = resolve_location(request, location)
+    if result.status_code == 302:
+        assert scheme in ("http", "https", "mailto", "tel")
+        if scheme in ("http", "https"):
+            host = canonical_url(destination).host
+            assert host != "evil.example" and not host.endswith(".evil.example"), location
+    elif scheme in ("http", "https") and "evil.example" not in location:
+        assert "not valid" in result.content.decode()  # refused only as unusable
