@@ -47,3 +47,23 @@ def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_sta
     assert [h["slug"] for h in rescan.result["hits"]] == ["bad"]
     page = editor.get(reverse("admin:urlguard_spamrule_import_job", args=[job.pk]))
     assert "1 link points to spam" in page.content.decode()
+
+
+def test_parallel_rescan_matches_the_single_process_one(filter_path, monkeypatch):
+    from urlguard import changes, rescan
+
+    changes.add_rules(["par-spam.example.com", "other-spam.example.net/x/"], source="test")
+    tasks.rebuild(str(filter_path))
+    ShortLink.objects.bulk_create(
+        [ShortLink(slug=f"p{i}", destination=(
+            f"https://www.par-spam.example.com/{i}" if i % 50 == 0 else
+            f"http://other-spam.example.net/x/{i}" if i % 77 == 0 else
+            f"https://clean{i}.example.org/a?b={i}")) for i in range(2000)])
+    monkeypatch.setattr(rescan, "RANGE_SIZE", 300)  # several pool tasks
+    seen = []
+    parallel = rescan.rescan_links(processes=2, chunk_size=128,
+                                   progress=lambda done, total: seen.append((done, total)))
+    single = rescan.rescan_links(processes=1)
+    assert parallel.processes == 2 and parallel.scanned == single.scanned == 2000
+    assert parallel.hits == single.hits and len(single.hits) == 65
+    assert seen[-1] == (2000, 2000) and len(seen) > 2
