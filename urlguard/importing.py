@@ -171,7 +171,11 @@ def _csv_header(text: str) -> _Header | None:
     for delimiter in _CSV_DELIMITERS:
         if delimiter not in text:
             continue
-        cells = [cell.strip().lower() for cell in next(csv.reader([text], delimiter=delimiter))]
+        try:
+            cells = [cell.strip().lower() for cell in next(csv.reader([text],
+                                                                     delimiter=delimiter))]
+        except csv.Error:  # e.g. a stray newline inside the line: not a header
+            continue
         url = _first_index(cells, CSV_URL_COLUMNS)
         if url is not None:
             return _Header(delimiter, url, _first_index(cells, CSV_CATEGORY_COLUMNS),

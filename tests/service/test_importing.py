@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from urlguard.importing import ParsedLine, parse_rules
 
@@ -192,3 +194,18 @@ def test_is_lazy_and_handles_a_large_file():
     assert len(rest) == 29_999 and consumed == 30_000
     assert all(p.is_new for p in rest)
     assert rest[-1].expression == "host29999.example.com/"
+
+
+@settings(max_examples=300, deadline=None)
+@example(["\n|"])  # a newline inside a "line": once crashed the CSV header sniffing
+@given(st.lists(st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["url,category", "0.0.0.0 a.example b.example", "# c", "", "x.example",
+                     '"unterminated,quote', "||y.example^", "evil.example,phishing",
+                     "\x00", "a;b;c", "com"]),
+), max_size=12))
+def test_any_upload_parses_without_crashing(lines):
+    for parsed in parse_rules(lines, default_category="spam"):
+        assert 1 <= parsed.lineno <= len(lines)
+        assert (parsed.expression is None) == (parsed.error is not None)
+        assert parsed.category in ("phishing", "malware", "spam", "unwanted", "other")
