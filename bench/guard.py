@@ -150,7 +150,8 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     peer_s = timed(lambda es: any(e in peer_set for e in es), exprs)
 
     print(f"\nGuard.check (target: median < 30 µs), {args.rules:,} rules, {args.urls:,} "
-          f"distinct clean URLs x 10 expressions, error rate {error_rate}")
+          f"distinct clean URLs x 10 expressions, error rate {error_rate}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     for note in notes:
         print(f"  filter {note}")
     print()

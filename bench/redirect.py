@@ -151,7 +151,8 @@ def main() -> None:
 
     print(f"\nShort-link redirect /{args.slug} (302, clean off-site destination), gunicorn "
           f"{args.workers} sync workers, wrk -t2 -c{args.connections} -d{args.seconds}s, "
-          f"{os.cpu_count()} CPUs shared by server and load tool, SQLite\n")
+          f"{os.cpu_count()} CPUs shared by server and load tool (load average "
+          f"{os.getloadavg()[0]:.1f} at the end), SQLite\n")
     print("| server    | runs (req/s)                 | median req/s | p99 latency | errors |")
     print("|-----------|------------------------------|--------------|-------------|--------|")
     medians = {}
