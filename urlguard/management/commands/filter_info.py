@@ -77,10 +77,12 @@ class Command(BaseCommand):
         if stages:
             cols = [c for c in ("first_id", "last_id", "id_range", "count", "capacity", "fill",
                                 "k", "error_rate", "bytes") if c in stages[0]]
+            rows = [[_cell(stage.get(c)) for c in cols] for stage in stages]
+            widths = [max(len(c), *(len(r[j]) for r in rows)) for j, c in enumerate(cols)]
             w("")
-            w("stage  " + "  ".join(f"{c:>18}" for c in cols))
-            for i, stage in enumerate(stages):
-                w(f"{i:>5}  " + "  ".join(f"{_cell(stage.get(c)):>18}" for c in cols))
+            w("stage  " + "  ".join(f"{c:>{n}}" for c, n in zip(cols, widths, strict=True)))
+            for i, row in enumerate(rows):
+                w(f"{i:>5}  " + "  ".join(f"{v:>{n}}" for v, n in zip(row, widths, strict=True)))
         if r["nodes"]:
             w("")
             w(f"{'node':<30} {'applied_seq':>12} {'lag':>6} {'clean':>6}  reported")
