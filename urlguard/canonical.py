@@ -11,8 +11,8 @@ around:
   percent-unescaping, as a browser does. Safe Browsing unescapes the whole URL
   first, so `http://good.com%2F@evil.com/` would look like good.com to it while
   the browser goes to evil.com. Characters that unescaping reveals in the host
-  and that would change the structure on a second reading (`/ ? @ \\ :`) stay
-  escaped, which keeps `canonicalize` idempotent.
+  and that would change the structure on a second reading (`/ ? @ \\ : [ ]`)
+  stay escaped, which keeps `canonicalize` idempotent.
 * After `http:` any run of `/` and `\\` introduces the host (`http:/x`,
   `http:\\\\x`, `http:///x` all go to x, as in every browser); a backslash in
   the path is a slash. A backslash that unescaping reveals in the path stays
@@ -104,7 +104,7 @@ def _escape_table(extra: bytes) -> tuple[tuple[bytes, ...], re.Pattern[bytes]]:
 
 _QUERY_TABLE, _QUERY_NEEDS_ESCAPE = _escape_table(b"")
 _PATH_TABLE, _PATH_NEEDS_ESCAPE = _escape_table(b"\\")
-_HOST_TABLE, _HOST_NEEDS_ESCAPE = _escape_table(b"/?@\\:")
+_HOST_TABLE, _HOST_NEEDS_ESCAPE = _escape_table(b"/?@\\:[]")
 _IPV6_TABLE, _IPV6_NEEDS_ESCAPE = _escape_table(b"/?@\\")
 
 

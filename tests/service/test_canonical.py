@@ -184,6 +184,7 @@ def test_ipv4_lookalikes_stay_names(host):
     ("http://evil.com%2F.good.com/", "http://evil.com%2F.good.com/"),
     ("http://evil.com%40good.com/", "http://evil.com%40good.com/"),
     ("http://evil.com%3A80/", "http://evil.com%3A80/"),
+    (".[.0", "http://%5B.0/"),  # a bracket that opens no IPv6 address
     ("http://example.com/a%5Cb", "http://example.com/a%5Cb"),
     # an unescaped '?' starts the query, as in Safe Browsing
     ("http://example.com/a%3Fb", "http://example.com/a?b"),
@@ -210,7 +211,7 @@ def test_own_cases(url, expected):
 @pytest.mark.parametrize("url", [
     "", "   ", "\t\r\n", ":", "/blah", "#ref", "/blah#ref", "?query#ref", "/blah?query#ref",
     "/blah;param", "http://", "https://", "http:///", "http://#ref", "http://?query#ref",
-    "http://...", "http://%2e%2e/", "http://[::1/", "http://[not:an:address]/",
+    "http://...", "http://%2e%2e/", "http://[::1/", "http://%5B::1%5D/", "http://[not:an:address]/",
     "http://example.com:port/", "mailto:bryner@google.com", "javascript:alert(1)",
     "JavaScript:alert(1)", "data:text/html;base64,PHNjcmlwdD4=", "ftp://ftp.myfiles.com/",
     "file:///etc/passwd", "tel:+123", "about:blank",

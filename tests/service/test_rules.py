@@ -213,3 +213,17 @@ def test_every_rule_blocks_what_it_was_made_from(host, path, query):
         assert rule_matches(candidate.expression, url), candidate
         assert normalize_rule(candidate.expression) == candidate.expression
         assert rule_level(candidate.expression) == candidate.level, candidate
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(max_size=60), st.text(alphabet="*.:/?#@%[]\\|^ax1\u00fc", max_size=20)))
+def test_any_text_is_a_rule_or_a_rule_error(text):
+    try:
+        expression = normalize_rule(text)
+    except RuleError as exc:
+        assert str(exc)
+        with pytest.raises(RuleError):
+            rule_candidates(text)
+        return
+    assert expression in {c.expression for c in rule_candidates(text)}
+    assert normalize_rule(expression) == expression
