@@ -20,6 +20,7 @@ from django.db import connections, router, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from urlguard.importing import ParsedLine
 from urlguard.models import Category, ChangeEvent, SpamRule, now_micros, rule_writes_allowed
 from urlguard.rules import RuleError, normalize_rule
 
@@ -291,7 +292,9 @@ def add_rules(items: Iterable[Any], *, source: str, user: Any = None,
             result.refused.append(Refusal(text, str(error), lineno))
             continue
         try:
-            expression = normalize_rule(text)
+            # parse_rules already ran normalize_rule on its lines; anything else
+            # (duck-typed objects included) is normalized here.
+            expression = text if isinstance(item, ParsedLine) else normalize_rule(text)
             cat = _check_category(cat)
         except RuleError as exc:
             result.refused.append(Refusal(text, str(exc), lineno))
