@@ -163,6 +163,13 @@ def test_ipv4_lookalikes_stay_names(host):
     # a label IDNA 2008 refuses still canonicalizes (plain Punycode, as browsers do)
     ("http://my_site.\u00fc_x.com/", "http://my_site.xn--_x-wka.com/"),
     ("http://under_score.example.com/", "http://under_score.example.com/"),
+    # symbols IDNA 2008 disallows get Punycode as in browsers; ß is kept
+    # (non-transitional processing, as browsers do today)
+    ("http://\u2603.net/", "http://xn--n3h.net/"),
+    ("http://\U0001F4A9.la/", "http://xn--ls8h.la/"),
+    ("http://fa\u00df.de/", "http://xn--fa-hia.de/"),
+    ("http://\u0440\u0444.\u0440\u0444/", "http://xn--p1ai.xn--p1ai/"),
+    ("http://\uff21\uff22\uff23\uff0ecom/", "http://abc.com/"),
     # ports and userinfo are dropped
     ("https://example.com:443/a", "https://example.com/a"),
     ("http://example.com:/a", "http://example.com/a"),
