@@ -23,8 +23,6 @@ from django.db import connection, connections
 from urlguard import changes, registry, tasks
 from urlguard.models import ChangeEvent, NodeStatus
 
-pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -39,23 +37,31 @@ def _reachable(url: str, default_port: int) -> str:
 
 
 def _skip_reason() -> str:
-    if connection.vendor != "postgresql":
+    db = django_settings.DATABASES["default"]
+    if db["ENGINE"] != "django.db.backends.postgresql":
         return ("needs PostgreSQL: run `make test-services` (DATABASE_URL=postgres://"
                 "postgres@127.0.0.1:5432/urlguard)")
     broker = django_settings.CELERY_BROKER_URL
     if not broker.startswith("redis://"):
         return "needs CELERY_BROKER_URL=redis://127.0.0.1:6379/15 (`make test-services`)"
-    db = django_settings.DATABASES["default"]
     problems = [p for p in (_reachable(f"postgres://{db['HOST']}:{db['PORT'] or 5432}", 5432),
                             _reachable(broker, 6379)) if p]
     return "; ".join(problems)
 
 
+# Decided before any fixture runs: with PostgreSQL down, creating the test database
+# would fail instead of skipping.
+_SKIP = _skip_reason()
+pytestmark = [pytest.mark.services, pytest.mark.skipif(bool(_SKIP), reason=_SKIP),
+              pytest.mark.django_db(transaction=True)]
+
+
 @pytest.fixture(autouse=True)
 def services_available():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
+    """Also skips in modules that import it with the worker fixtures (here the
+    pytestmark skips first, before the test database would be created)."""
+    if _SKIP:
+        pytest.skip(_SKIP)
 
 
 class Worker:
