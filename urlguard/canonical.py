@@ -79,6 +79,9 @@ _C0_AND_SPACE = bytes(range(0x21))
 _C1_RE = re.compile(rb"\xc2([\x80-\x9f])")
 _LEADING_SCHEME_ESCAPED_RE = re.compile(rb"https?(?:%3[aA]|:)", re.IGNORECASE)
 
+# A host name needing no work but lower-casing: letters, digits, '-' and '_' in
+# labels, single dots between them, a last label that does not start with a digit.
+_PLAIN_HOST_RE = re.compile(rb"(?:[A-Za-z0-9_\-]+\.)*[A-Za-z_\-][A-Za-z0-9_\-]*")
 # IPv4 in any form the reference accepts: decimal, octal, hex, 1 to 4 parts.
 _POSSIBLE_IPV4_RE = re.compile(rb"(?:0[xX][0-9A-Fa-f]+|[0-9.])+")
 # The Windows resolver takes "10.192.95.89 xy" as 10.192.95.89 (up to 15 chars).
@@ -291,6 +294,10 @@ def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes]:
 
 
 def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool]:
+    if _PLAIN_HOST_RE.fullmatch(authority) is not None:
+        # The usual case, a plain name: nothing to strip, unescape, map or escape,
+        # and it cannot be an IPv4 address (its last label starts with no digit).
+        return authority.lower().decode("ascii"), False
     host = authority.rpartition(b"@")[2]  # userinfo is dropped
     if host[:1] == b"[":
         close = host.find(b"]")
