@@ -182,7 +182,8 @@ def _parse(text: str) -> CanonicalURL:
     # canonicalization already strips), and a directory as example.com/dir/*: both
     # mean what our host and directory rules do.
     if parts.host.startswith("*."):
-        parts = parts._replace(host=parts.host[2:])
+        # Canonicalize what is left: "*.2.1" leaves "2.1", which is an IPv4 address.
+        parts = canonical_url(str(parts._replace(host=parts.host[2:])))
     if parts.path.endswith("/*") and not parts.query:
         parts = parts._replace(path=parts.path[:-1], query=None)
     if "*" in parts.host:

@@ -31,6 +31,7 @@ from urlguard.rules import (
     ("https://user:pw@example.com:8443/a/../b/", "example.com/b/"),
     ("*.example.com", "example.com/"),
     ("https://*.example.com/", "example.com/"),
+    ("*.2.1", "2.0.0.1/"),  # what is left after "*." is canonicalized in turn
     (".example.com", "example.com/"),
     ("example.com/dir/*", "example.com/dir/"),
     ("http://B\u00fccher.example/", "xn--bcher-kva.example/"),
