@@ -252,7 +252,13 @@ def sync(up_to_seq: int | None = None, *, path: str | None = None,
                             forced=bool(force_rebuild))
             if filt is None:
                 filt = registry.open_writer(path)
-            _apply_pending(filt, result)  # whatever was committed after the snapshot
+            try:
+                _apply_pending(filt, result)  # whatever was committed after the snapshot
+            except KeyError as exc:
+                raise RuntimeError(
+                    f"{path}: the change log after the rebuild's snapshot removes "
+                    f"{exc.args[0] if exc.args else '?'}, which the spam table did not hold: "
+                    "rules were changed outside urlguard.changes (raw SQL?)") from exc
             result.head = max(result.head, log_head())
     finally:
         if filt is not None:

@@ -21,7 +21,8 @@ from django.conf import settings as django_settings
 from django.db import connection, connections
 
 from urlguard import changes, registry, tasks
-from urlguard.models import ChangeEvent, NodeStatus
+from urlguard.conf import conf
+from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +82,7 @@ class Worker:
             "URLGUARD_NODE_NAME": self.node,
             "URLGUARD_CATCHUP_INTERVAL": str(catchup_interval),
         }
-        queue = registry.conf.BROADCAST_QUEUE
+        queue = conf.BROADCAST_QUEUE
         self._out = open(log, "w")  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "urlguard", "worker", "-B",
@@ -232,3 +233,55 @@ def test_postgres_commits_change_events_in_seq_order():
     assert not errors, errors
     assert violations == []
     assert ChangeEvent.objects.count() == 60
+
+
+def test_rebuilds_under_concurrent_writes_count_every_rule_once(filter_path, monkeypatch):
+    """A rebuild reads the table and max(seq) in one snapshot (REPEATABLE READ), then
+    replays the log after it: with writers committing throughout, the file ends
+    with every rule exactly once (a double-applied add would show in the count)."""
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+    changes.add_rules([f"base{i}.example.org" for i in range(2000)], source="test")
+    stream = tasks._stream_rules
+
+    def slow_stream(using):
+        # Writers commit between reading max(seq) and reading the rows: only a
+        # snapshot keeps those commits out of the rows (the replay adds them).
+        time.sleep(0.2)
+        yield from stream(using)
+
+    monkeypatch.setattr(tasks, "_stream_rules", slow_stream)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            i = 0
+            while not stop.is_set():
+                rule = changes.add_rule(f"c{n}-{i}.example.org", category="spam")
+                if i % 3 == 0:
+                    changes.remove_rule(rule)
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(4):
+            tasks.sync(path=str(filter_path), force_rebuild="test")
+            # Never "the file disagrees with the log" (a removal it cannot honour).
+            assert tasks.sync(path=str(filter_path)).rebuilt == ""
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    tasks.sync(path=str(filter_path))
+    filt = registry.get_filter(str(filter_path))
+    live = list(SpamRule.objects.values_list("expression", flat=True))
+    assert filt.applied_seq == tasks.log_head()
+    assert filt.count == len(live) > 2000
+    assert filt.contains_many(live).all()
