@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from itertools import groupby
 from typing import Any
@@ -111,32 +112,25 @@ def _apply_pending(filt: ScalingCountingBloomFilter, result: SyncResult) -> None
     result.applied_seq = filt.applied_seq
 
 
-def _snapshot_transaction(using: str):  # type: ignore[no-untyped-def]
+@contextmanager
+def _snapshot_transaction(using: str) -> Iterator[None]:
     """A transaction in which the table rows and max(seq) are read from one snapshot,
-    so that the rebuilt file's applied_seq says exactly which changes it holds."""
+    so that the rebuilt file's applied_seq says exactly which changes it holds.
+    (SQLite: any transaction reads one snapshot.)"""
     connection = connections[using]
-    atomic = transaction.atomic(using=using)
-    if connection.vendor != "postgresql":
-        return atomic  # SQLite: a transaction reads one snapshot already
-
-    class _Snapshot:
-        def __enter__(self) -> None:
-            outer = connection.in_atomic_block
-            atomic.__enter__()
+    outer = connection.in_atomic_block
+    with transaction.atomic(using=using):
+        if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 if not outer:
                     cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 else:
-                    # Inside someone's transaction the isolation level is fixed; hold
-                    # writers off instead (they take the same lock, see changes.py).
+                    # Inside someone's transaction the isolation level is fixed: hold
+                    # the writers off instead (they take this lock, see changes.py).
                     from urlguard.changes import _CHANGE_LOG_LOCK
 
                     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHANGE_LOG_LOCK])
-
-        def __exit__(self, *exc: Any) -> Any:
-            return atomic.__exit__(*exc)
-
-    return _Snapshot()
+        yield
 
 
 def _stream_rules(using: str) -> Iterator[tuple[str, int]]:
