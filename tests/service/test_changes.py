@@ -184,8 +184,7 @@ def test_add_rules_dry_run_writes_nothing(nudges):
     changes.add_rule("present.example.org/", category="spam")
     result = changes.add_rules(["present.example.org", "new.example.org", "co.uk"],
                                source="x", dry_run=True)
-    assert result.added == ["new.example.org/"] or result.added == [
-        normalize_rule("new.example.org")]
+    assert result.added == [normalize_rule("new.example.org")]
     assert len(result.skipped) == 1 and len(result.refused) == 1
     assert "would be added" in result.summary()
     assert SpamRule.objects.count() == 1 and ChangeEvent.objects.count() == 1
