@@ -7,6 +7,12 @@ import dj_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("URLGUARD_VAR_DIR", BASE_DIR / "var"))
+# A fresh clone has no var/ (it is git-ignored) and SQLite will not create the
+# directory of its database file. If this fails, system check urlguard.E001 says why.
+try:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+except OSError:
+    pass
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
