@@ -308,6 +308,29 @@ def target_checks(keys, absent, tmp, initial) -> list[tuple[str, str, str, bool]
     ]
 
 
+def sizing(n: int, initial: int) -> list[list[str]]:
+    """Bytes per key and stage count at ``n`` keys for growth/tightening pairs,
+    from the stage geometry alone (nothing allocated): why the defaults."""
+    from filterengine import fileformat as ff
+    from filterengine.scaling import DEFAULT_GROWTH, DEFAULT_TIGHTENING
+
+    rows = []
+    for growth, tightening in ((1.5, 0.8), (2.0, 0.5), (2.0, 0.7), (2.0, 0.85),
+                               (3.0, 0.6), (4.0, 0.7)):
+        header = ff.Header(seed=0, capacity=initial, error_rate=RATE, growth=growth,
+                           tightening=tightening, generation=1)
+        offset, held, stages, ks = ff.DATA_OFFSET, 0, 0, []
+        while held < n:
+            stage = ff.stage_plan(header, stages, offset)
+            offset, held, stages = ff.next_offset(stage), held + stage.capacity, stages + 1
+            ks.append(str(stage.k))
+        mark = " (default)" if (growth, tightening) == (DEFAULT_GROWTH,
+                                                        DEFAULT_TIGHTENING) else ""
+        rows.append([f"{growth:g} / {tightening:g}{mark}", str(stages), ",".join(ks),
+                     f"{offset / n:.2f}"])
+    return rows
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
@@ -353,6 +376,10 @@ def main() -> None:
         print(table(["check", "measured", "target", "met"],
                     [[c, v, t, "" if not t else ("yes" if ok else "NO")]
                      for c, v, t, ok in checks]))
+        print()
+        print(f"Stage geometry at {n:,} keys from capacity {initial:,} (no allocation):")
+        print(table(["growth / tightening", "stages", "k per stage", "bytes/elem"],
+                    sizing(n, initial)))
 
 
 if __name__ == "__main__":
