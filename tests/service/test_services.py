@@ -120,8 +120,8 @@ class Worker:
 def start_worker(tmp_path, filter_path):
     workers: list[Worker] = []
 
-    def start(**kwargs) -> Worker:
-        worker = Worker(filter_path, tmp_path / f"worker{len(workers)}.log", **kwargs)
+    def start(path: Path | None = None, **kwargs) -> Worker:
+        worker = Worker(path or filter_path, tmp_path / f"worker{len(workers)}.log", **kwargs)
         workers.append(worker)
         worker.wait_ready()
         return worker
@@ -162,6 +162,22 @@ def test_add_and_remove_reach_the_reader_through_the_worker(start_worker, filter
     wait_for(lambda: filt.is_clean, what="the worker to flush", log=worker.log)
     wait_for(lambda: NodeStatus.objects.filter(node=worker.node, applied_seq=head).exists(),
              what="the node's status report", log=worker.log)
+
+
+def test_every_node_gets_every_change(start_worker, tmp_path):
+    """Two nodes, each with its own file and worker: one broadcast nudge reaches both."""
+    paths = [tmp_path / "node-a" / "filter.bin", tmp_path / "node-b" / "filter.bin"]
+    workers = [start_worker(path) for path in paths]
+    for path, worker in zip(paths, workers, strict=True):
+        wait_for(path.exists, what=f"{path} built at boot", log=worker.log)
+    rule = changes.add_rule("everywhere.example.org", category="malware")
+    for path, worker in zip(paths, workers, strict=True):
+        wait_for(lambda p=path: rule.expression in (registry.get_filter(str(p)) or ()),
+                 what=f"{path} to get the rule", log=worker.log)
+    head = tasks.log_head()
+    wait_for(lambda: set(NodeStatus.objects.filter(applied_seq=head)
+                         .values_list("node", flat=True)) >= {w.node for w in workers},
+             what="both nodes to report")
 
 
 def test_missed_messages_are_caught_up_at_boot_and_by_beat(start_worker, filter_path,
