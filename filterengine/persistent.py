@@ -49,7 +49,7 @@ class _Shape:
     """The geometry shared, unchanged, by every version of one filter."""
 
     __slots__ = ("block_bits", "block_bytes", "block_shift", "blocks", "cells", "depth",
-                 "fanout", "fanout_shift", "k", "offsets")
+                 "fanout", "fanout_shift", "k", "level_shifts", "offsets")
 
     def __init__(self, capacity: int, error_rate: float, fanout: int, block_bytes: int) -> None:
         for name, value in (("fanout", fanout), ("block_bytes", block_bytes)):
@@ -67,6 +67,8 @@ class _Shape:
         while fanout**depth < self.blocks:
             depth += 1
         self.depth = depth
+        #: Shift of a block number for each level's child slot, root first.
+        self.level_shifts = tuple(level * self.fanout_shift for level in range(depth - 1, -1, -1))
 
     def bits_of(self, key: KeyLike) -> list[int]:
         h1, h2 = hash_pair(_key_bytes(key))
@@ -164,14 +166,14 @@ class PersistentBloomFilter:
 
     def contains(self, key: KeyLike) -> bool:
         shape = self._shape
-        depth, fshift, fmask = shape.depth, shape.fanout_shift, shape.fanout - 1
+        shifts, fmask = shape.level_shifts, shape.fanout - 1
         bshift, bmask = shape.block_shift, shape.block_bits - 1
         root = self._root
         for bit in shape.bits_of(key):
             block = bit >> bshift
             node = root
-            for level in range(depth - 1, -1, -1):
-                node = node.children[(block >> (level * fshift)) & fmask]
+            for shift in shifts:
+                node = node.children[(block >> shift) & fmask]
             offset = bit & bmask
             if not node.bits[offset >> 3] & (1 << (offset & 7)):
                 return False
