@@ -316,6 +316,14 @@ def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool]:
 
     if b"%" in host:
         host = _unescape(host)
+    if not host.isascii():
+        host = _idna_host(host)
+    if host[:1] == b"." or host[-1:] == b"." or b".." in host:
+        host = b".".join(label for label in host.split(b".") if label)
+    if not host:
+        raise ValueError(f"no host in {_short(raw)}")
+    # Only now, after whatever unescaping, mapping and dot-trimming revealed: the
+    # output must read back as the same kind of host.
     if host[:1] == b"[" and host[-1:] == b"]":
         try:
             address = ipaddress.IPv6Address(host[1:-1].decode("ascii"))
@@ -323,13 +331,6 @@ def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool]:
             raise ValueError(f"invalid IPv6 address in {_short(raw)}") from None
         text = f"[{address.compressed}]".encode("ascii")
         return _escape(text, _IPV6_TABLE, _IPV6_NEEDS_ESCAPE), True
-
-    if not host.isascii():
-        host = _idna_host(host)
-    if host[:1] == b"." or host[-1:] == b"." or b".." in host:
-        host = b".".join(label for label in host.split(b".") if label)
-    if not host:
-        raise ValueError(f"no host in {_short(raw)}")
     if host[:1] in _DIGITS_BYTES:
         ipv4 = _parse_ipv4(host)
         if ipv4 is not None:

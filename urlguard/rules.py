@@ -183,7 +183,11 @@ def _parse(text: str) -> CanonicalURL:
     # mean what our host and directory rules do.
     if parts.host.startswith("*."):
         # Canonicalize what is left: "*.2.1" leaves "2.1", which is an IPv4 address.
-        parts = canonical_url(str(parts._replace(host=parts.host[2:])))
+        try:
+            parts = canonical_url(str(parts._replace(host=parts.host[2:])))
+        except ValueError as exc:
+            raise RuleError(f"{_short(stripped)} is not a URL, host or rule expression: "
+                            f"{exc}") from None
     if parts.path.endswith("/*") and not parts.query:
         parts = parts._replace(path=parts.path[:-1], query=None)
     if "*" in parts.host:

@@ -192,6 +192,7 @@ def test_ipv4_lookalikes_stay_names(host):
     ("http://evil.com%40good.com/", "http://evil.com%40good.com/"),
     ("http://evil.com%3A80/", "http://evil.com%3A80/"),
     (".[.0", "http://%5B.0/"),  # a bracket that opens no IPv6 address
+    ("http://.%5B%3A%3A1%5D/", "http://[::1]/"),  # brackets revealed by unescaping
     ("http://example.com/a%5Cb", "http://example.com/a%5Cb"),
     # an unescaped '?' starts the query, as in Safe Browsing
     ("http://example.com/a%3Fb", "http://example.com/a?b"),
