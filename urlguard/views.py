@@ -20,12 +20,8 @@ from django.urls import Resolver404, resolve, reverse
 from django.utils.encoding import iri_to_uri
 from django.views.decorators.http import require_GET
 
+from urlguard.clicks import record_click
 from urlguard.conf import conf
-
-try:
-    from urlguard.clicks import record_click
-except ImportError:  # clicks.py not in this checkout yet: counting is optional, redirecting is not
-    record_click = None
 from urlguard.guard import InvalidURL, Verdict, get_guard
 from urlguard.middleware import WEB_SCHEMES, mark_confirmed
 from urlguard.models import Category, ShortLink
@@ -203,18 +199,13 @@ def short_link(request: HttpRequest, slug: str) -> HttpResponse:
         return render(request, "urlguard/link_not_found.html", {"slug": slug}, status=404)
     if link.disabled:
         return render(request, "urlguard/link_disabled.html", {"link": link}, status=410)
-    _record_click(request, link)
+    record_click(request, link)  # never raises for a database error: the redirect comes first
     # A bare 302 rather than HttpResponseRedirect: that one raises on a
     # javascript:/data: destination, and such a destination deserves the
     # middleware's scheme policy (a warning page), not a 400.
     response = HttpResponse(status=302)
     response["Location"] = iri_to_uri(link.destination)
     return response
-
-
-def _record_click(request: HttpRequest, link: ShortLink) -> None:
-    if record_click is not None:
-        record_click(request, link)
 
 
 def _json_error(message: str, status: int, **headers: str) -> JsonResponse:

@@ -13,6 +13,7 @@ from urlguard import tasks
 from urlguard.changes import RuleExists, add_rule
 from urlguard.models import ShortLink, SpamRule
 from urlguard.rules import normalize_rule
+from urlguard.slugs import create_short_link
 
 # (rule as an admin would paste it, category, what it demonstrates)
 DEMO_RULES = [
@@ -37,14 +38,6 @@ DEMO_LINKS = [
     ("readme", "http://downloads.example.org/tools/readme.html", ""),
     ("gone", "https://www.python.org/", "disabled by the demo: reported as spam"),
 ]
-
-
-def _create_link(slug: str, destination: str) -> ShortLink:
-    try:
-        from urlguard.slugs import create_short_link
-    except ImportError:  # slugs.py not in this checkout yet
-        return ShortLink.objects.create(slug=slug, destination=destination)
-    return create_short_link(destination, slug=slug)
 
 
 class Command(BaseCommand):
@@ -74,7 +67,7 @@ class Command(BaseCommand):
         for slug, destination, disabled in DEMO_LINKS:
             if ShortLink.objects.filter(slug=slug).exists():
                 continue
-            link = _create_link(slug, destination)
+            link = create_short_link(destination, slug=slug)
             if disabled:
                 link.disabled, link.disabled_reason = True, disabled
                 link.save(update_fields=["disabled", "disabled_reason"])
