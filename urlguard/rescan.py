@@ -82,13 +82,16 @@ def scan_range(include_disabled: bool, low: int, high: int | None, chunk_size: i
     result = RescanResult()
     last_pk = low
     while True:
+        # Only the key and the destination for every row (fewer columns, fewer
+        # converters); slug and state are read for the few hits alone.
         rows = list(links.filter(pk__gt=last_pk).order_by("pk")
-                    .values_list("pk", "slug", "destination", "disabled")[:chunk_size])
+                    .values_list("pk", "destination")[:chunk_size])
         if not rows:
             break
         last_pk = rows[-1][0]
-        verdicts = guard.check_many([row[2] for row in rows])
-        for (pk, slug, destination, disabled), verdict in zip(rows, verdicts, strict=True):
+        verdicts = guard.check_many([destination for _, destination in rows])
+        found = []
+        for (pk, destination), verdict in zip(rows, verdicts, strict=True):
             if verdict.error:
                 # A destination that is not a usable URL (stored before validation,
                 # or hand-edited): it cannot point to spam, but operators should know.
@@ -100,11 +103,17 @@ def scan_range(include_disabled: bool, low: int, high: int | None, chunk_size: i
                 # fails closed. That says nothing about this link; count it apart.
                 result.unchecked += 1
             else:
-                result.hits.append(RescanHit(
-                    link_id=pk, slug=slug, destination=destination,
-                    expression=verdict.rule.expression, category=verdict.rule.category,
-                    disabled=disabled,
-                ))
+                found.append((pk, destination, verdict.rule))
+        if found:
+            details = {pk: (slug, disabled) for pk, slug, disabled in
+                       _links(include_disabled).filter(pk__in=[pk for pk, _, _ in found])
+                       .values_list("pk", "slug", "disabled")}
+            result.hits.extend(
+                RescanHit(link_id=pk, slug=details[pk][0], destination=destination,
+                          expression=rule.expression, category=rule.category,
+                          disabled=details[pk][1])
+                for pk, destination, rule in found if pk in details  # deleted meanwhile: gone
+            )
         result.scanned += len(rows)
         if progress is not None:
             progress(len(rows))
