@@ -94,6 +94,7 @@ def test_commit_adds_through_the_change_log_then_rescans(editor, committed, filt
     assert rescan.result["hits"][0]["link_id"] == hit.pk
     html = editor.get(_job_page(job)).content.decode()
     assert "Rescan after the import" in html and "1 link points to spam" in html
+    assert f"rescan/?job={rescan.pk}" in html  # the way to disable it
 
 
 def test_commit_twice_imports_once(editor, committed):
