@@ -1,21 +1,27 @@
 """Packed 4-bit saturating counters: two per byte, the cells of counting filters.
 
-Counter c lives in byte c >> 1, in the low nibble when c is even and the high
-nibble when it is odd. A counter that reaches 15 is saturated: it is never
-incremented past 15 (no wrap to 0, which would be a false negative) and never
-decremented again (its true count is unknown, so a decrement could drop it to
-0 while other keys still rely on it).
+A counter that reaches 15 is saturated: it is never incremented past 15 (no
+wrap to 0, which would be a false negative) and never decremented again (its
+true count is unknown, so a decrement could drop it to 0 while other keys
+still rely on it).
 
-A counting filter stage is k slices of ``cells`` counters, slice i starting at
-counter ``base + i * cells``. The functions here work on such a stage inside
-any buffer: a numpy uint8 array for the batch paths (duplicate indices within
-one batch are counted, not collapsed) and a bytearray/mmap for the scalar
-paths (plain Python ints, no numpy scalars).
+Layout of a stage of k slices of ``cells`` counters, starting at counter index
+``base`` (always even: a byte boundary): slices are stored in pairs. Slice 2j
+is the low nibbles and slice 2j+1 the high nibbles of the same ``cells``
+bytes (region j); an odd last slice leaves its region's high nibbles unused
+(plan_slices prefers an even k for that reason). Counter index c names byte
+c >> 1, low nibble if c is even, high if odd, so position x of slice i is
+counter ``base + 2*((i >> 1)*cells + x) + (i & 1)``. Pairing means a probe
+reads byte ``region + x`` and tests a mask fixed per slice: no per-probe
+nibble arithmetic on either path.
 
-Counter indices use hashing.COUNTER_SCHEME: slice i of a key is
-(h1 + i*h2) mod cells, exactly. Both paths reduce h1 and h2 mod cells once
-per stage and then step slice to slice with one addition and a conditional
-subtraction, so no 64-bit arithmetic or modulo happens per probe.
+Indices follow hashing.COUNTER_SCHEME: slice i of a key is (h1 + i*h2) mod
+cells, exactly; h1 and h2 are reduced mod cells once per stage and each next
+slice costs one addition and a conditional subtraction.
+
+The functions work on a stage inside any buffer: a numpy uint8 array for the
+batch paths (duplicate indices within one batch are counted, not collapsed)
+and a bytearray/memoryview for the scalar paths (plain Python ints only).
 """
 
 from __future__ import annotations
@@ -26,22 +32,33 @@ import numpy as np
 
 __all__ = [
     "MAX_COUNT",
+    "SLICE_MASKS",
+    "stage_bytes",
     "counter_value",
     "counter_values",
-    "stage_add",
-    "stage_contains",
-    "stage_remove",
-    "stage_counter_indices",
     "stage_counters",
+    "stage_contains",
+    "stage_add",
+    "stage_remove",
     "slice_positions",
+    "stage_counter_indices",
     "stage_contains_many",
     "stage_add_many",
     "stage_remove_check",
     "stage_remove_apply",
+    "slice_nonzero",
+    "saturated_counters",
 ]
 
 MAX_COUNT = 15
+#: Mask of slice i's nibble: SLICE_MASKS[i & 1].
+SLICE_MASKS = (0x0F, 0xF0)
 _U1 = np.uint64(1)
+
+
+def stage_bytes(k: int, cells: int) -> int:
+    """Bytes taken by a stage of k slices of ``cells`` counters."""
+    return (k + 1) // 2 * cells
 
 
 def counter_value(buf, c: int) -> int:
@@ -55,36 +72,33 @@ def counter_values(array: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 # -- scalar paths -------------------------------------------------------------
-_MASKS = (0x0F, 0xF0)  # the nibble of an even / odd counter
+def stage_counters(base: int, k: int, cells: int, h1: int, h2: int) -> list[int]:
+    """The key's k counter indices in the stage."""
+    x = h1 % cells
+    step = h2 % cells
+    out = []
+    for i in range(k):
+        out.append(base + 2 * ((i >> 1) * cells + x) + (i & 1))
+        x += step
+        if x >= cells:
+            x -= cells
+    return out
 
 
 def stage_contains(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
     """Whether every one of the key's k counters in the stage is non-zero."""
+    region = base >> 1
     x = h1 % cells
     step = h2 % cells
-    for _ in range(k):
-        c = base + x
-        if not buf[c >> 1] & _MASKS[c & 1]:
+    for i in range(k):
+        if not buf[region + x] & SLICE_MASKS[i & 1]:
             return False
+        if i & 1:
+            region += cells
         x += step
         if x >= cells:
             x -= cells
-        base += cells
     return True
-
-
-def stage_counters(base: int, k: int, cells: int, h1: int, h2: int) -> list[int]:
-    """The key's k counter indices in the stage (scalar path)."""
-    x = h1 % cells
-    step = h2 % cells
-    out = []
-    for _ in range(k):
-        out.append(base + x)
-        x += step
-        if x >= cells:
-            x -= cells
-        base += cells
-    return out
 
 
 def stage_add(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
@@ -114,7 +128,7 @@ def stage_remove(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
         v = (buf[c >> 1] >> ((c & 1) << 2)) & 15
         if not v:
             return False
-        if v != 15:
+        if v != MAX_COUNT:
             positions.append(c)
     for c in positions:
         buf[c >> 1] -= 0x10 if c & 1 else 1
@@ -123,7 +137,7 @@ def stage_remove(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
 
 # -- batch paths --------------------------------------------------------------
 def slice_positions(cells: int, k: int, h1: np.ndarray, h2: np.ndarray) -> Iterator[np.ndarray]:
-    """Per slice i = 0..k-1, every key's index within the slice (uint64 < cells).
+    """Per slice i = 0..k-1, every key's position within the slice (uint64 < cells).
 
     x_{i+1} = x_i + step - cells when that does not wrap below zero: as both
     are below cells <= 2**63 the sum cannot overflow, and the unsigned
@@ -139,13 +153,18 @@ def slice_positions(cells: int, k: int, h1: np.ndarray, h2: np.ndarray) -> Itera
             x = np.minimum(y, y - modulus)
 
 
+def _global(base: int, cells: int, i: int, x: np.ndarray) -> np.ndarray:
+    """Counter indices of positions ``x`` in slice ``i`` of a stage at ``base``."""
+    return (x << _U1) + np.uint64(base + 2 * (i >> 1) * cells + (i & 1))
+
+
 def stage_counter_indices(
     base: int, cells: int, i: int, h1: np.ndarray, h2: np.ndarray
 ) -> np.ndarray:
-    """Global counter indices (uint64) of slice ``i`` for every hashed key."""
+    """Counter indices (uint64) of slice ``i`` for every hashed key."""
     for j, x in enumerate(slice_positions(cells, i + 1, h1, h2)):
         if j == i:
-            return x + np.uint64(base + i * cells)
+            return _global(base, cells, i, x)
     raise AssertionError("unreachable")
 
 
@@ -154,27 +173,23 @@ def stage_contains_many(
 ) -> np.ndarray:
     """Bool per key: are all its k counters in the stage non-zero?
 
-    Slices are probed two at a time, and only keys still possibly present go
-    on: an absent key usually fails within the first pair, so the work is
-    about 2n probes, not k*n, with few compactions. ``base`` (the stage's
-    first counter) and ``cells`` are even, so each slice is whole bytes and
-    is read through its own view."""
+    Slices are probed two at a time (the two nibbles of one region), and only
+    keys still possibly present go on: an absent key usually fails within the
+    first pair, so the work is about 2n probes, not k*n, with few compactions."""
     n = len(h1)
     modulus = np.uint64(cells)
-    half = cells // 2
-    start = base // 2
+    start = base >> 1
     alive = None  # indices of keys still possibly present; None = all
     x = h1 % modulus
     step = h2 % modulus
-    i = 0
-    while i < k:
-        hit = _nonzero(array[start + i * half:start + (i + 1) * half], x)
+    low, high = np.uint8(0x0F), np.uint8(0xF0)
+    for i in range(0, k, 2):
+        region = array[start + (i >> 1) * cells:start + ((i >> 1) + 1) * cells]
+        hit = (region[x.view(np.int64)] & low).astype(bool)
+        y = x + step
+        x = np.minimum(y, y - modulus)
         if i + 1 < k:
-            y = x + step
-            x = np.minimum(y, y - modulus)
-            hit &= _nonzero(array[start + (i + 1) * half:start + (i + 2) * half], x)
-        i += 2
-        if i < k:
+            hit &= (region[x.view(np.int64)] & high).astype(bool)
             y = x + step
             x = np.minimum(y, y - modulus)
         if hit.all():
@@ -190,21 +205,11 @@ def stage_contains_many(
     return result
 
 
-_I1, _I2, _NIBBLE = np.int64(1), np.int64(2), np.uint8(15)
-
-
-def _nonzero(region: np.ndarray, local: np.ndarray) -> np.ndarray:
-    """Whether counters ``local`` (uint64, < 2**63) of a byte region are non-zero."""
-    r = local.view(np.int64)
-    values = region[r >> _I1] >> ((r & _I1) << _I2).astype(np.uint8)
-    return (values & _NIBBLE).astype(bool)
-
-
 def _unique_counts(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct counter indices and how often each occurs in ``c``."""
-    # Sorting a slice's indices (they fit in uint32 for slices under 4 G
-    # counters, which sorts faster) is the cheapest way here to count
-    # duplicates: np.add.at and bincount over a whole stage cost more.
+    # Sorting (in uint32 when the indices fit, which sorts faster) is the
+    # cheapest way to count duplicates among few keys; many keys take the
+    # dense bincount path of stage_add_many instead.
     if len(c) and int(c.max()) < 2**32:
         c = c.astype(np.uint32)
     s = np.sort(c)
@@ -240,23 +245,26 @@ def stage_add_many(
     if len(h1) * 8 < cells:
         # Few keys for the slice: count duplicates by sorting the touched counters.
         for i, x in enumerate(slice_positions(cells, k, h1, h2)):
-            u, counts = _unique_counts(x + np.uint64(base + i * cells))
+            u, counts = _unique_counts(_global(base, cells, i, x))
             old = counter_values(array, u)
             _store(array, u, np.minimum(old + counts, MAX_COUNT).astype(np.uint8))
         return
-    # Many keys: count per counter with bincount and rewrite the whole slice,
-    # O(keys + cells) of sequential work instead of a sort per slice.
-    half = cells // 2
+    # Many keys: count per counter with bincount and rewrite the slice's
+    # nibbles whole: O(keys + cells) of sequential work, no sort.
+    start = base >> 1
+    top = np.uint8(MAX_COUNT)
     for i, x in enumerate(slice_positions(cells, k, h1, h2)):
         counts = np.bincount(x.view(np.int64), minlength=cells)
         np.minimum(counts, MAX_COUNT, out=counts)
         counts = counts.astype(np.uint8)
-        start = (base + i * cells) >> 1
-        region = array[start:start + half]
+        region = array[start + (i >> 1) * cells:start + ((i >> 1) + 1) * cells]
         # uint8 throughout: 15 + 15 cannot overflow, and saturates at 15.
-        low = np.minimum((region & np.uint8(0x0F)) + counts[0::2], np.uint8(MAX_COUNT))
-        high = np.minimum((region >> np.uint8(4)) + counts[1::2], np.uint8(MAX_COUNT))
-        region[:] = low | (high << np.uint8(4))
+        if i & 1:
+            high = np.minimum((region >> np.uint8(4)) + counts, top)
+            region[:] = (region & np.uint8(0x0F)) | (high << np.uint8(4))
+        else:
+            low = np.minimum((region & np.uint8(0x0F)) + counts, top)
+            region[:] = (region & np.uint8(0xF0)) | low
 
 
 def stage_remove_check(
@@ -271,7 +279,7 @@ def stage_remove_check(
     plan = []
     short = np.zeros(len(h1), dtype=bool)
     for i, x in enumerate(slice_positions(cells, k, h1, h2)):
-        c = x + np.uint64(base + i * cells)
+        c = _global(base, cells, i, x)
         u, counts = _unique_counts(c)
         old = counter_values(array, u).astype(np.int64)
         saturated = old == MAX_COUNT
@@ -286,3 +294,21 @@ def stage_remove_apply(array: np.ndarray, plan: list[tuple[np.ndarray, np.ndarra
     """Apply a plan from stage_remove_check (only when nothing was short)."""
     for u, values in plan:
         _store(array, u, values)
+
+
+# -- measurements -------------------------------------------------------------
+def _slice_nibbles(array: np.ndarray, base: int, cells: int, i: int) -> np.ndarray:
+    start = (base >> 1) + (i >> 1) * cells
+    region = array[start:start + cells]
+    return region >> np.uint8(4) if i & 1 else region & np.uint8(0x0F)
+
+
+def slice_nonzero(array: np.ndarray, base: int, k: int, cells: int) -> list[int]:
+    """Non-zero counters per slice (reads the whole stage)."""
+    return [int(np.count_nonzero(_slice_nibbles(array, base, cells, i))) for i in range(k)]
+
+
+def saturated_counters(array: np.ndarray, base: int, k: int, cells: int) -> int:
+    """Counters stuck at 15 in the stage (they can no longer be decremented)."""
+    return sum(int(np.count_nonzero(_slice_nibbles(array, base, cells, i) == MAX_COUNT))
+               for i in range(k))

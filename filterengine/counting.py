@@ -20,9 +20,11 @@ import numpy as np
 
 from .bloom import KIND_COUNTERS, pack_blob, unpack_blob
 from .counters import (
-    MAX_COUNT,
+    saturated_counters,
+    slice_nonzero,
     stage_add,
     stage_add_many,
+    stage_bytes,
     stage_contains,
     stage_contains_many,
     stage_remove,
@@ -49,13 +51,13 @@ class CountingBloomFilter:
     __slots__ = ("capacity", "error_rate", "k", "cells", "seed", "count", "_buf", "_array")
 
     def __init__(self, capacity: int, error_rate: float, *, seed: int = HASH_SEED) -> None:
-        self.k, self.cells = plan_slices(capacity, error_rate)
+        self.k, self.cells = plan_slices(capacity, error_rate, paired=True)
         self.capacity = capacity
         self.error_rate = float(error_rate)
         self.seed = seed
         #: Additions minus removals (a key added twice counts twice).
         self.count = 0
-        self._buf = bytearray(self.k * self.cells // 2)
+        self._buf = bytearray(stage_bytes(self.k, self.cells))
         self._array = np.frombuffer(self._buf, dtype=np.uint8)
 
     # -- single key ---------------------------------------------------------
@@ -118,10 +120,7 @@ class CountingBloomFilter:
         return len(self._buf)
 
     def _slice_nonzero(self) -> list[int]:
-        per = self.cells // 2
-        a = self._array
-        return [int(np.count_nonzero(a[i * per:(i + 1) * per] & 0x0F)
-                    + np.count_nonzero(a[i * per:(i + 1) * per] & 0xF0)) for i in range(self.k)]
+        return slice_nonzero(self._array, 0, self.k, self.cells)
 
     def expected_fpp(self) -> float:
         """Probability, now, that a key not present is reported present."""
@@ -135,9 +134,7 @@ class CountingBloomFilter:
 
     def saturated(self) -> int:
         """How many counters are stuck at 15 (they can no longer be decremented)."""
-        a = self._array
-        return int(np.count_nonzero((a & 0x0F) == MAX_COUNT)
-                   + np.count_nonzero((a >> 4) == MAX_COUNT))
+        return saturated_counters(self._array, 0, self.k, self.cells)
 
     # -- serialization ------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -150,7 +147,7 @@ class CountingBloomFilter:
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> CountingBloomFilter:
         """Rebuild a filter from ``to_bytes`` output; FilterFileError if it is bad."""
         fields = unpack_blob(data, kind=KIND_COUNTERS, scheme=COUNTER_SCHEME,
-                             payload_len=lambda k, cells: k * cells // 2)
+                             payload_len=stage_bytes)
         self = cls.__new__(cls)
         for name in ("capacity", "error_rate", "k", "cells", "seed", "count"):
             setattr(self, name, fields[name])

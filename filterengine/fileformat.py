@@ -15,8 +15,9 @@ Everything is little-endian and 8-byte aligned::
           capacity u64 | k u64 | cells per slice u64 | data offset u64
           | error rate f64 | crc32 of those 40 bytes u32 | (zero) u32
           | count u64 | first id i64 | last id i64 | (zero) u64
-    data  each stage's packed 4-bit counters (k slices of ``cells``), starting
-          on a page boundary; stages follow each other, newest last.
+    data  each stage's packed 4-bit counters (k slices of ``cells``, paired in
+          the two nibbles of ceil(k/2) regions of ``cells`` bytes: counters.py),
+          starting on a page boundary; stages follow each other, newest last.
 
 Room for the whole stage table is reserved up front, so adding a stage only
 appends to the file and never moves data that readers map. The first/last id
@@ -41,6 +42,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from .counters import stage_bytes
 from .errors import FilterFileError
 from .hashing import COUNTER_SCHEME, plan_slices, stage_error_rate
 
@@ -126,7 +128,7 @@ class StageEntry:
 
     @property
     def nbytes(self) -> int:
-        return self.k * self.cells // 2
+        return stage_bytes(self.k, self.cells)
 
     @property
     def end(self) -> int:
@@ -160,7 +162,7 @@ def stage_plan(header: Header, index: int, offset: int) -> StageEntry:
     sum to at most error_rate (hashing.stage_error_rate)."""
     capacity = math.ceil(header.capacity * header.growth**index)
     rate = stage_error_rate(header.error_rate, header.tightening, index)
-    k, cells = plan_slices(capacity, rate)
+    k, cells = plan_slices(capacity, rate, paired=True)
     return StageEntry(capacity=capacity, k=k, cells=cells, offset=offset, error_rate=rate)
 
 

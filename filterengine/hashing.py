@@ -6,10 +6,12 @@ cells each. Two index schemes exist, each named by an id stored with the data:
 
 - HASH_SCHEME (1), bit filters (BloomFilter and the variants built on it):
   slice i uses ((h1 + i*h2) mod 2**64) mod m, Guava's MURMUR128_MITZ_64 style.
-- COUNTER_SCHEME (2), counting filters (counters.py, the scaling file):
+- COUNTER_SCHEME (3), counting filters (counters.py, the scaling file):
   slice i uses (h1 + i*h2) mod m exactly. h1 and h2 are reduced mod m once and
   each next slice is one addition and a conditional subtraction, which keeps
-  64-bit arithmetic and modulos off the per-probe path, scalar and numpy.
+  64-bit arithmetic and modulos off the per-probe path, scalar and numpy. The
+  id also covers the counters' layout (slices paired in the two nibbles of a
+  byte region, counters.py).
 
 Both are exact in Python ints and in uint64 (the numpy paths never overflow),
 so scalar and batch paths agree bit for bit, and slices of more than 2**32
@@ -45,7 +47,7 @@ __all__ = [
 #: that changes: old files must then be refused, not silently misread.
 HASH_SCHEME = 1
 #: Counting filters' exact KM indices; see the module docstring.
-COUNTER_SCHEME = 2
+COUNTER_SCHEME = 3
 #: The seed written into new files. Files carry their own seed.
 HASH_SEED = 0
 MASK64 = (1 << 64) - 1
@@ -142,13 +144,14 @@ def slice_indices(h1: np.ndarray, h2: np.ndarray, i: int, cells: int) -> np.ndar
     return g % np.uint64(cells)
 
 
-def plan_slices(capacity: int, error_rate: float) -> tuple[int, int]:
+def plan_slices(capacity: int, error_rate: float, *, paired: bool = False) -> tuple[int, int]:
     """Geometry of a partitioned filter for ``capacity`` keys at ``error_rate``.
 
     Returns (k, cells_per_slice). With k slices of m cells, after n keys the
     false-positive rate is (1 - (1 - 1/m)**n)**k ~ (1 - e**(-n/m))**k; solving
     for m at the target gives m = -n / ln(1 - p**(1/k)). Both integer k around
-    log2(1/p) are tried and the one needing fewer cells wins. m is rounded up
+    log2(1/p) are tried and the one needing fewer cells wins (``paired``:
+    counting slices go in pairs, so an odd k pays for an unused half slice). m is rounded up
     to a multiple of 16, so a slice starts on a byte boundary when a cell is a
     bit and on an 8-byte boundary when it is a 4-bit counter."""
     if isinstance(capacity, bool) or not isinstance(capacity, int):
@@ -160,16 +163,17 @@ def plan_slices(capacity: int, error_rate: float) -> tuple[int, int]:
     if not 0.0 < error_rate < 1.0 or math.isnan(error_rate):
         raise ValueError(f"error_rate must be strictly between 0 and 1, got {error_rate}")
     ideal = math.log2(1.0 / error_rate)
-    best: tuple[int, int] | None = None
+    best: tuple[int, int, int] | None = None
     for k in {max(1, math.floor(ideal)), max(1, math.ceil(ideal))}:
         per_slice_fp = error_rate ** (1.0 / k)
         # -log1p(-x) keeps precision when p**(1/k) is close to 0.
         cells = math.ceil(capacity / -math.log1p(-per_slice_fp))
         cells = max(16, -(-cells // 16) * 16)
-        if best is None or k * cells < best[0] * best[1]:
-            best = (k, cells)
+        cost = (k + (k & 1) if paired else k) * cells
+        if best is None or cost < best[2]:
+            best = (k, cells, cost)
     assert best is not None
-    return best
+    return best[0], best[1]
 
 
 def stage_error_rate(error_rate: float, tightening: float, stage: int) -> float:

@@ -41,8 +41,10 @@ import numpy as np
 
 from . import fileformat as ff
 from .counters import (
-    _MASKS,
     MAX_COUNT,
+    SLICE_MASKS,
+    saturated_counters,
+    slice_nonzero,
     stage_add,
     stage_add_many,
     stage_contains_many,
@@ -214,11 +216,13 @@ class _View:
             self.release()
 
 
-def _probe(stage: ff.StageEntry) -> tuple[int, tuple[int, ...], int]:
+def _probe(stage: ff.StageEntry) -> tuple[int, tuple[tuple[int, int], ...], int]:
     """What the scalar lookup needs of a stage, resolved once per mapping: the
-    first counter of slice 0, of the other slices, and cells per slice."""
-    starts = [stage.offset * 2 + i * stage.cells for i in range(stage.k)]
-    return starts[0], tuple(starts[1:]), stage.cells
+    byte where slice 0 starts (its mask is 0x0F), (start byte, nibble mask) of
+    every other slice, and cells per slice (layout: counters.py)."""
+    slots = tuple((stage.offset + (i >> 1) * stage.cells, SLICE_MASKS[i & 1])
+                  for i in range(stage.k))
+    return slots[0][0], slots[1:], stage.cells
 
 
 class _ClosedWord:
@@ -626,21 +630,18 @@ class ScalingCountingBloomFilter:
             hash_pair(key)  # raises the TypeError naming the type
         h1, h2 = _hash_tuple(key, view.seed)
         buf = view.buf
-        masks = _MASKS
         # COUNTER_SCHEME stepping (counters.py), unrolled for the first slice:
         # most absent keys leave a stage there, before h2 is even reduced.
         for first, rest, cells in view.probes:
             x = h1 % cells
-            c = first + x
-            if not buf[c >> 1] & masks[c & 1]:
+            if not buf[first + x] & 0x0F:
                 continue
             step = h2 % cells
-            for start in rest:
+            for start, mask in rest:
                 x += step
                 if x >= cells:
                     x -= cells
-                c = start + x
-                if not buf[c >> 1] & masks[c & 1]:
+                if not buf[start + x] & mask:
                     break
             else:
                 return True
@@ -821,10 +822,8 @@ class ScalingCountingBloomFilter:
         miss_all = 1.0
         for index, stage in enumerate(view.stages):
             count, first, last = self._dynamic_of(view, index)
-            cells = view.array[stage.offset:stage.end].reshape(stage.k, stage.cells // 2)
-            nonzero = (np.count_nonzero(cells & 0x0F, axis=1)
-                       + np.count_nonzero(cells & 0xF0, axis=1))
-            fpr = math.prod(int(x) / stage.cells for x in nonzero)
+            nonzero = slice_nonzero(view.array, stage.offset * 2, stage.k, stage.cells)
+            fpr = math.prod(x / stage.cells for x in nonzero)
             miss_all *= 1.0 - fpr
             stages.append({
                 "index": index,
@@ -836,10 +835,10 @@ class ScalingCountingBloomFilter:
                 "cells_per_slice": stage.cells,
                 "bytes": stage.nbytes,
                 "error_rate": stage.error_rate,
-                "fill": float(nonzero.sum()) / (stage.k * stage.cells),
+                "fill": sum(nonzero) / (stage.k * stage.cells),
                 "estimated_fpr": fpr,
-                "saturated": int(np.count_nonzero((cells & 0x0F) == 0x0F)
-                                 + np.count_nonzero((cells & 0xF0) == 0xF0)),
+                "saturated": saturated_counters(view.array, stage.offset * 2, stage.k,
+                                                stage.cells),
             })
         header = view.header
         return {

@@ -11,6 +11,7 @@ from filterengine.counters import (
     counter_values,
     stage_add_many,
     stage_counter_indices,
+    stage_counters,
 )
 from filterengine.hashing import hash_pair, hash_pairs
 
@@ -23,8 +24,10 @@ ops_st = st.lists(
 
 
 def counters_of(f, key):
+    # Slice i's position is (h1 + i*h2) mod cells; slices pair up in the two
+    # nibbles of one region of `cells` bytes (counters.py).
     h1, h2 = hash_pair(key)
-    return [counter_value(f._buf, i * f.cells + (h1 + i * h2) % f.cells)
+    return [counter_value(f._buf, 2 * ((i // 2) * f.cells + (h1 + i * h2) % f.cells) + i % 2)
             for i in range(f.k)]
 
 
@@ -115,13 +118,16 @@ def test_duplicates_within_a_batch_are_counted():
     assert counters_of(f, "x") == [1] * f.k
 
 
-def test_counter_packing_two_per_byte():
-    array = np.zeros(4, dtype=np.uint8)
-    h1 = np.array([1, 1, 2], dtype=np.uint64)  # counters 1, 1, 2 of a 16-counter slice
-    h2 = np.zeros(3, dtype=np.uint64)
-    stage_add_many(array, 0, 1, 8, h1, h2)
-    assert list(array) == [0x20, 0x01, 0, 0]
-    c = stage_counter_indices(0, 8, 0, h1, h2)
+def test_counter_packing_two_slices_per_byte_region():
+    # k=3 slices of 4 cells: slice 0 in the low and slice 1 in the high nibbles
+    # of bytes 0-3, slice 2 in the low nibbles of bytes 4-7.
+    array = np.zeros(8, dtype=np.uint8)
+    h1 = np.array([1, 1, 2], dtype=np.uint64)
+    h2 = np.array([1, 1, 1], dtype=np.uint64)  # positions 1,2,3 / 1,2,3 / 2,3,0
+    stage_add_many(array, 0, 3, 4, h1, h2)
+    assert list(array) == [0x00, 0x02, 0x21, 0x10, 0x01, 0x00, 0x00, 0x02]
+    assert stage_counters(0, 3, 4, 2, 1) == [4, 7, 8]  # byte 2 low, 3 high, 4 low
+    c = stage_counter_indices(0, 4, 2, h1, h2)
     assert list(counter_values(array, c)) == [2, 2, 1]
 
 
