@@ -17,7 +17,7 @@ from urllib.parse import urljoin, urlsplit
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.encoding import iri_to_uri
 
 from urlguard.conf import conf
@@ -130,8 +130,6 @@ class RedirectGuardMiddleware:
                 return _warning(request, destination=location, kind="unchecked")
             except Exception:
                 logger.exception("urlguard: rendering the warning page failed")
-                from django.http import HttpResponse
-
                 return HttpResponse(
                     "This link could not be checked right now. Please try again later.",
                     status=503, content_type="text/plain; charset=utf-8",
