@@ -288,3 +288,18 @@ def test_any_location_gets_an_answer_never_an_error(filt, location):
             assert host != "evil.example" and not host.endswith(".evil.example"), location
     elif scheme in ("http", "https") and "evil.example" not in location:
         assert "not valid" in result.content.decode()  # refused only as unusable
+
+
+def test_even_a_broken_warning_page_is_no_500(client, monkeypatch):
+    guard = Guard(SetFilter, on_filter_error="closed")
+    monkeypatch.setattr(guard, "check", lambda url: 1 / 0)
+    monkeypatch.setattr(guard_module, "_guard", guard)
+
+    def broken_page(request, **kwargs):
+        raise RuntimeError("template missing")
+
+    monkeypatch.setattr("urlguard.views.warning_response", broken_page)
+    response = redirect(client, "https://www.python.org/")
+    assert response.status_code == 503
+    assert response["Content-Type"].startswith("text/plain")
+    assert b"could not be checked" in response.content
