@@ -262,22 +262,32 @@ def bench_peers(keys, present, absent, tmp) -> list[Row]:
     return rows
 
 
+def timed_both(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process): on a shared, loaded machine
+    the CPU time is the better estimate of what the code itself costs."""
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def target_checks(keys, absent, tmp, initial) -> list[tuple[str, str, str, bool]]:
     """The issue's targets on a filter grown from ``initial`` to all keys."""
     path = os.path.join(tmp, "grown.bin")
     f = ScalingCountingBloomFilter.create(path, capacity=initial, error_rate=RATE)
     ids = np.arange(len(keys), dtype=np.int64)
-    add_s = timed(lambda: f.add_many(keys, ids))
+    n = len(keys)
+    add = timed_both(lambda: f.add_many(keys, ids))
     f.close()
     r = ScalingCountingBloomFilter.open(path, readonly=True)
     info = r.info()
-    present_s = timed(lambda: r.contains_many(keys))
-    absent_s = timed(lambda: r.contains_many(absent))
+    present = min(timed_both(lambda: r.contains_many(keys)) for _ in range(3))
+    missing = min(timed_both(lambda: r.contains_many(absent)) for _ in range(3))
     fpr = float(r.contains_many(absent).mean())
     contains = r.contains
     clock = time.perf_counter_ns
     medians = {}
-    for label, sample in (("present", keys[:: max(1, len(keys) // 20_000)]),
+    for label, sample in (("present", keys[:: max(1, n // 20_000)]),
                           ("absent", absent[:20_000])):
         per_call = []
         for key in sample:
@@ -287,16 +297,18 @@ def target_checks(keys, absent, tmp, initial) -> list[tuple[str, str, str, bool]
         overhead = min(clock() - clock() for _ in range(1000))
         medians[label] = (statistics.median(per_call) - overhead) / 1000
     r.close()
-    opens = [best_open(lambda: ScalingCountingBloomFilter.open(path, readonly=True), 15)]
-    n = len(keys)
-    stages = len(info["stages"])
+    opened = best_open(lambda: ScalingCountingBloomFilter.open(path, readonly=True), 15)
+
+    def speed(label, count, seconds):
+        wall, cpu = rate(count, seconds[0]), rate(count, seconds[1])
+        return (label, f"{wall / 1e6:.2f} M keys/s wall, {cpu / 1e6:.2f} M/s CPU time",
+                "≥ 4 M", wall >= 4e6)
+
     return [
-        ("stages", f"{stages} (capacity {initial:,} → {n:,} keys)", "", True),
-        ("add_many", f"{rate(n, add_s) / 1e6:.2f} M keys/s", "≥ 4 M", rate(n, add_s) >= 4e6),
-        ("contains_many present", f"{rate(n, present_s) / 1e6:.2f} M keys/s", "≥ 4 M",
-         rate(n, present_s) >= 4e6),
-        ("contains_many absent", f"{rate(len(absent), absent_s) / 1e6:.2f} M keys/s", "≥ 4 M",
-         rate(len(absent), absent_s) >= 4e6),
+        ("stages", f"{len(info['stages'])} (capacity {initial:,} → {n:,} keys)", "", True),
+        speed("add_many", n, add),
+        speed("contains_many present", n, present),
+        speed("contains_many absent", len(absent), missing),
         ("contains median, present", f"{medians['present']:.2f} µs", "≤ 2 µs",
          medians["present"] <= 2),
         ("contains median, absent", f"{medians['absent']:.2f} µs", "≤ 2 µs",
@@ -304,7 +316,7 @@ def target_checks(keys, absent, tmp, initial) -> list[tuple[str, str, str, bool]
         ("bytes per element", f"{info['bytes'] / n:.2f}", "≤ 8", info["bytes"] / n <= 8),
         ("measured FPR", f"{fpr * 100:.3f}% on {len(absent):,} absent keys "
          f"(estimated {info['estimated_fpr'] * 100:.3f}%)", "≤ 1%", fpr <= RATE),
-        ("open()", f"{opens[0] * 1e3:.3f} ms", "< 1 ms", opens[0] < 1e-3),
+        ("open()", f"{opened * 1e3:.3f} ms", "< 1 ms", opened < 1e-3),
     ]
 
 
@@ -371,7 +383,8 @@ def main() -> None:
                     [r.cells() for r in rows]))
         print()
         print(f"Targets (issue 2) on a filter grown from {initial:,} to {n:,} keys "
-              f"(one add_many call; {n:,} absent keys for the FPR):")
+              f"(one add_many call; {n:,} absent keys for the FPR; 'met' judged on "
+              f"wall time; load average now {os.getloadavg()[0]:.2f}):")
         checks = target_checks(keys, absent_all, tmp, initial)
         print(table(["check", "measured", "target", "met"],
                     [[c, v, t, "" if not t else ("yes" if ok else "NO")]
