@@ -11,6 +11,12 @@ blocks a URL exactly when it is among that URL's expressions:
     example.com/path/page.html   one page, any query                 ("page")
     example.com/page.html?id=3   one exact URL                       ("page")
 
+Lookups roll a host up to its last 5 labels and a path down to 3 directories, so
+a rule deeper than that covers only itself: a host of 6 or more labels is still a
+good rule for that exact host (phishing hosts are often that deep), but not for
+its subdomains, and a directory 4 or more levels down is a "page" rule. The
+candidates offered for a pasted URL say so.
+
 Rules on public suffixes (`com/`, `co.uk/`, `github.io/`) are refused: they would
 block every site under them. The list comes from the publicsuffixlist package
 (ICANN and private sections), never from the network.
