@@ -22,7 +22,9 @@ from itertools import chain
 
 from urlguard.rules import RuleError, normalize_rule
 
-__all__ = ["ParsedLine", "parse_rules", "CSV_URL_COLUMNS", "CSV_CATEGORY_COLUMNS"]
+__all__ = [
+    "CSV_CATEGORY_COLUMNS", "CSV_NOTE_COLUMNS", "CSV_URL_COLUMNS", "ParsedLine", "parse_rules",
+]
 
 # Header names (case-insensitive) recognised in a CSV file, first match wins.
 CSV_URL_COLUMNS = ("url", "expression", "rule", "host", "hostname", "domain", "pattern")
