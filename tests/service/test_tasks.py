@@ -15,7 +15,7 @@ from django.db import transaction
 from filterengine import ScalingCountingBloomFilter
 from urlguard import changes, registry, tasks
 from urlguard.celery import app as celery_app
-from urlguard.models import NodeStatus, SpamRule
+from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 
 pytestmark = pytest.mark.django_db
 
@@ -332,3 +332,30 @@ def test_a_busy_node_retries_with_backoff_and_reports_it(monkeypatch, settings):
     task.request.is_eager = True
     with pytest.raises(registry.WriterBusy):
         tasks._run(task, 7)
+
+
+def test_the_log_is_applied_in_chunks_each_ending_at_its_seq(quiet, filter_path, sync_filter,
+                                                             monkeypatch):
+    sync_filter()
+    start = tasks.log_head()
+    rules = [add(f"c{i}.example.org") for i in range(7)]
+    changes.remove_rule(rules[2])
+    seqs = list(ChangeEvent.objects.filter(seq__gt=start).order_by("seq")
+                .values_list("seq", flat=True))
+    calls = []
+    for name in ("add_many", "remove_many"):
+        real = getattr(ScalingCountingBloomFilter, name)
+
+        def recording(self, keys, ids, _real=real, _name=name):
+            calls.append((_name, len(list(keys)), self.applied_seq))
+            return _real(self, keys, ids)
+
+        monkeypatch.setattr(ScalingCountingBloomFilter, name, recording)
+    monkeypatch.setattr(tasks, "APPLY_CHUNK", 3)
+    assert sync_filter().applied == 8
+    # Chunks of 3 rows in log order; each starts at the mark the previous one set,
+    # and runs of one action go in one call.
+    assert calls == [("add_many", 3, start), ("add_many", 3, seqs[2]),
+                     ("add_many", 1, seqs[5]), ("remove_many", 1, seqs[5])]
+    filt = reader(filter_path)
+    assert filt.applied_seq == seqs[-1] and entries(filt) == 6
