@@ -67,3 +67,26 @@ def test_parallel_rescan_matches_the_single_process_one(filter_path, monkeypatch
     assert parallel.processes == 2 and parallel.scanned == single.scanned == 2000
     assert parallel.hits == single.hits and len(single.hits) == 65
     assert seen[-1] == (2000, 2000) and len(seen) > 2
+
+
+def test_dashboard_sync_and_rebuild_go_to_the_worker(start_worker, filter_path,  # noqa: F811
+                                                     make_staff):
+    tasks.rebuild(str(filter_path))
+    worker = start_worker()
+    boss = make_staff(superuser=True)
+    from urlguard import changes
+    from urlguard.models import NodeStatus
+
+    changes.add_rule("dash-worker.example.com", category="spam")  # nudges the worker too
+    head = tasks.log_head()  # PostgreSQL sequences run on across tests
+    page = boss.post(reverse("admin:urlguard_spamrule_dashboard_sync"), follow=True)
+    assert "sent to every node" in page.content.decode()
+    wait_for(lambda: NodeStatus.objects.filter(node=worker.node, applied_seq=head).exists(),
+             timeout=45, what="the worker's report", log=worker.log)
+    page = boss.post(reverse("admin:urlguard_spamrule_dashboard_rebuild"), follow=True)
+    assert "sent to every node" in page.content.decode()
+    wait_for(lambda: NodeStatus.objects.filter(node=worker.node,
+                                               last_rebuild_seconds__isnull=False).exists(),
+             timeout=45, what="the worker's rebuild report", log=worker.log)
+    status = boss.get(reverse("admin:urlguard_spamrule_dashboard_status")).json()
+    assert {n["node"]: n["lag"] for n in status["nodes"]}[worker.node] == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
+from celery.result import EagerResult
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Max
@@ -126,7 +127,9 @@ def _run(request: HttpRequest, task, label: str, **kwargs) -> None:
                                 "details; `manage.py sync_filter` / `rebuild_filter` do the same "
                                 "from a shell.")
         return
-    if outcome.ready():  # eager: it already ran in this process
+    # No result backend is configured (the nodes report through NodeStatus), so a
+    # queued task's state cannot be asked; only an eager one has its result here.
+    if isinstance(outcome, EagerResult):
         elapsed = time.perf_counter() - started
         detail = _describe(outcome.result)
         messages.success(request, f"{label} finished in {elapsed:.2f} s"
