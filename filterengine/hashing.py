@@ -129,7 +129,10 @@ def hash_pairs(
     # The S16 buffer holds the raw 16-byte digests (numpy only strips trailing
     # NULs when converting back to Python bytes), so a view reads h1, h2 exactly.
     pairs = digests.view("<u8").reshape(n, 2)
-    return pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
+    if pairs.dtype != np.uint64:  # a big-endian machine: make them native
+        pairs = pairs.astype(np.uint64)
+    # Strided views, not copies: every consumer's first step makes a new array.
+    return pairs[:, 0], pairs[:, 1]
 
 
 def slice_index(h1: int, h2: int, i: int, cells: int) -> int:
