@@ -23,7 +23,7 @@ from urlguard.rules import RuleError, rule_level
 
 @admin.register(SpamRule)
 class SpamRuleAdmin(admin.ModelAdmin):
-    list_display = ("expression", "level", "category", "created", "added_by", "source")
+    list_display = ("expression", "level", "category", "added", "added_by", "source")
     list_filter = ("category", "source", "created")
     search_fields = ("expression",)
     search_help_text = (
@@ -37,6 +37,10 @@ class SpamRuleAdmin(admin.ModelAdmin):
     fields = ("expression", "level", "category", "note", "added_at", "source", "added_by",
               "created", "updated")
     actions = ["delete_selected"]
+
+    @admin.display(description="added", ordering="added_at")
+    def added(self, obj: SpamRule):
+        return obj.created
 
     @admin.display(description="level")
     def level(self, obj: SpamRule) -> str:
