@@ -71,6 +71,20 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             hint="The capacity of the first stage, e.g. 100000; later stages grow.",
             id="urlguard.E003"))
 
+    headroom = conf.REBUILD_HEADROOM
+    if not _number(headroom) or headroom < 1:
+        messages.append(Error(
+            f"URLGUARD['REBUILD_HEADROOM'] must be a number of at least 1; got {headroom!r}.",
+            hint="A rebuild sizes the first stage to the rules times this, e.g. 1.5.",
+            id="urlguard.E008"))
+
+    max_stages = conf.FILTER_MAX_STAGES
+    if not isinstance(max_stages, int) or isinstance(max_stages, bool) or max_stages < 1:
+        messages.append(Error(
+            f"URLGUARD['FILTER_MAX_STAGES'] must be a positive integer; got {max_stages!r}.",
+            hint="A file with more stages is compacted by the periodic catch-up, e.g. 4.",
+            id="urlguard.E009"))
+
     if MIDDLEWARE_PATH not in getattr(settings, "MIDDLEWARE", ()):
         messages.append(Error(
             f"{MIDDLEWARE_PATH} is not in settings.MIDDLEWARE, so no redirect is checked.",

@@ -11,8 +11,17 @@ from django.conf import settings
 DEFAULTS: dict[str, Any] = {
     # The scaling counting Bloom filter file (one per node).
     "FILTER_PATH": None,  # None: <VAR_DIR>/filter.bin
-    "FILTER_CAPACITY": 100_000,  # capacity of the first stage; later stages grow
-    "FILTER_ERROR_RATE": 0.01,  # compounded bound over all stages
+    # The smallest first stage. A rebuild sizes the first stage to the rules it holds
+    # times REBUILD_HEADROOM (never below this); later stages grow as rules arrive.
+    "FILTER_CAPACITY": 100_000,
+    # Compounded false-positive bound over all stages. Each clean URL probes ~10
+    # expressions, so 0.001 keeps the share of clean redirects that cost a confirming
+    # query near 1% (0.01 would make it ~10%) for ~2.4 more bytes per rule.
+    "FILTER_ERROR_RATE": 0.001,
+    "REBUILD_HEADROOM": 1.5,
+    # Every stage costs each lookup a few probes: the periodic catch-up rebuilds
+    # (compacts into one right-sized stage) a file that has grown more stages than this.
+    "FILTER_MAX_STAGES": 4,
     # What Guard.check does when the filter cannot be read:
     # "database" answers every check from the spam table (correct, slower),
     # "open" lets redirects through, "closed" warns on every redirect. Always logged.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -70,16 +71,27 @@ def _mismatch(filt: ScalingCountingBloomFilter) -> str:
     """Why this open file cannot be brought up to date in place ("" if it can)."""
     if not filt.is_clean:
         return "the file is dirty (a writer died in the middle of a change)"
-    capacity, error_rate = _parameters(filt)
-    if capacity != conf.FILTER_CAPACITY or abs(error_rate - conf.FILTER_ERROR_RATE) > 1e-12:
+    capacity, error_rate = int(filt.capacity), float(filt.error_rate)
+    # A rebuild may size the first stage above FILTER_CAPACITY (it is a minimum).
+    if capacity < conf.FILTER_CAPACITY or abs(error_rate - conf.FILTER_ERROR_RATE) > 1e-12:
         return (f"the file was built with capacity={capacity}, error_rate={error_rate}, "
                 f"but settings say FILTER_CAPACITY={conf.FILTER_CAPACITY}, "
                 f"FILTER_ERROR_RATE={conf.FILTER_ERROR_RATE}")
     return ""
 
 
-def _parameters(filt: ScalingCountingBloomFilter) -> tuple[int, float]:
-    return int(filt.capacity), float(filt.error_rate)
+def _too_many_stages(filt: ScalingCountingBloomFilter) -> str:
+    stages = filt.stage_count
+    if stages > conf.FILTER_MAX_STAGES:
+        return (f"compacting {stages} stages into one (more than FILTER_MAX_STAGES="
+                f"{conf.FILTER_MAX_STAGES} slow every lookup)")
+    return ""
+
+
+def first_stage_capacity(rules: int) -> int:
+    """The first stage of a rebuilt file: room for the rules it holds and the
+    REBUILD_HEADROOM growth after them, so a large list is one stage, not many."""
+    return max(int(conf.FILTER_CAPACITY), math.ceil(rules * float(conf.REBUILD_HEADROOM)))
 
 
 def _apply_pending(filt: ScalingCountingBloomFilter, result: SyncResult) -> None:
@@ -164,14 +176,15 @@ def rebuild(path: str | None = None, *, writer: ScalingCountingBloomFilter | Non
     using = router.db_for_read(SpamRule)
     with _snapshot_transaction(using):
         head = log_head()
-        total = SpamRule.objects.using(using).count() if progress is not None else 0
+        total = SpamRule.objects.using(using).count()
         pairs = _counted(_stream_rules(using), total, progress)
-        rules = _build(path, pairs, applied_seq=head, writer=writer)
+        rules = _build(path, pairs, applied_seq=head, writer=writer,
+                       capacity=first_stage_capacity(total))
     return rules, head
 
 
 def _build(path: str, pairs: Iterator[tuple[str, int]], *, applied_seq: int,
-           writer: ScalingCountingBloomFilter | None) -> int:
+           writer: ScalingCountingBloomFilter | None, capacity: int) -> int:
     counter = [0]
 
     def counting() -> Iterator[tuple[str, int]]:
@@ -182,7 +195,7 @@ def _build(path: str, pairs: Iterator[tuple[str, int]], *, applied_seq: int,
     timeout = float(conf.WRITER_LOCK_TIMEOUT)
     try:
         ScalingCountingBloomFilter.build(
-            path, counting(), capacity=conf.FILTER_CAPACITY,
+            path, counting(), capacity=capacity,
             error_rate=conf.FILTER_ERROR_RATE, applied_seq=applied_seq, writer=writer,
             lock_timeout=timeout)
     except FilterLockedError as exc:
@@ -209,7 +222,7 @@ def _why_not_in_place(filt: ScalingCountingBloomFilter, result: SyncResult) -> s
 
 
 def sync(up_to_seq: int | None = None, *, path: str | None = None,
-         force_rebuild: str = "",
+         force_rebuild: str = "", compact: bool = False,
          progress: Callable[[int, int], None] | None = None) -> SyncResult:
     """Bring this node's filter file up to the head of the change log.
 
@@ -218,7 +231,8 @@ def sync(up_to_seq: int | None = None, *, path: str | None = None,
     up to `up_to_seq`. A missing, dirty, corrupt or differently configured file, a
     file ahead of the log, or a removal the file cannot honour is rebuilt from the
     table (logged at WARNING with the reason), then the log after the rebuild's
-    snapshot is replayed. `force_rebuild` (a reason) rebuilds unconditionally."""
+    snapshot is replayed. `force_rebuild` (a reason) rebuilds unconditionally;
+    `compact` rebuilds a file of more than FILTER_MAX_STAGES stages."""
     if path is None:
         path = conf.FILTER_PATH
     result = SyncResult(path=path)
@@ -241,6 +255,8 @@ def sync(up_to_seq: int | None = None, *, path: str | None = None,
     try:
         if filt is not None and not reason:
             reason = _why_not_in_place(filt, result)
+            if not reason and compact:
+                force_rebuild = reason = _too_many_stages(filt)
         if reason:
             _logged_rebuild(path, reason, result, writer=filt, progress=progress,
                             forced=bool(force_rebuild))
@@ -315,7 +331,8 @@ def report_status(path: str | None = None, *, error: str = "",
 def _run(task: Any, up_to_seq: int | None, force_rebuild: str = "",
          full: bool = False) -> dict[str, Any]:
     try:
-        result = sync(up_to_seq, force_rebuild=force_rebuild)
+        # The periodic catch-up (full) is the unhurried moment to compact.
+        result = sync(up_to_seq, force_rebuild=force_rebuild, compact=full)
     except (registry.WriterBusy, DatabaseError) as exc:
         report_status(error=f"{type(exc).__name__}: {exc}")
         if task.request.is_eager:

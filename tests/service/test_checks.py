@@ -83,6 +83,18 @@ def test_e006_e007_bad_durations(settings, name, check_id, value):
     assert check_id in ids()
 
 
+@pytest.mark.parametrize("value", [0.5, 0, "2", None])
+def test_e008_bad_rebuild_headroom(settings, value):
+    set_urlguard(settings, REBUILD_HEADROOM=value)
+    assert "urlguard.E008" in ids()
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, "4", True])
+def test_e009_bad_max_stages(settings, value):
+    set_urlguard(settings, FILTER_MAX_STAGES=value)
+    assert "urlguard.E009" in ids()
+
+
 def test_e000_namespace_not_a_dict(settings):
     settings.URLGUARD = [("FILTER_PATH", "/tmp/x")]
     assert ids() == ["urlguard.E000"]

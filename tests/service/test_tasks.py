@@ -15,6 +15,7 @@ from django.db import transaction
 from filterengine import ScalingCountingBloomFilter
 from urlguard import changes, registry, tasks
 from urlguard.celery import app as celery_app
+from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 
 pytestmark = pytest.mark.django_db
@@ -194,9 +195,9 @@ def test_a_bad_file_is_rebuilt_and_the_log_says_why(quiet, filter_path, sync_fil
 def test_a_file_of_other_parameters_is_rebuilt(quiet, settings, filter_path, sync_filter):
     add("a.example.org")
     sync_filter()
-    settings.URLGUARD = {**settings.URLGUARD, "FILTER_ERROR_RATE": 0.001}
+    settings.URLGUARD = {**settings.URLGUARD, "FILTER_ERROR_RATE": 0.02}
     result = sync_filter()
-    assert "FILTER_ERROR_RATE=0.001" in result.rebuilt
+    assert "FILTER_ERROR_RATE=0.02" in result.rebuilt
     assert sync_filter().rebuilt == ""  # and now it matches
 
 
@@ -215,8 +216,8 @@ def test_a_removal_the_file_cannot_honour_means_rebuild(quiet, filter_path, sync
     b = add("b.example.org")
     # A file that claims to be current but lacks `a` (someone built it wrongly).
     ScalingCountingBloomFilter.build(
-        str(filter_path), [(b.expression, b.added_at)], capacity=100_000, error_rate=0.01,
-        applied_seq=head())
+        str(filter_path), [(b.expression, b.added_at)], capacity=conf.FILTER_CAPACITY,
+        error_rate=conf.FILTER_ERROR_RATE, applied_seq=head())
     registry.reset()
     changes.remove_rule(a)
     result = sync_filter()
@@ -359,3 +360,30 @@ def test_the_log_is_applied_in_chunks_each_ending_at_its_seq(quiet, filter_path,
                      ("add_many", 1, seqs[5]), ("remove_many", 1, seqs[5])]
     filt = reader(filter_path)
     assert filt.applied_seq == seqs[-1] and entries(filt) == 6
+
+
+def test_a_rebuild_sizes_the_first_stage_to_the_rules(quiet, settings, filter_path,
+                                                      sync_filter):
+    settings.URLGUARD = {**settings.URLGUARD, "FILTER_CAPACITY": 50, "REBUILD_HEADROOM": 1.5}
+    changes.add_rules([f"h{i}.example.net" for i in range(400)], source="test")
+    assert sync_filter().rebuilt == "the file is missing"
+    filt = reader(filter_path)
+    assert filt.stage_count == 1 and filt.capacity == 600
+    assert sync_filter().rebuilt == ""  # a first stage above the minimum is no mismatch
+
+
+def test_the_periodic_catch_up_compacts_a_file_of_too_many_stages(quiet, settings,
+                                                                  filter_path, sync_filter):
+    settings.URLGUARD = {**settings.URLGUARD, "FILTER_CAPACITY": 50, "FILTER_MAX_STAGES": 2}
+    add("first.example.org")
+    sync_filter()
+    rules = changes.add_rules([f"h{i}.example.net" for i in range(400)], source="test")
+    assert sync_filter().rebuilt == ""  # applying a nudge never compacts
+    filt = reader(filter_path)
+    assert filt.stage_count >= 3
+
+    result = celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
+    assert result["rebuilt"].startswith("compacting")
+    assert filt.stage_count == 1 and entries(filt) == 401
+    assert all(e in filt for e in [*rules.added, "first.example.org/"])
+    assert celery_app.tasks["urlguard.tasks.catch_up"].apply().get()["rebuilt"] == ""
