@@ -12,6 +12,7 @@ import logging
 import re
 import secrets
 import threading
+from itertools import islice
 
 from django.db import IntegrityError, transaction
 
@@ -51,10 +52,15 @@ class SlugError(ValueError):
 
 def reset() -> None:
     """Forget this process's slug filter (tests; after bulk deletes). Rebuilt on next use."""
-    global _used
     with _lock:
-        _used = None
-        _full_lengths.clear()
+        _forget()
+
+
+def _forget() -> None:
+    # Caller holds _lock.
+    global _used
+    _used = None
+    _full_lengths.clear()
 
 
 def _filter() -> ScalableBloomFilter:
@@ -170,11 +176,24 @@ def create_short_link(destination: str, *, slug: str | None = None) -> ShortLink
             raise SlugError(f"the slug {slug!r} is already taken")
         return link
     with _lock:
-        for attempt, candidate in enumerate(_candidates()):
-            link = _try_insert(candidate, destination)
-            if link is not None:
-                return link
-            if attempt >= _MAX_ATTEMPTS:
-                break
-    # Only if other processes keep taking every candidate this one proposes.
-    raise RuntimeError(f"no free slug after {_MAX_ATTEMPTS} attempts; try again")
+        link = _first_free(destination, 1)
+        if link is None:
+            # A collision: other processes have taken slugs since this one built its
+            # filter, and it believes them all free. Rebuild it from the table once
+            # rather than collide through them one INSERT at a time.
+            _forget()
+            link = _first_free(destination, _MAX_ATTEMPTS)
+    if link is None:
+        # Only if other processes keep taking every candidate this one proposes.
+        raise RuntimeError(f"no free slug after {_MAX_ATTEMPTS} attempts, each taken "
+                           "meanwhile by another process; try again")
+    return link
+
+
+def _first_free(destination: str, attempts: int) -> ShortLink | None:
+    # Caller holds _lock.
+    for candidate in islice(_candidates(), attempts):
+        link = _try_insert(candidate, destination)
+        if link is not None:
+            return link
+    return None

@@ -104,3 +104,17 @@ def test_generated_slugs_never_collide_with_reserved_paths(monkeypatch):
     monkeypatch.setattr(slugs, "RESERVED", frozenset(ALPHABET[:5]))
     made = {create_short_link(DEST).slug for _ in range(10)}
     assert not made & set(ALPHABET[:5])
+
+
+def test_a_filter_gone_stale_is_rebuilt_instead_of_giving_up():
+    create_short_link(DEST)  # builds this process's filter while the table is nearly empty
+    # Other worker processes then fill almost every 1- and 2-character slug: this
+    # process's filter believes them free, so nearly every candidate would collide.
+    taken = set(ShortLink.objects.values_list("slug", flat=True))
+    short = [a for a in ALPHABET] + [a + b for b in ALPHABET for a in ALPHABET]
+    free = [s for s in short if s not in taken and s not in slugs.RESERVED][-3:]
+    ShortLink.objects.bulk_create(
+        ShortLink(slug=s, destination=DEST) for s in short
+        if s not in taken and s not in free)
+    made = {create_short_link(f"{DEST}/{i}").slug for i in range(3)}
+    assert made == set(free), "the shortest free slugs, found after one rebuild"
