@@ -56,7 +56,9 @@ __all__ = [
 ]
 
 MAGIC = b"FESCBF\x00\x01"
-VERSION = 1
+#: 2: stages planned with the double-hashing floor and even k (hashing.plan_slices),
+#: so a version-1 file's stage geometry would not match; it is refused by version.
+VERSION = 2
 MAX_STAGES = 128
 PAGE = 4096
 

@@ -42,7 +42,6 @@ import numpy as np
 from . import fileformat as ff
 from .counters import (
     MAX_COUNT,
-    SLICE_MASKS,
     saturated_counters,
     slice_nonzero,
     stage_add,

@@ -106,8 +106,13 @@ def _rewrite_fixed(data, **changes):
 
 def test_other_format_version(made):
     path, data = made
-    write(path, _rewrite_fixed(data, version=2))
-    refused(path, "format version: expected 1, found 2")
+    # Version 1 files (stages planned without the double-hashing floor) must
+    # be refused by version, with the way out, not by a geometry mismatch.
+    write(path, _rewrite_fixed(data, version=ff.VERSION - 1))
+    refused(path, f"format version: expected {ff.VERSION}, found {ff.VERSION - 1}",
+            "rebuild the file")
+    write(path, _rewrite_fixed(data, version=ff.VERSION + 1))
+    refused(path, f"format version: expected {ff.VERSION}, found {ff.VERSION + 1}")
 
 
 def test_other_hash_scheme(made):

@@ -3,11 +3,13 @@ grows, the compounded false-positive bound holds through >= 10 stages, the
 tiny-capacity guard, and a serialization round-trip that refuses bad bytes."""
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from filterengine import BloomFilter, FilterFileError, ScalableBloomFilter
+from filterengine.hashing import hash_pair, hash_pairs
 
 
 def test_stage_geometry_follows_the_paper():
@@ -84,14 +86,19 @@ def _stage_rates_within_shares(f):
 
 
 def test_tiny_capacity_guard_fixes_what_a_naive_stage_gets_wrong():
-    # A naively planned first stage (1 key at its share of P=1%) is a 16-cell-per-slice
-    # filter; double hashing gives it only 16**2 index patterns, so about 1/256 of
-    # all keys collide with the stored one: 2.6x over its share of 0.15%.
+    # A 16-cell-per-slice filter (what plan_slices gave 1 key before it kept
+    # the double-hashing floor, hashing.min_cells) has only 16**2 index
+    # patterns, so about 1/256 of all keys collide with the stored one: 2.6x
+    # over its share of 0.15%. Both the guard and plan_slices now prevent it.
     share = 0.01 * (1 - 0.85)
-    naive = BloomFilter(1, share)
-    naive.add("only")
     probes = [f"p{i}" for i in range(40_000)]
-    assert naive.contains_many(probes).mean() > 2 * share
+    h1, h2 = hash_pairs(probes)
+    s1, s2 = hash_pair("only")
+    naive_hits = ((h1 % np.uint64(16)) == s1 % 16) & ((h2 % np.uint64(16)) == s2 % 16)
+    assert naive_hits.mean() > 2 * share
+    plain = BloomFilter(1, share)
+    plain.add("only")
+    assert plain.contains_many(probes).mean() <= share
     guarded = ScalableBloomFilter(1, 0.01)
     guarded.add("only")
     assert guarded.contains_many(probes).mean() <= share

@@ -372,13 +372,28 @@ def test_closed_filter_raises_clearly(path):
 
 
 def test_info_reports_every_stage(path):
-    f = S.create(path, capacity=100, error_rate=0.01)
-    f.add_many(urls(350), range(1000, 1350))
+    # Big enough stages that the double-hashing floor (hashing.min_cells)
+    # does not set their size: then a full stage is about half filled.
+    f = S.create(path, capacity=10_000, error_rate=0.01)
+    f.add_many(urls(35_000), range(1000, 36_000))
     info = f.info()
-    assert info["count"] == 350 and info["bytes"] == os.path.getsize(path)
-    assert info["capacity"] == 100 and info["error_rate"] == 0.01
+    assert info["count"] == 35_000 and info["bytes"] == os.path.getsize(path)
+    assert info["capacity"] == 10_000 and info["error_rate"] == 0.01
     assert 0 < info["estimated_fpr"] < 0.01
     first = info["stages"][0]
-    assert (first["first_id"], first["last_id"], first["count"]) == (1000, 1099, 100)
+    assert (first["first_id"], first["last_id"], first["count"]) == (1000, 10_999, 10_000)
     assert 0.3 < first["fill"] < 0.6
     assert {"k", "capacity", "bytes", "error_rate", "fill"} <= set(first)
+
+
+def test_tiny_stages_keep_their_rate(tmp_path):
+    # Stages of a few keys: sized without the double-hashing floor
+    # (hashing.min_cells) the first ones held 16 cells per slice, and an absent
+    # key matched a stored key's (h1, h2) pair in every slice ~ n/16**2 of the time.
+    hits, filters, probes = 0, 100, 1000
+    for trial in range(filters):
+        f = S.create(str(tmp_path / f"tiny{trial}.bin"), capacity=10, error_rate=0.01)
+        f.add_many(urls(60, f"k{trial}-"), range(60))  # several stages
+        hits += int(f.contains_many(urls(probes, f"absent{trial}-")).sum())
+        f.close()
+    assert hits / (filters * probes) <= 0.0125
