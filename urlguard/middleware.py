@@ -18,6 +18,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.utils.cache import patch_cache_control
 from django.utils.encoding import iri_to_uri
 
 from urlguard.conf import conf
@@ -157,10 +158,16 @@ class RedirectGuardMiddleware:
             response["X-URLGuard"] = "degraded"
             # An answer given without the filter must not stick in a browser cache.
             response["Cache-Control"] = "no-store"
-        elif request.method in ("GET", "HEAD") and not response.has_header("Cache-Control"):
+        elif request.method in ("GET", "HEAD"):
             # Short enough that a rule added now reaches returning visitors
             # within REDIRECT_MAX_AGE seconds; private, so no shared cache keeps it.
-            response["Cache-Control"] = policy.cache_control
+            if not response.has_header("Cache-Control"):
+                response["Cache-Control"] = policy.cache_control
+            else:
+                # The view's own header survives only where it is stricter
+                # (no-cache, no-store, a shorter max-age): "public" or a longer
+                # lifetime would keep this redirect past a later block.
+                patch_cache_control(response, private=True, max_age=policy.max_age)
         return response
 
 
@@ -175,6 +182,7 @@ def _warning(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
 class _Policy:
     check_internal: bool
     allowed_other_schemes: frozenset[str]
+    max_age: int
     cache_control: str
 
 
@@ -188,10 +196,12 @@ def _policy() -> _Policy:
     global _resolved
     policy = _resolved
     if policy is None:
+        max_age = int(conf.REDIRECT_MAX_AGE)
         policy = _resolved = _Policy(
             check_internal=bool(conf.CHECK_INTERNAL_REDIRECTS),
             allowed_other_schemes=frozenset(s.lower() for s in conf.ALLOWED_OTHER_SCHEMES),
-            cache_control=f"private, max-age={int(conf.REDIRECT_MAX_AGE)}",
+            max_age=max_age,
+            cache_control=f"private, max-age={max_age}",
         )
     return policy
 

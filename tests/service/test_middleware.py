@@ -187,9 +187,19 @@ def test_unusable_http_destination_gets_the_warning_page(client, filt):
     assert "not valid" in response.content.decode()
 
 
-def test_view_cache_control_is_kept(client, filt):
+def test_view_cache_control_is_kept_where_stricter(client, filt):
     response = redirect(client, "https://www.python.org/", cc="no-cache")
-    assert response["Cache-Control"] == "no-cache"
+    assert "no-cache" in response["Cache-Control"]
+    response = redirect(client, "https://www.python.org/", cc="private, max-age=10")
+    assert response["Cache-Control"] == "private, max-age=10"
+
+
+@pytest.mark.parametrize("cc", ["public, max-age=31536000", "max-age=3600", "public"])
+def test_a_view_cannot_cache_an_allowed_redirect_past_a_later_block(client, filt, cc):
+    response = redirect(client, "https://www.python.org/", cc=cc)
+    directives = {d.strip() for d in response["Cache-Control"].split(",")}
+    assert "private" in directives and "public" not in directives
+    assert "max-age=90" in directives
 
 
 def test_confirmed_responses_are_not_rechecked(client, filt):
