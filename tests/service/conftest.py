@@ -54,6 +54,17 @@ def superuser(make_staff) -> Client:
 
 
 @pytest.fixture
+def fresh_guard():
+    """A guard built for this test (and none left behind): its caches and its filter
+    path must not come from another test's settings."""
+    from urlguard.guard import reset_guard
+
+    reset_guard()
+    yield
+    reset_guard()
+
+
+@pytest.fixture
 def committed(django_capture_on_commit_callbacks):
     """`with committed(): ...` runs the on-commit callbacks (the apply_changes nudge,
     queued admin jobs) when the block ends, as autocommit does outside tests."""

@@ -66,9 +66,25 @@ def node_rows(head: int) -> list[dict]:
     ]
 
 
+def can_sync(model_admin, request: HttpRequest) -> bool:
+    """Sync applies the change log to the filter: for whoever may change the rule list
+    (add, change or delete rules) or rebuild the filter; viewing alone is not enough."""
+    return (model_admin.has_add_permission(request)
+            or model_admin.has_change_permission(request)
+            or model_admin.has_delete_permission(request)
+            or request.user.has_perm("urlguard.rebuild_filter"))
+
+
+def _require_view(model_admin, request: HttpRequest) -> None:
+    # The page shows counts, not rules, but it is part of managing rules: staff who
+    # may not even see the rule list (e.g. short-link editors) do not get it.
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+
+
 @http_methods("GET")
 def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
-    # Staff only (admin_view enforces it): the page shows no rule, only counts.
+    _require_view(model_admin, request)
     head = log_head()
     state = filter_state()
     chart = render_stage_chart(state["bars"]) if not state["error"] else None
@@ -82,6 +98,7 @@ def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
         "lag": max(head - state.get("applied_seq", head), 0),
         "nodes": node_rows(head), "this_node": conf.NODE_NAME,
         "can_rebuild": request.user.has_perm("urlguard.rebuild_filter"),
+        "can_sync": can_sync(model_admin, request),
         "status_url": reverse("admin:urlguard_spamrule_dashboard_status"),
     })
 
@@ -90,6 +107,7 @@ def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
 def status_view(model_admin, request: HttpRequest) -> HttpResponse:
     """Polled by the dashboard after "Sync now" / "Rebuild" with a broker: each
     node's lag shrinks to 0 and a rebuild's time appears when its worker reports."""
+    _require_view(model_admin, request)
     head = log_head()
     return JsonResponse({"head": head, "nodes": [
         {"node": r["node"].node, "applied_seq": r["node"].applied_seq, "lag": r["lag"],
@@ -141,6 +159,8 @@ def _run(request: HttpRequest, task, label: str, **kwargs) -> None:
 
 @http_methods("POST")
 def sync_view(model_admin, request: HttpRequest) -> HttpResponse:
+    if not can_sync(model_admin, request):
+        raise PermissionDenied
     _run(request, tasks.catch_up, "Sync")
     return HttpResponseRedirect(reverse("admin:urlguard_spamrule_dashboard") + "?watch=1")
 

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from urlguard.admin import jobs
-from urlguard.admin.pages import BatchAnnotatedChangeList, http_methods, tool_urls
+from urlguard.admin.pages import BatchAnnotatedChangeList, http_methods, parse_id, tool_urls
 from urlguard.forms import ShortLinkForm
 from urlguard.guard import get_guard
 from urlguard.models import AdminJob, ShortLink
@@ -166,8 +166,8 @@ def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpRespon
             messages.info(request, "Rescan queued; this page shows its progress.")
         return HttpResponseRedirect(reverse("admin:urlguard_shortlink_rescan") + f"?job={job.pk}")
     rescans = AdminJob.objects.filter(kind=AdminJob.Kind.RESCAN)
-    job_id = request.GET.get("job", "")
-    job = (rescans.filter(pk=int(job_id)).first() if job_id.isdigit() else None) or rescans.first()
+    job_id = parse_id(request.GET.get("job"))
+    job = (rescans.filter(pk=job_id).first() if job_id else None) or rescans.first()
     hits = []
     hit_count = 0
     if job is not None and job.state == AdminJob.State.DONE:
@@ -193,11 +193,11 @@ def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpRespon
 def rescan_disable_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpResponse:
     if not model_admin.has_change_permission(request):
         raise PermissionDenied
-    job_id = request.POST.get("job", "")
-    job = (AdminJob.objects.filter(pk=int(job_id), kind=AdminJob.Kind.RESCAN).first()
-           if job_id.isdigit() else None)
+    job_id = parse_id(request.POST.get("job"))
+    job = (AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.RESCAN).first()
+           if job_id else None)
     every = request.POST.get("all") == "1"
-    selected = {int(x) for x in request.POST.getlist("link") if x.isdigit()}
+    selected = {pk for pk in map(parse_id, request.POST.getlist("link")) if pk}
     if job is None or not (selected or every):
         messages.warning(request, "Select the links to disable first.")
     else:

@@ -12,6 +12,20 @@ from django.http import HttpResponseNotAllowed
 from django.urls import path
 
 
+# The largest primary key a database integer column holds; a bigger number in a query
+# string would make the database driver raise (OverflowError) instead of finding nothing.
+MAX_ID = 2**63 - 1
+
+
+def parse_id(text: str | None) -> int | None:
+    """A primary key from a query string or form field, or None for anything else.
+    str.isdigit() alone is not enough: it accepts "²", which int() refuses."""
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    value = int(text)
+    return value if 0 < value <= MAX_ID else None
+
+
 def http_methods(*methods: str) -> Callable:
     """require_http_methods for views that take (model_admin, request, ...)."""
     def decorate(view: Callable) -> Callable:
