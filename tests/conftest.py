@@ -23,6 +23,15 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
             db.setdefault("TEST", {})["NAME"] = f"test_{db['NAME']}_{os.getpid()}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_embedded_catch_up_thread(django_db_setup: None) -> None:
+    """AppConfig.ready installed the embedded catch-up on the first request; tests
+    that want it (test_embedded.py) install it themselves."""
+    from urlguard import embedded
+
+    embedded.stop()
+
+
 def _reset_registry() -> None:
     # Only if something imported it: engine tests need no Django app state.
     registry = sys.modules.get("urlguard.registry")

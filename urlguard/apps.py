@@ -9,6 +9,11 @@ class UrlguardConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from urlguard import checks, registry  # noqa: F401  (checks register on import)
+        from django.conf import settings
+
+        from urlguard import checks, embedded, registry  # noqa: F401  (checks register on import)
+        from urlguard.conf import conf
 
         registry.open_at_startup()
+        if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) and conf.EMBEDDED_CATCH_UP:
+            embedded.install()

@@ -41,6 +41,9 @@ DEFAULTS: dict[str, Any] = {
     "NODE_NAME": None,  # None: the host name
     # Periodic catch-up for a node that missed a broadcast (Celery beat), seconds.
     "CATCHUP_INTERVAL": 60,
+    # With no broker (Celery in-process), each serving process runs that periodic
+    # catch-up in a daemon thread instead of beat.
+    "EMBEDDED_CATCH_UP": True,
     "BROADCAST_QUEUE": "urlguard.broadcast",
     # How long a change-applying process waits for another one holding the filter's
     # writer lock (e.g. during a rebuild) before giving up and retrying later, seconds.
