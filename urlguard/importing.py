@@ -226,6 +226,13 @@ def _csv_entries(numbered: Iterator[tuple[int, str]], header: _Header, default: 
         if not row or all(not cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
             continue
         raw = "\n".join(consumed)
+        if header.url >= len(row):
+            # Reading its cells by the header's positions would take a URL for a
+            # category (and report "unknown category"): say what is really wrong.
+            yield ParsedLine(lineno, raw, None, default, error=(
+                f"{len(row)} column(s), but the {header.url_name!r} column is column "
+                f"{header.url + 1}: is a {header.delimiter!r} missing?"))
+            continue
         note = _cell(row, header.note)
         category, category_error = _row_category(_cell(row, header.category), default,
                                                  categories)

@@ -209,3 +209,10 @@ def test_any_upload_parses_without_crashing(lines):
         assert 1 <= parsed.lineno <= len(lines)
         assert (parsed.expression is None) == (parsed.error is not None)
         assert parsed.category in ("phishing", "malware", "spam", "unwanted", "other")
+
+
+def test_a_csv_row_short_of_the_url_column_says_so():
+    [line] = parse("category,url\nevil.example\n")
+    assert line.expression is None
+    assert "1 column(s)" in line.error and "'url' column is column 2" in line.error
+    assert "category" not in line.error, "the host is not reported as an unknown category"
