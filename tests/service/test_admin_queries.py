@@ -1,0 +1,71 @@
+"""Change lists cost a fixed number of queries however many rows a page shows (no
+query per row): spam rules with who added them, short links with their verdicts
+(one Guard.check_many and one table query for its hits per page), the change log with
+the nodes that applied each event."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from urlguard import changes
+from urlguard.models import NodeStatus, ShortLink
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
+
+
+def _queries(client, url: str) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return len(captured)
+
+
+def _add_rules(n: int, start: int, users) -> None:
+    # Rules by several users, so a per-row lookup of added_by would show.
+    for i in range(start, start + n):
+        changes.add_rule(f"q{i}.example.com", category="spam", user=users[i % len(users)])
+
+
+def test_rule_changelist(superuser, make_staff, django_assert_max_num_queries):
+    users = [make_staff().user for _ in range(3)]
+    url = reverse("admin:urlguard_spamrule_changelist")
+    _add_rules(2, 0, users)
+    few = _queries(superuser, url)
+    _add_rules(60, 2, users)
+    with django_assert_max_num_queries(few):
+        html = superuser.get(url).content.decode()
+    assert "q61.example.com/" in html and users[1].username in html
+
+
+def test_short_link_changelist_with_verdicts(superuser, build_filter,
+                                             django_assert_max_num_queries):
+    changes.add_rules([f"spam{i}.example.com" for i in range(40)], source="test")
+    build_filter()
+    url = reverse("admin:urlguard_shortlink_changelist")
+
+    def links(start: int, n: int) -> None:
+        ShortLink.objects.bulk_create(ShortLink(
+            slug=f"s{i}", destination=(f"https://www.spam{i % 40}.example.com/x" if i % 2 else
+                                       f"https://clean{i}.example.org/")
+        ) for i in range(start, start + n))
+
+    links(0, 2)
+    few = _queries(superuser, url)
+    links(2, 78)  # 40 of the 80 are blocked, each by its own rule
+    with django_assert_max_num_queries(few):
+        html = superuser.get(url).content.decode()
+    assert html.count("verdict verdict-blocked") == 40
+
+
+def test_change_log_list(superuser, make_staff, django_assert_max_num_queries):
+    users = [make_staff().user for _ in range(3)]
+    NodeStatus.objects.create(node="a", filter_path="/x", applied_seq=3)
+    NodeStatus.objects.create(node="b", filter_path="/x", applied_seq=50)
+    url = reverse("admin:urlguard_changeevent_changelist")
+    _add_rules(2, 0, users)
+    few = _queries(superuser, url)
+    _add_rules(60, 2, users)
+    with django_assert_max_num_queries(few):
+        html = superuser.get(url).content.decode()
+    assert "pending: a" in html and users[2].username in html
