@@ -118,14 +118,19 @@ def record_click(request: HttpRequest, link: ShortLink) -> None:
     maybe_new = unique.add(f"{link.pk}:{visitor}")
     try:
         with transaction.atomic():
+            # The UPDATE first: it holds the link's row lock until the commit, so two
+            # workers seeing the same new visitor at once take turns, and the second
+            # one's lookup finds the first one's row (PostgreSQL reads committed
+            # rows per statement) instead of both counting the visitor.
+            ShortLink.objects.filter(pk=link.pk).update(click_count=F("click_count") + 1)
             new_visitor = maybe_new and not Click.objects.filter(
                 link_id=link.pk, visitor=visitor,
                 at__gte=timezone.now() - UNIQUE_WINDOW - _ROW_GRANULARITY).exists()
             if write_row or new_visitor:
                 Click.objects.create(link_id=link.pk, visitor=visitor)
-            ShortLink.objects.filter(pk=link.pk).update(
-                click_count=F("click_count") + 1,
-                unique_visitors=F("unique_visitors") + int(new_visitor))
+            if new_visitor:
+                ShortLink.objects.filter(pk=link.pk).update(
+                    unique_visitors=F("unique_visitors") + 1)
     except DatabaseError:
         log.exception("could not record a click on short link %s", link.pk)
         # Nothing was written: let the next click of this visitor try again.

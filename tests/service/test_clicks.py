@@ -79,6 +79,18 @@ def test_a_repeat_click_is_one_update_and_no_lookup(clock, link):
     assert "urlguard_click" not in " ".join(sql)
 
 
+def test_the_unique_visitor_lookup_runs_under_the_links_row_lock(clock, link):
+    # Two workers counting one new visitor at the same moment must not both count
+    # it: the UPDATE that locks the link's row has to come before the lookup.
+    with CaptureQueriesContext(connection) as queries:
+        visit(link)
+    sql = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    lock = next(i for i, q in enumerate(sql) if q.startswith("UPDATE"))
+    lookup = next(i for i, q in enumerate(sql) if "FROM \"urlguard_click\"" in q)
+    assert lock < lookup, sql
+    assert (link.click_count, link.unique_visitors) == (1, 1)
+
+
 def test_at_least_one_row_per_visitor_and_hour(clock, link):
     visit(link)
     clock.now += HOUR
