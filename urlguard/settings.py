@@ -9,8 +9,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("URLGUARD_VAR_DIR", BASE_DIR / "var"))
 # A fresh clone has no var/ (it is git-ignored) and SQLite will not create the
 # directory of its database file. If this fails, system check urlguard.E001 says why.
+# WhiteNoise likewise wants STATIC_ROOT to exist (empty until `collectstatic`).
 try:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)
 except OSError:
     pass
 
@@ -31,6 +32,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "urlguard.middleware.RedirectGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -78,6 +80,9 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# Static files (the admin's CSS and scripts) are served by WhiteNoise under gunicorn
+# too; finders make `collectstatic` optional for a single node.
+WHITENOISE_USE_FINDERS = True
 
 # Celery: no broker configured means tasks run in-process (embedded default).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
