@@ -22,23 +22,49 @@ def _bars(svg: str) -> list[str]:
     return re.findall(r'<rect class="bar"[^>]*width="([0-9.]+)"', svg)
 
 
-def test_chart_has_one_bar_per_stage_sized_by_fill():
+def test_chart_has_one_bar_per_stage_sized_by_load():
     stages = [StageBar(0, 1, 99, 50, 100, 7, 0.25), StageBar(1, 100, None, 10, 200, 8, 0.95),
               StageBar(2, None, None, 0, 400, 9, 0.0)]
     svg = str(render_stage_chart(stages))
     assert svg.startswith("<svg") and svg.endswith("</svg>")
     widths = [float(w) for w in _bars(svg)]
-    assert len(widths) == 3 and widths[1] == pytest.approx(widths[0] * 0.95 / 0.25, rel=1e-3)
+    # Rules held against capacity: 50%, 5%, nothing.
+    assert len(widths) == 3 and widths[1] == pytest.approx(widths[0] * 0.05 / 0.5, rel=1e-3)
     assert widths[2] == 0
-    assert "ids 1–99" in svg and "ids 100–…" in svg and "no ids yet" in svg and "k=8" in svg
-    assert "#ba2121" in svg  # the nearly full stage is red
+    fills = [float(w) for w in re.findall(r'<rect class="fill"[^>]*width="([0-9.]+)"', svg)]
+    assert fills[1] == pytest.approx(fills[0] * 0.95 / 0.25, rel=1e-3)
+    assert "50 / 100 rules (50%)" in svg and "95.0% of counters set · k=8" in svg
+    assert "no ids yet" not in svg and "empty" in svg
+
+
+def test_a_full_stage_reads_as_full_not_as_its_low_fill_ratio():
+    # A stage at capacity has well under half of its counters set, by design: the
+    # chart must still show it full (it was drawn as an 11% bar before).
+    full, open_ = (StageBar(0, 1, 999, 1000, 1000, 4, 0.116, 1.8e-4, error_rate=0.005),
+                   StageBar(1, 1000, None, 1501, 2000, 4, 0.091, 6.7e-5, error_rate=0.004))
+    svg = str(render_stage_chart([full, open_]))
+    widths = [float(w) for w in _bars(svg)]
+    assert widths[0] == pytest.approx(420) and widths[1] == pytest.approx(420 * 0.7505, abs=0.1)
+    assert 'class="stage stage-closed"' in svg and 'class="stage stage-ok"' in svg
+    nearly = StageBar(1, 1000, None, 1900, 2000, 4, 0.2, 1e-4, error_rate=0.004)
+    assert 'stage-nearly-full' in str(render_stage_chart([full, nearly]))
+
+
+def test_a_stage_over_its_false_positive_target_is_red_and_says_rebuild():
+    over = StageBar(0, 1, None, 900, 1000, 4, 0.6, estimated_fpr=0.13, error_rate=0.01)
+    svg = str(render_stage_chart([over]))
+    assert 'class="stage stage-over"' in svg and "#ba2121" in svg
+    assert "above target: rebuild" in svg
 
 
 def test_ids_read_as_times_and_rates_stay_readable():
     stage = StageBar(0, 1_700_000_000_000_000, None, 1, 10, 7, 0.1, estimated_fpr=3e-9)
     assert stage.time_range == "added 2023-11-14 22:13:20 → … UTC"
-    assert stage.fpr_text == "3.0e-07%"
+    assert stage.fpr_text == "0.0000003% (about 1 in 330,000,000)"
     assert format_rate(0.0123) == "1.23%" and format_rate(0) == "0%"
+    assert format_rate(9.8e-6) == "0.00098% (about 1 in 100,000)"
+    assert format_rate(6.7e-5) == "0.0067% (about 1 in 15,000)"
+    assert "e-" not in format_rate(1e-15)
 
 
 def test_chart_without_stages_says_so():
@@ -58,6 +84,8 @@ def test_dashboard_shows_the_file_stages_and_nodes(editor, build_filter, setting
     stages = filt.info()["stages"]
     assert len(_bars(html)) == len(stages) >= 1
     assert 'id="fp-rate"' in html and 'id="file-size"' in html
+    # Each stage's rate beside the rate it was sized for (the engine's error_rate).
+    assert html.count("target ") >= len(stages) and "30 / " in html
     node = NodeStatus.objects.get()
     assert f'data-node="{node.node}"' in html
     assert 'name="sync"' in html

@@ -34,6 +34,8 @@ def stage_bars(info: dict) -> list[StageBar]:
             count=int(stage["count"]), capacity=int(stage["capacity"]), k=int(stage["k"]),
             fill=float(stage["fill"]), estimated_fpr=float(stage.get("estimated_fpr", 0.0)),
             saturated=int(stage.get("saturated", 0)),
+            error_rate=(float(stage["error_rate"]) if stage.get("error_rate") is not None
+                        else None),
         )
         for stage in info.get("stages", [])
     ]
