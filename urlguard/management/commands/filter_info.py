@@ -4,12 +4,13 @@ from __future__ import annotations
 import json
 import os
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from filterengine import FilterFileError, ScalingCountingBloomFilter
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 from urlguard.tasks import _jsonable, log_head
+
+from ._filterfile import add_path_argument, open_readonly
 
 
 class Command(BaseCommand):
@@ -21,19 +22,12 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--path", help=f"filter file (default: URLGUARD FILTER_PATH, "
-                                           f"now {conf.FILTER_PATH})")
+        add_path_argument(parser)
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args, path: str | None = None, json: bool = False, **options):
         path = path or conf.FILTER_PATH
-        if not os.path.exists(path):
-            raise CommandError(f"{path} does not exist; run `manage.py rebuild_filter`.")
-        try:
-            filt = ScalingCountingBloomFilter.open(path, readonly=True)
-        except (OSError, FilterFileError) as exc:
-            raise CommandError(
-                f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.") from exc
+        filt = open_readonly(path)
         try:
             info = _jsonable(filt.info())
             applied, clean = filt.applied_seq, filt.is_clean

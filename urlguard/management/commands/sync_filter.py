@@ -6,6 +6,8 @@ from django.core.management.base import BaseCommand, CommandError
 from urlguard import registry, tasks
 from urlguard.conf import conf
 
+from ._filterfile import add_path_argument
+
 
 class Command(BaseCommand):
     help = (
@@ -16,8 +18,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--path", help=f"filter file (default: URLGUARD FILTER_PATH, "
-                                           f"now {conf.FILTER_PATH})")
+        add_path_argument(parser)
 
     def handle(self, *args, path: str | None = None, **options):
         path = path or conf.FILTER_PATH

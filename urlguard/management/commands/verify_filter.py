@@ -1,15 +1,13 @@
 """`manage.py verify_filter`: prove that the filter holds every rule of the spam table."""
 from __future__ import annotations
 
-import os
-
 from django.core.management.base import BaseCommand, CommandError
 
-from filterengine import FilterFileError, ScalingCountingBloomFilter
 from urlguard import tasks
 from urlguard.conf import conf
 from urlguard.models import SpamRule
 
+from ._filterfile import add_path_argument, open_readonly
 from ._progress import Progress
 
 BATCH = 50_000
@@ -25,8 +23,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--path", help=f"filter file (default: URLGUARD FILTER_PATH, "
-                                           f"now {conf.FILTER_PATH})")
+        add_path_argument(parser)
         parser.add_argument("--sync", action="store_true",
                             help="apply the pending change log before verifying")
         parser.add_argument("--show", type=int, default=20, metavar="N",
@@ -37,13 +34,7 @@ class Command(BaseCommand):
         path = path or conf.FILTER_PATH
         if sync:
             tasks.sync(path=path)
-        if not os.path.exists(path):
-            raise CommandError(f"{path} does not exist; run `manage.py rebuild_filter`.")
-        try:
-            filt = ScalingCountingBloomFilter.open(path, readonly=True)
-        except (OSError, FilterFileError) as exc:
-            raise CommandError(
-                f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.") from exc
+        filt = open_readonly(path)
         progress = Progress(self.stdout, "rules checked")
         missing: list[str] = []
         checked = 0
