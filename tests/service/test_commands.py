@@ -145,6 +145,8 @@ def test_import_rules_dry_run_writes_nothing(tmp_path):
 def test_import_rules_bad_input(tmp_path):
     with pytest.raises(CommandError, match="no such file"):
         run("import_rules", str(tmp_path / "absent.txt"))
+    with pytest.raises(CommandError, match="is a directory"):
+        run("import_rules", str(tmp_path))
     latin = tmp_path / "latin1.txt"
     latin.write_bytes("caf\xe9.example.org\n".encode("latin-1"))
     with pytest.raises(CommandError, match="not UTF-8"):

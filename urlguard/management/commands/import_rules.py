@@ -39,7 +39,9 @@ class Command(BaseCommand):
             stream, name = sys.stdin, "stdin"
         else:
             path = Path(file)
-            if not path.is_file():
+            if path.is_dir():
+                raise CommandError(f"{file} is a directory; name the file to import")
+            if not path.exists():
                 raise CommandError(f"{file}: no such file")
             try:
                 # utf-8-sig: spreadsheets like to start CSV exports with a BOM.
