@@ -261,3 +261,12 @@ def test_check_url_command_spots_a_filter_behind_the_table(build_filter):
 def test_check_url_command_refuses_a_non_web_url():
     with pytest.raises(CommandError, match="not a usable http"):
         run_check_url("javascript:alert(1)")
+
+
+def test_check_url_command_explains_a_filter_that_fails_to_read(monkeypatch):
+    listed(("evil.example/", "phishing"))
+    monkeypatch.setattr(guard_module, "_guard", Guard(BrokenFilter))
+    out = run_check_url("http://evil.example/")
+    assert "filter     unreadable: simulated: the mapped file went away" in out
+    assert re.search(r"evil\.example/\s+\?\s+listed: phishing", out)
+    assert "verdict    BLOCKED" in out and "spam table only" in out

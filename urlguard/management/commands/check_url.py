@@ -29,15 +29,17 @@ class Command(BaseCommand):
         exprs = expressions(canonical)
 
         filt = guard.get_filter()
-        maybe: list[bool | None]
-        if filt is None:
-            maybe = [None] * len(exprs)
-            filter_line = "unreadable (see the log; `manage.py filter_info` says more)"
-        else:
-            maybe = [bool(x) for x in filt.contains_many(exprs).tolist()]
-            filter_line = (f"{getattr(filt, 'path', '?')} (applied_seq "
-                           f"{getattr(filt, 'applied_seq', '?')}, generation "
-                           f"{getattr(filt, 'generation', '?')})")
+        maybe: list[bool | None] = [None] * len(exprs)
+        filter_line = "unreadable (see the log; `manage.py filter_info` says more)"
+        if filt is not None:
+            try:
+                maybe = [bool(x) for x in filt.contains_many(exprs).tolist()]
+                filter_line = (f"{getattr(filt, 'path', '?')} (applied_seq "
+                               f"{getattr(filt, 'applied_seq', '?')}, generation "
+                               f"{getattr(filt, 'generation', '?')})")
+            except Exception as exc:  # the verdict above already followed ON_FILTER_ERROR
+                filter_line = (f"unreadable: {exc} (`manage.py filter_info` says more; "
+                               "`rebuild_filter` repairs it)")
         listed = {r.expression: r for r in SpamRule.objects.filter(expression__in=exprs)}
 
         out = self.stdout
