@@ -320,26 +320,42 @@ def target_checks(keys, absent, tmp, initial) -> list[tuple[str, str, str, bool]
     ]
 
 
+def _file_bytes(header, n: int) -> tuple[int, int, list[int]]:
+    """(file bytes, stages, k per stage) of a filter holding ``n`` keys, from
+    the stage geometry alone (nothing allocated)."""
+    from filterengine import fileformat as ff
+
+    offset, held, stages, ks = ff.DATA_OFFSET, 0, 0, []
+    while held < n or not stages:
+        stage = ff.stage_plan(header, stages, offset)
+        offset, held, stages = ff.next_offset(stage), held + stage.capacity, stages + 1
+        ks.append(stage.k)
+    return offset, stages, ks
+
+
 def sizing(n: int, initial: int) -> list[list[str]]:
     """Bytes per key and stage count at ``n`` keys for growth/tightening pairs,
-    from the stage geometry alone (nothing allocated): why the defaults."""
+    and bytes per key over sizes: ``n`` is one point, and where it falls
+    relative to the stage boundaries decides most of its figure (the newest
+    stage is allocated whole), so defaults are judged by the mean and the worst
+    over 300 sizes spread log-uniformly from the initial capacity to 1000x it."""
     from filterengine import fileformat as ff
     from filterengine.scaling import DEFAULT_GROWTH, DEFAULT_TIGHTENING
 
+    sizes = [round(initial * 1000 ** (j / 299)) for j in range(300)]
     rows = []
-    for growth, tightening in ((1.5, 0.8), (2.0, 0.5), (2.0, 0.7), (2.0, 0.85),
-                               (3.0, 0.6), (4.0, 0.7)):
+    for growth, tightening in ((1.25, 0.85), (1.4, 0.85), (1.5, 0.85), (2.0, 0.5),
+                               (2.0, 0.7), (2.0, 0.8), (3.0, 0.6)):
         header = ff.Header(seed=0, capacity=initial, error_rate=RATE, growth=growth,
                            tightening=tightening, generation=1)
-        offset, held, stages, ks = ff.DATA_OFFSET, 0, 0, []
-        while held < n:
-            stage = ff.stage_plan(header, stages, offset)
-            offset, held, stages = ff.next_offset(stage), held + stage.capacity, stages + 1
-            ks.append(str(stage.k))
+        size, stages, ks = _file_bytes(header, n)
+        over = [_file_bytes(header, m)[0] / m for m in sizes]
         mark = " (default)" if (growth, tightening) == (DEFAULT_GROWTH,
                                                         DEFAULT_TIGHTENING) else ""
-        rows.append([f"{growth:g} / {tightening:g}{mark}", str(stages), ",".join(ks),
-                     f"{offset / n:.2f}"])
+        rows.append([f"{growth:g} / {tightening:g}{mark}", str(stages),
+                     ",".join(map(str, ks)), f"{size / n:.2f}",
+                     f"{statistics.fmean(over):.2f}", f"{max(over):.2f}",
+                     str(_file_bytes(header, 100 * initial)[1])])
     return rows
 
 
@@ -391,7 +407,8 @@ def main() -> None:
                      for c, v, t, ok in checks]))
         print()
         print(f"Stage geometry at {n:,} keys from capacity {initial:,} (no allocation):")
-        print(table(["growth / tightening", "stages", "k per stage", "bytes/elem"],
+        print(table(["growth / tightening", "stages", "k per stage", "bytes/elem",
+                     "mean over sizes", "worst", "stages at 100x"],
                     sizing(n, initial)))
 
 

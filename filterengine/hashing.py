@@ -208,7 +208,11 @@ def plan_slices(capacity: int, error_rate: float, *, paired: bool = False) -> tu
 def stage_error_rate(error_rate: float, tightening: float, stage: int) -> float:
     """Error rate of stage ``stage`` (0-based) in a scaling filter.
 
-    Stage i gets error_rate * (1 - r) * r**i, so the series sums to error_rate:
-    the compounded false-positive rate of any number of stages stays within the
-    configured rate (Almeida et al., "Scalable Bloom Filters", 2007)."""
+    Stage i gets p_i = error_rate * (1 - r) * r**i (Almeida et al., "Scalable
+    Bloom Filters", 2007). The bound, for any number S of stages: a key is a
+    false positive if some stage says yes, so by the union bound the
+    compounded rate is at most sum_{i<S} p_i = error_rate * (1 - r**S) <
+    error_rate; each p_i already includes that stage's double-hashing floor
+    (plan_slices). A stage still filling is below its p_i, so the bound holds
+    at every size, not only at stage boundaries."""
     return error_rate * (1.0 - tightening) * tightening**stage

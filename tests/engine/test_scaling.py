@@ -86,7 +86,7 @@ def test_ids_that_repeat_or_go_backwards_still_scale(path):
 
 
 def test_removal_goes_to_the_stage_that_took_the_key(path):
-    f = S.create(path, capacity=100, error_rate=0.01)
+    f = S.create(path, capacity=100, error_rate=0.01, growth=2.0)
     f.add_many(urls(300), range(300))  # stages of 100, 200
     stages = f.info()["stages"]
     assert [(s["first_id"], s["last_id"]) for s in stages] == [(0, 99), (100, 299)]
@@ -397,3 +397,23 @@ def test_tiny_stages_keep_their_rate(tmp_path):
         hits += int(f.contains_many(urls(probes, f"absent{trial}-")).sum())
         f.close()
     assert hits / (filters * probes) <= 0.0125
+
+
+def test_fpr_within_the_rate_at_every_stage_boundary(path):
+    # The worst moments: every stage but the newest full at its design rate.
+    # The compounded rate must stay within error_rate itself there, not just
+    # within 1.25x of it, for the default growth and tightening.
+    f = S.create(path, capacity=1000, error_rate=0.01)
+    absent = urls(20_000, "absent")
+    held = 0
+    for _ in range(10):
+        f.add(urls(1, start=held)[0], held)  # opens the next stage (not the first time)
+        held += 1
+        stage = f.info()["stages"][-1]
+        room = stage["capacity"] - stage["count"]
+        f.add_many(urls(room, start=held), range(held, held + room))
+        held += room
+        assert f.contains_many(absent).mean() <= 0.01, f"after {held} keys"
+    assert len(f.info()["stages"]) == 10
+    assert f.contains_many(urls(held)).all()
+    f.close()
