@@ -81,9 +81,8 @@ def test_add_rule_block_remove_unblock(page, site, shot):
 
     # Redirected now. The destination does not exist (no internet, and Playwright's
     # routing does not see redirect targets): the browser's request for it is the proof.
-    with page.expect_request(DESTINATION) as landed:
-        with contextlib.suppress(PlaywrightError):
-            _follow_short_link(page, site)
+    with page.expect_request(DESTINATION) as landed, contextlib.suppress(PlaywrightError):
+        _follow_short_link(page, site)
     assert landed.value.redirected_from is not None
     assert landed.value.redirected_from.url == f"{site}/promo"
 

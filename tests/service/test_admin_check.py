@@ -7,19 +7,11 @@ from django.urls import reverse
 
 from urlguard import changes
 from urlguard.canonical import canonicalize, expressions
-from urlguard.guard import reset_guard
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 
 CHECK = reverse("admin:urlguard_spamrule_check")
 URL = "HTTP://Deep.Evil-Example.com/a/../b/page.html?x=1#frag"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_guard():
-    reset_guard()
-    yield
-    reset_guard()
 
 
 def test_form_only(viewer):

@@ -10,10 +10,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from urlguard import changes
-from urlguard.guard import reset_guard
 from urlguard.models import AdminJob, ChangeEvent, ShortLink, SpamRule
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 
 UPLOAD = reverse("admin:urlguard_spamrule_import")
 
@@ -26,13 +25,6 @@ HTTP://spam-one.example.com
 
 already.example.com
 """
-
-
-@pytest.fixture(autouse=True)
-def _fresh_guard():
-    reset_guard()
-    yield
-    reset_guard()
 
 
 def _upload(client, content: bytes, name: str = "feed.txt", category: str = "spam"):
@@ -183,3 +175,17 @@ def test_a_failing_commit_is_reported_not_a_traceback(editor, committed, monkeyp
     job.refresh_from_db()
     assert job.state == "failed" and "database went away" in job.message
     assert "database went away" in page.content.decode()
+
+
+def test_running_import_and_its_rescan_show_progress_bars(editor):
+    _upload(editor, b"one.example.com\n")
+    job = AdminJob.objects.get(kind="import")
+    rescan = AdminJob.objects.create(kind="rescan", state="queued", total=0,
+                                     message="Waiting for a worker.")
+    AdminJob.objects.filter(pk=job.pk).update(state="running", done=1,
+                                              result={**job.result, "rescan_job": rescan.pk})
+    html = editor.get(_job_page(job)).content.decode()
+    for watched in (job, rescan):
+        status = reverse("admin:urlguard_spamrule_job_status", args=[watched.pk])
+        assert f'data-status-url="{status}"' in html
+    assert '<progress max="1" value="1">' in html and "Waiting for a worker." in html

@@ -6,22 +6,15 @@ import pytest
 from django.urls import reverse
 
 from urlguard import changes
-from urlguard.guard import Guard, reset_guard
+from urlguard.guard import Guard
 from urlguard.models import AdminJob, ShortLink
 from urlguard.rescan import rescan_links
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 
 LINKS = reverse("admin:urlguard_shortlink_changelist")
 RESCAN = reverse("admin:urlguard_shortlink_rescan")
 DISABLE = reverse("admin:urlguard_shortlink_rescan_disable")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_guard():
-    reset_guard()
-    yield
-    reset_guard()
 
 
 @pytest.fixture
@@ -159,3 +152,28 @@ def test_add_link_through_slugs(link_admin, make_staff):
         bad.context["adminform"].form.errors["destination"])
     change = adder.get(reverse("admin:urlguard_shortlink_change", args=[link.pk]))
     assert 'name="slug"' not in change.content.decode()
+
+
+def test_disable_all_hits_is_a_few_batched_queries(link_admin, django_assert_max_num_queries):
+    made = ShortLink.objects.bulk_create(
+        ShortLink(slug=f"h{i}", destination=f"https://spam.example.com/{i}") for i in range(1200))
+    job = AdminJob.objects.create(kind="rescan", state="done", result={"hits": [
+        {"link_id": link.pk, "slug": link.slug, "destination": link.destination,
+         "expression": "spam.example.com/", "category": "spam", "disabled": False}
+        for link in made]})
+    # Not one UPDATE per link: a "disable all" after a big import may cover thousands.
+    with django_assert_max_num_queries(20):
+        link_admin.post(DISABLE, {"job": job.pk, "all": "1"})
+    assert ShortLink.objects.filter(disabled=True).count() == 1200
+    assert set(ShortLink.objects.values_list("disabled_reason", flat=True)) == {
+        "destination blocked by spam rule spam.example.com/"}
+
+
+def test_a_queued_rescan_shows_its_progress_bar(link_admin):
+    job = AdminJob.objects.create(kind="rescan", state="running", done=300, total=1000,
+                                  message="Scanning.")
+    html = link_admin.get(RESCAN).content.decode()
+    status = reverse("admin:urlguard_spamrule_job_status", args=[job.pk])
+    assert f'data-status-url="{status}"' in html
+    assert '<progress max="1000" value="300">' in html and "300 / 1000" in html
+    assert "Scanning." in html

@@ -7,23 +7,16 @@ import pytest
 from django.urls import reverse
 
 from urlguard import changes
-from urlguard.guard import get_guard, reset_guard
+from urlguard.guard import get_guard
 from urlguard.models import ChangeEvent, SpamRule
 from urlguard.rules import rule_candidates
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 
 ADD = reverse("admin:urlguard_spamrule_add")
 PREVIEW = reverse("admin:urlguard_spamrule_preview")
 CHANGELIST = reverse("admin:urlguard_spamrule_changelist")
 PASTED = "  https://WWW.Evil-Example.com/promo/win.html?id=7#top "
-
-
-@pytest.fixture(autouse=True)
-def _fresh_guard():
-    reset_guard()
-    yield
-    reset_guard()
 
 
 def _domain(text: str) -> str:

@@ -10,7 +10,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from urlguard.admin import jobs
-from urlguard.admin.pages import http_methods
+from urlguard.admin.pages import http_methods, report_job_outcome
 from urlguard.forms import ImportForm
 from urlguard.models import AdminJob
 
@@ -77,13 +77,8 @@ def commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         messages.info(request, "Nothing to import: every line is already present or refused.")
     else:
         jobs.start_import(job)
-        job.refresh_from_db()
-        if job.state == AdminJob.State.DONE:
-            messages.success(request, job.message)
-        elif job.state == AdminJob.State.FAILED:
-            messages.error(request, job.message)
-        else:
-            messages.info(request, f"Import #{job.pk} is queued; this page shows its progress.")
+        report_job_outcome(request, job,
+                           f"Import #{job.pk} is queued; this page shows its progress.")
     return HttpResponseRedirect(reverse("admin:urlguard_spamrule_import_job", args=[job.pk]))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -12,7 +13,13 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from urlguard.admin import jobs
-from urlguard.admin.pages import BatchAnnotatedChangeList, http_methods, parse_id, tool_urls
+from urlguard.admin.pages import (
+    BatchAnnotatedChangeList,
+    http_methods,
+    parse_id,
+    report_job_outcome,
+    tool_urls,
+)
 from urlguard.forms import ShortLinkForm
 from urlguard.guard import get_guard
 from urlguard.models import AdminJob, ShortLink
@@ -23,15 +30,24 @@ DISABLED_REASON = "destination blocked by spam rule {expression}"
 HITS_SHOWN = 500
 
 
-def disable_links(link_ids: list[int], hits_by_id: dict[int, str]) -> int:
-    """Disable these links (each with the rule that blocks it); returns how many changed."""
+# Links per UPDATE batch (and per id lookup: SQLite's parameter limit).
+DISABLE_BATCH = 900
+
+
+def disable_links(reasons: dict[int, str]) -> int:
+    """Disable the links {id: why} that are still enabled, in one transaction of
+    batched UPDATEs (a rescan may find thousands); returns how many changed."""
+    ids = list(reasons)
     changed = 0
-    for link in ShortLink.objects.filter(pk__in=link_ids, disabled=False):
-        link.disabled = True
-        link.disabled_reason = DISABLED_REASON.format(
-            expression=hits_by_id.get(link.pk, "?"))[:200]
-        link.save(update_fields=["disabled", "disabled_reason"])
-        changed += 1
+    with transaction.atomic():
+        for start in range(0, len(ids), DISABLE_BATCH):
+            links = list(ShortLink.objects.filter(pk__in=ids[start:start + DISABLE_BATCH],
+                                                  disabled=False).only("pk"))
+            for link in links:
+                link.disabled = True
+                link.disabled_reason = reasons[link.pk][:200]
+            ShortLink.objects.bulk_update(links, ["disabled", "disabled_reason"])
+            changed += len(links)
     return changed
 
 
@@ -106,25 +122,18 @@ class ShortLinkAdmin(admin.ModelAdmin):
     # --- actions ---------------------------------------------------------------------
     @admin.action(description="Disable selected short links", permissions=["change"])
     def disable_selected(self, request, queryset):
-        links = list(queryset.filter(disabled=False))
+        links = list(queryset.filter(disabled=False).only("pk", "destination"))
         verdicts = get_guard().check_many([link.destination for link in links])
-        for link, verdict in zip(links, verdicts, strict=True):
-            link.disabled = True
-            link.disabled_reason = (
-                DISABLED_REASON.format(expression=verdict.rule.expression)
-                if verdict.rule is not None else "disabled by an administrator"
-            )[:200]
-            link.save(update_fields=["disabled", "disabled_reason"])
-        self.message_user(request, f"Disabled {len(links)} short link(s).", messages.SUCCESS)
+        changed = disable_links({
+            link.pk: (DISABLED_REASON.format(expression=verdict.rule.expression)
+                      if verdict.rule is not None else "disabled by an administrator")
+            for link, verdict in zip(links, verdicts, strict=True)
+        })
+        self.message_user(request, f"Disabled {changed} short link(s).", messages.SUCCESS)
 
     @admin.action(description="Enable selected short links", permissions=["change"])
     def enable_selected(self, request, queryset):
-        changed = 0
-        for link in queryset.filter(disabled=True):
-            link.disabled = False
-            link.disabled_reason = ""
-            link.save(update_fields=["disabled", "disabled_reason"])
-            changed += 1
+        changed = queryset.filter(disabled=True).update(disabled=False, disabled_reason="")
         self.message_user(request, f"Enabled {changed} short link(s).", messages.SUCCESS)
 
     @admin.action(description="Check selected destinations now", permissions=["view"])
@@ -157,13 +166,7 @@ def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpRespon
         raise PermissionDenied
     if request.method == "POST":
         job = jobs.start_rescan(user=request.user)
-        job.refresh_from_db()
-        if job.state == AdminJob.State.DONE:
-            messages.success(request, job.message)
-        elif job.state == AdminJob.State.FAILED:
-            messages.error(request, job.message)
-        else:
-            messages.info(request, "Rescan queued; this page shows its progress.")
+        report_job_outcome(request, job, "Rescan queued; this page shows its progress.")
         return HttpResponseRedirect(reverse("admin:urlguard_shortlink_rescan") + f"?job={job.pk}")
     rescans = AdminJob.objects.filter(kind=AdminJob.Kind.RESCAN)
     job_id = parse_id(request.GET.get("job"))
@@ -202,9 +205,10 @@ def rescan_disable_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> Ht
         messages.warning(request, "Select the links to disable first.")
     else:
         # Only links the scan found: a forged id cannot disable an unrelated link.
-        hits = {h["link_id"]: h["expression"] for h in job.result.get("hits", [])
-                if every or h["link_id"] in selected}
-        changed = disable_links(list(hits), hits)
+        changed = disable_links({
+            h["link_id"]: DISABLED_REASON.format(expression=h["expression"])
+            for h in job.result.get("hits", []) if every or h["link_id"] in selected
+        })
         messages.success(request, f"Disabled {changed} short link(s).")
     target = reverse("admin:urlguard_shortlink_rescan")
     return HttpResponseRedirect(f"{target}?job={job.pk}" if job is not None else target)

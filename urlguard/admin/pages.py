@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import update_wrapper, wraps
 
+from django.contrib import messages
 from django.contrib.admin.views.main import ChangeList
 from django.http import HttpResponseNotAllowed
 from django.urls import path
-
 
 # The largest primary key a database integer column holds; a bigger number in a query
 # string would make the database driver raise (OverflowError) instead of finding nothing.
@@ -36,6 +36,20 @@ def http_methods(*methods: str) -> Callable:
             return view(model_admin, request, *args, **kwargs)
         return inner
     return decorate
+
+
+def report_job_outcome(request, job, queued: str) -> None:
+    """The message after starting an AdminJob: in-process (no broker) it has already
+    run, so say how it ended; on a worker it is only queued, so say that."""
+    from urlguard.models import AdminJob
+
+    job.refresh_from_db()
+    if job.state == AdminJob.State.DONE:
+        messages.success(request, job.message)
+    elif job.state == AdminJob.State.FAILED:
+        messages.error(request, job.message)
+    else:
+        messages.info(request, queued)
 
 
 def tool_urls(model_admin, routes: list[tuple[str, Callable, str]]) -> list:
