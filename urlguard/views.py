@@ -20,7 +20,7 @@ from django.urls import Resolver404, resolve, reverse
 from django.utils.encoding import iri_to_uri
 from django.views.decorators.http import require_GET
 
-from urlguard.clicks import record_click
+from urlguard.clicks import record_click, visitor_id
 from urlguard.conf import conf
 from urlguard.guard import InvalidURL, Verdict, get_guard
 from urlguard.middleware import WEB_SCHEMES, mark_confirmed
@@ -61,10 +61,14 @@ def _signer() -> signing.TimestampSigner:
     return signing.TimestampSigner(salt=CONTINUE_SALT)
 
 
-def continue_token(destination: str) -> str:
+def continue_token(destination: str, visitor: str) -> str:
     """A signed, timestamped token naming `destination`: the "continue anyway"
-    link carries it so that /continue can never redirect to a URL we did not warn about."""
-    return _signer().sign_object({"u": destination}, compress=True)
+    link carries it so that /continue can never redirect to a URL we did not warn about.
+
+    It is bound to `visitor` (clicks.visitor_id of the warned request): otherwise a
+    token copied from one warning page would make /continue a warning-free redirect
+    to a listed site for anyone it is sent to."""
+    return _signer().sign_object({"u": destination, "v": visitor}, compress=True)
 
 
 def _rule_level(expression: str) -> str:
@@ -137,7 +141,8 @@ def warning_response(
         # Never offered for javascript:/data: (that would be a script injection
         # one click away) nor for an address we could not even parse.
         context["continue_url"] = (
-            reverse("urlguard:continue") + "?" + urlencode({"token": continue_token(destination)})
+            reverse("urlguard:continue") + "?"
+            + urlencode({"token": continue_token(destination, visitor_id(request))})
         )
     status = 503 if kind == "unchecked" else 403
     response = render(request, "urlguard/warning.html", context, status=status)
@@ -161,6 +166,9 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
         destination = data["u"] if isinstance(data, dict) and isinstance(data.get("u"), str) else ""
         if _scheme_and_host(destination)[0] not in WEB_SCHEMES:
             problem = "This link does not lead to a web page."
+        elif data.get("v") != visitor_id(request):
+            problem = ("This link was made for another browser or network. Open the original "
+                       "link again to see the warning page, and continue from there.")
     except signing.SignatureExpired:
         problem = ("This link has expired. Go back and open the original link again "
                    "to see the warning page once more.")

@@ -118,12 +118,29 @@ def test_tampered_token_is_refused(client, links):
 
 
 def test_expired_token_is_refused(client, links, monkeypatch):
-    token = continue_token("https://win.prize.example/")
+    link = continue_link(client.get("/prize"))
     later = time.time() + 15 * 60 + 5
     monkeypatch.setattr(signing.time, "time", lambda: later)
-    response = client.get("/continue", {"token": token})
+    response = client.get(link)
     assert response.status_code == 400
     assert "expired" in response.content.decode()
+
+
+def test_a_token_works_only_for_the_browser_that_was_warned(client, links):
+    # Copied out of one warning page, a token must not become a warning-free
+    # redirect to the listed site for whoever it is sent to.
+    link = continue_link(client.get("/prize", HTTP_USER_AGENT="UA one"))
+    for other in [{"REMOTE_ADDR": "198.51.100.9", "HTTP_USER_AGENT": "UA one"},
+                  {"HTTP_USER_AGENT": "UA two"}]:
+        response = client.get(link, **other)
+        assert response.status_code == 400 and not response.has_header("Location"), other
+        assert "another browser" in response.content.decode()
+    assert client.get(link, HTTP_USER_AGENT="UA one").status_code == 302
+
+
+def test_a_token_without_a_visitor_is_refused(client, db):
+    token = continue_token("https://win.prize.example/", "")
+    assert client.get("/continue", {"token": token}).status_code == 400
 
 
 def test_token_for_a_non_web_url_is_refused(client, db):
