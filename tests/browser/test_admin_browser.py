@@ -1,6 +1,7 @@
 """The admin in a real browser (Debian chromium via Playwright) against a live server:
-add a rule from a pasted URL with the live preview, see a short link warned and then,
-after removing the rule, redirected; import a file with a refused line; open the
+add a rule from a pasted URL with the live preview (a public suffix refused), see a
+short link warned and then, after removing the rule, redirected, and both changes in
+the audit trail; import a file with a refused line; open the
 filter dashboard's chart. Screenshots of each page go to tests/artifacts/."""
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ def test_add_rule_block_remove_unblock(page, site, shot):
     shot("admin-index")
 
     page.goto(f"{site}/admin/urlguard/spamrule/add/")
+    # A public suffix is refused, live, with the reason and what to do instead.
+    page.fill("#id_url", "https://shop.co.uk.")
+    page.fill("#id_url", "co.uk")
+    page.wait_for_selector(".preview-error")
+    assert "public suffix" in page.inner_text(".preview-error")
+    assert page.locator('input[name="expression"]').count() == 0
+    shot("add-rule-refused")
     page.fill("#id_url", DESTINATION)
     # The live preview (fetch) fills in the levels and the sample URLs.
     page.wait_for_selector('input[name="expression"][value="browser-spam.net/"]')
@@ -78,6 +86,19 @@ def test_add_rule_block_remove_unblock(page, site, shot):
     page.click('input[type="submit"]')  # "Yes, I'm sure"
     page.wait_for_selector(".messagelist .success")
     assert not SpamRule.objects.exists()
+
+    # The audit trail: the addition and the removal, both by the one who made them.
+    page.goto(f"{site}/admin/urlguard/changeevent/")
+    rows = page.locator("#result_list tbody tr").all_inner_texts()
+    assert len(rows) == 2
+    assert all("browser-spam.net/" in row and "boss" in row for row in rows)
+    assert {"add", "remove"} <= {word for row in rows for word in row.lower().split()}
+    # Every column fits: "applied on" (which nodes have it) is not scrolled out of sight.
+    hidden = page.evaluate("() => { const r = document.querySelector('#changelist .results');"
+                           " return r.scrollWidth - r.clientWidth; }")
+    assert hidden <= 0, f"the change log table is {hidden}px too wide"
+    assert "vm" in page.inner_text("#result_list td.field-applied_on")
+    shot("change-log")
 
     # Redirected now. The destination does not exist (no internet, and Playwright's
     # routing does not see redirect targets): the browser's request for it is the proof.
