@@ -196,10 +196,16 @@ class _View:
         # Per stage, what the scalar probe needs, resolved once: the counter
         # index where each slice starts, and cells per slice. Newest first: it
         # is the biggest and holds the most recent keys.
-        self.probes = tuple(_probe(s) for s in reversed(self.stages))
+        self.probes = tuple(_probe(s, self.buf) for s in reversed(self.stages))
 
     def release(self) -> None:
         """Unmap and close the file (idempotent)."""
+        # Every view into the mapping must go before mm.close(), which
+        # refuses (BufferError) while one is exported.
+        for first, regions, _ in getattr(self, "probes", ()):
+            for region in (first, *regions):
+                region.release()
+        self.probes = ()
         for name in ("word", "buf"):
             view = getattr(self, name, None)
             if view is not None:
@@ -221,18 +227,22 @@ class _View:
             self.release()
 
 
-def _probe(stage: ff.StageEntry) -> tuple[int, tuple[int, ...], int]:
-    """What the scalar lookup needs of a stage, resolved once per mapping: the
-    byte where the first pair of slices starts, the start bytes of the other
-    pairs, and cells per slice (layout: counters.py). Slices come in pairs
+def _probe(stage: ff.StageEntry, buf: memoryview
+           ) -> tuple[memoryview, tuple[memoryview, ...], int]:
+    """What the scalar lookup needs of a stage, resolved once per mapping: a
+    view of each region of ``cells`` bytes holding a pair of slices (layout:
+    counters.py), the first apart, and cells per slice. Slices come in pairs
     (plan_slices(paired=True) plans an even k, and read_entries checks every
     stage against that plan), so a pair is one region read under the fixed
-    masks 0x0F then 0xF0."""
+    masks 0x0F then 0xF0. Indexing a region's own view saves an addition per
+    probe (about 15% of a lookup, measured)."""
     if stage.k & 1:
         raise AssertionError(f"stage of odd k={stage.k}: the file passed validation "
                              "but plan_slices(paired=True) gives an even k")
-    regions = tuple(stage.offset + j * stage.cells for j in range(stage.k >> 1))
-    return regions[0], regions[1:], stage.cells
+    cells = stage.cells
+    regions = tuple(buf[stage.offset + j * cells:stage.offset + (j + 1) * cells]
+                    for j in range(stage.k >> 1))
+    return regions[0], regions[1:], cells
 
 
 class _ClosedWord:
@@ -478,7 +488,7 @@ class ScalingCountingBloomFilter:
         state.layout = (state.layout & ff.SUPERSEDED) | (index + 1)
         ff.pack_state(fresh.buf, state)
         fresh.stages = [*fresh.stages, entry]
-        fresh.probes = (_probe(entry), *fresh.probes)
+        fresh.probes = (_probe(entry, fresh.buf), *fresh.probes)
         fresh.layout = fresh.word[0]
         self._view = fresh
         self._close_view(view)
@@ -639,27 +649,27 @@ class ScalingCountingBloomFilter:
         elif type(key) is not bytes:
             hash_pair(key)  # raises the TypeError naming the type
         h1, h2 = _hash_tuple(key, view.seed)
-        buf = view.buf
         # COUNTER_SCHEME positions (counters.py), one pair of slices per
         # region. The first pair is unrolled: most absent keys leave a stage
         # at its first probe, before h2 is even reduced. Measured (bench/
         # engine.py): a pair per loop turn with plain `% cells` beats a
-        # (start, mask) tuple per slice; lazy map()/itemgetter pipelines were
-        # slower (method-wrapper calls cost more than the bytecode they save).
+        # (start, mask) tuple per slice; lazy map()/itemgetter pipelines and
+        # generated per-stage functions were slower (method-wrapper and
+        # function calls cost more than the bytecode they save).
         for first, regions, cells in view.probes:
             x = h1 % cells
-            if not buf[first + x] & 0x0F:
+            if not first[x] & 0x0F:
                 continue
             step = h2 % cells
             x = (x + step) % cells
-            if not buf[first + x] & 0xF0:
+            if not first[x] & 0xF0:
                 continue
-            for start in regions:
+            for region in regions:
                 x = (x + step) % cells
-                if not buf[start + x] & 0x0F:
+                if not region[x] & 0x0F:
                     break
                 x = (x + step) % cells
-                if not buf[start + x] & 0xF0:
+                if not region[x] & 0xF0:
                     break
             else:
                 return True
