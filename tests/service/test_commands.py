@@ -151,3 +151,13 @@ def test_import_rules_bad_input(tmp_path):
     latin.write_bytes("caf\xe9.example.org\n".encode("latin-1"))
     with pytest.raises(CommandError, match="not UTF-8"):
         run("import_rules", str(latin))
+
+
+@pytest.mark.parametrize("args", [["rebuild_filter"], ["sync_filter"], ["verify_filter", "--sync"]])
+def test_a_busy_writer_lock_is_a_command_error(filter_path, monkeypatch, args):
+    def busy(*a, **k):
+        raise registry.WriterBusy(f"{filter_path} is locked by another writer (waited 30 s)")
+
+    monkeypatch.setattr(tasks, "sync", busy)
+    with pytest.raises(CommandError, match="locked by another writer"):
+        run(*args)

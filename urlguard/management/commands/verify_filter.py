@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard import tasks
+from urlguard import registry, tasks
 from urlguard.conf import conf
 from urlguard.models import SpamRule
 
@@ -33,7 +33,10 @@ class Command(BaseCommand):
                **options):
         path = path or conf.FILTER_PATH
         if sync:
-            tasks.sync(path=path)
+            try:
+                tasks.sync(path=path)
+            except registry.WriterBusy as exc:
+                raise CommandError(f"--sync: {exc}") from exc
         filt = open_readonly(path)
         progress = Progress(self.stdout, "rules checked")
         missing: list[str] = []
