@@ -79,6 +79,8 @@ def test_filter_info(filter_path, sync_filter):
     assert str(filter_path) in out and "clean" in out
     assert f"#{tasks.log_head() - 1} of log head #{tasks.log_head()}" in out
     assert "1 change(s) pending" in out and "stage" in out
+    stage_header = next(line for line in out.splitlines() if line.startswith("stage"))
+    assert {"count", "capacity", "fill", "estimated_fpr", "saturated"} <= set(stage_header.split())
     data = json.loads(run("filter_info", "--json")[0])
     assert data["pending_changes"] == 1 and data["rules_in_table"] == 3
     assert data["info"]["stages"][0]["count"] == 2

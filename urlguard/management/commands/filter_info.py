@@ -69,8 +69,11 @@ class Command(BaseCommand):
                 w(f"{key:<17}{info[key]}")
         stages = info.get("stages") or []
         if stages:
+            # A stage's own false-positive estimate shows which one spoils the
+            # total; saturated counters are stuck at 15 (never decremented).
             cols = [c for c in ("first_id", "last_id", "id_range", "count", "capacity", "fill",
-                                "k", "error_rate", "bytes") if c in stages[0]]
+                                "k", "error_rate", "estimated_fpr", "saturated", "bytes")
+                    if c in stages[0]]
             rows = [[_cell(stage.get(c)) for c in cols] for stage in stages]
             widths = [max(len(c), *(len(r[j]) for r in rows)) for j, c in enumerate(cols)]
             w("")
