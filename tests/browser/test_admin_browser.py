@@ -43,6 +43,13 @@ def _follow_short_link(page, base: str) -> None:
     page.goto(f"{base}/promo")
 
 
+def _table_fits(page) -> None:
+    """Every column of a change list is in sight (none scrolled out at 1280 px)."""
+    hidden = page.evaluate("() => { const r = document.querySelector('#changelist .results');"
+                           " return r.scrollWidth - r.clientWidth; }")
+    assert hidden <= 0, f"the change list is {hidden}px too wide"
+
+
 def test_add_rule_block_remove_unblock(page, site, shot):
     _login(page, site)
     shot("admin-index")
@@ -71,6 +78,7 @@ def test_add_rule_block_remove_unblock(page, site, shot):
     page.click('input[name="_save"]')
     page.wait_for_selector(".messagelist .success")
     assert "browser-spam.net/" in page.inner_text(".messagelist")
+    _table_fits(page)
     shot("rule-changelist")
     assert SpamRule.objects.filter(expression="browser-spam.net/").exists()
 
@@ -94,9 +102,7 @@ def test_add_rule_block_remove_unblock(page, site, shot):
     assert all("browser-spam.net/" in row and "boss" in row for row in rows)
     assert {"add", "remove"} <= {word for row in rows for word in row.lower().split()}
     # Every column fits: "applied on" (which nodes have it) is not scrolled out of sight.
-    hidden = page.evaluate("() => { const r = document.querySelector('#changelist .results');"
-                           " return r.scrollWidth - r.clientWidth; }")
-    assert hidden <= 0, f"the change log table is {hidden}px too wide"
+    _table_fits(page)
     assert "vm" in page.inner_text("#result_list td.field-applied_on")
     shot("change-log")
 
@@ -178,3 +184,6 @@ def test_dashboard_chart_check_and_rescan_pages(page, small_filter, site, shot):
     assert ShortLink.objects.get(slug="dash").disabled
     page.goto(f"{site}/admin/urlguard/shortlink/")
     shot("short-links")
+    _table_fits(page)
+    # The link just disabled says so, in sight.
+    assert page.locator("#result_list td.field-disabled img[alt='True']").count() == 1

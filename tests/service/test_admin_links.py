@@ -55,7 +55,7 @@ def test_changelist_verdicts_in_one_batch(link_admin, links, monkeypatch):
     assert "blocked: spam.example.com/ (Phishing)" in html
     assert "blocked: ok.example.org/bad/ (Malware)" in html
     assert "invalid URL" in html and 'class="verdict verdict-ok"' in html
-    assert ">12<" in html and ">5<" in html  # clicks and unique visitors
+    assert ">12 (5 unique)<" in html  # clicks and unique visitors
     assert "Rescan for spam" in html
 
 
@@ -81,8 +81,10 @@ def test_rescan_page_runs_and_lists_hits(link_admin, links, committed):
     assert job.state == "done", job.message
     page = link_admin.get(response["Location"]).content.decode()
     assert "2 links point to spam" in page and "/s1" in page and "/s2" in page
+    assert "<td>Phishing</td>" in page and "<td>Malware</td>" in page  # labels, not codes
     assert "/c1" not in page
     assert 'value="Disable selected links"' in page
+    assert 'name="all" value="Disable all 2 links found"' in page
 
 
 def test_disable_selected_hits(link_admin, links, committed):
@@ -163,7 +165,7 @@ def test_disable_all_hits_is_a_few_batched_queries(link_admin, django_assert_max
         for link in made]})
     # Not one UPDATE per link: a "disable all" after a big import may cover thousands.
     with django_assert_max_num_queries(20):
-        link_admin.post(DISABLE, {"job": job.pk, "all": "1"})
+        link_admin.post(DISABLE, {"job": job.pk, "all": "Disable all 1,200 links found"})
     assert ShortLink.objects.filter(disabled=True).count() == 1200
     assert set(ShortLink.objects.values_list("disabled_reason", flat=True)) == {
         "destination blocked by spam rule spam.example.com/"}
