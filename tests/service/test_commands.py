@@ -163,3 +163,14 @@ def test_a_busy_writer_lock_is_a_command_error(filter_path, monkeypatch, args):
     monkeypatch.setattr(tasks, "sync", busy)
     with pytest.raises(CommandError, match="locked by another writer"):
         run(*args)
+
+
+def test_import_rules_reads_standard_input_as_strict_utf8(monkeypatch):
+    data = "\ufeffurl,category\nevil.example,phishing\n".encode() + b"caf\xe9.example,spam\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), errors="surrogateescape"))
+    with pytest.raises(CommandError, match="stdin is not UTF-8"):
+        run("import_rules", "-", "--dry-run")
+    good = "\ufeffurl,category\nevil.example,phishing\n".encode()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(good)))
+    out, _ = run("import_rules", "-", "--dry-run")
+    assert out.startswith("Dry run: 1 would be added")

@@ -1,6 +1,7 @@
 """`manage.py import_rules FILE`: list many rules at once from a file."""
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -36,7 +37,11 @@ class Command(BaseCommand):
     def handle(self, *args, file: str, category: str, source: str | None, dry_run: bool,
                show: int, **options):
         if file == "-":
-            stream, name = sys.stdin, "stdin"
+            name = "stdin"
+            # Decoded like a file (strictly, a BOM dropped), whatever the locale says:
+            # sys.stdin would turn bad bytes into surrogates, i.e. odd refusals.
+            stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="strict",
+                                      newline="")
         else:
             path = Path(file)
             if path.is_dir():
@@ -57,10 +62,12 @@ class Command(BaseCommand):
                 source=source or f"import:{name}"[:200], category=category,
                 dry_run=dry_run, progress=progress)
         except UnicodeDecodeError as exc:
-            raise CommandError(f"{file} is not UTF-8 text ({exc}); re-save it as UTF-8.") from exc
+            raise CommandError(f"{'stdin' if file == '-' else file} is not UTF-8 text ({exc}); re-save it as UTF-8.") from exc
         finally:
             progress.end()
-            if stream is not sys.stdin:
+            if file == "-":
+                stream.detach()  # leave sys.stdin open
+            else:
                 stream.close()
         for refusal in result.refused[:show]:
             self.stderr.write(f"  refused {refusal}")
