@@ -62,7 +62,8 @@ class Command(BaseCommand):
                 source=source or f"import:{name}"[:200], category=category,
                 dry_run=dry_run, progress=progress)
         except UnicodeDecodeError as exc:
-            raise CommandError(f"{'stdin' if file == '-' else file} is not UTF-8 text ({exc}); re-save it as UTF-8.") from exc
+            what = "stdin" if file == "-" else file
+            raise CommandError(f"{what} is not UTF-8 text ({exc}); re-save it as UTF-8.") from exc
         finally:
             progress.end()
             if file == "-":
