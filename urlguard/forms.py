@@ -2,6 +2,8 @@
 rule's category and note, uploading an import file, and checking one URL."""
 from __future__ import annotations
 
+import re
+
 from django import forms
 from django.core.exceptions import ValidationError
 
@@ -12,6 +14,13 @@ from urlguard.rules import RuleError, rule_candidates
 # keeps one request from holding hundreds of megabytes in memory.
 MAX_IMPORT_BYTES = 64 * 1024 * 1024
 
+# A reason quotes the pasted text (or its host), which may be kilobytes long: such a
+# run is cut to its ends in the message, so the reason and the advice around it stay.
+LONG_RUN = re.compile(r"\S{80,}")
+
+
+def _shorten(message: str) -> str:
+    return LONG_RUN.sub(lambda m: f"{m[0][:40]}…{m[0][-20:]}", message)
 
 
 def candidate_choices(text: str) -> list[tuple[str, str]]:
@@ -32,6 +41,7 @@ class SpamRuleAddForm(forms.Form):
 
     url = forms.CharField(
         label="URL, host or expression", max_length=4000, strip=True,
+        error_messages={"required": "Paste the spam URL, a host or an expression to block."},
         widget=forms.TextInput(attrs={"size": 80, "autofocus": True, "autocomplete": "off"}),
         help_text="Paste it as you found it: https://www.Example.com/path?x=1, a bare host, "
         "or an expression such as example.com/path/.",
@@ -65,7 +75,7 @@ class SpamRuleAddForm(forms.Form):
         try:
             rule_candidates(text)
         except (RuleError, ValueError) as exc:
-            raise ValidationError(str(exc), code="invalid_rule") from exc
+            raise ValidationError(_shorten(str(exc)), code="invalid_rule") from exc
         return text
 
     def clean(self):
@@ -142,6 +152,7 @@ class ImportForm(forms.Form):
 class CheckUrlForm(forms.Form):
     url = forms.CharField(
         label="URL", max_length=100_000, strip=True,
+        error_messages={"required": "Paste the URL to check."},
         widget=forms.TextInput(attrs={"size": 100, "autofocus": True}),
     )
 
@@ -154,7 +165,7 @@ class CheckUrlForm(forms.Form):
         except ValueError as exc:
             raise ValidationError(
                 "%(url)s is not a URL that can be checked: %(reason)s", code="invalid_url",
-                params={"url": text[:200], "reason": exc},
+                params={"url": _shorten(text), "reason": _shorten(str(exc))},
             ) from exc
         return text
 

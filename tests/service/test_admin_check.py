@@ -69,3 +69,13 @@ def test_empty_url_is_a_form_error(viewer):
 
 def test_needs_view_permission(make_staff):
     assert make_staff("view_shortlink").get(CHECK, {"url": URL}).status_code == 403
+
+
+def test_empty_url_says_what_to_do(viewer):
+    assert viewer.get(CHECK, {"url": ""}).context["form"].errors["url"] == [
+        "Paste the URL to check."]
+
+
+def test_a_long_bad_url_is_not_echoed_whole(viewer):
+    [message] = viewer.get(CHECK, {"url": "ftp://" + "x" * 5000}).context["form"].errors["url"]
+    assert len(message) < 400 and "only http and https URLs can be checked" in message

@@ -243,3 +243,13 @@ def test_add_only_staff_lands_on_the_index(make_staff):
                                 "category": "spam", "_save": "Save"})
     assert response.status_code == 302 and response["Location"] == reverse("admin:index")
     assert SpamRule.objects.filter(expression="adder.example.com/").exists()
+
+
+def test_form_errors_say_what_to_do(editor):
+    empty = editor.post(ADD, {"url": "", "category": "spam", "_save": "Save"})
+    assert empty.context["form"].errors["url"] == [
+        "Paste the spam URL, a host or an expression to block."]
+    # A 3,000-letter paste is not echoed whole (twice) in the message.
+    long = editor.post(ADD, {"url": "a" * 3000, "category": "spam", "_save": "Save"})
+    [message] = long.context["form"].errors["url"]
+    assert len(message) <= 400 and "would block every site under it" in message
