@@ -116,6 +116,7 @@ class SpamRuleChangeForm(forms.ModelForm):
 class ImportForm(forms.Form):
     file = forms.FileField(
         label="Rule file",
+        error_messages={"required": "Choose the rule file to upload."},
         help_text="One URL, host or expression per line; a hosts file (0.0.0.0 host); or CSV "
         "with the URL first and a category column. Lines starting with # are comments.",
     )

@@ -130,7 +130,8 @@ def test_bad_files_are_form_errors(editor, content, message):
 
 def test_missing_file_is_a_form_error(editor):
     page = editor.post(UPLOAD, {"default_category": "spam"})
-    assert page.status_code == 200 and page.context["form"].errors["file"]
+    assert page.status_code == 200
+    assert page.context["form"].errors["file"] == ["Choose the rule file to upload."]
 
 
 def test_unknown_job_is_404(editor):
