@@ -74,7 +74,10 @@ def resolve_location(request: HttpRequest, location: str) -> tuple[str, str]:
         if slashes >= 2 or scheme != base_scheme:
             # An authority follows; for another special scheme even without slashes.
             return scheme, iri_to_uri(f"{scheme}://{rest.lstrip('/')}")
-        loc = rest  # `http:/x` or `http:x` on an http page: relative to the page
+        # `http:/x` or `http:x` on an http page: relative to the page, and the
+        # browser reads what follows as a path even if it looks like another URL
+        # (`http:evil.example:80/` or `http:http://[`): urljoin must too.
+        loc = "./" + rest if _SCHEME.match(rest) else rest
     else:
         loc = loc.replace("\\", "/")
         if loc.startswith("//"):

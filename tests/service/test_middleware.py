@@ -118,6 +118,10 @@ def test_relative_location_is_resolved_against_the_request(rf, settings):
     assert resolve_location(request, "../up") == ("http", "http://shop.example/a/up")
     assert resolve_location(request, "http:same-scheme") == ("http",
                                                              "http://shop.example/a/b/same-scheme")
+    assert resolve_location(request, "http:evil.example:80/x") == (
+        "http", "http://shop.example/a/b/evil.example:80/x")
+    # (urljoin drops the empty segment of `//`; canonicalization would anyway.)
+    assert resolve_location(request, "http:http://[") == ("http", "http://shop.example/a/b/http:/[")
     assert resolve_location(request, "MAILTO:x@y") == ("mailto", "MAILTO:x@y")
     # Plain absolute URLs mean what they say; anything a browser rewrites is rewritten.
     assert resolve_location(request, "https://a.example/x?y=1#z") == ("https",
