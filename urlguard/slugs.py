@@ -129,11 +129,21 @@ def allocate_slug() -> str:
 
     Without a row it is only a proposal: create_short_link() claims one atomically."""
     with _lock:
-        for slug in _candidates():
-            if not ShortLink.objects.filter(slug=slug).exists():
-                return slug
-            _filter().add(slug)  # another process took it: remember
-    raise AssertionError("unreachable: _candidates() is endless")  # pragma: no cover
+        slug = _first_unused(1)
+        if slug is None:
+            _forget()  # stale behind other processes: see create_short_link
+            slug = _first_unused(None)
+    assert slug is not None, "unreachable: _candidates() is endless"
+    return slug
+
+
+def _first_unused(attempts: int | None) -> str | None:
+    # Caller holds _lock.
+    for slug in islice(_candidates(), attempts):
+        if not ShortLink.objects.filter(slug=slug).exists():
+            return slug
+        _filter().add(slug)  # another process took it: remember
+    return None
 
 
 def validate_destination(destination: str) -> str:

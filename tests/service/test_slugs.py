@@ -118,3 +118,16 @@ def test_a_filter_gone_stale_is_rebuilt_instead_of_giving_up():
         if s not in taken and s not in free)
     made = {create_short_link(f"{DEST}/{i}").slug for i in range(3)}
     assert made == set(free), "the shortest free slugs, found after one rebuild"
+
+
+def test_allocate_slug_rebuilds_a_stale_filter_instead_of_probing_every_slug(
+        django_assert_max_num_queries):
+    allocate_slug()  # builds this process's filter while the table is empty
+    short = [a for a in ALPHABET] + [a + b for b in ALPHABET for a in ALPHABET]
+    free = [s for s in short if s not in slugs.RESERVED][-1]
+    ShortLink.objects.bulk_create(ShortLink(slug=s, destination=DEST) for s in short
+                                  if s != free)
+    # One lookup that collides, the rebuild (count + rows), a query for the
+    # filter's maybe-used 1-character slugs, the lookup that finds the free one.
+    with django_assert_max_num_queries(8):
+        assert allocate_slug() == free
