@@ -338,13 +338,15 @@ def sizing(n: int, initial: int) -> list[list[str]]:
     and bytes per key over sizes: ``n`` is one point, and where it falls
     relative to the stage boundaries decides most of its figure (the newest
     stage is allocated whole), so defaults are judged by the mean and the worst
-    over 300 sizes spread log-uniformly from the initial capacity to 1000x it."""
+    over 100 sizes spread log-uniformly from the initial capacity to 100x it
+    (the service compacts into one stage long before), beside the bytes per key
+    of one full stage (what a right-sized rebuild makes)."""
     from filterengine import fileformat as ff
     from filterengine.scaling import DEFAULT_GROWTH, DEFAULT_TIGHTENING
 
-    sizes = [round(initial * 1000 ** (j / 299)) for j in range(300)]
+    sizes = [round(initial * 100 ** (j / 99)) for j in range(100)]
     rows = []
-    for growth, tightening in ((1.25, 0.85), (1.4, 0.85), (1.5, 0.85), (2.0, 0.5),
+    for growth, tightening in ((1.25, 0.85), (1.4, 0.8), (1.4, 0.85), (1.5, 0.85), (2.0, 0.5),
                                (2.0, 0.7), (2.0, 0.8), (3.0, 0.6)):
         header = ff.Header(seed=0, capacity=initial, error_rate=RATE, growth=growth,
                            tightening=tightening, generation=1)
@@ -355,6 +357,7 @@ def sizing(n: int, initial: int) -> list[list[str]]:
         rows.append([f"{growth:g} / {tightening:g}{mark}", str(stages),
                      ",".join(map(str, ks)), f"{size / n:.2f}",
                      f"{statistics.fmean(over):.2f}", f"{max(over):.2f}",
+                     f"{_file_bytes(header, initial)[0] / initial:.2f}",
                      str(_file_bytes(header, 100 * initial)[1])])
     return rows
 
@@ -408,7 +411,7 @@ def main() -> None:
         print()
         print(f"Stage geometry at {n:,} keys from capacity {initial:,} (no allocation):")
         print(table(["growth / tightening", "stages", "k per stage", "bytes/elem",
-                     "mean over sizes", "worst", "stages at 100x"],
+                     "mean 1-100x", "worst", "one full stage", "stages at 100x"],
                     sizing(n, initial)))
 
 

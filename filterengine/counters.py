@@ -8,8 +8,8 @@ still rely on it).
 Layout of a stage of k slices of ``cells`` counters, starting at counter index
 ``base`` (always even: a byte boundary): slices are stored in pairs. Slice 2j
 is the low nibbles and slice 2j+1 the high nibbles of the same ``cells``
-bytes (region j); an odd last slice leaves its region's high nibbles unused
-(plan_slices prefers an even k for that reason). Counter index c names byte
+bytes (region j); an odd k (possible here, never planned: plan_slices(paired=True)
+gives even k) leaves the last region's high nibbles unused. Counter index c names byte
 c >> 1, low nibble if c is even, high if odd, so position x of slice i is
 counter ``base + 2*((i >> 1)*cells + x) + (i & 1)``. Pairing means a probe
 reads byte ``region + x`` and tests a mask fixed per slice: no per-probe
