@@ -152,6 +152,15 @@ def _describe(rule: SpamRule) -> str:
     return f"matches the rule {rule.expression} ({rule.get_category_display()})"
 
 
+def _table_only(url: str, canonical: str, rule: SpamRule | None, why: str) -> Verdict:
+    """The verdict of the "database" policy: the spam table's answer alone."""
+    note = f"checked against the spam table only: {why}"
+    if rule is None:
+        return Verdict(url=url, canonical=canonical, blocked=False, degraded=True, reason=note)
+    return Verdict(url=url, canonical=canonical, blocked=True, rule=rule,
+                   category=rule.category, degraded=True, reason=f"{_describe(rule)}; {note}")
+
+
 @dataclass(slots=True)
 class _Prepared:
     url: str
@@ -255,19 +264,18 @@ class Guard:
                     "urlguard: %s; ON_FILTER_ERROR=%r applies until it is readable again "
                     "(run `manage.py sync_filter` or `rebuild_filter`)", why, policy,
                     exc_info=exc_info)
-        if policy == "open":
+        if policy != "database":
+            return self._unchecked(url, canonical, why)
+        rule = most_specific(SpamRule.objects.filter(expression__in=exprs))
+        return _table_only(url, canonical, rule, why)
+
+    def _unchecked(self, url: str, canonical: str, why: str) -> Verdict:
+        """The verdict of the "open" or "closed" policy."""
+        if self.on_filter_error == "open":
             return Verdict(url=url, canonical=canonical, blocked=False, degraded=True,
                            reason=f"not checked: {why} (failing open)")
-        if policy == "closed":
-            return Verdict(url=url, canonical=canonical, blocked=True, degraded=True,
-                           reason=f"could not be checked: {why} (failing closed)")
-        rule = most_specific(SpamRule.objects.filter(expression__in=exprs))
-        note = f"checked against the spam table only: {why}"
-        if rule is None:
-            return Verdict(url=url, canonical=canonical, blocked=False, degraded=True, reason=note)
-        return Verdict(url=url, canonical=canonical, blocked=True, rule=rule,
-                       category=rule.category, degraded=True,
-                       reason=f"{_describe(rule)}; {note}")
+        return Verdict(url=url, canonical=canonical, blocked=True, degraded=True,
+                       reason=f"could not be checked: {why} (failing closed)")
 
     # -- batches (rescans) ------------------------------------------------------
 
@@ -320,24 +328,22 @@ class Guard:
                 verdicts.append(Verdict(url=p.url, canonical="", blocked=False, error=p.error,
                                         reason=p.error))
                 continue
-            if degraded_why and self.on_filter_error != "database":
-                closed = self.on_filter_error == "closed"
-                verdicts.append(Verdict(
-                    url=p.url, canonical=p.canonical, blocked=closed, degraded=True,
-                    reason=f"{'could not be' if closed else 'not'} checked: {degraded_why}"))
-                continue
-            maybe = tuple(e for e in p.exprs if e in maybe_set) if not degraded_why else ()
             rule = most_specific(rules[e] for e in p.exprs if e in rules)
+            if degraded_why:
+                verdicts.append(
+                    _table_only(p.url, p.canonical, rule, degraded_why)
+                    if self.on_filter_error == "database"
+                    else self._unchecked(p.url, p.canonical, degraded_why))
+                continue
+            maybe = tuple(e for e in p.exprs if e in maybe_set)
             if rule is None:
-                reason = "filter false positive" if maybe else ""
-                if degraded_why:
-                    reason = f"checked against the spam table only: {degraded_why}"
                 verdicts.append(Verdict(url=p.url, canonical=p.canonical, blocked=False,
-                                        maybe=maybe, degraded=bool(degraded_why), reason=reason))
+                                        maybe=maybe,
+                                        reason="filter false positive" if maybe else ""))
             else:
                 verdicts.append(Verdict(url=p.url, canonical=p.canonical, blocked=True, rule=rule,
                                         category=rule.category, reason=_describe(rule),
-                                        maybe=maybe, degraded=bool(degraded_why)))
+                                        maybe=maybe))
         return verdicts
 
 

@@ -228,6 +228,15 @@ def test_check_many_degraded(policy, expected):
     assert all(v.degraded for v in verdicts)
 
 
+@pytest.mark.parametrize("policy", ["database", "open", "closed"])
+@pytest.mark.parametrize("filt", [None, BrokenFilter()], ids=["missing", "broken"])
+def test_check_and_check_many_give_the_same_degraded_verdicts(policy, filt):
+    listed(("evil.example/", "spam"))
+    guard = Guard(lambda: filt, on_filter_error=policy)
+    urls = ["http://evil.example/", "http://good.example/"]
+    assert guard.check_many(urls) == [guard.check(url) for url in urls]
+
+
 def test_get_guard_is_process_wide_and_follows_settings(settings):
     assert get_guard() is get_guard()
     settings.URLGUARD = {**settings.URLGUARD, "ON_FILTER_ERROR": "closed"}
