@@ -6,13 +6,13 @@
   visitor, hour) keys. It may forget one (then a second row is written, harmless)
   but never claims to have seen one it has not (a row is never wrongly skipped).
 - unique_visitors counts a visitor once per link per 24 hours: a time-to-live filter
-  (RotatingBloomFilter: in bench/variants.py it has a third of the
-  ContinuousBloomFilter's false-positive rate in less memory, i.e. fewer
-  undercounted visitors; its slower add is noise beside the click's database
-  writes) says whether this process saw
-  the visitor on this link within the window; if not, the Click table confirms it,
-  because other worker processes have their own filters. A false "seen" from the
-  filter undercounts by its false-positive rate; nothing overcounts.
+  says whether this process saw the visitor on this link within the window; if
+  not, the Click table confirms it, because other worker processes have their own
+  filters. A false "seen" from the filter undercounts by its false-positive rate;
+  nothing overcounts. It is a RotatingBloomFilter: in bench/variants.py it has a
+  third of the ContinuousBloomFilter's false-positive rate in less memory, i.e.
+  fewer undercounted visitors, and its slower add is noise beside the click's
+  database writes.
 
 The visitor is a keyed hash (BLAKE2b keyed by SECRET_KEY) of the client address and
 user agent: stable enough to deduplicate, never stored raw, useless without the key."""

@@ -1,10 +1,10 @@
 """The hot path: is this redirect destination on the spam list?
 
 `Guard.check(url)` canonicalizes the URL, asks the Bloom filter about every
-roll-up expression and, only when the filter says
-"maybe", confirms in the spam table with one indexed query. The filter never
-says "no" falsely, and the table is the truth, so a clean URL costs no database
-round trip and a listed URL is never missed.
+roll-up expression and, only when the filter says "maybe", confirms in the spam
+table with one indexed query. The filter never says "no" falsely, and the table
+is the truth, so a clean URL costs no database round trip and a listed URL is
+never missed.
 """
 from __future__ import annotations
 
