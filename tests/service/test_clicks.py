@@ -1,14 +1,17 @@
 """Click accounting: every click counted, at least one raw row per (link, visitor,
 hour) with close duplicates dropped, unique visitors per 24 h never overcounted
 (also across processes), the visitor never stored raw, database errors contained."""
+import threading
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError, connection
+from django.conf import settings as django_settings
+from django.db import DatabaseError, connection, connections
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from filterengine import OppositeBloomFilter, RotatingBloomFilter
 from urlguard import clicks
 from urlguard.clicks import record_click, visitor_id
 from urlguard.models import Click, ShortLink
@@ -178,3 +181,37 @@ def test_following_a_short_link_records_the_click(client, clock, link):
     link.refresh_from_db()
     assert (link.click_count, link.unique_visitors) == (1, 1)
     assert Click.objects.filter(link=link, at__gte=timezone.now() - timedelta(minutes=5)).exists()
+
+
+@pytest.mark.services
+@pytest.mark.skipif(
+    django_settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+    reason="needs PostgreSQL (SQLite serializes every write): run `make test-services`")
+@pytest.mark.django_db(transaction=True)
+def test_one_new_visitor_clicking_on_four_workers_at_once_counts_once(monkeypatch):
+    link = ShortLink.objects.create(slug="race", destination="https://example.com/")
+    per_thread = threading.local()
+
+    def own_filters():  # each thread is a worker process with its own filters
+        if not hasattr(per_thread, "filters"):
+            per_thread.filters = (OppositeBloomFilter(1024),
+                                  RotatingBloomFilter(1000, 0.01, 3600))
+        return per_thread.filters
+
+    monkeypatch.setattr(clicks, "_filters", own_filters)
+    start = threading.Barrier(4)
+
+    def click():
+        start.wait()
+        try:
+            record_click(RequestFactory().get("/race", REMOTE_ADDR="192.0.2.7"), link)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=click) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    link.refresh_from_db()
+    assert (link.click_count, link.unique_visitors) == (4, 1)
