@@ -59,6 +59,13 @@ class RescanResult:
         self.hits.extend(other.hits)
 
 
+def was_checked(verdict, guard) -> bool:
+    """False when the filter could not be read and the "open" or "closed" policy
+    answered without looking: such a verdict (allowed or blocked, never with a rule)
+    says nothing about the URL. The "database" policy's answer is the table's own."""
+    return not (verdict.degraded and guard.on_filter_error != "database")
+
+
 # Model and guard imports live inside the functions: a pool process imports this
 # module (to unpickle its initializer) before it has set Django up.
 
@@ -96,13 +103,9 @@ def scan_range(include_disabled: bool, low: int, high: int | None, chunk_size: i
                 # A destination that is not a usable URL (stored before validation,
                 # or hand-edited): it cannot point to spam, but operators should know.
                 result.invalid += 1
-            elif not verdict.blocked:
-                continue
-            elif verdict.rule is None:
-                # Blocked without a rule: the guard could not read the filter and
-                # fails closed. That says nothing about this link; count it apart.
+            elif not was_checked(verdict, guard):
                 result.unchecked += 1
-            else:
+            elif verdict.blocked and verdict.rule is not None:
                 found.append((pk, destination, verdict.rule))
         if found:
             details = {pk: (slug, disabled) for pk, slug, disabled in

@@ -24,11 +24,22 @@ from urlguard.admin.pages import (
 from urlguard.forms import ShortLinkForm
 from urlguard.guard import get_guard
 from urlguard.models import AdminJob, Category, ShortLink
+from urlguard.rescan import was_checked
 from urlguard.slugs import SlugError, create_short_link
 
 # Disabling a link records why, so a later "why is my link dead?" has an answer.
 DISABLED_REASON = "destination blocked by spam rule {expression}"
 HITS_SHOWN = 500
+# Messages the "check selected" action shows, one per blocked link, before it sums up.
+CHECK_MESSAGES = 20
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _is(n: int) -> str:
+    return "is" if n == 1 else "are"
 
 
 # Links per UPDATE batch (and per id lookup: SQLite's parameter limit).
@@ -115,14 +126,14 @@ class ShortLinkAdmin(admin.ModelAdmin):
         if verdict.error:
             return format_html('<span class="verdict verdict-invalid" title="{}">invalid URL'
                                "</span>", verdict.error)
+        if not was_checked(verdict, get_guard()):
+            return format_html('<span class="verdict verdict-degraded" title="{}">not checked '
+                               "(filter unreadable)</span>", verdict.reason)
         if verdict.blocked and verdict.rule is not None:
             return format_html(
                 '<span class="verdict verdict-blocked">blocked: {} ({})</span>',
                 verdict.rule.expression, verdict.rule.get_category_display(),
             )
-        if verdict.blocked:
-            return format_html('<span class="verdict verdict-degraded" title="{}">blocked '
-                               "(filter unreadable)</span>", verdict.reason)
         return mark_safe('<span class="verdict verdict-ok">ok</span>')
 
     @admin.display(description="current verdict")
@@ -149,17 +160,36 @@ class ShortLinkAdmin(admin.ModelAdmin):
     @admin.action(description="Check selected destinations now", permissions=["view"])
     def check_selected(self, request, queryset):
         links = list(queryset.only("pk", "slug", "destination"))
-        verdicts = get_guard().check_many([link.destination for link in links])
-        blocked = [(link, v) for link, v in zip(links, verdicts, strict=True)
-                   if v.blocked and v.rule is not None]
-        if not blocked:
-            self.message_user(request, f"All {len(links)} destination(s) are clean.",
-                              messages.SUCCESS)
-        for link, verdict in blocked:
+        guard = get_guard()
+        blocked, unchecked, invalid = [], 0, 0
+        for link, verdict in zip(links, guard.check_many([x.destination for x in links]),
+                                 strict=True):
+            if verdict.error:
+                invalid += 1
+            elif not was_checked(verdict, guard):
+                unchecked += 1
+            elif verdict.blocked and verdict.rule is not None:
+                blocked.append((link, verdict))
+        # One message per blocked link, up to a screenful; the rescan page lists all.
+        for link, verdict in blocked[:CHECK_MESSAGES]:
             self.message_user(request, format_html(
                 "/{} → {} is blocked by {} ({}).", link.slug, link.destination,
                 verdict.rule.expression, verdict.rule.get_category_display(),
             ), messages.WARNING)
+        if len(blocked) > CHECK_MESSAGES:
+            self.message_user(request, f"… and {len(blocked) - CHECK_MESSAGES} more blocked "
+                                       "destinations: a rescan lists them all.", messages.WARNING)
+        if unchecked:
+            self.message_user(request, f"{_count(unchecked, 'destination')} could not be "
+                                       "checked: the filter file is unreadable (see the filter "
+                                       "dashboard).", messages.ERROR)
+        if invalid:
+            self.message_user(request, f"{_count(invalid, 'destination')} {_is(invalid)} not "
+                                       "a usable URL.", messages.WARNING)
+        clean = len(links) - len(blocked) - unchecked - invalid
+        if clean:
+            self.message_user(request, f"{_count(clean, 'destination')} {_is(clean)} clean.",
+                              messages.SUCCESS)
 
     # --- the rescan page -------------------------------------------------------------
     def get_urls(self):
