@@ -220,3 +220,14 @@ def test_check_action_sums_up_past_a_screenful(link_admin, build_filter):
     assert len(texts) == 22 and sum("is blocked by" in t for t in texts) == 20
     assert "… and 5 more blocked destinations: a rescan lists them all." in texts
     assert "1 destination is not a usable URL." in texts
+
+
+def test_a_link_editor_without_view_permission_can_follow_a_rescan(make_staff):
+    editor = make_staff("change_shortlink")  # the admin counts change as view
+    job = AdminJob.objects.create(kind="rescan", state="running", total=10)
+    assert editor.get(RESCAN).status_code == 200
+    status = editor.get(reverse("admin:urlguard_spamrule_job_status", args=[job.pk]))
+    assert status.status_code == 200 and status.json()["state"] == "running"
+    imported = AdminJob.objects.create(kind="import", state="previewed")
+    assert editor.get(reverse("admin:urlguard_spamrule_job_status",
+                              args=[imported.pk])).status_code == 403

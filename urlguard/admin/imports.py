@@ -12,7 +12,7 @@ from django.urls import reverse
 from urlguard.admin import jobs
 from urlguard.admin.pages import http_methods, report_job_outcome
 from urlguard.forms import ImportForm
-from urlguard.models import AdminJob
+from urlguard.models import AdminJob, ShortLink
 
 
 def _context(model_admin, request, **extra) -> dict:
@@ -90,10 +90,12 @@ def status_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         raise Http404(f"There is no job #{job_id}.")
     # The permission of a page that shows the job: the import page shows its
     # import and the rescan that follows it; the rescan page shows any rescan.
-    allowed = {"urlguard.add_spamrule"}
-    if job.kind == AdminJob.Kind.RESCAN:
-        allowed.add("urlguard.view_shortlink")
-    if not any(request.user.has_perm(p) for p in allowed):
+    # Asked of the ModelAdmins, as those pages do (change implies view there).
+    allowed = model_admin.has_add_permission(request)
+    if job.kind == AdminJob.Kind.RESCAN and not allowed:
+        links_admin = model_admin.admin_site.get_model_admin(ShortLink)
+        allowed = links_admin.has_view_permission(request)
+    if not allowed:
         raise PermissionDenied
     return JsonResponse({
         "id": job.pk, "kind": job.kind, "state": job.state, "done": job.done,
