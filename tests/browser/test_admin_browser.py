@@ -67,6 +67,13 @@ def test_add_rule_block_remove_unblock(page, site, shot):
     assert "public suffix" in page.inner_text(".preview-error")
     assert page.locator('input[name="expression"]').count() == 0
     shot("add-rule-refused")
+    # Logged out meanwhile (another tab, an expired session): the preview says so and
+    # what to do, instead of going quiet.
+    cookies = page.context.cookies()
+    page.context.clear_cookies()
+    page.fill("#id_url", "expired.example.org")
+    page.wait_for_selector(".preview-error >> text=live preview is unavailable")
+    page.context.add_cookies(cookies)
     page.fill("#id_url", DESTINATION)
     # The live preview (fetch) fills in the levels and the sample URLs.
     page.wait_for_selector('input[name="expression"][value="browser-spam.net/"]')

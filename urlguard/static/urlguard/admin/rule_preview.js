@@ -83,13 +83,23 @@
     lastQuery = query;
     fetch(form.getAttribute("data-preview-url") + "?" + query,
           {credentials: "same-origin", headers: {"Accept": "application/json"}})
-      .then(function (r) { return r.json(); })
+      .then(function (r) {
+        // An expired session answers with the login page (HTML), not JSON.
+        var json = (r.headers.get("Content-Type") || "").indexOf("application/json") === 0;
+        if (!json) { throw new Error("HTTP " + r.status); }
+        return r.json();
+      })
       .then(function (data) {
         if (query !== lastQuery) { return; }  // a newer request is on its way
         renderChoices(data);
         renderPreview(data);
       })
-      .catch(function () { lastQuery = null; });
+      .catch(function (err) {
+        lastQuery = null;
+        renderPreview({error: "The live preview is unavailable (" + err.message + "). Press " +
+                       "“Preview” below; if your session has expired, you will be asked " +
+                       "to log in again."});
+      });
   }
 
   function later() { clearTimeout(timer); timer = setTimeout(refresh, 250); }
