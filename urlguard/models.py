@@ -193,7 +193,6 @@ class Click(models.Model):
     link = models.ForeignKey(ShortLink, on_delete=models.CASCADE, related_name="clicks")
     visitor = models.CharField(max_length=64)  # a keyed hash, never the raw address
     at = models.DateTimeField(auto_now_add=True, db_index=True)
-    blocked = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"{self.link_id} {self.visitor} {self.at:%Y-%m-%d %H:%M}"

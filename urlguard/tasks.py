@@ -345,6 +345,12 @@ def _run(task: Any, up_to_seq: int | None, force_rebuild: str = "",
     except Exception as exc:
         report_status(error=f"{type(exc).__name__}: {exc}")
         raise
+    if full and result.applied and not result.rebuilt:
+        # A nudge applies changes as they commit; changes left for the catch-up mean
+        # this node's filter was stale meanwhile, and DESIGN §7 wants that said.
+        logger.warning("catch-up applied %d change(s) this node had missed (a lost nudge "
+                       "or a stopped worker): until now its filter was stale, up to #%d",
+                       result.applied, result.applied_seq)
     if not result.skipped or full:
         report_status(result=result, full=full)
     return result.as_dict()

@@ -93,13 +93,21 @@ def test_out_of_order_deliveries(quiet, filter_path, sync_filter):
     assert filt.applied_seq == seq_last
 
 
-def test_a_missed_message_is_caught_up(quiet, filter_path, sync_filter):
+def test_a_missed_message_is_caught_up_and_the_staleness_logged(quiet, filter_path,
+                                                                 sync_filter, caplog):
     sync_filter()
     rule = add("missed.example.org")  # its nudge is lost (quiet)
     assert rule.expression not in reader(filter_path)
-    result = celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
+    with caplog.at_level(logging.WARNING, logger="urlguard.tasks"):
+        result = celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
     assert result["applied"] == 1
     assert rule.expression in reader(filter_path)
+    assert any("had missed" in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records), caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="urlguard.tasks"):
+        celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
+    assert not caplog.records  # a catch-up with nothing missed is quiet
 
 
 def test_catch_up_is_scheduled_and_nudges_reach_every_node(settings):
