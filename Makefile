@@ -21,6 +21,7 @@ run: install
 # Pass one: everything on the embedded defaults (SQLite, Celery in-process).
 # Pass two: the `services` tests against real PostgreSQL, Redis and a Celery worker.
 test: install
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory test-services
 

@@ -1,5 +1,6 @@
 """Django settings. Embedded defaults (SQLite, Celery in-process, filter under var/);
 DATABASE_URL and CELERY_BROKER_URL in the environment switch to real services."""
+import contextlib
 import os
 from pathlib import Path
 
@@ -10,10 +11,8 @@ VAR_DIR = Path(os.environ.get("URLGUARD_VAR_DIR", BASE_DIR / "var"))
 # A fresh clone has no var/ (it is git-ignored) and SQLite will not create the
 # directory of its database file. If this fails, system check urlguard.E001 says why.
 # WhiteNoise likewise wants STATIC_ROOT to exist (empty until `collectstatic`).
-try:
+with contextlib.suppress(OSError):
     (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)
-except OSError:
-    pass
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production")
 # Off unless asked for: a debug page is a traceback page (DJANGO_DEBUG=1 for development).
