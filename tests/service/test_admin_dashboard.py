@@ -152,3 +152,26 @@ def test_a_failing_task_is_a_message_not_a_traceback(superuser, monkeypatch):
     monkeypatch.setattr(tasks, "sync", broken)
     page = superuser.post(REBUILD, follow=True)
     assert page.status_code == 200 and "disk full" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_filter_and_table_counts_side_by_side(editor, build_filter):
+    from django.db import connection
+
+    from urlguard.models import SpamRule
+
+    for i in range(3):
+        changes.add_rule(f"c{i}.example.com/", category="spam")
+    build_filter()
+    html = editor.get(DASHBOARD).content.decode()
+    assert "3 (spam table: 3)" in html and "disagree" not in html
+    changes.add_rule("pending.example.com/", category="spam")  # not applied yet: lag 1
+    assert "disagree" not in editor.get(DASHBOARD).content.decode()
+    build_filter()
+    # A row deleted around urlguard.changes (raw SQL, no ChangeEvent): the log says
+    # "up to date", only the counts show that the filter holds a rule too many.
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {SpamRule._meta.db_table} WHERE expression = %s",
+                       ["c0.example.com/"])
+    html = editor.get(DASHBOARD).content.decode()
+    assert "4 (spam table: 3)" in html and "the filter and the table disagree" in html

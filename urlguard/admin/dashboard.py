@@ -18,7 +18,7 @@ from urlguard import registry, tasks
 from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
 from urlguard.admin.pages import http_methods
 from urlguard.conf import conf
-from urlguard.models import ChangeEvent, NodeStatus
+from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 
 # The key of the estimated false-positive rate in ScalingCountingBloomFilter.info().
 FP_KEY = "estimated_fpr"
@@ -96,7 +96,7 @@ def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
     return render(request, "admin/urlguard/spamrule/dashboard.html", {
         **model_admin.admin_site.each_context(request), "opts": model_admin.opts,
         "title": "Filter dashboard", "state": state, "chart": chart, "head": head,
-        "fp_percent": fp_percent,
+        "fp_percent": fp_percent, "table_count": SpamRule.objects.count(),
         "lag": max(head - state.get("applied_seq", head), 0),
         "nodes": node_rows(head), "this_node": conf.NODE_NAME,
         "can_rebuild": request.user.has_perm("urlguard.rebuild_filter"),
