@@ -238,7 +238,8 @@ def _is_internal(request: HttpRequest, destination: str) -> bool:
         # off-site. Only a match pays for get_host(), which validates it against
         # ALLOWED_HOSTS (and may prefer X-Forwarded-Host; a mismatch there just
         # means one more check).
-        if netloc != request.META.get("HTTP_HOST", "").lower():
+        raw_host = request.META.get("HTTP_HOST")  # absent in HTTP/1.0 (and the test client)
+        if raw_host is not None and netloc != raw_host.lower():
             return False
         return netloc == request.get_host().lower()
     except Exception:  # a malformed URL, DisallowedHost...: off-site, i.e. check it

@@ -229,6 +229,16 @@ def test_fail_closed(client, monkeypatch):
     assert "could not check this link" in html and "/continue?token=" in html
 
 
+@pytest.mark.parametrize("host_header", [{}, {"HTTP_HOST": "testserver"}])
+def test_fail_closed_never_blocks_the_sites_own_redirects(client, monkeypatch, host_header):
+    """A relative Location is this site; so is an absolute one to the request's host,
+    with or without a Host header (HTTP/1.0 clients send none)."""
+    install(monkeypatch, None, policy="closed")
+    for to in ("/admin/", "http://testserver/elsewhere"):
+        response = client.get("/raw?" + urlencode({"to": to}), **host_header)
+        assert response.status_code == 302 and response["Location"] == to
+
+
 def test_fail_to_database(client, monkeypatch):
     install(monkeypatch, None, policy="database")
     add_rule("evil.example/", category="phishing", source="test")
