@@ -150,20 +150,6 @@ def _stream_rules(using: str) -> Iterator[tuple[str, int]]:
                 .values_list("expression", "added_at").iterator(chunk_size=REBUILD_FETCH))
 
 
-def _counted(pairs: Iterator[tuple[str, int]], total: int,
-             progress: Callable[[int, int], None] | None) -> Iterator[tuple[str, int]]:
-    if progress is None:
-        yield from pairs
-        return
-    done = 0
-    for pair in pairs:
-        yield pair
-        done += 1
-        if done % REBUILD_FETCH == 0:
-            progress(done, total)
-    progress(done, total)
-
-
 def rebuild(path: str | None = None, *, writer: ScalingCountingBloomFilter | None = None,
             progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
     """Write a new filter file from the spam table (aside, then atomically replaced;
@@ -177,30 +163,37 @@ def rebuild(path: str | None = None, *, writer: ScalingCountingBloomFilter | Non
     with _snapshot_transaction(using):
         head = log_head()
         total = SpamRule.objects.using(using).count()
-        pairs = _counted(_stream_rules(using), total, progress)
-        rules = _build(path, pairs, applied_seq=head, writer=writer,
-                       capacity=first_stage_capacity(total))
+        rules = _build(path, _stream_rules(using), total=total, progress=progress,
+                       applied_seq=head, writer=writer)
     return rules, head
 
 
-def _build(path: str, pairs: Iterator[tuple[str, int]], *, applied_seq: int,
-           writer: ScalingCountingBloomFilter | None, capacity: int) -> int:
-    counter = [0]
+def _build(path: str, pairs: Iterator[tuple[str, int]], *, total: int,
+           progress: Callable[[int, int], None] | None, applied_seq: int,
+           writer: ScalingCountingBloomFilter | None) -> int:
+    """Build `path` from `pairs`; returns how many were written (the count the
+    rebuild reports, and what `progress(done, total)` is told every REBUILD_FETCH rows)."""
+    done = 0
 
-    def counting() -> Iterator[tuple[str, int]]:
+    def counted() -> Iterator[tuple[str, int]]:
+        nonlocal done
         for pair in pairs:
-            counter[0] += 1
             yield pair
+            done += 1
+            if progress is not None and done % REBUILD_FETCH == 0:
+                progress(done, total)
 
     timeout = float(conf.WRITER_LOCK_TIMEOUT)
     try:
         ScalingCountingBloomFilter.build(
-            path, counting(), capacity=capacity,
+            path, counted(), capacity=first_stage_capacity(total),
             error_rate=conf.FILTER_ERROR_RATE, applied_seq=applied_seq, writer=writer,
             lock_timeout=timeout)
     except FilterLockedError as exc:
         raise registry.WriterBusy(f"{exc} (waited {timeout:g} s)") from exc
-    return counter[0]
+    if progress is not None:
+        progress(done, total)
+    return done
 
 
 def _why_not_in_place(filt: ScalingCountingBloomFilter, result: SyncResult) -> str:
