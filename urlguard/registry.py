@@ -9,6 +9,7 @@ request; it only retries, at most once a second, a file that could not be opened
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -82,8 +83,6 @@ def open_at_startup() -> None:
     not pay for it. A missing file is reported by the system check (W001), not here."""
     path = conf.FILTER_PATH
     try:
-        import os
-
         if os.path.exists(path):
             get_filter(path)
     except Exception:  # start-up must never fail because of the filter
