@@ -12,9 +12,9 @@ from django.conf import settings
 from django.core.checks import Error, Warning, register
 
 from urlguard.conf import DEFAULTS, conf
+from urlguard.conf import ON_FILTER_ERROR_POLICIES as POLICIES
 
 MIDDLEWARE_PATH = "urlguard.middleware.RedirectGuardMiddleware"
-POLICIES = ("database", "open", "closed")
 
 
 def _number(value: Any) -> bool:

@@ -8,6 +8,9 @@ from typing import Any
 
 from django.conf import settings
 
+# The values ON_FILTER_ERROR may take (the system check and Guard both refuse others).
+ON_FILTER_ERROR_POLICIES = ("database", "open", "closed")
+
 DEFAULTS: dict[str, Any] = {
     # The scaling counting Bloom filter file (one per node).
     "FILTER_PATH": None,  # None: <VAR_DIR>/filter.bin

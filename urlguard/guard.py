@@ -21,15 +21,13 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from urlguard.canonical import canonicalize, expressions
+from urlguard.conf import ON_FILTER_ERROR_POLICIES as POLICIES
 from urlguard.conf import conf
 from urlguard.models import SpamRule
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["CleanCache", "Guard", "InvalidURL", "LRUCleanCache", "Verdict", "get_guard"]
-
-#: The ON_FILTER_ERROR policies (see urlguard.conf).
-POLICIES = ("database", "open", "closed")
 
 # SQLite allows 32766 bound variables (999 before 3.32); PostgreSQL 65535. 500
 # expressions per IN (...) keeps every backend happy and each query small.
