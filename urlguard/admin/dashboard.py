@@ -9,7 +9,6 @@ import time
 from celery.result import EagerResult
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Max
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -18,7 +17,7 @@ from urlguard import registry, tasks
 from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
 from urlguard.admin.pages import http_methods
 from urlguard.conf import conf
-from urlguard.models import ChangeEvent, NodeStatus, SpamRule
+from urlguard.models import NodeStatus, SpamRule
 
 # The key of the estimated false-positive rate in ScalingCountingBloomFilter.info().
 FP_KEY = "estimated_fpr"
@@ -39,10 +38,6 @@ def stage_bars(info: dict) -> list[StageBar]:
         )
         for stage in info.get("stages", [])
     ]
-
-
-def log_head() -> int:
-    return ChangeEvent.objects.aggregate(m=Max("seq"))["m"] or 0
 
 
 def filter_state() -> dict:
@@ -87,7 +82,7 @@ def _require_view(model_admin, request: HttpRequest) -> None:
 @http_methods("GET")
 def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
     _require_view(model_admin, request)
-    head = log_head()
+    head = tasks.log_head()
     state = filter_state()
     chart = render_stage_chart(state["bars"]) if not state["error"] else None
     fp_percent = ""
@@ -110,7 +105,7 @@ def status_view(model_admin, request: HttpRequest) -> HttpResponse:
     """Polled by the dashboard after "Sync now" / "Rebuild" with a broker: each
     node's lag shrinks to 0 and a rebuild's time appears when its worker reports."""
     _require_view(model_admin, request)
-    head = log_head()
+    head = tasks.log_head()
     return JsonResponse({"head": head, "nodes": [
         {"node": r["node"].node, "applied_seq": r["node"].applied_seq, "lag": r["lag"],
          "is_clean": r["node"].is_clean,
