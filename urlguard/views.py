@@ -25,6 +25,7 @@ from urlguard.conf import conf
 from urlguard.guard import InvalidURL, Verdict, get_guard
 from urlguard.middleware import WEB_SCHEMES, mark_confirmed
 from urlguard.models import Category, ShortLink
+from urlguard.rules import rule_level
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,12 @@ _NO_CACHE_HEADERS = {
 }
 
 
+def _no_cache(response: HttpResponse) -> HttpResponse:
+    for name, value in _NO_CACHE_HEADERS.items():
+        response[name] = value
+    return response
+
+
 def _signer() -> signing.TimestampSigner:
     return signing.TimestampSigner(salt=CONTINUE_SALT)
 
@@ -69,16 +76,6 @@ def continue_token(destination: str, visitor: str) -> str:
     token copied from one warning page would make /continue a warning-free redirect
     to a listed site for anyone it is sent to."""
     return _signer().sign_object({"u": destination, "v": visitor}, compress=True)
-
-
-def _rule_level(expression: str) -> str:
-    try:
-        from urlguard.rules import rule_level
-
-        return rule_level(expression)
-    except Exception:  # a display nicety: the page must render without it
-        host, _, path = expression.partition("/")
-        return "domain" if not path else ("path" if path.endswith("/") else "page")
 
 
 def report_mistake_url(destination: str) -> str:
@@ -130,7 +127,10 @@ def warning_response(
         "continue_url": None,
     }
     if rule is not None:
-        level = _rule_level(rule.expression)
+        try:
+            level = rule_level(rule.expression)
+        except Exception:  # a display nicety: the page renders without it ("blocks <host>")
+            level = ""
         context.update(
             category_label=rule.get_category_display(),
             category_words=CATEGORY_WORDS.get(rule.category, CATEGORY_WORDS[Category.OTHER]),
@@ -145,9 +145,7 @@ def warning_response(
             + urlencode({"token": continue_token(destination, visitor_id(request))})
         )
     status = 503 if kind == "unchecked" else 403
-    response = render(request, "urlguard/warning.html", context, status=status)
-    for name, value in _NO_CACHE_HEADERS.items():
-        response[name] = value
+    response = _no_cache(render(request, "urlguard/warning.html", context, status=status))
     if kind == "unchecked":
         response["Retry-After"] = "60"
     if verdict is not None and verdict.degraded:
@@ -176,10 +174,8 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
         problem = ("This link is not valid: it was changed or copied incompletely. "
                    "Open the original link again.")
     if problem:
-        response = render(request, "urlguard/bad_token.html", {"problem": problem}, status=400)
-        for name, value in _NO_CACHE_HEADERS.items():
-            response[name] = value
-        return response
+        return _no_cache(render(request, "urlguard/bad_token.html", {"problem": problem},
+                                status=400))
     response = HttpResponseRedirect(iri_to_uri(destination))
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"
