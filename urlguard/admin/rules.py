@@ -81,9 +81,6 @@ class SpamRuleAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         changes.remove_rules(queryset, user=request.user, source="admin")
 
-    def get_readonly_fields(self, request, obj=None):
-        return self.readonly_fields
-
     # --- the add page: paste, pick a level, preview, save ----------------------------
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context=None):
         if not self.has_add_permission(request):
