@@ -446,11 +446,7 @@ class ScalingCountingBloomFilter:
         self._header = self._view.header
         state = self._st = self._state()
         self._seq = max(state.mem_seqnum, state.disk_seqnum)
-        self._close_view(old)
-
-    @staticmethod
-    def _close_view(view: _View) -> None:
-        view.release()
+        old.release()
 
     def _state(self) -> ff.State:
         return ff.read_state(self._view.buf, self.path)
@@ -493,7 +489,7 @@ class ScalingCountingBloomFilter:
         fresh.probes = (_probe(entry, fresh.buf), *fresh.probes)
         fresh.layout = fresh.word[0]
         self._view = fresh
-        self._close_view(view)
+        view.release()
         return fresh
 
     def _newest_with_room(self) -> tuple[_View, int, int]:
@@ -901,7 +897,7 @@ class ScalingCountingBloomFilter:
         view = self._view
         self._view = _ClosedView()  # type: ignore[assignment]
         if not isinstance(view, _ClosedView):
-            self._close_view(view)
+            view.release()
 
     def close(self) -> None:
         """Unmap and release the writer lock. A writer flushes first (unless a
