@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
 
 from urlguard import registry
+from urlguard.admin.pages import render_tool
 from urlguard.canonical import canonicalize, expressions
 from urlguard.forms import CheckUrlForm
 from urlguard.guard import get_guard
@@ -73,7 +73,5 @@ def check_view(model_admin, request: HttpRequest) -> HttpResponse:
         raise PermissionDenied
     form = CheckUrlForm(request.GET if "url" in request.GET else None)
     report = url_report(form.cleaned_data["url"]) if form.is_valid() else None
-    return render(request, "admin/urlguard/spamrule/check_url.html", {
-        **model_admin.admin_site.each_context(request), "opts": model_admin.opts,
-        "title": "Check a URL", "form": form, "report": report,
-    })
+    return render_tool(model_admin, request, "admin/urlguard/spamrule/check_url.html",
+                       title="Check a URL", form=form, report=report)

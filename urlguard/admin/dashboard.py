@@ -10,12 +10,11 @@ from celery.result import EagerResult
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
-from django.shortcuts import render
 from django.urls import reverse
 
 from urlguard import registry, tasks
 from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
-from urlguard.admin.pages import http_methods
+from urlguard.admin.pages import http_methods, render_tool
 from urlguard.conf import conf
 from urlguard.models import NodeStatus, SpamRule
 
@@ -88,16 +87,16 @@ def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
     fp_percent = ""
     if not state["error"]:
         fp_percent = format_rate(float(state["info"].get(FP_KEY, 0.0)))
-    return render(request, "admin/urlguard/spamrule/dashboard.html", {
-        **model_admin.admin_site.each_context(request), "opts": model_admin.opts,
-        "title": "Filter dashboard", "state": state, "chart": chart, "head": head,
-        "fp_percent": fp_percent, "table_count": SpamRule.objects.count(),
-        "lag": max(head - state.get("applied_seq", head), 0),
-        "nodes": node_rows(head), "this_node": conf.NODE_NAME,
-        "can_rebuild": request.user.has_perm("urlguard.rebuild_filter"),
-        "can_sync": can_sync(model_admin, request),
-        "status_url": reverse("admin:urlguard_spamrule_dashboard_status"),
-    })
+    return render_tool(
+        model_admin, request, "admin/urlguard/spamrule/dashboard.html",
+        title="Filter dashboard", state=state, chart=chart, head=head,
+        fp_percent=fp_percent, table_count=SpamRule.objects.count(),
+        lag=max(head - state.get("applied_seq", head), 0),
+        nodes=node_rows(head), this_node=conf.NODE_NAME,
+        can_rebuild=request.user.has_perm("urlguard.rebuild_filter"),
+        can_sync=can_sync(model_admin, request),
+        status_url=reverse("admin:urlguard_spamrule_dashboard_status"),
+    )
 
 
 @http_methods("GET")

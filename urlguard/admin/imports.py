@@ -6,17 +6,12 @@ from __future__ import annotations
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
-from django.shortcuts import render
 from django.urls import reverse
 
 from urlguard.admin import jobs
-from urlguard.admin.pages import http_methods, report_job_outcome
+from urlguard.admin.pages import http_methods, render_tool, report_job_outcome
 from urlguard.forms import ImportForm
 from urlguard.models import AdminJob, ShortLink
-
-
-def _context(model_admin, request, **extra) -> dict:
-    return {**model_admin.admin_site.each_context(request), "opts": model_admin.opts, **extra}
 
 
 def _job(job_id: int, kind: str) -> AdminJob:
@@ -43,9 +38,8 @@ def upload_view(model_admin, request: HttpRequest) -> HttpResponse:
     else:
         form = ImportForm()
     recent = AdminJob.objects.filter(kind=AdminJob.Kind.IMPORT).select_related("created_by")[:10]
-    return render(request, "admin/urlguard/spamrule/import.html", _context(
-        model_admin, request, title="Import spam rules", form=form, recent=recent,
-    ))
+    return render_tool(model_admin, request, "admin/urlguard/spamrule/import.html",
+                       title="Import spam rules", form=form, recent=recent)
 
 
 def job_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
@@ -56,13 +50,13 @@ def job_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
     rescan = None
     if rescan_id := job.result.get("rescan_job"):
         rescan = AdminJob.objects.filter(pk=rescan_id).first()
-    return render(request, "admin/urlguard/spamrule/import_job.html", _context(
-        model_admin, request, title=f"Import #{job.pk}: {job.params.get('filename', '')}",
-        job=job, rescan=rescan,
+    return render_tool(
+        model_admin, request, "admin/urlguard/spamrule/import_job.html",
+        title=f"Import #{job.pk}: {job.params.get('filename', '')}", job=job, rescan=rescan,
         status_url=reverse("admin:urlguard_spamrule_job_status", args=[job.pk]),
         rescan_status_url=(reverse("admin:urlguard_spamrule_job_status", args=[rescan.pk])
                            if rescan else ""),
-    ))
+    )
 
 
 @http_methods("POST")

@@ -7,7 +7,6 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
 from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html
@@ -18,6 +17,7 @@ from urlguard.admin.pages import (
     BatchAnnotatedChangeList,
     http_methods,
     parse_id,
+    render_tool,
     report_job_outcome,
     tool_urls,
 )
@@ -225,13 +225,13 @@ def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpRespon
         hits = [{**h, "disabled": current.get(h["link_id"], True),
                  "gone": h["link_id"] not in current,
                  "category_label": labels.get(h["category"], h["category"])} for h in hits]
-    return render(request, "admin/urlguard/shortlink/rescan.html", {
-        **model_admin.admin_site.each_context(request), "opts": model_admin.opts,
-        "title": "Rescan short links", "job": job, "hits": hits, "hit_count": hit_count,
-        "can_change": model_admin.has_change_permission(request),
-        "status_url": (reverse("admin:urlguard_spamrule_job_status", args=[job.pk])
-                       if job is not None else ""),
-    })
+    return render_tool(
+        model_admin, request, "admin/urlguard/shortlink/rescan.html",
+        title="Rescan short links", job=job, hits=hits, hit_count=hit_count,
+        can_change=model_admin.has_change_permission(request),
+        status_url=(reverse("admin:urlguard_spamrule_job_status", args=[job.pk])
+                    if job is not None else ""),
+    )
 
 
 @http_methods("POST")

@@ -9,7 +9,8 @@ from functools import update_wrapper, wraps
 
 from django.contrib import messages
 from django.contrib.admin.views.main import ChangeList
-from django.http import HttpResponseNotAllowed
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import render
 from django.urls import path
 
 # The largest primary key a database integer column holds; a bigger number in a query
@@ -36,6 +37,14 @@ def http_methods(*methods: str) -> Callable:
             return view(model_admin, request, *args, **kwargs)
         return inner
     return decorate
+
+
+def render_tool(model_admin, request: HttpRequest, template: str, **context) -> HttpResponse:
+    """A tool page in the admin's frame: the site context (sidebar, user links) and
+    the model's opts that templates/admin/urlguard/_tool_base.html needs."""
+    return render(request, template, {
+        **model_admin.admin_site.each_context(request), "opts": model_admin.opts, **context,
+    })
 
 
 def report_job_outcome(request, job, queued: str) -> None:

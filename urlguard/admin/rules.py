@@ -7,13 +7,12 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
-from django.shortcuts import render
 from django.urls import reverse
 from django.utils.html import format_html
 
 from urlguard import changes
 from urlguard.admin import checkurl, dashboard, imports
-from urlguard.admin.pages import http_methods, tool_urls
+from urlguard.admin.pages import http_methods, render_tool, tool_urls
 from urlguard.admin.preview import rule_preview
 from urlguard.canonical import expressions
 from urlguard.forms import SpamRuleAddForm, SpamRuleChangeForm
@@ -127,14 +126,12 @@ class SpamRuleAdmin(admin.ModelAdmin):
                 text, form.data.get("expression") if form.is_bound else None,
                 form.sample_lines(),
             )
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts, "title": "Add a spam rule", "form": form, "preview": preview,
+        return render_tool(self, request, "admin/urlguard/spamrule/add_rule.html", **{
+            "title": "Add a spam rule", "form": form, "preview": preview,
             "preview_url": reverse("admin:urlguard_spamrule_preview"),
             "has_view_permission": self.has_view_permission(request),
             **(extra_context or {}),
-        }
-        return render(request, "admin/urlguard/spamrule/add_rule.html", context)
+        })
 
     # --- extra pages -----------------------------------------------------------------
     def get_urls(self):
