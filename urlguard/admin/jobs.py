@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from urlguard import changes
+from urlguard.admin.pages import counted
 from urlguard.importing import parse_rules
 from urlguard.models import AdminJob, SpamRule
 from urlguard.rescan import rescan_links
@@ -30,10 +31,6 @@ EXISTS_CHUNK = 900
 MAX_REFUSED_SHOWN = 1_000
 # How often a running job writes its progress (a write per chunk would be noise).
 PROGRESS_EVERY_SECONDS = 0.5
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _chunks(items: list, size: int) -> Iterator[list]:
@@ -176,7 +173,7 @@ def import_rules_job(job_id: int) -> dict | None:
                   "refused_at_commit": refused[:MAX_REFUSED_SHOWN],
                   "import_seconds": round(time.perf_counter() - started, 3),
                   "rescan_job": rescan.pk}
-    job.message = f"Added {_count(added, 'rule')} ({skipped:,} already present)."
+    job.message = f"Added {counted(added, 'rule')} ({skipped:,} already present)."
     if refused:
         job.message += f" {len(refused)} were refused at commit time."
     # The payload has served its purpose; keep the row small.
@@ -210,8 +207,8 @@ def rescan_links_job(job_id: int) -> dict | None:
     job.done = job.total = result.scanned
     job.result = result.as_dict()
     hits = len(result.hits)
-    job.message = (f"Scanned {_count(result.scanned, 'link')} in {result.seconds:.1f} s: "
-                   f"{_count(hits, 'link')} {'points' if hits == 1 else 'point'} to spam.")
+    job.message = (f"Scanned {counted(result.scanned, 'link')} in {result.seconds:.1f} s: "
+                   f"{counted(hits, 'link')} {'points' if hits == 1 else 'point'} to spam.")
     if result.unchecked:
         job.message += (f" {result.unchecked} could not be checked because the filter is "
                         "unreadable (see the filter dashboard).")

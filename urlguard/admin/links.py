@@ -15,6 +15,7 @@ from django.utils.safestring import mark_safe
 from urlguard.admin import jobs
 from urlguard.admin.pages import (
     BatchAnnotatedChangeList,
+    counted,
     http_methods,
     parse_id,
     render_tool,
@@ -32,10 +33,6 @@ DISABLED_REASON = "destination blocked by spam rule {expression}"
 HITS_SHOWN = 500
 # Messages the "check selected" action shows, one per blocked link, before it sums up.
 CHECK_MESSAGES = 20
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _is(n: int) -> str:
@@ -180,15 +177,15 @@ class ShortLinkAdmin(admin.ModelAdmin):
             self.message_user(request, f"… and {len(blocked) - CHECK_MESSAGES} more blocked "
                                        "destinations: a rescan lists them all.", messages.WARNING)
         if unchecked:
-            self.message_user(request, f"{_count(unchecked, 'destination')} could not be "
+            self.message_user(request, f"{counted(unchecked, 'destination')} could not be "
                                        "checked: the filter file is unreadable (see the filter "
                                        "dashboard).", messages.ERROR)
         if invalid:
-            self.message_user(request, f"{_count(invalid, 'destination')} {_is(invalid)} not "
+            self.message_user(request, f"{counted(invalid, 'destination')} {_is(invalid)} not "
                                        "a usable URL.", messages.WARNING)
         clean = len(links) - len(blocked) - unchecked - invalid
         if clean:
-            self.message_user(request, f"{_count(clean, 'destination')} {_is(clean)} clean.",
+            self.message_user(request, f"{counted(clean, 'destination')} {_is(clean)} clean.",
                               messages.SUCCESS)
 
     # --- the rescan page -------------------------------------------------------------

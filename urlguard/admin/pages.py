@@ -18,6 +18,11 @@ from django.urls import path
 MAX_ID = 2**63 - 1
 
 
+def counted(n: int, noun: str) -> str:
+    """A count with its noun, for messages: 1 rule, 2,000 rules."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def parse_id(text: str | None) -> int | None:
     """A primary key from a query string or form field, or None for anything else.
     str.isdigit() alone is not enough: it accepts "²", which int() refuses."""
