@@ -100,8 +100,7 @@ class SpamRuleAddForm(forms.Form):
         return data
 
     def sample_lines(self) -> list[str]:
-        raw = (self.data.get("samples") or "") if self.is_bound else ""
-        return [line.strip() for line in raw.splitlines() if line.strip()][:20]
+        return ((self.data.get("samples") or "") if self.is_bound else "").splitlines()
 
 
 class SpamRuleChangeForm(forms.ModelForm):

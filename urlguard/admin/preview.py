@@ -4,9 +4,15 @@ blocked" by the real matcher (urlguard.rules.rule_matches), never by guesswork.
 Used by the add form (server-rendered) and its live-preview JSON endpoint."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from urlguard.canonical import expressions
 from urlguard.models import SpamRule
 from urlguard.rules import RuleError, rule_candidates, rule_matches
+
+# The person's own test URLs per preview: a screenful to compare, not a bulk checker
+# (each is matched in this request).
+MAX_EXTRA_SAMPLES = 20
 
 
 def sample_urls(expression: str, pasted: str) -> list[str]:
@@ -37,11 +43,12 @@ def sample_urls(expression: str, pasted: str) -> list[str]:
     return list(dict.fromkeys(s for s in samples if s))
 
 
-def rule_preview(text: str, expression: str | None, extra_samples: list[str]) -> dict:
+def rule_preview(text: str, expression: str | None, extra_samples: Iterable[str]) -> dict:
     """A JSON-ready dict: `error` (why the text cannot be a rule, or None),
     `candidates` [{level, expression, help}], `expression` (the chosen one),
     `existing` (rules already covering the pasted URL), and `samples`
-    [{url, blocked}] for the chosen expression."""
+    [{url, blocked}] for the chosen expression: ours, then the person's own
+    `extra_samples` (blank ones dropped, the first MAX_EXTRA_SAMPLES kept)."""
     text = text.strip()
     out: dict = {"text": text, "error": None, "candidates": [], "expression": None,
                  "existing": [], "samples": []}
@@ -72,11 +79,8 @@ def rule_preview(text: str, expression: str | None, extra_samples: list[str]) ->
         {"expression": r.expression, "category": r.get_category_display(), "id": r.pk}
         for r in SpamRule.objects.filter(expression__in=covering)
     ] if covering else []
-    seen = set()
-    for url in [*sample_urls(out["expression"], pasted_url), *extra_samples]:
-        if url in seen:
-            continue
-        seen.add(url)
+    extra = [url.strip() for url in extra_samples if url.strip()][:MAX_EXTRA_SAMPLES]
+    for url in dict.fromkeys([*sample_urls(out["expression"], pasted_url), *extra]):
         try:
             blocked = rule_matches(out["expression"], url)
         except ValueError as exc:
