@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
 
 from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
 from urlguard import changes
-from urlguard.admin.pages import counted
+from urlguard.admin.pages import chunks, counted
 from urlguard.importing import parse_rules
 from urlguard.models import AdminJob, SpamRule
 from urlguard.rescan import rescan_links
@@ -31,11 +30,6 @@ EXISTS_CHUNK = 900
 MAX_REFUSED_SHOWN = 1_000
 # How often a running job writes its progress (a write per chunk would be noise).
 PROGRESS_EVERY_SECONDS = 0.5
-
-
-def _chunks(items: list, size: int) -> Iterator[list]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 def preview_import(text: str, *, default_category: str, filename: str, user) -> AdminJob:
@@ -59,7 +53,7 @@ def preview_import(text: str, *, default_category: str, filename: str, user) -> 
             new[parsed.expression] = (parsed.category, parsed.note)
     present = 0
     expressions = list(new)
-    for chunk in _chunks(expressions, EXISTS_CHUNK):
+    for chunk in chunks(expressions, EXISTS_CHUNK):
         for expression in SpamRule.objects.filter(expression__in=chunk).values_list(
             "expression", flat=True
         ):
@@ -148,7 +142,7 @@ def import_rules_job(job_id: int) -> dict | None:
     source = f"import:{job.params.get('filename', '')}"[:200]
     started = time.perf_counter()
     try:
-        for chunk in _chunks(items, IMPORT_CHUNK):
+        for chunk in chunks(items, IMPORT_CHUNK):
             bulk = changes.add_rules(chunk, source=source, user=job.created_by,
                                      chunk_size=IMPORT_CHUNK)
             added += len(bulk.added)

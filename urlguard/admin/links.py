@@ -15,6 +15,7 @@ from django.utils.safestring import mark_safe
 from urlguard.admin import jobs
 from urlguard.admin.pages import (
     BatchAnnotatedChangeList,
+    chunks,
     counted,
     http_methods,
     parse_id,
@@ -46,12 +47,10 @@ DISABLE_BATCH = 900
 def disable_links(reasons: dict[int, str]) -> int:
     """Disable the links {id: why} that are still enabled, in one transaction of
     batched UPDATEs (a rescan may find thousands); returns how many changed."""
-    ids = list(reasons)
     changed = 0
     with transaction.atomic():
-        for start in range(0, len(ids), DISABLE_BATCH):
-            links = list(ShortLink.objects.filter(pk__in=ids[start:start + DISABLE_BATCH],
-                                                  disabled=False).only("pk"))
+        for batch in chunks(list(reasons), DISABLE_BATCH):
+            links = list(ShortLink.objects.filter(pk__in=batch, disabled=False).only("pk"))
             for link in links:
                 link.disabled = True
                 link.disabled_reason = reasons[link.pk][:200]

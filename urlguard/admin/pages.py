@@ -4,7 +4,7 @@ views, and a change list that decorates a whole page of objects in one batch (on
 Guard.check_many per page of short links, one NodeStatus query per page of events)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import update_wrapper, wraps
 
 from django.contrib import messages
@@ -21,6 +21,12 @@ MAX_ID = 2**63 - 1
 def counted(n: int, noun: str) -> str:
     """A count with its noun, for messages: 1 rule, 2,000 rules."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def chunks(items: list, size: int) -> Iterator[list]:
+    """Consecutive slices of at most `size` items (per query, per transaction)."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
 
 
 def parse_id(text: str | None) -> int | None:
