@@ -179,21 +179,13 @@ def _parse(text: str) -> CanonicalURL:
     if ":" in stripped and "/" not in stripped and "[" not in stripped:
         with contextlib.suppress(ValueError):  # a bare IPv6 address: bracket it
             stripped = f"[{ipaddress.IPv6Address(stripped)}]"
-    try:
-        parts = canonical_url(stripped)
-    except ValueError as exc:
-        raise RuleError(f"{_short(stripped)} is not a URL, host or rule expression: {exc}") \
-            from None
+    parts = _canonical(stripped, stripped)
     # Blocklists write "all of example.com" as *.example.com (or .example.com, which
     # canonicalization already strips), and a directory as example.com/dir/*: both
     # mean what our host and directory rules do.
     if parts.host.startswith("*."):
         # Canonicalize what is left: "*.2.1" leaves "2.1", which is an IPv4 address.
-        try:
-            parts = canonical_url(str(parts._replace(host=parts.host[2:])))
-        except ValueError as exc:
-            raise RuleError(f"{_short(stripped)} is not a URL, host or rule expression: "
-                            f"{exc}") from None
+        parts = _canonical(str(parts._replace(host=parts.host[2:])), stripped)
     if parts.path.endswith("/*") and not parts.query:
         parts = parts._replace(path=parts.path[:-1], query=None)
     if "*" in parts.host:
@@ -220,6 +212,14 @@ def _parse(text: str) -> CanonicalURL:
             f"such as example.{parts.host}/"
         )
     return parts
+
+
+def _canonical(url: str, pasted: str) -> CanonicalURL:
+    try:
+        return canonical_url(url)
+    except ValueError as exc:
+        raise RuleError(f"{_short(pasted)} is not a URL, host or rule expression: {exc}") \
+            from None
 
 
 def _expression(parts: CanonicalURL) -> str:
