@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard.canonical import canonicalize, expressions
+from urlguard.canonical import expressions
 from urlguard.guard import InvalidURL, get_guard
 from urlguard.models import SpamRule
 
@@ -25,7 +25,7 @@ class Command(BaseCommand):
             verdict = guard.check(url)
         except InvalidURL as exc:
             raise CommandError(str(exc)) from exc
-        canonical = canonicalize(url)
+        canonical = verdict.canonical
         exprs = expressions(canonical)
 
         filt = guard.get_filter()
