@@ -50,8 +50,7 @@ def url_report(url: str) -> dict:
             maybe = [bool(hit) for hit in filt.contains_many(exprs).tolist()]
         except Exception as exc:  # a damaged file must show up here, not as a 500
             filter_error = f"Reading the filter failed: {type(exc).__name__}: {exc}"
-    rules = {r.expression: r for r in SpamRule.objects.filter(expression__in=exprs)
-             .select_related("added_by")}
+    rules = {r.expression: r for r in SpamRule.objects.filter(expression__in=exprs)}
     rows = []
     for expression, says in zip(exprs, maybe, strict=True):
         try:
