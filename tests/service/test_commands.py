@@ -71,6 +71,14 @@ def test_sync_filter_says_when_it_rebuilds(filter_path):
     assert "Rebuilt" in out and "missing" in out
 
 
+def test_sync_filter_that_cannot_write_says_so(tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    path = blocker / "filter.bin"
+    with pytest.raises(CommandError, match=f"could not write {path}"):
+        run("sync_filter", "--path", str(path))
+
+
 def test_filter_info(filter_path, sync_filter):
     changes.add_rules(["a.example.org", "b.example.org"], source="test")
     sync_filter()

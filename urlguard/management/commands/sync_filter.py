@@ -26,6 +26,8 @@ class Command(BaseCommand):
             result = tasks.sync(path=path)
         except registry.WriterBusy as exc:
             raise CommandError(str(exc)) from exc
+        except OSError as exc:  # a rebuild could not write the file (directory, disk)
+            raise CommandError(f"could not write {path}: {exc}") from exc
         if path == conf.FILTER_PATH:
             tasks.report_status(path, result=result, full=True)
         if result.rebuilt:
