@@ -7,8 +7,10 @@ import re
 from django import forms
 from django.core.exceptions import ValidationError
 
+from urlguard.canonical import canonicalize
 from urlguard.models import Category, ShortLink, SpamRule
 from urlguard.rules import RuleError, rule_candidates
+from urlguard.slugs import validate_destination, validate_slug
 
 # An upload bigger than this is almost certainly not a rule list; refusing it early
 # keeps one request from holding hundreds of megabytes in memory.
@@ -157,8 +159,6 @@ class CheckUrlForm(forms.Form):
     )
 
     def clean_url(self) -> str:
-        from urlguard.canonical import canonicalize
-
         text = self.cleaned_data["url"]
         try:
             canonicalize(text)
@@ -186,16 +186,12 @@ class ShortLinkForm(forms.ModelForm):
             self.fields["slug"].required = False
 
     def clean_destination(self) -> str:
-        from urlguard.slugs import validate_destination
-
         try:
             return validate_destination(self.cleaned_data["destination"])
         except ValueError as exc:
             raise ValidationError(str(exc), code="invalid_destination") from exc
 
     def clean_slug(self) -> str:
-        from urlguard.slugs import validate_slug
-
         slug = (self.cleaned_data.get("slug") or "").strip()
         if not slug:
             return ""
