@@ -196,6 +196,11 @@ def _build(path: str, pairs: Iterator[tuple[str, int]], *, total: int,
     return done
 
 
+def _refusal(exc: KeyError) -> str:
+    # The engine's KeyError carries a sentence naming the key; str() would quote it.
+    return str(exc.args[0]) if exc.args else "?"
+
+
 def _why_not_in_place(filt: ScalingCountingBloomFilter, result: SyncResult) -> str:
     """Apply the pending log to an open writer; return why the file must be rebuilt
     instead ("" when it is now current)."""
@@ -209,8 +214,8 @@ def _why_not_in_place(filt: ScalingCountingBloomFilter, result: SyncResult) -> s
     try:
         _apply_pending(filt, result)
     except KeyError as exc:
-        return (f"the log removes {exc.args[0] if exc.args else '?'}, which the file does "
-                "not hold: the file disagrees with the log")
+        return (f"the log removes a rule the file does not hold ({_refusal(exc)}): the file "
+                "disagrees with the log")
     return ""
 
 
@@ -259,9 +264,10 @@ def sync(up_to_seq: int | None = None, *, path: str | None = None,
                 _apply_pending(filt, result)  # whatever was committed after the snapshot
             except KeyError as exc:
                 raise RuntimeError(
-                    f"{path}: the change log after the rebuild's snapshot removes "
-                    f"{exc.args[0] if exc.args else '?'}, which the spam table did not hold: "
-                    "rules were changed outside urlguard.changes (raw SQL?)") from exc
+                    f"{path}: the change log after the rebuild's snapshot removes a rule the "
+                    f"spam table did not hold ({_refusal(exc)}): rules were changed outside "
+                    "urlguard.changes (raw SQL?); `manage.py rebuild_filter` rebuilds from "
+                    "the table as it is now") from exc
             result.head = max(result.head, log_head())
     finally:
         if filt is not None:
