@@ -146,12 +146,12 @@ class ShortLinkAdmin(admin.ModelAdmin):
                       if verdict.rule is not None else "disabled by an administrator")
             for link, verdict in zip(links, verdicts, strict=True)
         })
-        self.message_user(request, f"Disabled {changed} short link(s).", messages.SUCCESS)
+        self.message_user(request, f"Disabled {counted(changed, 'short link')}.", messages.SUCCESS)
 
     @admin.action(description="Enable selected short links", permissions=["change"])
     def enable_selected(self, request, queryset):
         changed = queryset.filter(disabled=True).update(disabled=False, disabled_reason="")
-        self.message_user(request, f"Enabled {changed} short link(s).", messages.SUCCESS)
+        self.message_user(request, f"Enabled {counted(changed, 'short link')}.", messages.SUCCESS)
 
     @admin.action(description="Check selected destinations now", permissions=["view"])
     def check_selected(self, request, queryset):
@@ -247,6 +247,6 @@ def rescan_disable_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> Ht
             h["link_id"]: DISABLED_REASON.format(expression=h["expression"])
             for h in job.result.get("hits", []) if every or h["link_id"] in selected
         })
-        messages.success(request, f"Disabled {changed} short link(s).")
+        messages.success(request, f"Disabled {counted(changed, 'short link')}.")
     target = reverse("admin:urlguard_shortlink_rescan")
     return HttpResponseRedirect(f"{target}?job={job.pk}" if job is not None else target)
