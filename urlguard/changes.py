@@ -197,10 +197,16 @@ def _coerce(item: Any, default_category: str
             getattr(item, "note", "") or "", getattr(item, "lineno", None), error)
 
 
+def _in_batches(values: list) -> Iterator[list]:
+    """`values` in slices short enough for one IN (...) on every backend."""
+    for i in range(0, len(values), _IN_BATCH):
+        yield values[i:i + _IN_BATCH]
+
+
 def _present(expressions: list[str]) -> set[str]:
     found: set[str] = set()
-    for i in range(0, len(expressions), _IN_BATCH):
-        found.update(SpamRule.objects.filter(expression__in=expressions[i:i + _IN_BATCH])
+    for batch in _in_batches(expressions):
+        found.update(SpamRule.objects.filter(expression__in=batch)
                      .values_list("expression", flat=True))
     return found
 
@@ -331,14 +337,13 @@ def remove_rules(rules: Iterable[Any], *, user: Any = None, source: str = "admin
         with transaction.atomic(using=using), rule_writes_allowed():
             _lock_change_log(using)
             rows = []
-            for i in range(0, len(part), _IN_BATCH):
-                rows.extend(SpamRule.objects.filter(pk__in=part[i:i + _IN_BATCH])
-                            .order_by("added_at")
+            for batch in _in_batches(part):
+                rows.extend(SpamRule.objects.filter(pk__in=batch).order_by("added_at")
                             .values_list("pk", "expression", "added_at", "category"))
             if not rows:
                 continue
-            for i in range(0, len(rows), _IN_BATCH):
-                SpamRule.objects.filter(pk__in=[r[0] for r in rows[i:i + _IN_BATCH]]).delete()
+            for batch in _in_batches(rows):
+                SpamRule.objects.filter(pk__in=[r[0] for r in batch]).delete()
             events = ChangeEvent.objects.using(using).bulk_create([
                 ChangeEvent(action=ChangeEvent.Action.REMOVE, expression=expr,
                             added_at=added_at, category=cat, actor=actor, source=source)
