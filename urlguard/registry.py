@@ -36,6 +36,12 @@ _failures: dict[str, tuple[float, str]] = {}
 class WriterBusy(FilterLockedError):
     """Another process kept the filter's writer lock longer than the bounded wait."""
 
+    @classmethod
+    def after(cls, exc: FilterLockedError, timeout: float) -> WriterBusy:
+        """The engine's FilterLockedError after waiting `timeout` seconds, with what to do."""
+        return cls(f"{exc} (waited {timeout:g} s; if no rebuild is running, look for a "
+                   "stuck worker)")
+
 
 def get_filter(path: str | None = None) -> ScalingCountingBloomFilter | None:
     """The read-only filter for `path` (default: URLGUARD FILTER_PATH), or None when
@@ -133,12 +139,8 @@ def open_writer(path: str | None = None, *, timeout: float | None = None
         timeout = float(conf.WRITER_LOCK_TIMEOUT)
     try:
         return ScalingCountingBloomFilter.open(path, readonly=False, lock_timeout=timeout)
-    except WriterBusy:
-        raise
     except FilterLockedError as exc:
-        raise WriterBusy(
-            f"{exc} (waited {timeout:g} s; if no rebuild is running, look for a stuck worker)"
-        ) from exc
+        raise WriterBusy.after(exc, timeout) from exc
 
 
 @contextmanager

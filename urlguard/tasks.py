@@ -190,7 +190,7 @@ def _build(path: str, pairs: Iterator[tuple[str, int]], *, total: int,
             error_rate=conf.FILTER_ERROR_RATE, applied_seq=applied_seq, writer=writer,
             lock_timeout=timeout)
     except FilterLockedError as exc:
-        raise registry.WriterBusy(f"{exc} (waited {timeout:g} s)") from exc
+        raise registry.WriterBusy.after(exc, timeout) from exc
     if progress is not None:
         progress(done, total)
     return done
