@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter
 from urlguard import registry
+from urlguard.changes import _lock_change_log
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 
@@ -133,15 +134,13 @@ def _snapshot_transaction(using: str) -> Iterator[None]:
     outer = connection.in_atomic_block
     with transaction.atomic(using=using):
         if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                if not outer:
+            if not outer:
+                with connection.cursor() as cursor:
                     cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                else:
-                    # Inside someone's transaction the isolation level is fixed: hold
-                    # the writers off instead (they take this lock, see changes.py).
-                    from urlguard.changes import _CHANGE_LOG_LOCK
-
-                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHANGE_LOG_LOCK])
+            else:
+                # Inside someone's transaction the isolation level is fixed: hold
+                # the writers off instead, with the lock they take.
+                _lock_change_log(using)
         yield
 
 
