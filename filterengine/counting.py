@@ -31,15 +31,10 @@ from .counters import (
     stage_remove_apply,
     stage_remove_check,
 )
+from .errors import removal_refused
 from .hashing import COUNTER_SCHEME, HASH_SEED, hash_pair, hash_pairs, plan_slices
 
 __all__ = ["CountingBloomFilter"]
-
-
-def _refused(keys: list, why: str) -> KeyError:
-    shown = ", ".join(repr(k) for k in keys[:5])
-    more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
-    return KeyError(f"{why}: {shown}{more}; nothing was removed")
 
 
 class CountingBloomFilter:
@@ -105,10 +100,10 @@ class CountingBloomFilter:
         h1, h2 = hash_pairs(keys, self.seed)
         present = stage_contains_many(self._array, 0, self.k, self.cells, h1, h2)
         if not present.all():
-            raise _refused([keys[i] for i in np.flatnonzero(~present)], "not present")
+            raise removal_refused([keys[i] for i in np.flatnonzero(~present)], "not present")
         plan, short = stage_remove_check(self._array, 0, self.k, self.cells, h1, h2)
         if short.any():
-            raise _refused([keys[i] for i in np.flatnonzero(short)],
+            raise removal_refused([keys[i] for i in np.flatnonzero(short)],
                            "removed more often than added")
         stage_remove_apply(self._array, plan)
         self.count -= len(keys)

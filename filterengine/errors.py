@@ -22,3 +22,10 @@ class FilterLockedError(FilterFileError):
 
     Only one process may write a filter file (an ``fcntl.flock`` on the sidecar
     ``<path>.lock``); readers are unlimited."""
+
+
+def removal_refused(keys: list, why: str) -> KeyError:
+    """The KeyError of a batch removal refused as a whole: why, and the first keys."""
+    shown = ", ".join(repr(k) for k in keys[:5])
+    more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+    return KeyError(f"{why}: {shown}{more}; nothing was removed")

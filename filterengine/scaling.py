@@ -51,7 +51,7 @@ from .counters import (
     stage_remove_apply,
     stage_remove_check,
 )
-from .errors import FilterFileError, FilterLockedError
+from .errors import FilterFileError, FilterLockedError, removal_refused
 from .hashing import (
     HASH_SEED,
     _hash_tuple,  # the scalar hot path calls mmh3 directly
@@ -112,12 +112,6 @@ def _id_array(ids: Iterable[int], n: int) -> np.ndarray:
     if ids.shape != (n,):
         raise ValueError(f"got {n} keys but {len(ids)} ids: pass one id per key")
     return ids
-
-
-def _refused(keys: list, why: str) -> KeyError:
-    shown = ", ".join(repr(k) for k in keys[:5])
-    more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
-    return KeyError(f"{why}: {shown}{more}; nothing was removed")
 
 
 def _acquire_lock(path: str, timeout: float) -> int:
@@ -782,7 +776,7 @@ class ScalingCountingBloomFilter:
             if taken is None:
                 self._undo_removals(done)
                 self._modified = modified  # nothing of this batch is left
-                raise _refused([keys[position]], "not present (or removed more often "
+                raise removal_refused([keys[position]], "not present (or removed more often "
                                "than added)")
             done.append(taken)
 
