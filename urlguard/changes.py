@@ -197,10 +197,11 @@ def _coerce(item: Any, default_category: str
             getattr(item, "note", "") or "", getattr(item, "lineno", None), error)
 
 
-def _in_batches(values: list) -> Iterator[list]:
-    """`values` in slices short enough for one IN (...) on every backend."""
-    for i in range(0, len(values), _IN_BATCH):
-        yield values[i:i + _IN_BATCH]
+def _in_batches(values: list, size: int = _IN_BATCH) -> Iterator[list]:
+    """`values` in slices of `size`; by default short enough for one IN (...) on
+    every backend."""
+    for i in range(0, len(values), size):
+        yield values[i:i + size]
 
 
 def _present(expressions: list[str]) -> set[str]:
@@ -332,8 +333,7 @@ def remove_rules(rules: Iterable[Any], *, user: Any = None, source: str = "admin
     using = router.db_for_write(SpamRule)
     actor = _actor(user)
     removed = 0
-    for start in range(0, len(pks), chunk_size):
-        part = pks[start:start + chunk_size]
+    for part in _in_batches(pks, chunk_size):
         with transaction.atomic(using=using), rule_writes_allowed():
             _lock_change_log(using)
             rows = []
