@@ -1,4 +1,4 @@
-"""Exceptions raised by filterengine.
+"""Exceptions raised by filterengine (and the one wording of a refused batch removal).
 
 FilterFileError is a ValueError so that callers who only care about "bad input"
 can catch ValueError; FilterLockedError narrows it to "another writer holds the
