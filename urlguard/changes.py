@@ -197,16 +197,17 @@ def _coerce(item: Any, default_category: str
             getattr(item, "note", "") or "", getattr(item, "lineno", None), error)
 
 
-def _in_batches(values: list, size: int = _IN_BATCH) -> Iterator[list]:
+def in_batches(values: list, size: int = _IN_BATCH) -> Iterator[list]:
     """`values` in slices of `size`; by default short enough for one IN (...) on
     every backend."""
     for i in range(0, len(values), size):
         yield values[i:i + size]
 
 
-def _present(expressions: list[str]) -> set[str]:
+def existing_expressions(expressions: list[str]) -> set[str]:
+    """Which of `expressions` the spam table already lists (one query per batch)."""
     found: set[str] = set()
-    for batch in _in_batches(expressions):
+    for batch in in_batches(expressions):
         found.update(SpamRule.objects.filter(expression__in=batch)
                      .values_list("expression", flat=True))
     return found
@@ -234,13 +235,13 @@ def _add_chunk(chunk: list[_Candidate], result: BulkResult, *, source: str, user
                dry_run: bool) -> None:
     using = router.db_for_write(SpamRule)
     if dry_run:
-        present = _present([c.expression for c in chunk])
+        present = existing_expressions([c.expression for c in chunk])
         for c in chunk:
             (result.skipped if c.expression in present else result.added).append(c.expression)
         return
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
-        present = _present([c.expression for c in chunk])
+        present = existing_expressions([c.expression for c in chunk])
         new = [c for c in chunk if c.expression not in present]
         result.skipped.extend(c.expression for c in chunk if c.expression in present)
         if not new:
@@ -333,16 +334,16 @@ def remove_rules(rules: Iterable[Any], *, user: Any = None, source: str = "admin
     using = router.db_for_write(SpamRule)
     actor = _actor(user)
     removed = 0
-    for part in _in_batches(pks, chunk_size):
+    for part in in_batches(pks, chunk_size):
         with transaction.atomic(using=using), rule_writes_allowed():
             _lock_change_log(using)
             rows = []
-            for batch in _in_batches(part):
+            for batch in in_batches(part):
                 rows.extend(SpamRule.objects.filter(pk__in=batch).order_by("added_at")
                             .values_list("pk", "expression", "added_at", "category"))
             if not rows:
                 continue
-            for batch in _in_batches(rows):
+            for batch in in_batches(rows):
                 SpamRule.objects.filter(pk__in=[r[0] for r in batch]).delete()
             events = ChangeEvent.objects.using(using).bulk_create([
                 ChangeEvent(action=ChangeEvent.Action.REMOVE, expression=expr,

@@ -13,9 +13,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from urlguard import changes
-from urlguard.admin.pages import chunks, counted
+from urlguard.admin.pages import counted
 from urlguard.importing import parse_rules
-from urlguard.models import AdminJob, SpamRule
+from urlguard.models import AdminJob
 from urlguard.rescan import rescan_links
 
 logger = logging.getLogger(__name__)
@@ -24,8 +24,6 @@ logger = logging.getLogger(__name__)
 # and one filter update: big enough to amortise both, small enough that progress
 # moves every second or so and a failure loses at most one chunk's work.
 IMPORT_CHUNK = changes.CHUNK_SIZE
-# Existence checks per query (SQLite allows 32,766 parameters; stay far below).
-EXISTS_CHUNK = 900
 # Refused lines kept for the preview page; the counts cover the whole file.
 MAX_REFUSED_SHOWN = 1_000
 # How often a running job writes its progress (a write per chunk would be noise).
@@ -51,14 +49,10 @@ def preview_import(text: str, *, default_category: str, filename: str, user) -> 
             repeated += 1
         elif parsed.expression is not None:
             new[parsed.expression] = (parsed.category, parsed.note)
-    present = 0
-    expressions = list(new)
-    for chunk in chunks(expressions, EXISTS_CHUNK):
-        for expression in SpamRule.objects.filter(expression__in=chunk).values_list(
-            "expression", flat=True
-        ):
-            del new[expression]
-            present += 1
+    listed = changes.existing_expressions(list(new))
+    for expression in listed:
+        del new[expression]
+    present = len(listed)
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.IMPORT, state=AdminJob.State.PREVIEWED, created_by=user,
         total=len(new),
@@ -142,7 +136,7 @@ def import_rules_job(job_id: int) -> dict | None:
     source = f"import:{job.params.get('filename', '')}"[:200]
     started = time.perf_counter()
     try:
-        for chunk in chunks(items, IMPORT_CHUNK):
+        for chunk in changes.in_batches(items, IMPORT_CHUNK):
             bulk = changes.add_rules(chunk, source=source, user=job.created_by,
                                      chunk_size=IMPORT_CHUNK)
             added += len(bulk.added)

@@ -12,10 +12,10 @@ from django.utils import formats, timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from urlguard import changes
 from urlguard.admin import jobs
 from urlguard.admin.pages import (
     BatchAnnotatedChangeList,
-    chunks,
     counted,
     http_methods,
     parse_id,
@@ -49,7 +49,7 @@ def disable_links(reasons: dict[int, str]) -> int:
     batched UPDATEs (a rescan may find thousands); returns how many changed."""
     changed = 0
     with transaction.atomic():
-        for batch in chunks(list(reasons), DISABLE_BATCH):
+        for batch in changes.in_batches(list(reasons), DISABLE_BATCH):
             links = list(ShortLink.objects.filter(pk__in=batch, disabled=False).only("pk"))
             for link in links:
                 link.disabled = True

@@ -5,7 +5,7 @@ whole page of objects in one batch (one Guard.check_many per page of short links
 NodeStatus query per page of events); plus the counts, ids and batches they share."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import update_wrapper, wraps
 
 from django.contrib import messages
@@ -22,12 +22,6 @@ MAX_ID = 2**63 - 1
 def counted(n: int, noun: str) -> str:
     """A count with its noun, for messages: 1 rule, 2,000 rules."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
-def chunks(items: list, size: int) -> Iterator[list]:
-    """Consecutive slices of at most `size` items (per query, per transaction)."""
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 def parse_id(text: str | None) -> int | None:
