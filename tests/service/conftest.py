@@ -69,3 +69,11 @@ def committed(django_capture_on_commit_callbacks):
     """`with committed(): ...` runs the on-commit callbacks (the apply_changes nudge,
     queued admin jobs) when the block ends, as autocommit does outside tests."""
     return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+@pytest.fixture
+def quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule writes send no nudge: the test delivers (or loses) them itself."""
+    from urlguard import changes
+
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)

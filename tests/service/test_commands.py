@@ -12,14 +12,9 @@ from filterengine import ScalingCountingBloomFilter
 from urlguard import changes, registry, tasks
 from urlguard.models import ChangeEvent, SpamRule
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
 
 COMMANDS = ["rebuild_filter", "sync_filter", "filter_info", "verify_filter", "import_rules"]
-
-
-@pytest.fixture(autouse=True)
-def quiet(monkeypatch):
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
 
 
 class Tty(io.StringIO):

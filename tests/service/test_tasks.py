@@ -21,12 +21,6 @@ from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def quiet(monkeypatch):
-    """Writes send no nudge: each test delivers (or loses) them itself."""
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
-
-
 def add(text: str, category: str = "spam") -> SpamRule:
     return changes.add_rule(text, category=category, source="test")
 
