@@ -12,6 +12,7 @@ in-process), in a throw-away var dir:
 
     .venv/bin/python bench/admin.py [--rules 100000] [--links 1000000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,8 +83,10 @@ def bench_import(n: int, rng: random.Random) -> tuple[dict, list[str]]:
     body = ("\n".join(lines) + "\n").encode()
 
     t0 = time.perf_counter()
-    response = client.post(reverse("admin:urlguard_spamrule_import"), {
-        "file": SimpleUploadedFile("feed.txt", body), "default_category": "spam"})
+    response = client.post(
+        reverse("admin:urlguard_spamrule_import"),
+        {"file": SimpleUploadedFile("feed.txt", body), "default_category": "spam"},
+    )
     assert response.status_code == 302, response.content[:500]
     job = AdminJob.objects.get(kind="import")
     t1 = time.perf_counter()
@@ -99,9 +102,14 @@ def bench_import(n: int, rng: random.Random) -> tuple[dict, list[str]]:
     rules = SpamRule.objects.count()
     assert rules == n, (rules, n)
     return {
-        "preview": t1 - t0, "preview_page": t2 - t1, "commit": t3 - t2, "total": t3 - t0,
-        "import_only": job.result["import_seconds"], "rescan": rescan.result["seconds"],
-        "rules": rules, "bytes": len(body),
+        "preview": t1 - t0,
+        "preview_page": t2 - t1,
+        "commit": t3 - t2,
+        "total": t3 - t0,
+        "import_only": job.result["import_seconds"],
+        "rescan": rescan.result["seconds"],
+        "rules": rules,
+        "bytes": len(body),
     }, lines
 
 
@@ -115,8 +123,10 @@ def make_links(m: int, spam_hosts: list[str], rng: random.Random) -> int:
     from urlguard.models import ShortLink
 
     table = ShortLink._meta.db_table
-    sql = (f"INSERT INTO {table} (slug, destination, created, disabled, disabled_reason, "
-           "click_count, unique_visitors) VALUES (%s, %s, %s, %s, '', 0, 0)")
+    sql = (
+        f"INSERT INTO {table} (slug, destination, created, disabled, disabled_reason, "
+        "click_count, unique_visitors) VALUES (%s, %s, %s, %s, '', 0, 0)"
+    )
     now = timezone.now()
     batch = 50_000
     spam = 0
@@ -128,8 +138,9 @@ def make_links(m: int, spam_hosts: list[str], rng: random.Random) -> int:
                     destination = f"https://www.{rng.choice(spam_hosts)}/p/{i}"
                     spam += 1
                 else:
-                    destination = (f"https://site{rng.randrange(10**7)}.example.org/a/b/{i}.html"
-                                   f"?ref={i % 13}")
+                    destination = (
+                        f"https://site{rng.randrange(10**7)}.example.org/a/b/{i}.html?ref={i % 13}"
+                    )
                 rows.append((f"l{i}", destination, now, False))
             cursor.executemany(sql, rows)
     return spam
@@ -141,8 +152,9 @@ def bench_rescan(m: int, lines: list[str], rng: random.Random) -> dict:
     from urlguard.models import ShortLink, SpamRule
     from urlguard.rescan import rescan_links
 
-    spam_hosts = [line.split()[-1].split("://")[-1].split("/")[0] for line in lines
-                  if "/promo/" not in line][:5000]
+    spam_hosts = [
+        line.split()[-1].split("://")[-1].split("/")[0] for line in lines if "/promo/" not in line
+    ][:5000]
     t0 = time.perf_counter()
     expected = make_links(m, spam_hosts, rng)
     made = time.perf_counter() - t0
@@ -167,14 +179,20 @@ def bench_rescan(m: int, lines: list[str], rng: random.Random) -> dict:
     listed = set(SpamRule.objects.values_list("expression", flat=True).iterator(chunk_size=20_000))
     load = time.perf_counter() - t3
     t4 = time.perf_counter()
-    set_hits = sum(1 for url in sample
-                   if not listed.isdisjoint(expressions(canonicalize(url))))
+    set_hits = sum(1 for url in sample if not listed.isdisjoint(expressions(canonicalize(url))))
     in_memory = load + (time.perf_counter() - t4) * m / len(sample)
     assert set_hits == naive_hits
-    return {"links": m, "make": made, "ours": ours, "ours_cpu": ours_cpu,
-            "processes": result.processes,
-            "hits": len(result.hits), "naive": naive, "in_memory": in_memory,
-            "sample": len(sample)}
+    return {
+        "links": m,
+        "make": made,
+        "ours": ours,
+        "ours_cpu": ours_cpu,
+        "processes": result.processes,
+        "hits": len(result.hits),
+        "naive": naive,
+        "in_memory": in_memory,
+        "sample": len(sample),
+    }
 
 
 def main() -> None:
@@ -189,8 +207,10 @@ def main() -> None:
         imp, lines = bench_import(args.rules, rng)
         scan = bench_rescan(args.links, lines, rng)
 
-    print(f"\nAdmin import: {imp['rules']:,} rules ({imp['bytes'] / 2**20:.1f} MiB file), "
-          "SQLite, Celery in-process, via the test client")
+    print(
+        f"\nAdmin import: {imp['rules']:,} rules ({imp['bytes'] / 2**20:.1f} MiB file), "
+        "SQLite, Celery in-process, via the test client"
+    )
     print("| step | seconds |")
     print("|---|---:|")
     print(f"| upload + dry-run preview | {imp['preview']:.2f} |")
@@ -199,18 +219,23 @@ def main() -> None:
     print(f"|   of which add_rules + filter apply | {imp['import_only']:.2f} |")
     print(f"|   of which rescan of the (empty) link table | {imp['rescan']:.2f} |")
     print(f"| **end to end** (target < 60) | **{imp['total']:.2f}** |")
-    print(f"\nRescan: {scan['links']:,} short links against {imp['rules']:,} rules "
-          f"({scan['hits']:,} point to spam); peers measured on {scan['sample']:,} of the "
-          "same links and extrapolated")
+    print(
+        f"\nRescan: {scan['links']:,} short links against {imp['rules']:,} rules "
+        f"({scan['hits']:,} point to spam); peers measured on {scan['sample']:,} of the "
+        "same links and extrapolated"
+    )
     print("| method | seconds for all links |")
     print("|---|---:|")
-    print(f"| **urlguard.rescan (filter, table for hits), {scan['processes']} process(es)** "
-          f"(target < 60) | **{scan['ours']:.2f}** wall, {scan['ours_cpu']:.2f} CPU |")
+    print(
+        f"| **urlguard.rescan (filter, table for hits), {scan['processes']} process(es)** "
+        f"(target < 60) | **{scan['ours']:.2f}** wall, {scan['ours_cpu']:.2f} CPU |"
+    )
     print(f"| naive: one table query per link, 1 process | {scan['naive']:.2f} |")
-    print(f"| every rule in a Python set (load + lookups), 1 process | "
-          f"{scan['in_memory']:.2f} |")
-    print(f"(creating the {scan['links']:,} links took {scan['make']:.1f} s, not counted; "
-          f"load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    print(f"| every rule in a Python set (load + lookups), 1 process | {scan['in_memory']:.2f} |")
+    print(
+        f"(creating the {scan['links']:,} links took {scan['make']:.1f} s, not counted; "
+        f"load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ handling, no expressions). Then the hostile inputs of issue 3 (a 100 KB URL,
 
     .venv/bin/python bench/canonical.py [--urls 5000] [--repeat 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,28 @@ sys.path.insert(0, str(ROOT))
 from urlguard import canonical  # noqa: E402  (after the path tweak)
 from urlguard.canonical import canonicalize, expressions  # noqa: E402
 
-WORDS = ("news", "shop", "blog", "login", "account", "images", "static", "video", "search",
-         "product", "item", "article", "2026", "11", "help", "en", "de", "api", "v2", "user")
+WORDS = (
+    "news",
+    "shop",
+    "blog",
+    "login",
+    "account",
+    "images",
+    "static",
+    "video",
+    "search",
+    "product",
+    "item",
+    "article",
+    "2026",
+    "11",
+    "help",
+    "en",
+    "de",
+    "api",
+    "v2",
+    "user",
+)
 TLDS = ("com", "net", "org", "de", "co.uk", "io", "fr", "com.br", "info", "jp")
 
 
@@ -69,8 +90,12 @@ def realistic_urls(count: int, seed: int = 20261122) -> list[str]:
     return urls
 
 
-def per_url_micros(fn: Callable[[str], object], urls: Sequence[str], repeat: int,
-                   before: Callable[[], None] | None = None) -> list[float]:
+def per_url_micros(
+    fn: Callable[[str], object],
+    urls: Sequence[str],
+    repeat: int,
+    before: Callable[[], None] | None = None,
+) -> list[float]:
     """µs per call of fn(url) for each URL: the best of `repeat` single calls (the
     least disturbed by the rest of the machine)."""
     timings = []
@@ -92,8 +117,10 @@ def per_url_micros(fn: Callable[[str], object], urls: Sequence[str], repeat: int
 def row(name: str, micros: list[float]) -> str:
     ordered = sorted(micros)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return (f"| {name:<52} | {statistics.median(ordered):>9.2f} | {p99:>8.2f} "
-            f"| {statistics.fmean(ordered):>8.2f} |")
+    return (
+        f"| {name:<52} | {statistics.median(ordered):>9.2f} | {p99:>8.2f} "
+        f"| {statistics.fmean(ordered):>8.2f} |"
+    )
 
 
 def once_millis(fn: Callable[[], object]) -> float:
@@ -105,8 +132,9 @@ def once_millis(fn: Callable[[], object]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--urls", type=int, default=5000)
-    parser.add_argument("--repeat", type=int, default=20,
-                        help="calls per URL; the best one counts (default 20)")
+    parser.add_argument(
+        "--repeat", type=int, default=20, help="calls per URL; the best one counts (default 20)"
+    )
     args = parser.parse_args()
     urls = realistic_urls(args.urls)
     clear = canonical._cache.clear
@@ -119,30 +147,52 @@ def main() -> None:
         parts = urlsplit(url)
         return (parts.hostname or "") + parts.path
 
-    print(f"{len(urls):,} URLs, {statistics.fmean(expression_counts):.1f} expressions each "
-          f"on average; best of {args.repeat} calls per URL; µs per URL\n")
+    print(
+        f"{len(urls):,} URLs, {statistics.fmean(expression_counts):.1f} expressions each "
+        f"on average; best of {args.repeat} calls per URL; µs per URL\n"
+    )
     print(f"| {'what':<52} | {'median':>9} | {'p99':>8} | {'mean':>8} |")
     print(f"|{'-' * 54}|{'-' * 11}|{'-' * 10}|{'-' * 10}|")
-    print(row("expressions(canonicalize(url)), cold (no cache)",
-              per_url_micros(guard_pattern, urls, args.repeat, before=clear)))
+    print(
+        row(
+            "expressions(canonicalize(url)), cold (no cache)",
+            per_url_micros(guard_pattern, urls, args.repeat, before=clear),
+        )
+    )
     clear()
-    print(row("expressions(canonicalize(url)), warm (seen before)",
-              per_url_micros(guard_pattern, urls, args.repeat)))
-    print(row("canonicalize(url) alone, cold",
-              per_url_micros(canonicalize, urls, args.repeat, before=clear)))
-    print(row("floor: urllib.parse.urlsplit + hostname (not a peer)",
-              per_url_micros(floor, urls, args.repeat)))
+    print(
+        row(
+            "expressions(canonicalize(url)), warm (seen before)",
+            per_url_micros(guard_pattern, urls, args.repeat),
+        )
+    )
+    print(
+        row(
+            "canonicalize(url) alone, cold",
+            per_url_micros(canonicalize, urls, args.repeat, before=clear),
+        )
+    )
+    print(
+        row(
+            "floor: urllib.parse.urlsplit + hostname (not a peer)",
+            per_url_micros(floor, urls, args.repeat),
+        )
+    )
 
     clear()
     hundred_kb = "http://Sub.Example.com/" + "abc%2Fdef/./../%41%25%32%35/" * 3600 + "?q=1"
     nested = "http://example.com/%" + "25" * 10_000 + "41"
     print("\nhostile input, one call each (ms):")
-    print(f"  100 KB URL ({len(hundred_kb):,} chars), canonicalize + expressions: "
-          f"{once_millis(lambda: expressions(canonicalize(hundred_kb))):.1f} ms")
+    print(
+        f"  100 KB URL ({len(hundred_kb):,} chars), canonicalize + expressions: "
+        f"{once_millis(lambda: expressions(canonicalize(hundred_kb))):.1f} ms"
+    )
     print(f"  10,000 nested %25, canonicalize: {once_millis(lambda: canonicalize(nested)):.1f} ms")
     huge_host = "http://" + "a." * 50_000 + "com/"
-    print(f"  100 KB host of 50,000 labels, canonicalize + expressions: "
-          f"{once_millis(lambda: expressions(canonicalize(huge_host))):.1f} ms")
+    print(
+        f"  100 KB host of 50,000 labels, canonicalize + expressions: "
+        f"{once_millis(lambda: expressions(canonicalize(huge_host))):.1f} ms"
+    )
 
 
 if __name__ == "__main__":

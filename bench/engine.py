@@ -35,8 +35,11 @@ RATE = 0.01
 
 def url_keys(n: int, tag: str) -> list[str]:
     """URL-like keys: a few thousand hosts, varied paths and queries."""
-    return [f"https://{tag}{i % 5003}.example{i % 7}.com/articles/{i}/"
-            f"page-{(i * 7919) % 100_003}.html?utm={i % 97}" for i in range(n)]
+    return [
+        f"https://{tag}{i % 5003}.example{i % 7}.com/articles/{i}/"
+        f"page-{(i * 7919) % 100_003}.html?utm={i % 97}"
+        for i in range(n)
+    ]
 
 
 def rate(n: int, seconds: float) -> float:
@@ -81,11 +84,17 @@ class Row:
         self.note = ""
 
     def cells(self) -> list[str]:
-        return [self.name, fmt_rate(self.add), fmt_rate(self.present), fmt_rate(self.absent),
-                fmt_rate(self.remove),
-                "n/a" if self.bytes_per is None else f"{self.bytes_per:.2f}",
-                "n/a" if self.fpr is None else f"{self.fpr * 100:.3f}%",
-                fmt_open(self.open), self.note]
+        return [
+            self.name,
+            fmt_rate(self.add),
+            fmt_rate(self.present),
+            fmt_rate(self.absent),
+            fmt_rate(self.remove),
+            "n/a" if self.bytes_per is None else f"{self.bytes_per:.2f}",
+            "n/a" if self.fpr is None else f"{self.fpr * 100:.3f}%",
+            fmt_open(self.open),
+            self.note,
+        ]
 
 
 def best_open(fn: Callable[[], object], repeat: int = 7) -> float:
@@ -109,6 +118,7 @@ def bench_single(keys, present, absent, tmp, initial) -> Row:
     def adding():
         for i, key in enumerate(keys):
             add(key, i)
+
     row.add = rate(len(keys), timed(adding))
     contains = f.contains
     row.present = rate(len(present), timed(lambda: [contains(k) for k in present]))
@@ -124,6 +134,7 @@ def bench_single(keys, present, absent, tmp, initial) -> Row:
     def removing():
         for key, id_ in zip(present, ids, strict=False):
             remove(key, id_)
+
     row.remove = rate(len(present), timed(removing))
     f.close()
     row.open = best_open(lambda: ScalingCountingBloomFilter.open(path, readonly=True))
@@ -138,7 +149,8 @@ def bench_batch(keys, present, absent, tmp, initial, chunk) -> Row:
 
     def adding():
         for s in range(0, len(keys), chunk):
-            f.add_many(keys[s:s + chunk], ids[s:s + chunk])
+            f.add_many(keys[s : s + chunk], ids[s : s + chunk])
+
     row.add = rate(len(keys), timed(adding))
     row.present = rate(len(present), timed(lambda: f.contains_many(present)))
     hits = f.contains_many(absent)
@@ -147,8 +159,9 @@ def bench_batch(keys, present, absent, tmp, initial, chunk) -> Row:
     row.bytes_per = f.nbytes / len(keys)
     row.note = f"{len(f.info()['stages'])} stage(s), 4-bit counters, mmap file"
     step = max(1, len(keys) // len(present))
-    row.remove = rate(len(present),
-                      timed(lambda: f.remove_many(present, ids[::step][:len(present)])))
+    row.remove = rate(
+        len(present), timed(lambda: f.remove_many(present, ids[::step][: len(present)]))
+    )
     f.close()
     row.open = best_open(lambda: ScalingCountingBloomFilter.open(path, readonly=True))
     return row
@@ -159,6 +172,7 @@ def bench_peers(keys, present, absent, tmp) -> list[Row]:
     n = len(keys)
 
     import rbloom
+
     row = Row("rbloom Bloom (bits, Rust)")
     b = rbloom.Bloom(n, RATE)
     row.add = rate(n, timed(lambda: [b.add(k) for k in keys]))
@@ -170,6 +184,7 @@ def bench_peers(keys, present, absent, tmp) -> list[Row]:
     rows.append(row)
 
     import pybloomfilter
+
     row = Row("pybloomfiltermmap3 (bits, mmap)")
     path = os.path.join(tmp, "pbf.bin")
     b = pybloomfilter.BloomFilter(n, RATE, path)
@@ -185,6 +200,7 @@ def bench_peers(keys, present, absent, tmp) -> list[Row]:
     rows.append(row)
 
     import probables
+
     row = Row("pyprobables CountingBloomFilter")
     b = probables.CountingBloomFilter(est_elements=n, false_positive_rate=RATE)
     row.add = rate(n, timed(lambda: [b.add(k) for k in keys]))
@@ -200,6 +216,7 @@ def bench_peers(keys, present, absent, tmp) -> list[Row]:
     rows.append(row)
 
     import fastbloom_rs
+
     row = Row("fastbloom-rs CountingBloomFilter (batch)")
     b = fastbloom_rs.FilterBuilder(n, RATE).build_counting_bloom_filter()
     row.add = rate(n, timed(lambda: b.add_str_batch(keys)))
@@ -216,15 +233,18 @@ def bench_peers(keys, present, absent, tmp) -> list[Row]:
     def load():
         with open(path, "rb") as fh:
             return fastbloom_rs.CountingBloomFilter.from_bytes(fh.read(), hashes)
+
     row.remove = rate(len(present), timed(lambda: [b.remove_str(k) for k in present]))
     row.open = best_open(load, repeat=3)
     row.note = "remove is single-key (no batch remove)"
     rows.append(row)
 
     import pybloom_live
+
     row = Row("pybloom-live ScalableBloomFilter")
-    b = pybloom_live.ScalableBloomFilter(initial_capacity=100_000 * n // 1_000_000 or 1000,
-                                         error_rate=RATE)
+    b = pybloom_live.ScalableBloomFilter(
+        initial_capacity=100_000 * n // 1_000_000 or 1000, error_rate=RATE
+    )
     row.add = rate(n, timed(lambda: [b.add(k) for k in keys]))
     row.present = rate(len(present), timed(lambda: [k in b for k in present]))
     row.absent = rate(len(absent), timed(lambda: [k in b for k in absent]))
@@ -237,6 +257,7 @@ def bench_peers(keys, present, absent, tmp) -> list[Row]:
     def load_sbf():
         with open(path, "rb") as fh:
             return pybloom_live.ScalableBloomFilter.fromfile(fh)
+
     row.open = best_open(load_sbf, repeat=3)
     row.note = f"{len(b.filters)} stages, bits; no remove"
     rows.append(row)
@@ -255,6 +276,7 @@ def bench_peers(keys, present, absent, tmp) -> list[Row]:
     def load_set():
         with open(path, "rb") as fh:
             return pickle.load(fh)
+
     row.remove = rate(len(present), timed(lambda: [s.discard(k) for k in present]))
     row.open = best_open(load_set, repeat=3)
     row.note = "exact; pickle load"
@@ -287,8 +309,7 @@ def target_checks(keys, absent, tmp, initial) -> list[tuple[str, str, str, bool]
     contains = r.contains
     clock = time.perf_counter_ns
     medians = {}
-    for label, sample in (("present", keys[:: max(1, n // 20_000)]),
-                          ("absent", absent[:20_000])):
+    for label, sample in (("present", keys[:: max(1, n // 20_000)]), ("absent", absent[:20_000])):
         per_call = []
         for key in sample:
             t0 = clock()
@@ -301,21 +322,38 @@ def target_checks(keys, absent, tmp, initial) -> list[tuple[str, str, str, bool]
 
     def speed(label, count, seconds):
         wall, cpu = rate(count, seconds[0]), rate(count, seconds[1])
-        return (label, f"{wall / 1e6:.2f} M keys/s wall, {cpu / 1e6:.2f} M/s CPU time",
-                "≥ 4 M", wall >= 4e6)
+        return (
+            label,
+            f"{wall / 1e6:.2f} M keys/s wall, {cpu / 1e6:.2f} M/s CPU time",
+            "≥ 4 M",
+            wall >= 4e6,
+        )
 
     return [
         ("stages", f"{len(info['stages'])} (capacity {initial:,} → {n:,} keys)", "", True),
         speed("add_many", n, add),
         speed("contains_many present", n, present),
         speed("contains_many absent", len(absent), missing),
-        ("contains median, present", f"{medians['present']:.2f} µs", "≤ 2 µs",
-         medians["present"] <= 2),
-        ("contains median, absent", f"{medians['absent']:.2f} µs", "≤ 2 µs",
-         medians["absent"] <= 2),
+        (
+            "contains median, present",
+            f"{medians['present']:.2f} µs",
+            "≤ 2 µs",
+            medians["present"] <= 2,
+        ),
+        (
+            "contains median, absent",
+            f"{medians['absent']:.2f} µs",
+            "≤ 2 µs",
+            medians["absent"] <= 2,
+        ),
         ("bytes per element", f"{info['bytes'] / n:.2f}", "≤ 8", info["bytes"] / n <= 8),
-        ("measured FPR", f"{fpr * 100:.3f}% on {len(absent):,} absent keys "
-         f"(estimated {info['estimated_fpr'] * 100:.3f}%)", "≤ 1%", fpr <= RATE),
+        (
+            "measured FPR",
+            f"{fpr * 100:.3f}% on {len(absent):,} absent keys "
+            f"(estimated {info['estimated_fpr'] * 100:.3f}%)",
+            "≤ 1%",
+            fpr <= RATE,
+        ),
         ("open()", f"{opened * 1e3:.3f} ms", "< 1 ms", opened < 1e-3),
     ]
 
@@ -346,19 +384,39 @@ def sizing(n: int, initial: int) -> list[list[str]]:
 
     sizes = [round(initial * 100 ** (j / 99)) for j in range(100)]
     rows = []
-    for growth, tightening in ((1.25, 0.85), (1.4, 0.8), (1.4, 0.85), (1.5, 0.85), (2.0, 0.5),
-                               (2.0, 0.7), (2.0, 0.8), (3.0, 0.6)):
-        header = ff.Header(seed=0, capacity=initial, error_rate=RATE, growth=growth,
-                           tightening=tightening, generation=1)
+    for growth, tightening in (
+        (1.25, 0.85),
+        (1.4, 0.8),
+        (1.4, 0.85),
+        (1.5, 0.85),
+        (2.0, 0.5),
+        (2.0, 0.7),
+        (2.0, 0.8),
+        (3.0, 0.6),
+    ):
+        header = ff.Header(
+            seed=0,
+            capacity=initial,
+            error_rate=RATE,
+            growth=growth,
+            tightening=tightening,
+            generation=1,
+        )
         size, stages, ks = _file_bytes(header, n)
         over = [_file_bytes(header, m)[0] / m for m in sizes]
-        mark = " (default)" if (growth, tightening) == (DEFAULT_GROWTH,
-                                                        DEFAULT_TIGHTENING) else ""
-        rows.append([f"{growth:g} / {tightening:g}{mark}", str(stages),
-                     ",".join(map(str, ks)), f"{size / n:.2f}",
-                     f"{statistics.fmean(over):.2f}", f"{max(over):.2f}",
-                     f"{_file_bytes(header, initial)[0] / initial:.2f}",
-                     str(_file_bytes(header, 100 * initial)[1])])
+        mark = " (default)" if (growth, tightening) == (DEFAULT_GROWTH, DEFAULT_TIGHTENING) else ""
+        rows.append(
+            [
+                f"{growth:g} / {tightening:g}{mark}",
+                str(stages),
+                ",".join(map(str, ks)),
+                f"{size / n:.2f}",
+                f"{statistics.fmean(over):.2f}",
+                f"{max(over):.2f}",
+                f"{_file_bytes(header, initial)[0] / initial:.2f}",
+                str(_file_bytes(header, 100 * initial)[1]),
+            ]
+        )
     return rows
 
 
@@ -366,8 +424,9 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    body = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
-            for r in rows]
+    body = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
+    ]
     return "\n".join([line, rule, *body])
 
 
@@ -375,8 +434,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--sample", type=int, default=200_000)
-    parser.add_argument("--chunk", type=int, default=100_000,
-                        help="batch size for our add_many in the comparison table")
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=100_000,
+        help="batch size for our add_many in the comparison table",
+    )
     parser.add_argument("--skip-peers", action="store_true")
     args = parser.parse_args()
     n = args.keys
@@ -386,33 +449,67 @@ def main() -> None:
     m = min(args.sample, n)
     present = keys[:: max(1, n // m)][:m]
     absent = absent_all[:m]
-    print(f"filterengine benchmark: {n:,} URL-like keys, error rate {RATE}, "
-          f"contains/remove on {m:,} present and {m:,} absent keys, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"filterengine benchmark: {n:,} URL-like keys, error rate {RATE}, "
+        f"contains/remove on {m:,} present and {m:,} absent keys, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [bench_single(keys, present, absent, tmp, initial),
-                bench_batch(keys, present, absent, tmp, initial, args.chunk),
-                bench_batch(keys, present, absent, tmp, n, args.chunk)]
+        rows = [
+            bench_single(keys, present, absent, tmp, initial),
+            bench_batch(keys, present, absent, tmp, initial, args.chunk),
+            bench_batch(keys, present, absent, tmp, n, args.chunk),
+        ]
         rows[-1].name = f"ours batch (capacity {n:,}, one stage)"
         if not args.skip_peers:
             rows += bench_peers(keys, present, absent, tmp)
         print()
-        print(table(["structure", "add/s", "contains/s present", "contains/s absent",
-                     "remove/s", "bytes/elem", "FPR", "open", "note"],
-                    [r.cells() for r in rows]))
+        print(
+            table(
+                [
+                    "structure",
+                    "add/s",
+                    "contains/s present",
+                    "contains/s absent",
+                    "remove/s",
+                    "bytes/elem",
+                    "FPR",
+                    "open",
+                    "note",
+                ],
+                [r.cells() for r in rows],
+            )
+        )
         print()
-        print(f"Targets (issue 2) on a filter grown from {initial:,} to {n:,} keys "
-              f"(one add_many call; {n:,} absent keys for the FPR; 'met' judged on "
-              f"wall time; load average now {os.getloadavg()[0]:.2f}):")
+        print(
+            f"Targets (issue 2) on a filter grown from {initial:,} to {n:,} keys "
+            f"(one add_many call; {n:,} absent keys for the FPR; 'met' judged on "
+            f"wall time; load average now {os.getloadavg()[0]:.2f}):"
+        )
         checks = target_checks(keys, absent_all, tmp, initial)
-        print(table(["check", "measured", "target", "met"],
-                    [[c, v, t, "" if not t else ("yes" if ok else "NO")]
-                     for c, v, t, ok in checks]))
+        print(
+            table(
+                ["check", "measured", "target", "met"],
+                [[c, v, t, "" if not t else ("yes" if ok else "NO")] for c, v, t, ok in checks],
+            )
+        )
         print()
         print(f"Stage geometry at {n:,} keys from capacity {initial:,} (no allocation):")
-        print(table(["growth / tightening", "stages", "k per stage", "bytes/elem",
-                     "mean 1-100x", "worst", "one full stage", "stages at 100x"],
-                    sizing(n, initial)))
+        print(
+            table(
+                [
+                    "growth / tightening",
+                    "stages",
+                    "k per stage",
+                    "bytes/elem",
+                    "mean 1-100x",
+                    "worst",
+                    "one full stage",
+                    "stages at 100x",
+                ],
+                sizing(n, initial),
+            )
+        )
 
 
 if __name__ == "__main__":

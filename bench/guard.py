@@ -9,6 +9,7 @@ every expression, i.e. no false positives and ~100 bytes per rule).
 
 Runs on a throw-away var dir (SQLite + filter file), never on var/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,17 +73,27 @@ def row(name: str, samples: Samples, note: str = "") -> str:
     samples = sorted(samples)
     p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
     p90 = samples[int(len(samples) * 0.90)]
-    return (f"| {name:<64} | {statistics.median(samples):>9.1f} | {p90:>7.1f} | {p99:>8.1f} | "
-            f"{cpu_mean:>11.1f} | {note:<34} |")
+    return (
+        f"| {name:<64} | {statistics.median(samples):>9.1f} | {p90:>7.1f} | {p99:>8.1f} | "
+        f"{cpu_mean:>11.1f} | {note:<34} |"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rules", type=int, default=1_000_000)
-    parser.add_argument("--urls", type=int, default=20_000,
-                        help="distinct clean URLs (more than canonical.py's 4096-entry cache)")
-    parser.add_argument("--capacity", type=int, default=None,
-                        help="first-stage capacity (default: URLGUARD FILTER_CAPACITY)")
+    parser.add_argument(
+        "--urls",
+        type=int,
+        default=20_000,
+        help="distinct clean URLs (more than canonical.py's 4096-entry cache)",
+    )
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        default=None,
+        help="first-stage capacity (default: URLGUARD FILTER_CAPACITY)",
+    )
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="urlguard-bench-guard-")
@@ -116,8 +127,10 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     assert all(len(expressions(u)) == 10 for u in urls[:100])
     popular = [urls[i % 200] for i in range(args.urls)]  # repeats: canonical cache warm
     exprs = [expressions(u) for u in urls]
-    canon_cold = timed(lambda u: expressions(canonicalize(u)),
-                       [clean_url(i) for i in range(args.urls, 2 * args.urls)])
+    canon_cold = timed(
+        lambda u: expressions(canonicalize(u)),
+        [clean_url(i) for i in range(args.urls, 2 * args.urls)],
+    )
 
     # Two files: the shipped default (a small first stage that grows, so 1M rules
     # make several stages, each probed) and one sized for the list (one stage).
@@ -127,8 +140,11 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         path = str(tmp / f"filter-{capacity}.bin")
         t0 = time.perf_counter()
         ScalingCountingBloomFilter.build(
-            path, ((e, i + 1) for i, e in enumerate(rule_expressions(args.rules))),
-            capacity=capacity, error_rate=error_rate)
+            path,
+            ((e, i + 1) for i, e in enumerate(rule_expressions(args.rules))),
+            capacity=capacity,
+            error_rate=error_rate,
+        )
         build_s = time.perf_counter() - t0
         filt = ScalingCountingBloomFilter.open(path, readonly=True)
         info = filt.info()
@@ -147,8 +163,11 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         label = f"capacity {capacity:,}: {len(info['stages'])} stage(s)"
         notes.append(f"{label}, {info['bytes'] / 2**20:.1f} MiB, built in {build_s:.1f} s")
         rows += [
-            row(f"Guard.check, distinct URLs [{label}]", cold,
-                f"{fp_urls / len(urls):.1%} of URLs: 1 DB query"),
+            row(
+                f"Guard.check, distinct URLs [{label}]",
+                cold,
+                f"{fp_urls / len(urls):.1%} of URLs: 1 DB query",
+            ),
             row(f"Guard.check, 200 popular URLs [{label}]", hot, "canonical + clean caches warm"),
             row("  filter.contains x 10 (what check uses)", scalar),
             row("  filter.contains_many(10 expressions)", vector, "numpy set-up per call"),
@@ -161,22 +180,32 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     peer_set = set(rule_expressions(args.rules))
     peer_s = timed(lambda es: any(e in peer_set for e in es), exprs)
 
-    print(f"\nGuard.check (target: median < 30 µs), {args.rules:,} rules, {args.urls:,} "
-          f"distinct clean URLs x 10 expressions, error rate {error_rate}; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"\nGuard.check (target: median < 30 µs), {args.rules:,} rules, {args.urls:,} "
+        f"distinct clean URLs x 10 expressions, error rate {error_rate}; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     for note in notes:
         print(f"  filter {note}")
     print()
-    print(f"| {'what (per URL)':<64} | {'median µs':>9} | {'p90 µs':>7} | {'p99 µs':>8} | "
-          f"{'CPU mean µs':>11} | {'note':<34} |")
+    print(
+        f"| {'what (per URL)':<64} | {'median µs':>9} | {'p90 µs':>7} | {'p99 µs':>8} | "
+        f"{'CPU mean µs':>11} | {'note':<34} |"
+    )
     print(f"|{'-' * 66}|{'-' * 11}|{'-' * 9}|{'-' * 10}|{'-' * 13}|{'-' * 36}|")
     for line in rows:
         print(line)
     print(row("  canonicalize + expressions, distinct URLs", canon_cold))
-    print(row("  peer: rbloom, 10 x `in` (Rust, in memory)", peer_b,
-              f"{peer_bloom.size_in_bits / 8 / 2**20:.1f} MiB; no counting, no mmap"))
+    print(
+        row(
+            "  peer: rbloom, 10 x `in` (Rust, in memory)",
+            peer_b,
+            f"{peer_bloom.size_in_bits / 8 / 2**20:.1f} MiB; no counting, no mmap",
+        )
+    )
     print(row("  peer: Python set, 10 x `in`", peer_s, "exact; ~100 B per rule in RAM"))
     print()
+
 
 if __name__ == "__main__":
     main()

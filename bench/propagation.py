@@ -11,6 +11,7 @@ CATCHUP_INTERVAL: shown, not waited for).
 
     .venv/bin/python bench/propagation.py [--samples 200] [--rules 10000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,12 @@ def main() -> None:
         admin.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{args.db}"')
     var = Path(tempfile.mkdtemp(prefix="urlguard-bench-propagation-"))
-    env = {"DATABASE_URL": f"{args.pg}/{args.db}", "URLGUARD_VAR_DIR": str(var),
-           "DJANGO_SETTINGS_MODULE": "urlguard.settings", "CELERY_BROKER_URL": args.broker}
+    env = {
+        "DATABASE_URL": f"{args.pg}/{args.db}",
+        "URLGUARD_VAR_DIR": str(var),
+        "DJANGO_SETTINGS_MODULE": "urlguard.settings",
+        "CELERY_BROKER_URL": args.broker,
+    }
     os.environ.update(env)
     import django
 
@@ -88,19 +93,38 @@ def main() -> None:
     from urlguard import changes, tasks
 
     call_command("migrate", verbosity=0)
-    changes.add_rules([f"pre{i}.example{i % 89}.com" for i in range(args.rules)],
-                      source="bench")
+    changes.add_rules([f"pre{i}.example{i % 89}.com" for i in range(args.rules)], source="bench")
     tasks.rebuild()
 
     log = open(var / "worker.log", "w")  # noqa: SIM115
     from urlguard.conf import conf
 
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "urlguard", "worker", "-B",
-         "-Q", f"{conf.BROADCAST_QUEUE},celery", "--concurrency", "1", "--loglevel", "WARNING",
-         "--schedule", str(var / "beat"), "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "urlguard",
+            "worker",
+            "-B",
+            "-Q",
+            f"{conf.BROADCAST_QUEUE},celery",
+            "--concurrency",
+            "1",
+            "--loglevel",
+            "WARNING",
+            "--schedule",
+            str(var / "beat"),
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     ctx = mp.get_context("spawn")
     here, there = ctx.Pipe()
     proc = ctx.Process(target=reader, args=(there, env))
@@ -151,19 +175,27 @@ def main() -> None:
         admin.execute(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
 
     print()
-    print(f"propagation: add_rule commit -> blocked by Guard.check in another process "
-          f"({args.samples} samples, {args.rules:,} rules listed before)")
+    print(
+        f"propagation: add_rule commit -> blocked by Guard.check in another process "
+        f"({args.samples} samples, {args.rules:,} rules listed before)"
+    )
     print()
     print(f"| {'path':<58} | {'p50 ms':>7} | {'p95 ms':>7} | {'max ms':>7} | lost |")
     print(f"|{'-' * 60}|{'-' * 9}|{'-' * 9}|{'-' * 9}|------|")
-    for name, times in (("Redis broadcast -> celery worker (prefork, 1 process)", redis_times),
-                        ("in-process nudge (embedded default, CELERY eager)", eager_times)):
+    for name, times in (
+        ("Redis broadcast -> celery worker (prefork, 1 process)", redis_times),
+        ("in-process nudge (embedded default, CELERY eager)", eager_times),
+    ):
         ok = [t for t in times if t is not None]
         p50, p95, worst = percentiles(ok)
-        print(f"| {name:<58} | {p50 * 1e3:>7.1f} | {p95 * 1e3:>7.1f} | {worst * 1e3:>7.1f} | "
-              f"{len(times) - len(ok):>4} |")
-    print(f"| {'lost message -> periodic catch-up (at most)':<58} | "
-          f"{'':>7} | {'':>7} | {conf.CATCHUP_INTERVAL * 1e3:>7.0f} |      |")
+        print(
+            f"| {name:<58} | {p50 * 1e3:>7.1f} | {p95 * 1e3:>7.1f} | {worst * 1e3:>7.1f} | "
+            f"{len(times) - len(ok):>4} |"
+        )
+    print(
+        f"| {'lost message -> periodic catch-up (at most)':<58} | "
+        f"{'':>7} | {'':>7} | {conf.CATCHUP_INTERVAL * 1e3:>7.0f} |      |"
+    )
     ok = [t for t in redis_times if t is not None]
     print()
     print(f"target p95 < 1 s over Redis: {'met' if percentiles(ok)[1] < 1 else 'MISSED'}")
@@ -175,9 +207,13 @@ def wait_worker(log: Path, worker: subprocess.Popen, timeout: float = 60) -> Non
     while time.monotonic() < deadline:
         if worker.poll() is not None:
             raise SystemExit(f"celery worker exited:\n{log.read_text()[-3000:]}")
-        ping = subprocess.run([sys.executable, "-m", "celery", "-A", "urlguard", "inspect",
-                               "ping", "--timeout", "1"], cwd=ROOT, capture_output=True,
-                              text=True, env=os.environ.copy())
+        ping = subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "urlguard", "inspect", "ping", "--timeout", "1"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=os.environ.copy(),
+        )
         if "pong" in ping.stdout:
             time.sleep(0.5)
             return

@@ -7,6 +7,7 @@ the persistent filter's fan-out and block size.
     .venv/bin/python bench/variants.py --quick    # smaller sizes, a smoke run
 
 Prints Markdown tables a person can paste into a note."""
+
 from __future__ import annotations
 
 import argparse
@@ -111,20 +112,32 @@ def bench_opposite(n: int) -> None:
             for i in range(size):
                 put(s, f"https://example{i % 997}.com/path/{i}?q={i * 7919}")
             return s
+
         return build
 
     rows = []
     for name, run, make, put in [
-        ("OppositeBloomFilter (ours)", run_opposite, lambda: OppositeBloomFilter(size),
-         lambda s, k: s.add(k)),
-        ("cachetools.LRUCache", run_lru, lambda: LRUCache(maxsize=size),
-         lambda s, k: s.__setitem__(k, True)),
+        (
+            "OppositeBloomFilter (ours)",
+            run_opposite,
+            lambda: OppositeBloomFilter(size),
+            lambda s, k: s.add(k),
+        ),
+        (
+            "cachetools.LRUCache",
+            run_lru,
+            lambda: LRUCache(maxsize=size),
+            lambda s, k: s.__setitem__(k, True),
+        ),
         ("dict (unbounded)", run_dict, dict, lambda s, k: s.__setitem__(k, True)),
     ]:
         _, mem = allocated(fill(make, put))
         rows.append([name, rate(run, len(stream)), mem / size])
-    table(f"Opposite filter, {size:,} slots/entries; seen-and-remember on {len(stream):,} URLs",
-          ["structure", "ops/s", "bytes/element (keys included)"], rows)
+    table(
+        f"Opposite filter, {size:,} slots/entries; seen-and-remember on {len(stream):,} URLs",
+        ["structure", "ops/s", "bytes/element (keys included)"],
+        rows,
+    )
 
 
 def bench_clean_cache(n: int) -> None:
@@ -153,12 +166,15 @@ def bench_clean_cache(n: int) -> None:
     ids = np.minimum(rng.zipf(1.2, n), universe)
     stream = [f"https://fp-site{i % 1000}.example/p/{i}" for i in ids.tolist()]
     rows = []
-    configs = [("LRU + lock (Guard's LRUCleanCache)", LockedLRU, 1024),
-               ("LRU + lock (Guard's LRUCleanCache)", LockedLRU, 10_000),
-               ("OppositeBloomFilter", OppositeBloomFilter, 1024),
-               ("OppositeBloomFilter", OppositeBloomFilter, 16_384),
-               ("OppositeBloomFilter", OppositeBloomFilter, 32_768)]
+    configs = [
+        ("LRU + lock (Guard's LRUCleanCache)", LockedLRU, 1024),
+        ("LRU + lock (Guard's LRUCleanCache)", LockedLRU, 10_000),
+        ("OppositeBloomFilter", OppositeBloomFilter, 1024),
+        ("OppositeBloomFilter", OppositeBloomFilter, 16_384),
+        ("OppositeBloomFilter", OppositeBloomFilter, 32_768),
+    ]
     for name, make, entries in configs:
+
         def run(make=make, entries=entries):
             cache = make(entries)
             hits = 0
@@ -178,11 +194,21 @@ def bench_clean_cache(n: int) -> None:
             return cache
 
         _, mem = allocated(build)
-        rows.append([name, entries, f"{hits / len(stream):.1%}", rate(run, len(stream)),
-                     f"{mem / 1024:,.0f} KiB"])
-    table(f"Clean-URL cache: Zipf(1.2) stream of {len(stream):,} lookups over {universe:,} "
-          f"URLs (a miss costs one table query)",
-          ["structure", "entries/slots", "hit rate", "lookups/s", "memory when full"], rows)
+        rows.append(
+            [
+                name,
+                entries,
+                f"{hits / len(stream):.1%}",
+                rate(run, len(stream)),
+                f"{mem / 1024:,.0f} KiB",
+            ]
+        )
+    table(
+        f"Clean-URL cache: Zipf(1.2) stream of {len(stream):,} lookups over {universe:,} "
+        f"URLs (a miss costs one table query)",
+        ["structure", "entries/slots", "hit rate", "lookups/s", "memory when full"],
+        rows,
+    )
 
 
 # -- scalable ------------------------------------------------------------------
@@ -195,11 +221,16 @@ def bench_scalable(n: int) -> None:
     rows = []
     for name, make in [
         ("ScalableBloomFilter s=2 r=0.85 (ours)", lambda: ScalableBloomFilter(n0, p)),
-        ("ScalableBloomFilter s=2 r=0.5 (RedisBloom parameters, ours)",
-         lambda: ScalableBloomFilter(n0, p, growth=2, tightening=0.5)),
-        ("pybloom_live.ScalableBloomFilter s=2 r=0.9",
-         lambda: PyScalable(n0, p, PyScalable.SMALL_SET_GROWTH)),
+        (
+            "ScalableBloomFilter s=2 r=0.5 (RedisBloom parameters, ours)",
+            lambda: ScalableBloomFilter(n0, p, growth=2, tightening=0.5),
+        ),
+        (
+            "pybloom_live.ScalableBloomFilter s=2 r=0.9",
+            lambda: PyScalable(n0, p, PyScalable.SMALL_SET_GROWTH),
+        ),
     ]:
+
         def add_all(make=make):
             f = make()
             for k in keys:
@@ -211,12 +242,17 @@ def bench_scalable(n: int) -> None:
         probe = rate(lambda f=f: [k in f for k in absent], len(absent), repeat=2)
         fpr = sum(k in f for k in absent) / len(absent)
         stages = f.stages if isinstance(f, ScalableBloomFilter) else len(f.filters)
-        nbytes = (f.nbytes if isinstance(f, ScalableBloomFilter)
-                  else sum(len(b.bitarray) // 8 for b in f.filters))
+        nbytes = (
+            f.nbytes
+            if isinstance(f, ScalableBloomFilter)
+            else sum(len(b.bitarray) // 8 for b in f.filters)
+        )
         rows.append([name, stages, adds, probe, nbytes / n, f"{fpr:.4f}"])
-    table(f"Scalable filters: {n:,} URLs from initial capacity {n0:,}, target P={p}",
-          ["structure", "stages", "adds/s", "lookups/s (absent)", "bytes/element",
-           "measured FPR"], rows)
+    table(
+        f"Scalable filters: {n:,} URLs from initial capacity {n0:,}, target P={p}",
+        ["structure", "stages", "adds/s", "lookups/s (absent)", "bytes/element", "measured FPR"],
+        rows,
+    )
 
 
 # -- TTL -----------------------------------------------------------------------
@@ -247,6 +283,7 @@ def bench_ttl(n: int) -> None:
         ("RotatingBloomFilter, 2 slices (ours)", lambda: RotatingBloomFilter(n, 0.01, ttl)),
         ("dict of expiry times", lambda: ExpiryDict(ttl)),
     ]:
+
         def fill(make=make):
             f = make()
             for k in keys:
@@ -261,9 +298,11 @@ def bench_ttl(n: int) -> None:
         lookups = rate(lambda f=f: [k in f for k in probes], len(probes), repeat=2)
         fpr = sum(k in f for k in urls(9_000_000, 20_000)) / 20_000
         rows.append([name, adds, lookups, mem / n, f"{fpr:.4f}"])
-    table(f"Time-to-live filters: {n:,} URLs alive, ttl 1 h, P=0.01",
-          ["structure", "adds/s", "lookups/s (half present)", "bytes/element",
-           "measured FPR"], rows)
+    table(
+        f"Time-to-live filters: {n:,} URLs alive, ttl 1 h, P=0.01",
+        ["structure", "adds/s", "lookups/s (half present)", "bytes/element", "measured FPR"],
+        rows,
+    )
 
 
 # -- persistent ----------------------------------------------------------------
@@ -300,10 +339,12 @@ def bench_persistent(n: int, capacity: int) -> None:
     import pyrsistent
 
     shape_rows = bench_persistent_shape(n, capacity)
-    table(f"Persistent filter shape (capacity {capacity:,}, P=0.01, half full): "
-          f"{n:,} one-by-one adds, every version retained",
-          ["fan-out", "block bytes", "depth", "adds/s", "lookups/s", "bytes per version"],
-          shape_rows)
+    table(
+        f"Persistent filter shape (capacity {capacity:,}, P=0.01, half full): "
+        f"{n:,} one-by-one adds, every version retained",
+        ["fan-out", "block bytes", "depth", "adds/s", "lookups/s", "bytes per version"],
+        shape_rows,
+    )
 
     keys = urls(0, n)
     k, cells = plan_slices(capacity, 0.01)
@@ -360,21 +401,25 @@ def bench_persistent(n: int, capacity: int) -> None:
 
     rows = []
     for name, chain, contains in [
-        ("PersistentBloomFilter (ours)", ours_chain,
-         lambda vs: [key in vs[-1] for key in keys]),
-        ("pyrsistent.pvector of 64-bit words", pvector_chain,
-         lambda vs: pvector_contains(vs[-1])),
-        ("full copy per insert", copy_chain,
-         lambda vs: [all(vs[-1][b >> 3] >> (b & 7) & 1 for b in bits_of(key)) for key in keys]),
+        ("PersistentBloomFilter (ours)", ours_chain, lambda vs: [key in vs[-1] for key in keys]),
+        ("pyrsistent.pvector of 64-bit words", pvector_chain, lambda vs: pvector_contains(vs[-1])),
+        (
+            "full copy per insert",
+            copy_chain,
+            lambda vs: [all(vs[-1][b >> 3] >> (b & 7) & 1 for b in bits_of(key)) for key in keys],
+        ),
     ]:
         adds = rate(chain, n, repeat=1)
         versions, mem = allocated(chain)
         lookups = rate(lambda vs=versions, c=contains: c(vs), n, repeat=2)
         rows.append([name, adds, lookups, mem / (n + 1)])
         del versions
-    table(f"Persistent filters (capacity {capacity:,}, {nbits // 8:,} bytes of bits, half "
-          f"full): {n:,} one-by-one adds, every version retained",
-          ["structure", "adds/s", "lookups/s", "bytes per retained version"], rows)
+    table(
+        f"Persistent filters (capacity {capacity:,}, {nbits // 8:,} bytes of bits, half "
+        f"full): {n:,} one-by-one adds, every version retained",
+        ["structure", "adds/s", "lookups/s", "bytes per retained version"],
+        rows,
+    )
 
 
 def main() -> None:
@@ -382,8 +427,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
-    print(f"bench/variants.py on Python {platform.python_version()}, numpy {np.__version__}, "
-          f"{platform.machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(
+        f"bench/variants.py on Python {platform.python_version()}, numpy {np.__version__}, "
+        f"{platform.machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     bench_opposite(200_000 // scale)
     bench_clean_cache(300_000 // scale)
     bench_scalable(200_000 // scale)

@@ -25,8 +25,12 @@ from .continuous import ContinuousBloomFilter, RotatingBloomFilter  # noqa: E402
 from .opposite import OppositeBloomFilter  # noqa: E402
 from .persistent import PersistentBloomFilter  # noqa: E402
 
-__all__ += ["ContinuousBloomFilter", "OppositeBloomFilter", "PersistentBloomFilter",
-            "RotatingBloomFilter"]
+__all__ += [
+    "ContinuousBloomFilter",
+    "OppositeBloomFilter",
+    "PersistentBloomFilter",
+    "RotatingBloomFilter",
+]
 from .scalable import ScalableBloomFilter  # noqa: E402
 
 __all__ += ["ScalableBloomFilter"]

@@ -35,19 +35,39 @@ BLOB_HEADER_SIZE = _BLOB.size + _BLOB_CRC.size
 
 
 def pack_blob(
-    *, kind: int, scheme: int = HASH_SCHEME, seed: int, capacity: int, error_rate: float,
-    k: int, cells: int, count: int, payload: bytes | bytearray | memoryview,
+    *,
+    kind: int,
+    scheme: int = HASH_SCHEME,
+    seed: int,
+    capacity: int,
+    error_rate: float,
+    k: int,
+    cells: int,
+    count: int,
+    payload: bytes | bytearray | memoryview,
 ) -> bytes:
     """Serialize a filter's parameters and cells (header + payload)."""
     head = _BLOB.pack(
-        BLOB_MAGIC, BLOB_VERSION, kind, scheme, seed, 0, capacity, error_rate,
-        k, cells, count, len(payload), zlib.crc32(payload),
+        BLOB_MAGIC,
+        BLOB_VERSION,
+        kind,
+        scheme,
+        seed,
+        0,
+        capacity,
+        error_rate,
+        k,
+        cells,
+        count,
+        len(payload),
+        zlib.crc32(payload),
     )
     return head + _BLOB_CRC.pack(zlib.crc32(head)) + bytes(payload)
 
 
-def unpack_blob(data: bytes | bytearray | memoryview, *, kind: int, payload_len,
-                scheme: int = HASH_SCHEME) -> dict:
+def unpack_blob(
+    data: bytes | bytearray | memoryview, *, kind: int, payload_len, scheme: int = HASH_SCHEME
+) -> dict:
     """Validate a serialized filter and return its fields; FilterFileError if bad.
 
     ``payload_len(k, cells)`` gives the payload size the header's geometry
@@ -60,8 +80,21 @@ def unpack_blob(data: bytes | bytearray | memoryview, *, kind: int, payload_len,
             f"found {len(data)}"
         )
     fields = _BLOB.unpack_from(data)
-    (magic, version, found_kind, found_scheme, seed, _reserved, capacity, error_rate, k,
-     cells, count, length, payload_crc) = fields
+    (
+        magic,
+        version,
+        found_kind,
+        found_scheme,
+        seed,
+        _reserved,
+        capacity,
+        error_rate,
+        k,
+        cells,
+        count,
+        length,
+        payload_crc,
+    ) = fields
     if magic != BLOB_MAGIC:
         raise FilterFileError(f"{what}: magic: expected {BLOB_MAGIC!r}, found {magic!r}")
     (header_crc,) = _BLOB_CRC.unpack_from(data, _BLOB.size)
@@ -81,8 +114,7 @@ def unpack_blob(data: bytes | bytearray | memoryview, *, kind: int, payload_len,
         )
     if found_scheme != scheme:
         raise FilterFileError(f"{what}: hash scheme: expected {scheme}, found {found_scheme}")
-    if not (capacity > 0 and 0.0 < error_rate < 1.0 and k > 0 and cells > 0
-            and cells % 16 == 0):
+    if not (capacity > 0 and 0.0 < error_rate < 1.0 and k > 0 and cells > 0 and cells % 16 == 0):
         raise FilterFileError(
             f"{what}: parameters out of range: capacity={capacity}, error_rate={error_rate},"
             f" k={k}, cells per slice={cells}"
@@ -103,8 +135,15 @@ def unpack_blob(data: bytes | bytearray | memoryview, *, kind: int, payload_len,
             f"{what}: payload checksum: expected {payload_crc:#010x}, "
             f"found {zlib.crc32(payload):#010x}"
         )
-    return dict(seed=seed, capacity=capacity, error_rate=error_rate, k=k, cells=cells,
-                count=count, payload=payload)
+    return dict(
+        seed=seed,
+        capacity=capacity,
+        error_rate=error_rate,
+        k=k,
+        cells=cells,
+        count=count,
+        payload=payload,
+    )
 
 
 class BloomFilter:
@@ -175,7 +214,8 @@ class BloomFilter:
                 c = g % cells + np.uint64(i * self.cells)
                 # bitwise_or.at, not |=: two keys may set bits in the same byte.
                 np.bitwise_or.at(
-                    array, (c >> np.uint64(3)).astype(np.intp),
+                    array,
+                    (c >> np.uint64(3)).astype(np.intp),
                     np.left_shift(1, (c & np.uint64(7)).astype(np.uint8)).astype(np.uint8),
                 )
                 g += h2
@@ -200,8 +240,10 @@ class BloomFilter:
                 if not len(alive):
                     return result
                 c = (a1 + np.uint64(i) * a2) % cells + np.uint64(i * self.cells)
-                hit = (array[(c >> np.uint64(3)).astype(np.intp)]
-                       >> (c & np.uint64(7)).astype(np.uint8)) & 1
+                hit = (
+                    array[(c >> np.uint64(3)).astype(np.intp)]
+                    >> (c & np.uint64(7)).astype(np.uint8)
+                ) & 1
                 keep = hit.astype(bool)
                 alive, a1, a2 = alive[keep], a1[keep], a2[keep]
         result[alive] = True
@@ -215,8 +257,9 @@ class BloomFilter:
 
     def _slice_fill(self) -> list[int]:
         per = self.cells // 8
-        return [int(np.bitwise_count(self._array[i * per:(i + 1) * per]).sum())
-                for i in range(self.k)]
+        return [
+            int(np.bitwise_count(self._array[i * per : (i + 1) * per]).sum()) for i in range(self.k)
+        ]
 
     def expected_fpp(self) -> float:
         """Probability that a key never added is reported present, now.
@@ -234,15 +277,26 @@ class BloomFilter:
 
     def is_compatible(self, other: object) -> bool:
         """Whether ``other`` hashes keys to the same cells (same geometry and seed)."""
-        return (isinstance(other, BloomFilter) and other.k == self.k
-                and other.cells == self.cells and other.seed == self.seed)
+        return (
+            isinstance(other, BloomFilter)
+            and other.k == self.k
+            and other.cells == self.cells
+            and other.seed == self.seed
+        )
 
     # -- serialization ------------------------------------------------------
     def to_bytes(self) -> bytes:
         """Self-describing little-endian bytes; ``from_bytes`` reverses it."""
-        return pack_blob(kind=KIND_BITS, seed=self.seed, capacity=self.capacity,
-                         error_rate=self.error_rate, k=self.k, cells=self.cells,
-                         count=self.count, payload=self._bits)
+        return pack_blob(
+            kind=KIND_BITS,
+            seed=self.seed,
+            capacity=self.capacity,
+            error_rate=self.error_rate,
+            k=self.k,
+            cells=self.cells,
+            count=self.count,
+            payload=self._bits,
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> BloomFilter:
@@ -260,8 +314,10 @@ class BloomFilter:
         return self
 
     def __repr__(self) -> str:
-        return (f"<BloomFilter capacity={self.capacity} error_rate={self.error_rate} "
-                f"k={self.k} bytes={self.nbytes} count={self.count}>")
+        return (
+            f"<BloomFilter capacity={self.capacity} error_rate={self.error_rate} "
+            f"k={self.k} bytes={self.nbytes} count={self.count}>"
+        )
 
 
 def _batch_repeats(h1: np.ndarray, fresh: np.ndarray) -> int:

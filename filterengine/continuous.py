@@ -7,6 +7,7 @@ clock ticks, so the 4-bit clock's wrap-around cannot bring an untouched key back
 ("ghost") 15 ticks later; and every cell write happens under one lock, so a reset can
 never wipe a concurrent add. RotatingBloomFilter is the simpler ring of N+1 plain
 filters with the same window; bench/variants.py measures the two side by side."""
+
 from __future__ import annotations
 
 import math
@@ -96,11 +97,28 @@ class ContinuousBloomFilter:
     once (those added during the last 1.5·ttl), `error_rate` the false-positive
     rate at that load, `ttl` in the units of `clock` (seconds by default)."""
 
-    __slots__ = ("_cells", "_clock", "_hasher", "_k", "_lock", "_slice", "_slot", "_tick",
-                 "_view", "capacity", "error_rate", "ttl")
+    __slots__ = (
+        "_cells",
+        "_clock",
+        "_hasher",
+        "_k",
+        "_lock",
+        "_slice",
+        "_slot",
+        "_tick",
+        "_view",
+        "capacity",
+        "error_rate",
+        "ttl",
+    )
 
-    def __init__(self, capacity: int, error_rate: float, ttl: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        error_rate: float,
+        ttl: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         _check_params(capacity, error_rate, ttl)
         self.capacity, self.error_rate, self.ttl = capacity, error_rate, float(ttl)
         self._k, self._slice = plan_slices(capacity, error_rate)
@@ -178,13 +196,21 @@ class ContinuousBloomFilter:
         with self._lock:
             self._advance()
             filled = int(np.count_nonzero(self._view & 0x0F) + np.count_nonzero(self._view >> 4))
-            return {"cells": self._slice * self._k, "k": self._k, "bytes": len(self._cells),
-                    "fill": filled / (self._slice * self._k), "tick": self._tick,
-                    "slot": self._slot, "ttl": self.ttl}
+            return {
+                "cells": self._slice * self._k,
+                "k": self._k,
+                "bytes": len(self._cells),
+                "fill": filled / (self._slice * self._k),
+                "tick": self._tick,
+                "slot": self._slot,
+                "ttl": self.ttl,
+            }
 
     def __repr__(self) -> str:
-        return (f"ContinuousBloomFilter(capacity={self.capacity}, "
-                f"error_rate={self.error_rate}, ttl={self.ttl})")
+        return (
+            f"ContinuousBloomFilter(capacity={self.capacity}, "
+            f"error_rate={self.error_rate}, ttl={self.ttl})"
+        )
 
 
 class RotatingBloomFilter:
@@ -195,11 +221,28 @@ class RotatingBloomFilter:
     Each filter is sized for the whole `capacity` at error_rate/(slices+1), because a
     lookup asks every live filter and their false positives add up."""
 
-    __slots__ = ("_clock", "_current", "_filters", "_lock", "_per_filter", "_slices", "_tick",
-                 "capacity", "error_rate", "ttl")
+    __slots__ = (
+        "_clock",
+        "_current",
+        "_filters",
+        "_lock",
+        "_per_filter",
+        "_slices",
+        "_tick",
+        "capacity",
+        "error_rate",
+        "ttl",
+    )
 
-    def __init__(self, capacity: int, error_rate: float, ttl: float, slices: int = 2, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        error_rate: float,
+        ttl: float,
+        slices: int = 2,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         _check_params(capacity, error_rate, ttl)
         if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
             raise ValueError(f"slices must be a positive int, got {slices!r}")
@@ -261,9 +304,16 @@ class RotatingBloomFilter:
     def info(self) -> dict:
         with self._lock:
             self._advance()
-            return {"filters": len(self._filters), "bytes": self.nbytes, "tick": self._tick,
-                    "ttl": self.ttl, "per_filter_error_rate": self._per_filter}
+            return {
+                "filters": len(self._filters),
+                "bytes": self.nbytes,
+                "tick": self._tick,
+                "ttl": self.ttl,
+                "per_filter_error_rate": self._per_filter,
+            }
 
     def __repr__(self) -> str:
-        return (f"RotatingBloomFilter(capacity={self.capacity}, error_rate={self.error_rate}, "
-                f"ttl={self.ttl}, slices={self._slices})")
+        return (
+            f"RotatingBloomFilter(capacity={self.capacity}, error_rate={self.error_rate}, "
+            f"ttl={self.ttl}, slices={self._slices})"
+        )

@@ -184,7 +184,7 @@ def stage_contains_many(
     step = h2 % modulus
     low, high = np.uint8(0x0F), np.uint8(0xF0)
     for i in range(0, k, 2):
-        region = array[start + (i >> 1) * cells:start + ((i >> 1) + 1) * cells]
+        region = array[start + (i >> 1) * cells : start + ((i >> 1) + 1) * cells]
         hit = (region[x.view(np.int64)] & low).astype(bool)
         y = x + step
         x = np.minimum(y, y - modulus)
@@ -257,7 +257,7 @@ def stage_add_many(
         counts = np.bincount(x.view(np.int64), minlength=cells)
         np.minimum(counts, MAX_COUNT, out=counts)
         counts = counts.astype(np.uint8)
-        region = array[start + (i >> 1) * cells:start + ((i >> 1) + 1) * cells]
+        region = array[start + (i >> 1) * cells : start + ((i >> 1) + 1) * cells]
         # uint8 throughout: 15 + 15 cannot overflow, and saturates at 15.
         if i & 1:
             high = np.minimum((region >> np.uint8(4)) + counts, top)
@@ -299,7 +299,7 @@ def stage_remove_apply(array: np.ndarray, plan: list[tuple[np.ndarray, np.ndarra
 # -- measurements -------------------------------------------------------------
 def _slice_nibbles(array: np.ndarray, base: int, cells: int, i: int) -> np.ndarray:
     start = (base >> 1) + (i >> 1) * cells
-    region = array[start:start + cells]
+    region = array[start : start + cells]
     return region >> np.uint8(4) if i & 1 else region & np.uint8(0x0F)
 
 
@@ -310,5 +310,6 @@ def slice_nonzero(array: np.ndarray, base: int, k: int, cells: int) -> list[int]
 
 def saturated_counters(array: np.ndarray, base: int, k: int, cells: int) -> int:
     """Counters stuck at 15 in the stage (they can no longer be decremented)."""
-    return sum(int(np.count_nonzero(_slice_nibbles(array, base, cells, i) == MAX_COUNT))
-               for i in range(k))
+    return sum(
+        int(np.count_nonzero(_slice_nibbles(array, base, cells, i) == MAX_COUNT)) for i in range(k)
+    )

@@ -103,8 +103,9 @@ class CountingBloomFilter:
             raise removal_refused([keys[i] for i in np.flatnonzero(~present)], "not present")
         plan, short = stage_remove_check(self._array, 0, self.k, self.cells, h1, h2)
         if short.any():
-            raise removal_refused([keys[i] for i in np.flatnonzero(short)],
-                           "removed more often than added")
+            raise removal_refused(
+                [keys[i] for i in np.flatnonzero(short)], "removed more often than added"
+            )
         stage_remove_apply(self._array, plan)
         self.count -= len(keys)
 
@@ -134,15 +135,24 @@ class CountingBloomFilter:
     # -- serialization ------------------------------------------------------
     def to_bytes(self) -> bytes:
         """Self-describing little-endian bytes; ``from_bytes`` reverses it."""
-        return pack_blob(kind=KIND_COUNTERS, scheme=COUNTER_SCHEME, seed=self.seed,
-                         capacity=self.capacity, error_rate=self.error_rate, k=self.k,
-                         cells=self.cells, count=self.count, payload=self._buf)
+        return pack_blob(
+            kind=KIND_COUNTERS,
+            scheme=COUNTER_SCHEME,
+            seed=self.seed,
+            capacity=self.capacity,
+            error_rate=self.error_rate,
+            k=self.k,
+            cells=self.cells,
+            count=self.count,
+            payload=self._buf,
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> CountingBloomFilter:
         """Rebuild a filter from ``to_bytes`` output; FilterFileError if it is bad."""
-        fields = unpack_blob(data, kind=KIND_COUNTERS, scheme=COUNTER_SCHEME,
-                             payload_len=stage_bytes)
+        fields = unpack_blob(
+            data, kind=KIND_COUNTERS, scheme=COUNTER_SCHEME, payload_len=stage_bytes
+        )
         self = cls.__new__(cls)
         for name in ("capacity", "error_rate", "k", "cells", "seed", "count"):
             setattr(self, name, fields[name])
@@ -151,5 +161,7 @@ class CountingBloomFilter:
         return self
 
     def __repr__(self) -> str:
-        return (f"<CountingBloomFilter capacity={self.capacity} error_rate={self.error_rate}"
-                f" k={self.k} bytes={self.nbytes} count={self.count}>")
+        return (
+            f"<CountingBloomFilter capacity={self.capacity} error_rate={self.error_rate}"
+            f" k={self.k} bytes={self.nbytes} count={self.count}>"
+        )

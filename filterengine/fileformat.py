@@ -47,12 +47,33 @@ from .errors import FilterFileError
 from .hashing import COUNTER_SCHEME, plan_slices, stage_error_rate
 
 __all__ = [
-    "MAGIC", "VERSION", "MAX_STAGES", "PAGE", "FIXED_SIZE", "STATE_OFFSET",
-    "TABLE_OFFSET", "ENTRY_SIZE", "DATA_OFFSET", "SUPERSEDED", "FLAG_TORN",
-    "Header", "StageEntry", "State", "stage_plan", "pack_fixed", "read_fixed",
-    "pack_state", "read_state", "pack_entry", "read_entries", "entry_offset", "next_offset",
+    "MAGIC",
+    "VERSION",
+    "MAX_STAGES",
+    "PAGE",
+    "FIXED_SIZE",
+    "STATE_OFFSET",
+    "TABLE_OFFSET",
+    "ENTRY_SIZE",
+    "DATA_OFFSET",
+    "SUPERSEDED",
+    "FLAG_TORN",
+    "Header",
+    "StageEntry",
+    "State",
+    "stage_plan",
+    "pack_fixed",
+    "read_fixed",
+    "pack_state",
+    "read_state",
+    "pack_entry",
+    "read_entries",
+    "entry_offset",
+    "next_offset",
     "check_parameters",
-    "DYNAMIC", "NO_ID_FIRST", "NO_ID_LAST",
+    "DYNAMIC",
+    "NO_ID_FIRST",
+    "NO_ID_LAST",
 ]
 
 MAGIC = b"FESCBF\x00\x01"
@@ -137,15 +158,18 @@ class StageEntry:
         return self.offset + self.nbytes
 
 
-def check_parameters(capacity: object, error_rate: object, growth: object,
-                     tightening: object) -> None:
+def check_parameters(
+    capacity: object, error_rate: object, growth: object, tightening: object
+) -> None:
     """ValueError/TypeError naming the bad parameter (shared by create and open)."""
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise TypeError(f"capacity must be an int, not {type(capacity).__name__}")
     if capacity <= 0:
         raise ValueError(f"capacity must be a positive number of keys, got {capacity}")
-    for name, value, low, high in (("growth", growth, MIN_GROWTH, MAX_GROWTH),
-                                   ("tightening", tightening, MIN_TIGHTENING, MAX_TIGHTENING)):
+    for name, value, low, high in (
+        ("growth", growth, MIN_GROWTH, MAX_GROWTH),
+        ("tightening", tightening, MIN_TIGHTENING, MAX_TIGHTENING),
+    ):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(f"{name} must be a float, not {type(value).__name__}")
         if not low <= value <= high:
@@ -179,25 +203,37 @@ def entry_offset(index: int) -> int:
 
 # -- packing -------------------------------------------------------------------
 def pack_fixed(h: Header) -> bytes:
-    body = _FIXED.pack(MAGIC, VERSION, FIXED_SIZE, COUNTER_SCHEME, h.seed, h.max_stages,
-                       h.capacity, h.error_rate, h.growth, h.tightening, h.generation,
-                       TABLE_OFFSET, DATA_OFFSET)
+    body = _FIXED.pack(
+        MAGIC,
+        VERSION,
+        FIXED_SIZE,
+        COUNTER_SCHEME,
+        h.seed,
+        h.max_stages,
+        h.capacity,
+        h.error_rate,
+        h.growth,
+        h.tightening,
+        h.generation,
+        TABLE_OFFSET,
+        DATA_OFFSET,
+    )
     return body + _CRC.pack(zlib.crc32(body)) + bytes(4)
 
 
 def pack_state(buf, s: State) -> None:
     """Write the state block and its checksum into a writable buffer."""
-    _STATE.pack_into(buf, STATE_OFFSET, s.layout, s.applied_seq, s.mem_seqnum,
-                     s.disk_seqnum, s.flags, 0)
-    _CRC.pack_into(buf, STATE_CRC_OFFSET,
-                   zlib.crc32(buf[STATE_OFFSET:STATE_CRC_OFFSET]))
+    _STATE.pack_into(
+        buf, STATE_OFFSET, s.layout, s.applied_seq, s.mem_seqnum, s.disk_seqnum, s.flags, 0
+    )
+    _CRC.pack_into(buf, STATE_CRC_OFFSET, zlib.crc32(buf[STATE_OFFSET:STATE_CRC_OFFSET]))
 
 
 def pack_entry(buf, index: int, e: StageEntry) -> None:
     """Write stage ``index``'s geometry (with checksum) and empty counts."""
     at = entry_offset(index)
     static = _ENTRY_STATIC.pack(e.capacity, e.k, e.cells, e.offset, e.error_rate)
-    buf[at:at + 48] = static + _CRC.pack(zlib.crc32(static)) + bytes(4)
+    buf[at : at + 48] = static + _CRC.pack(zlib.crc32(static)) + bytes(4)
     DYNAMIC.pack_into(buf, at + DYNAMIC_OFFSET, 0, NO_ID_FIRST, NO_ID_LAST)
 
 
@@ -210,39 +246,82 @@ def _bad(path: str, field: str, expected: object, found: object, hint: str = "")
 def read_fixed(buf, size: int, path: str) -> Header:
     """Validate and decode the fixed header. ``size`` is the file length."""
     if size < DATA_OFFSET:
-        raise _bad(path, "file size", f"at least {DATA_OFFSET} bytes", f"{size} bytes",
-                   "the file is truncated or not a filter file")
+        raise _bad(
+            path,
+            "file size",
+            f"at least {DATA_OFFSET} bytes",
+            f"{size} bytes",
+            "the file is truncated or not a filter file",
+        )
     magic = bytes(buf[0:8])
     if magic != MAGIC:
-        raise _bad(path, "magic", repr(MAGIC), repr(magic),
-                   "not a filterengine scaling filter file")
+        raise _bad(
+            path, "magic", repr(MAGIC), repr(magic), "not a filterengine scaling filter file"
+        )
     (version,) = struct.unpack_from("<H", buf, 8)
     if version != VERSION:
-        raise _bad(path, "format version", VERSION, version,
-                   "written by another filterengine version: rebuild the file")
+        raise _bad(
+            path,
+            "format version",
+            VERSION,
+            version,
+            "written by another filterengine version: rebuild the file",
+        )
     (stored,) = _CRC.unpack_from(buf, 120)
     actual = zlib.crc32(buf[0:120])
     if stored != actual:
-        raise _bad(path, "header checksum", f"{stored:#010x}", f"{actual:#010x}",
-                   "the header is corrupt: rebuild the file")
-    if any(buf[124:128]) or any(buf[STATE_CRC_OFFSET + 4:TABLE_OFFSET]):
-        raise _bad(path, "reserved header bytes", "zeros", "non-zero bytes",
-                   "the header is corrupt: rebuild the file")
-    (_, _, header_size, scheme, seed, max_stages, capacity, error_rate, growth, tightening,
-     generation, table_offset, data_offset) = _FIXED.unpack_from(buf, 0)
-    for field, want, got in (("header size", FIXED_SIZE, header_size),
-                             ("hash scheme", COUNTER_SCHEME, scheme),
-                             ("max stages", MAX_STAGES, max_stages),
-                             ("stage table offset", TABLE_OFFSET, table_offset),
-                             ("data offset", DATA_OFFSET, data_offset)):
+        raise _bad(
+            path,
+            "header checksum",
+            f"{stored:#010x}",
+            f"{actual:#010x}",
+            "the header is corrupt: rebuild the file",
+        )
+    if any(buf[124:128]) or any(buf[STATE_CRC_OFFSET + 4 : TABLE_OFFSET]):
+        raise _bad(
+            path,
+            "reserved header bytes",
+            "zeros",
+            "non-zero bytes",
+            "the header is corrupt: rebuild the file",
+        )
+    (
+        _,
+        _,
+        header_size,
+        scheme,
+        seed,
+        max_stages,
+        capacity,
+        error_rate,
+        growth,
+        tightening,
+        generation,
+        table_offset,
+        data_offset,
+    ) = _FIXED.unpack_from(buf, 0)
+    for field, want, got in (
+        ("header size", FIXED_SIZE, header_size),
+        ("hash scheme", COUNTER_SCHEME, scheme),
+        ("max stages", MAX_STAGES, max_stages),
+        ("stage table offset", TABLE_OFFSET, table_offset),
+        ("data offset", DATA_OFFSET, data_offset),
+    ):
         if want != got:
             raise _bad(path, field, want, got)
     try:
         check_parameters(capacity, error_rate, growth, tightening)
     except (TypeError, ValueError) as exc:
         raise FilterFileError(f"{path}: parameters: {exc}") from None
-    return Header(seed=seed, capacity=capacity, error_rate=error_rate, growth=growth,
-                  tightening=tightening, generation=generation, max_stages=max_stages)
+    return Header(
+        seed=seed,
+        capacity=capacity,
+        error_rate=error_rate,
+        growth=growth,
+        tightening=tightening,
+        generation=generation,
+        max_stages=max_stages,
+    )
 
 
 def read_state(buf, path: str) -> State:
@@ -253,11 +332,15 @@ def read_state(buf, path: str) -> State:
     (stored,) = _CRC.unpack_from(buf, STATE_CRC_OFFSET)
     actual = zlib.crc32(buf[STATE_OFFSET:STATE_CRC_OFFSET])
     if stored != actual:
-        raise _bad(path, "state checksum", f"{stored:#010x}", f"{actual:#010x}",
-                   "the state block is corrupt: rebuild the file")
+        raise _bad(
+            path,
+            "state checksum",
+            f"{stored:#010x}",
+            f"{actual:#010x}",
+            "the state block is corrupt: rebuild the file",
+        )
     layout, applied, mem, disk, flags, _ = _STATE.unpack_from(buf, STATE_OFFSET)
-    return State(layout=layout, applied_seq=applied, mem_seqnum=mem, disk_seqnum=disk,
-                 flags=flags)
+    return State(layout=layout, applied_seq=applied, mem_seqnum=mem, disk_seqnum=disk, flags=flags)
 
 
 def read_entries(buf, count: int, header: Header, size: int, path: str) -> list[StageEntry]:
@@ -269,20 +352,35 @@ def read_entries(buf, count: int, header: Header, size: int, path: str) -> list[
     for index in range(count):
         at = entry_offset(index)
         (stored,) = _CRC.unpack_from(buf, at + 40)
-        actual = zlib.crc32(buf[at:at + 40])
+        actual = zlib.crc32(buf[at : at + 40])
         if stored != actual:
-            raise _bad(path, f"stage {index} checksum", f"{stored:#010x}", f"{actual:#010x}",
-                       "the stage table is corrupt: rebuild the file")
+            raise _bad(
+                path,
+                f"stage {index} checksum",
+                f"{stored:#010x}",
+                f"{actual:#010x}",
+                "the stage table is corrupt: rebuild the file",
+            )
         found = StageEntry(*_ENTRY_STATIC.unpack_from(buf, at))
         expected = stage_plan(header, index, offset)
         if found != expected:
-            raise _bad(path, f"stage {index} geometry", expected, found,
-                       "the stage table disagrees with the header's parameters")
+            raise _bad(
+                path,
+                f"stage {index} geometry",
+                expected,
+                found,
+                "the stage table disagrees with the header's parameters",
+            )
         if found.end > size:
-            raise _bad(path, f"file size (stage {index} ends at byte {found.end})",
-                       f"at least {found.end} bytes", f"{size} bytes", "the file is truncated")
+            raise _bad(
+                path,
+                f"file size (stage {index} ends at byte {found.end})",
+                f"at least {found.end} bytes",
+                f"{size} bytes",
+                "the file is truncated",
+            )
         count, first, last = DYNAMIC.unpack_from(buf, at + DYNAMIC_OFFSET)
-        if any(buf[at + 44:at + 48]) or any(buf[at + 72:at + ENTRY_SIZE]):
+        if any(buf[at + 44 : at + 48]) or any(buf[at + 72 : at + ENTRY_SIZE]):
             raise _bad(path, f"stage {index} reserved bytes", "zeros", "non-zero bytes")
         if count > found.capacity:
             # The writer never lets a stage take more than its capacity.
@@ -290,8 +388,7 @@ def read_entries(buf, count: int, header: Header, size: int, path: str) -> list[
         # A reader may catch a new stage's first store (one of the two ids
         # still the "none yet" sentinel): only two real ids can disagree.
         if first != NO_ID_FIRST and last != NO_ID_LAST and first > last:
-            raise _bad(path, f"stage {index} id range", "first id <= last id",
-                       f"{first} > {last}")
+            raise _bad(path, f"stage {index} id range", "first id <= last id", f"{first} > {last}")
         entries.append(found)
         offset = next_offset(found)
     return entries

@@ -59,9 +59,7 @@ _hash_bytes = mmh3.hash_bytes  # 16 little-endian bytes: h1 then h2
 
 
 def _key_type_error(key: object) -> TypeError:
-    return TypeError(
-        f"filter keys must be str or bytes, not {type(key).__name__} ({key!r:.60})"
-    )
+    return TypeError(f"filter keys must be str or bytes, not {type(key).__name__} ({key!r:.60})")
 
 
 def check_key(key: object) -> bytes:
@@ -116,18 +114,14 @@ def _hashable_keys(keys: Iterable[str | bytes]) -> Sequence[str | bytes]:
     return [key.encode() if type(key) is str else key for key in keys]  # type: ignore[union-attr]
 
 
-def hash_pairs(
-    keys: Iterable[str | bytes], seed: int = HASH_SEED
-) -> tuple[np.ndarray, np.ndarray]:
+def hash_pairs(keys: Iterable[str | bytes], seed: int = HASH_SEED) -> tuple[np.ndarray, np.ndarray]:
     """Hash many keys: two uint64 arrays (h1, h2), one entry per key, in order."""
     keys = _hashable_keys(keys)
     n = len(keys)
     if seed == 0:
         digests = np.fromiter(map(_hash_bytes, keys), dtype="S16", count=n)
     else:
-        digests = np.fromiter(
-            (_hash_bytes(key, seed) for key in keys), dtype="S16", count=n
-        )
+        digests = np.fromiter((_hash_bytes(key, seed) for key in keys), dtype="S16", count=n)
     # The S16 buffer holds the raw 16-byte digests (numpy only strips trailing
     # NULs when converting back to Python bytes), so a view reads h1, h2 exactly.
     pairs = digests.view("<u8").reshape(n, 2)

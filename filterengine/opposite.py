@@ -3,6 +3,7 @@ key recently?" set that may answer "not seen" wrongly but never "seen" wrongly.
 
 Use it to drop close duplicates (a click already recorded, a URL already confirmed
 clean) where forgetting is cheap and a false "seen" would lose data."""
+
 from __future__ import annotations
 
 import threading
@@ -51,8 +52,7 @@ class OppositeBloomFilter:
 
     __slots__ = ("_acquire", "_hash", "_lock", "_mask", "_release", "_slots")
 
-    def __init__(self, size: int,
-                 hash_func: Callable[[str | bytes], int] | None = None) -> None:
+    def __init__(self, size: int, hash_func: Callable[[str | bytes], int] | None = None) -> None:
         if isinstance(size, bool) or not isinstance(size, int):
             raise TypeError(f"size must be an int, not {type(size).__name__}")
         if size <= 0:

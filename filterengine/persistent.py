@@ -7,6 +7,7 @@ FANOUT. `add` copies the leaves whose bits change and the nodes on their paths;
 every other node is shared, by identity, with the previous version. A transient
 (batch) mode mutates in place the nodes it created itself, as Clojure's transients
 do, so a batch of n keys copies each touched block once, not n times."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -48,8 +49,19 @@ class _Leaf:
 class _Shape:
     """The geometry shared, unchanged, by every version of one filter."""
 
-    __slots__ = ("block_bits", "block_bytes", "block_shift", "blocks", "cells", "depth",
-                 "fanout", "fanout_shift", "k", "level_shifts", "offsets")
+    __slots__ = (
+        "block_bits",
+        "block_bytes",
+        "block_shift",
+        "blocks",
+        "cells",
+        "depth",
+        "fanout",
+        "fanout_shift",
+        "k",
+        "level_shifts",
+        "offsets",
+    )
 
     def __init__(self, capacity: int, error_rate: float, fanout: int, block_bytes: int) -> None:
         for name, value in (("fanout", fanout), ("block_bytes", block_bytes)):
@@ -128,8 +140,14 @@ class PersistentBloomFilter:
 
     __slots__ = ("_root", "_shape", "capacity", "count", "error_rate")
 
-    def __init__(self, capacity: int, error_rate: float, *, fanout: int = FANOUT,
-                 block_bytes: int = BLOCK_BYTES) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        error_rate: float,
+        *,
+        fanout: int = FANOUT,
+        block_bytes: int = BLOCK_BYTES,
+    ) -> None:
         self._shape = _Shape(capacity, error_rate, fanout, block_bytes)
         self.capacity, self.error_rate = capacity, error_rate
         self._root = _empty_tree(self._shape)
@@ -137,8 +155,9 @@ class PersistentBloomFilter:
         self.count = 0
 
     @classmethod
-    def _version(cls, parent: PersistentBloomFilter, root: _Node,
-                 count: int) -> PersistentBloomFilter:
+    def _version(
+        cls, parent: PersistentBloomFilter, root: _Node, count: int
+    ) -> PersistentBloomFilter:
         new = cls.__new__(cls)
         new._shape, new.capacity, new.error_rate = parent._shape, parent.capacity, parent.error_rate
         new._root, new.count = root, count
@@ -204,17 +223,27 @@ class PersistentBloomFilter:
 
     def is_compatible(self, other: PersistentBloomFilter) -> bool:
         a, b = self._shape, other._shape
-        return (a is b) or ((a.k, a.cells, a.fanout, a.block_bytes)
-                            == (b.k, b.cells, b.fanout, b.block_bytes))
+        return (a is b) or (
+            (a.k, a.cells, a.fanout, a.block_bytes) == (b.k, b.cells, b.fanout, b.block_bytes)
+        )
 
     def info(self) -> dict:
         s = self._shape
-        return {"k": s.k, "cells_per_slice": s.cells, "blocks": s.blocks, "depth": s.depth,
-                "fanout": s.fanout, "block_bytes": s.block_bytes, "count": self.count}
+        return {
+            "k": s.k,
+            "cells_per_slice": s.cells,
+            "blocks": s.blocks,
+            "depth": s.depth,
+            "fanout": s.fanout,
+            "block_bytes": s.block_bytes,
+            "count": self.count,
+        }
 
     def __repr__(self) -> str:
-        return (f"PersistentBloomFilter(capacity={self.capacity}, error_rate={self.error_rate}, "
-                f"count={self.count})")
+        return (
+            f"PersistentBloomFilter(capacity={self.capacity}, error_rate={self.error_rate}, "
+            f"count={self.count})"
+        )
 
 
 class TransientBloomFilter:
@@ -252,8 +281,7 @@ def diff(a: PersistentBloomFilter, b: PersistentBloomFilter) -> list[int]:
     """Indices of the blocks whose bits differ between `a` and `b`. Shared subtrees
     are skipped by identity, so diffing two close versions costs O(changes·depth)."""
     if not a.is_compatible(b):
-        raise ValueError(
-            f"cannot diff filters of different shapes: {a.info()} and {b.info()}")
+        raise ValueError(f"cannot diff filters of different shapes: {a.info()} and {b.info()}")
     shape = a._shape
     fshift = shape.fanout_shift
     out: list[int] = []

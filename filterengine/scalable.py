@@ -5,6 +5,7 @@ fixed bound on the false-positive rate (Almeida, Baquero, Preguiça, Hutchison,
 Stage i holds n0·s**i keys at error rate P0·r**i with P0 = P·(1 − r), so the rate
 compounded over any number of stages, 1 − Π(1 − P0·r**i), stays below P. Only the
 newest stage takes insertions; each key is hashed once for every stage."""
+
 from __future__ import annotations
 
 import math
@@ -71,14 +72,23 @@ class ScalableBloomFilter:
     each next one, each stage `tightening` times stricter, so that the whole filter's
     false-positive rate stays at most `error_rate` however many keys it takes."""
 
-    __slots__ = ("_budget", "_newest", "_stages", "error_rate", "growth", "initial_capacity",
-                 "tightening")
+    __slots__ = (
+        "_budget",
+        "_newest",
+        "_stages",
+        "error_rate",
+        "growth",
+        "initial_capacity",
+        "tightening",
+    )
 
-    def __init__(self, initial_capacity: int, error_rate: float, growth: float = 2,
-                 tightening: float = 0.85) -> None:
+    def __init__(
+        self, initial_capacity: int, error_rate: float, growth: float = 2, tightening: float = 0.85
+    ) -> None:
         if isinstance(initial_capacity, bool) or not isinstance(initial_capacity, int):
             raise TypeError(
-                f"initial_capacity must be an int, not {type(initial_capacity).__name__}")
+                f"initial_capacity must be an int, not {type(initial_capacity).__name__}"
+            )
         if initial_capacity < 1:
             raise ValueError(f"initial_capacity must be at least 1, got {initial_capacity}")
         if not (isinstance(error_rate, (int, float)) and 0.0 < error_rate < 1.0):
@@ -86,8 +96,7 @@ class ScalableBloomFilter:
         if not (isinstance(growth, (int, float)) and math.isfinite(growth) and growth >= 1):
             raise ValueError(f"growth must be a number >= 1, got {growth!r}")
         if not (isinstance(tightening, (int, float)) and 0.0 < tightening < 1.0):
-            raise ValueError(
-                f"tightening must be between 0 and 1 (exclusive), got {tightening!r}")
+            raise ValueError(f"tightening must be between 0 and 1 (exclusive), got {tightening!r}")
         self.initial_capacity, self.error_rate = initial_capacity, float(error_rate)
         self.growth, self.tightening = float(growth), float(tightening)
         self._stages: list[BloomFilter] = []
@@ -112,7 +121,8 @@ class ScalableBloomFilter:
             else:
                 planned *= 0.9
         raise ValueError(  # not reached with the engine's planner; never loop forever
-            f"cannot size stage {i} for {keys} keys at error rate {share:.3g}")
+            f"cannot size stage {i} for {keys} keys at error rate {share:.3g}"
+        )
 
     def _grow(self) -> BloomFilter:
         keys, capacity, planned = self._stage_plan(len(self._stages))
@@ -175,20 +185,38 @@ class ScalableBloomFilter:
 
     def info(self) -> dict:
         return {
-            "initial_capacity": self.initial_capacity, "error_rate": self.error_rate,
-            "growth": self.growth, "tightening": self.tightening, "bytes": self.nbytes,
-            "count": len(self), "expected_fpp": self.expected_fpp(),
-            "stages": [{"capacity": self._stage_plan(i)[0],
-                        "error_rate": stage_error_rate(self.error_rate, self.tightening, i),
-                        "count": s.count, "k": s.k, "cells_per_slice": s.cells,
-                        "bytes": s.nbytes} for i, s in enumerate(self._stages)],
+            "initial_capacity": self.initial_capacity,
+            "error_rate": self.error_rate,
+            "growth": self.growth,
+            "tightening": self.tightening,
+            "bytes": self.nbytes,
+            "count": len(self),
+            "expected_fpp": self.expected_fpp(),
+            "stages": [
+                {
+                    "capacity": self._stage_plan(i)[0],
+                    "error_rate": stage_error_rate(self.error_rate, self.tightening, i),
+                    "count": s.count,
+                    "k": s.k,
+                    "cells_per_slice": s.cells,
+                    "bytes": s.nbytes,
+                }
+                for i, s in enumerate(self._stages)
+            ],
         }
 
     # -- serialization ------------------------------------------------------
     def to_bytes(self) -> bytes:
         """Self-describing little-endian bytes; `from_bytes` reverses it."""
-        head = _HEADER.pack(_MAGIC, _VERSION, len(self._stages), self.initial_capacity,
-                            self.error_rate, self.growth, self.tightening)
+        head = _HEADER.pack(
+            _MAGIC,
+            _VERSION,
+            len(self._stages),
+            self.initial_capacity,
+            self.error_rate,
+            self.growth,
+            self.tightening,
+        )
         parts = [head, _CRC.pack(zlib.crc32(head), 0)]
         for stage in self._stages:
             blob = stage.to_bytes()
@@ -201,50 +229,61 @@ class ScalableBloomFilter:
         data = memoryview(data).cast("B")
         fixed = _HEADER.size + _CRC.size
         if len(data) < fixed:
-            raise FilterFileError(f"serialized scalable filter: truncated header: expected "
-                                  f"at least {fixed} bytes, found {len(data)}")
+            raise FilterFileError(
+                f"serialized scalable filter: truncated header: expected "
+                f"at least {fixed} bytes, found {len(data)}"
+            )
         magic, version, count, n0, p, s, r = _HEADER.unpack_from(data)
         if magic != _MAGIC:
-            raise FilterFileError(f"serialized scalable filter: magic: expected {_MAGIC!r}, "
-                                  f"found {bytes(magic)!r}")
+            raise FilterFileError(
+                f"serialized scalable filter: magic: expected {_MAGIC!r}, found {bytes(magic)!r}"
+            )
         crc, _ = _CRC.unpack_from(data, _HEADER.size)
-        if crc != zlib.crc32(data[:_HEADER.size]):
+        if crc != zlib.crc32(data[: _HEADER.size]):
             raise FilterFileError("serialized scalable filter: header checksum mismatch")
         if version != _VERSION:
-            raise FilterFileError(f"serialized scalable filter: version: expected {_VERSION}, "
-                                  f"found {version}")
+            raise FilterFileError(
+                f"serialized scalable filter: version: expected {_VERSION}, found {version}"
+            )
         self = cls.__new__(cls)
         self.initial_capacity, self.error_rate, self.growth, self.tightening = n0, p, s, r
         self._stages = []
         offset = fixed
         for i in range(count):
             if offset + _LEN.size > len(data):
-                raise FilterFileError(f"serialized scalable filter: truncated at stage {i} "
-                                      f"of {count}")
+                raise FilterFileError(
+                    f"serialized scalable filter: truncated at stage {i} of {count}"
+                )
             (length,) = _LEN.unpack_from(data, offset)
             offset += _LEN.size
             if offset + length > len(data):
                 raise FilterFileError(
                     f"serialized scalable filter: stage {i} needs {length} bytes, "
-                    f"found {len(data) - offset}")
-            stage = BloomFilter.from_bytes(data[offset:offset + length])
+                    f"found {len(data) - offset}"
+                )
+            stage = BloomFilter.from_bytes(data[offset : offset + length])
             keys, capacity, planned = self._stage_plan(i)
             expected = (capacity, planned)
             if (stage.capacity, stage.error_rate) != expected:
                 raise FilterFileError(
                     f"serialized scalable filter: stage {i} has capacity/error rate "
-                    f"{(stage.capacity, stage.error_rate)}, expected {expected}")
+                    f"{(stage.capacity, stage.error_rate)}, expected {expected}"
+                )
             self._stages.append(stage)
             offset += length
         if not self._stages or offset != len(data):
             raise FilterFileError(
                 f"serialized scalable filter: {len(data) - offset} bytes after {count} stages"
-                if self._stages else "serialized scalable filter: no stages")
+                if self._stages
+                else "serialized scalable filter: no stages"
+            )
         self._newest = self._stages[-1]
         self._budget = keys
         return self
 
     def __repr__(self) -> str:
-        return (f"ScalableBloomFilter(initial_capacity={self.initial_capacity}, "
-                f"error_rate={self.error_rate}, growth={self.growth}, "
-                f"tightening={self.tightening}) <{len(self._stages)} stages, {len(self)} keys>")
+        return (
+            f"ScalableBloomFilter(initial_capacity={self.initial_capacity}, "
+            f"error_rate={self.error_rate}, growth={self.growth}, "
+            f"tightening={self.tightening}) <{len(self._stages)} stages, {len(self)} keys>"
+        )

@@ -87,8 +87,9 @@ _NATIVE_Q, _LE_Q = struct.Struct("=Q"), struct.Struct("<Q")
 
 def _int_id(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"ids must be int (e.g. microsecond timestamps), not "
-                        f"{type(value).__name__}")
+        raise TypeError(
+            f"ids must be int (e.g. microsecond timestamps), not {type(value).__name__}"
+        )
     value = int(value)
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise ValueError(f"id {value} does not fit in a signed 64-bit integer")
@@ -130,7 +131,8 @@ def _acquire_lock(path: str, timeout: float) -> int:
                 raise FilterLockedError(
                     f"{path}: another process is writing this filter (its lock "
                     f"{lock_path} is held); open it read-only, or retry when that "
-                    f"writer has closed it") from None
+                    f"writer has closed it"
+                ) from None
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
 
@@ -147,8 +149,19 @@ class _View:
     thread that is mid-answer keeps using the mapping it started with (old
     mappings stay valid: files only grow, and a replaced file stays mapped)."""
 
-    __slots__ = ("mm", "buf", "array", "word", "layout", "header", "stages", "probes",
-                 "size", "fd", "seed")
+    __slots__ = (
+        "mm",
+        "buf",
+        "array",
+        "word",
+        "layout",
+        "header",
+        "stages",
+        "probes",
+        "size",
+        "fd",
+        "seed",
+    )
 
     def __init__(self, fd: int, writable: bool, path: str) -> None:
         """Map ``fd`` and validate it. The view owns ``fd`` from here on: it is
@@ -167,7 +180,8 @@ class _View:
             # Validate before mapping: mmap of an empty file would fail obscurely.
             raise FilterFileError(
                 f"{path}: file size: expected at least {ff.DATA_OFFSET} bytes, found "
-                f"{size} bytes (the file is truncated or not a filter file)")
+                f"{size} bytes (the file is truncated or not a filter file)"
+            )
         access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
         self.mm = mmap.mmap(fd, size, access=access)
         self.size = size
@@ -175,7 +189,7 @@ class _View:
         self.header = ff.read_fixed(self.buf, size, path)
         self.seed = self.header.seed
         # The layout word in native byte order: only ever compared with itself.
-        self.word = self.buf[ff.STATE_OFFSET:ff.STATE_OFFSET + 8].cast("Q")
+        self.word = self.buf[ff.STATE_OFFSET : ff.STATE_OFFSET + 8].cast("Q")
         for attempt in range(_STATE_RETRIES):
             try:
                 state = ff.read_state(self.buf, path)
@@ -223,8 +237,7 @@ class _View:
             self.release()
 
 
-def _probe(stage: ff.StageEntry, buf: memoryview
-           ) -> tuple[memoryview, tuple[memoryview, ...], int]:
+def _probe(stage: ff.StageEntry, buf: memoryview) -> tuple[memoryview, tuple[memoryview, ...], int]:
     """What the scalar lookup needs of a stage, resolved once per mapping: a
     view of each region of ``cells`` bytes holding a pair of slices (layout:
     counters.py), the first apart, and cells per slice. Slices come in pairs
@@ -233,11 +246,14 @@ def _probe(stage: ff.StageEntry, buf: memoryview
     masks 0x0F then 0xF0. Indexing a region's own view saves an addition per
     probe (about 15% of a lookup, measured)."""
     if stage.k & 1:
-        raise AssertionError(f"stage of odd k={stage.k}: the file passed validation "
-                             "but plan_slices(paired=True) gives an even k")
+        raise AssertionError(
+            f"stage of odd k={stage.k}: the file passed validation "
+            "but plan_slices(paired=True) gives an even k"
+        )
     cells = stage.cells
-    regions = tuple(buf[stage.offset + j * cells:stage.offset + (j + 1) * cells]
-                    for j in range(stage.k >> 1))
+    regions = tuple(
+        buf[stage.offset + j * cells : stage.offset + (j + 1) * cells] for j in range(stage.k >> 1)
+    )
     return regions[0], regions[1:], cells
 
 
@@ -263,8 +279,9 @@ class ScalingCountingBloomFilter:
 
     # -- opening ------------------------------------------------------------
     @classmethod
-    def _attach(cls, path: str, fd: int, *, readonly: bool, lock_fd: int | None
-                ) -> ScalingCountingBloomFilter:
+    def _attach(
+        cls, path: str, fd: int, *, readonly: bool, lock_fd: int | None
+    ) -> ScalingCountingBloomFilter:
         self = object.__new__(cls)
         self.path = path
         self.readonly = readonly
@@ -290,9 +307,16 @@ class ScalingCountingBloomFilter:
         return self
 
     @classmethod
-    def create(cls, path: str | os.PathLike, capacity: int, error_rate: float, *,
-               growth: float = DEFAULT_GROWTH, tightening: float = DEFAULT_TIGHTENING,
-               seed: int = HASH_SEED) -> ScalingCountingBloomFilter:
+    def create(
+        cls,
+        path: str | os.PathLike,
+        capacity: int,
+        error_rate: float,
+        *,
+        growth: float = DEFAULT_GROWTH,
+        tightening: float = DEFAULT_TIGHTENING,
+        seed: int = HASH_SEED,
+    ) -> ScalingCountingBloomFilter:
         """Create a new, empty filter file at ``path`` and open it for writing.
 
         Raises FileExistsError if ``path`` exists (use ``build`` to replace a
@@ -300,13 +324,17 @@ class ScalingCountingBloomFilter:
         path = os.fspath(path)
         ff.check_parameters(capacity, error_rate, growth, tightening)
         if os.path.exists(path):
-            raise FileExistsError(f"{path}: already exists; open() it, or build() a "
-                                  "replacement")
+            raise FileExistsError(f"{path}: already exists; open() it, or build() a replacement")
         lock_fd = _acquire_lock(path, 0.0)
         try:
-            header = ff.Header(seed=seed, capacity=capacity, error_rate=float(error_rate),
-                               growth=float(growth), tightening=float(tightening),
-                               generation=time.time_ns() // 1000)
+            header = ff.Header(
+                seed=seed,
+                capacity=capacity,
+                error_rate=float(error_rate),
+                growth=float(growth),
+                tightening=float(tightening),
+                generation=time.time_ns() // 1000,
+            )
             tmp = _write_empty(path, header, applied_seq=0)
             try:
                 # link() refuses to replace: a file created meanwhile is kept.
@@ -321,9 +349,15 @@ class ScalingCountingBloomFilter:
             raise
 
     @classmethod
-    def open(cls, path: str | os.PathLike, readonly: bool = False, *,
-             capacity: int | None = None, error_rate: float | None = None,
-             lock_timeout: float = 0.0) -> ScalingCountingBloomFilter:
+    def open(
+        cls,
+        path: str | os.PathLike,
+        readonly: bool = False,
+        *,
+        capacity: int | None = None,
+        error_rate: float | None = None,
+        lock_timeout: float = 0.0,
+    ) -> ScalingCountingBloomFilter:
         """Map an existing filter file: O(1), parameters come from its header.
 
         A writer (``readonly=False``) takes the file's lock, waiting at most
@@ -341,16 +375,27 @@ class ScalingCountingBloomFilter:
             found = getattr(self._header, name)
             if wanted is not None and wanted != found:
                 self.close()
-                raise FilterFileError(f"{path}: {name}: expected {wanted}, found {found} "
-                                      "(the file was made with other parameters)")
+                raise FilterFileError(
+                    f"{path}: {name}: expected {wanted}, found {found} "
+                    "(the file was made with other parameters)"
+                )
         return self
 
     @classmethod
-    def build(cls, path: str | os.PathLike, pairs: Iterable[tuple[str | bytes, int]], *,
-              capacity: int, error_rate: float, applied_seq: int = 0,
-              growth: float = DEFAULT_GROWTH, tightening: float = DEFAULT_TIGHTENING,
-              seed: int = HASH_SEED, writer: ScalingCountingBloomFilter | None = None,
-              lock_timeout: float = 30.0) -> int:
+    def build(
+        cls,
+        path: str | os.PathLike,
+        pairs: Iterable[tuple[str | bytes, int]],
+        *,
+        capacity: int,
+        error_rate: float,
+        applied_seq: int = 0,
+        growth: float = DEFAULT_GROWTH,
+        tightening: float = DEFAULT_TIGHTENING,
+        seed: int = HASH_SEED,
+        writer: ScalingCountingBloomFilter | None = None,
+        lock_timeout: float = 30.0,
+    ) -> int:
         """Write a complete new file from (key, id) pairs and atomically replace ``path``.
 
         The new file is written aside in the same directory, fsynced, moved over
@@ -376,12 +421,18 @@ class ScalingCountingBloomFilter:
         try:
             old_fd = _open_existing(path)
             generation = max(time.time_ns() // 1000, _generation_of(old_fd) + 1)
-            header = ff.Header(seed=seed, capacity=capacity, error_rate=float(error_rate),
-                               growth=float(growth), tightening=float(tightening),
-                               generation=generation)
+            header = ff.Header(
+                seed=seed,
+                capacity=capacity,
+                error_rate=float(error_rate),
+                growth=float(growth),
+                tightening=float(tightening),
+                generation=generation,
+            )
             tmp = _write_empty(path, header, applied_seq=applied_seq)
-            fresh = cls._attach(tmp, os.open(tmp, os.O_RDWR | os.O_CLOEXEC),
-                                readonly=False, lock_fd=None)
+            fresh = cls._attach(
+                tmp, os.open(tmp, os.O_RDWR | os.O_CLOEXEC), readonly=False, lock_fd=None
+            )
             fresh.path = path  # error messages name the file the caller asked for
             try:
                 with fresh.change():
@@ -447,20 +498,21 @@ class ScalingCountingBloomFilter:
 
     def _writable(self) -> _View:
         if self.readonly:
-            raise PermissionError(f"{self.path}: opened read-only; open it with "
-                                  "readonly=False to change it")
+            raise PermissionError(
+                f"{self.path}: opened read-only; open it with readonly=False to change it"
+            )
         view = self._view
         if isinstance(view, _ClosedView):
             raise ValueError(f"{self.path}: the filter is closed")
         return view
 
     def _dynamic(self, index: int) -> tuple[int, int, int]:
-        return ff.DYNAMIC.unpack_from(self._view.buf,
-                                      ff.entry_offset(index) + ff.DYNAMIC_OFFSET)
+        return ff.DYNAMIC.unpack_from(self._view.buf, ff.entry_offset(index) + ff.DYNAMIC_OFFSET)
 
     def _set_dynamic(self, index: int, count: int, first: int, last: int) -> None:
-        ff.DYNAMIC.pack_into(self._view.buf, ff.entry_offset(index) + ff.DYNAMIC_OFFSET,
-                             count, first, last)
+        ff.DYNAMIC.pack_into(
+            self._view.buf, ff.entry_offset(index) + ff.DYNAMIC_OFFSET, count, first, last
+        )
 
     def _add_stage(self) -> _View:
         """Append a stage (the newest is full): grow the file, then publish."""
@@ -469,7 +521,8 @@ class ScalingCountingBloomFilter:
         if index >= self._header.max_stages:
             raise FilterFileError(
                 f"{self.path}: stage count: expected at most {self._header.max_stages}, "
-                "found the table full; rebuild with a larger capacity")
+                "found the table full; rebuild with a larger capacity"
+            )
         entry = ff.stage_plan(self._header, index, ff.next_offset(view.stages[-1]))
         # Order matters for readers: the file is long enough and the entry is
         # written before the stage count that makes them look at it.
@@ -590,8 +643,7 @@ class ScalingCountingBloomFilter:
         ok = False
         try:
             if self._remove_hashed(h1, h2, id) is None:
-                raise KeyError(f"{key!r} with id {id} is not in the filter; "
-                               "nothing was removed")
+                raise KeyError(f"{key!r} with id {id} is not in the filter; nothing was removed")
             self._modified = ok = True
         finally:
             self._end(ok)
@@ -683,8 +735,7 @@ class ScalingCountingBloomFilter:
             if todo is not None and not len(todo):
                 break
             a1, a2 = (h1, h2) if todo is None else (h1[todo], h2[todo])
-            hit = stage_contains_many(view.array, stage.offset * 2, stage.k, stage.cells,
-                                      a1, a2)
+            hit = stage_contains_many(view.array, stage.offset * 2, stage.k, stage.cells, a1, a2)
             if todo is None:
                 result |= hit
                 todo = np.flatnonzero(~hit)
@@ -706,13 +757,18 @@ class ScalingCountingBloomFilter:
                 view, index, room = self._newest_with_room()
                 end = min(len(h1), pos + room)
                 stage = view.stages[index]
-                stage_add_many(view.array, stage.offset * 2, stage.k, stage.cells,
-                               h1[pos:end], h2[pos:end])
+                stage_add_many(
+                    view.array, stage.offset * 2, stage.k, stage.cells, h1[pos:end], h2[pos:end]
+                )
                 self._modified = True
                 count, first, last = self._dynamic(index)
                 part = ids[pos:end]
-                self._set_dynamic(index, count + end - pos, min(first, int(part.min())),
-                                  max(last, int(part.max())))
+                self._set_dynamic(
+                    index,
+                    count + end - pos,
+                    min(first, int(part.min())),
+                    max(last, int(part.max())),
+                )
                 pos = end
 
     def remove_many(self, keys: Iterable[str | bytes], ids: Iterable[int]) -> None:
@@ -733,16 +789,18 @@ class ScalingCountingBloomFilter:
             todo = np.flatnonzero((owner < 0) & (ids >= first) & (ids <= last))
             if len(todo):
                 stage = view.stages[index]
-                hit = stage_contains_many(view.array, stage.offset * 2, stage.k,
-                                          stage.cells, h1[todo], h2[todo])
+                hit = stage_contains_many(
+                    view.array, stage.offset * 2, stage.k, stage.cells, h1[todo], h2[todo]
+                )
                 owner[todo[hit]] = index
         plans = []
         if not (owner < 0).any():
             for index in np.unique(owner).tolist():
                 rows = np.flatnonzero(owner == index)
                 stage = view.stages[index]
-                plan, short = stage_remove_check(view.array, stage.offset * 2, stage.k,
-                                                 stage.cells, h1[rows], h2[rows])
+                plan, short = stage_remove_check(
+                    view.array, stage.offset * 2, stage.k, stage.cells, h1[rows], h2[rows]
+                )
                 if short.any():
                     plans = None
                     break
@@ -763,21 +821,24 @@ class ScalingCountingBloomFilter:
         finally:
             self._end(ok)
 
-    def _remove_one_by_one(self, keys: list, h1: np.ndarray, h2: np.ndarray,
-                           ids: np.ndarray) -> None:
+    def _remove_one_by_one(
+        self, keys: list, h1: np.ndarray, h2: np.ndarray, ids: np.ndarray
+    ) -> None:
         """remove_many's exact path, when the vectorised plan cannot place every
         removal (a key with no stage by id range, or removed more often in the
         batch than one stage holds it): key by key, undone if one fails."""
         done: list[tuple[int, list[int]]] = []
         modified = self._modified
-        for position, (a, b, id_) in enumerate(zip(h1.tolist(), h2.tolist(), ids.tolist(),
-                                                   strict=True)):
+        for position, (a, b, id_) in enumerate(
+            zip(h1.tolist(), h2.tolist(), ids.tolist(), strict=True)
+        ):
             taken = self._remove_hashed(a, b, id_)
             if taken is None:
                 self._undo_removals(done)
                 self._modified = modified  # nothing of this batch is left
-                raise removal_refused([keys[position]], "not present (or removed more often "
-                               "than added)")
+                raise removal_refused(
+                    [keys[position]], "not present (or removed more often than added)"
+                )
             done.append(taken)
 
     # -- state and measurements -----------------------------------------------
@@ -816,8 +877,11 @@ class ScalingCountingBloomFilter:
 
         Also False while a live writer is between a change and its flush()."""
         state = ff.read_state(self._live_view().buf, self.path)
-        return (not state.flags & ff.FLAG_TORN and state.mem_seqnum != 0
-                and state.disk_seqnum == state.mem_seqnum)
+        return (
+            not state.flags & ff.FLAG_TORN
+            and state.mem_seqnum != 0
+            and state.disk_seqnum == state.mem_seqnum
+        )
 
     @property
     def count(self) -> int:
@@ -851,21 +915,24 @@ class ScalingCountingBloomFilter:
             nonzero = slice_nonzero(view.array, stage.offset * 2, stage.k, stage.cells)
             fpr = math.prod(x / stage.cells for x in nonzero)
             miss_all *= 1.0 - fpr
-            stages.append({
-                "index": index,
-                "first_id": first if first != ff.NO_ID_FIRST else None,
-                "last_id": last if last != ff.NO_ID_LAST else None,
-                "count": count,
-                "capacity": stage.capacity,
-                "k": stage.k,
-                "cells_per_slice": stage.cells,
-                "bytes": stage.nbytes,
-                "error_rate": stage.error_rate,
-                "fill": sum(nonzero) / (stage.k * stage.cells),
-                "estimated_fpr": fpr,
-                "saturated": saturated_counters(view.array, stage.offset * 2, stage.k,
-                                                stage.cells),
-            })
+            stages.append(
+                {
+                    "index": index,
+                    "first_id": first if first != ff.NO_ID_FIRST else None,
+                    "last_id": last if last != ff.NO_ID_LAST else None,
+                    "count": count,
+                    "capacity": stage.capacity,
+                    "k": stage.k,
+                    "cells_per_slice": stage.cells,
+                    "bytes": stage.nbytes,
+                    "error_rate": stage.error_rate,
+                    "fill": sum(nonzero) / (stage.k * stage.cells),
+                    "estimated_fpr": fpr,
+                    "saturated": saturated_counters(
+                        view.array, stage.offset * 2, stage.k, stage.cells
+                    ),
+                }
+            )
         header = view.header
         return {
             "path": self.path,
@@ -880,8 +947,11 @@ class ScalingCountingBloomFilter:
             "bytes": view.stages[-1].end,
             "estimated_fpr": 1.0 - miss_all,
             "applied_seq": state.applied_seq,
-            "is_clean": (not state.flags & ff.FLAG_TORN and state.mem_seqnum != 0
-                         and state.disk_seqnum == state.mem_seqnum),
+            "is_clean": (
+                not state.flags & ff.FLAG_TORN
+                and state.mem_seqnum != 0
+                and state.disk_seqnum == state.mem_seqnum
+            ),
             "mem_seqnum": state.mem_seqnum,
             "disk_seqnum": state.disk_seqnum,
             "stages": stages,
@@ -922,23 +992,25 @@ class ScalingCountingBloomFilter:
         if isinstance(self._view, _ClosedView):
             return f"<ScalingCountingBloomFilter {self.path!r} closed>"
         mode = "read-only" if self.readonly else "writer"
-        return (f"<ScalingCountingBloomFilter {self.path!r} {mode} "
-                f"stages={len(self._view.stages)} generation={self._header.generation}>")
+        return (
+            f"<ScalingCountingBloomFilter {self.path!r} {mode} "
+            f"stages={len(self._view.stages)} generation={self._header.generation}>"
+        )
 
 
 # -- file helpers ---------------------------------------------------------------
 def _write_empty(path: str, header: ff.Header, *, applied_seq: int) -> str:
     """Write a complete one-stage file beside ``path``; return its temp path."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
-                               suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         stage = ff.stage_plan(header, 0, ff.DATA_OFFSET)
         os.ftruncate(fd, stage.end)  # counters start as zeros (a sparse file)
         head = bytearray(ff.DATA_OFFSET)
-        head[0:ff.FIXED_SIZE] = ff.pack_fixed(header)
-        ff.pack_state(head, ff.State(layout=1, applied_seq=applied_seq, mem_seqnum=1,
-                                     disk_seqnum=1, flags=0))
+        head[0 : ff.FIXED_SIZE] = ff.pack_fixed(header)
+        ff.pack_state(
+            head, ff.State(layout=1, applied_seq=applied_seq, mem_seqnum=1, disk_seqnum=1, flags=0)
+        )
         ff.pack_entry(head, 0, stage)
         os.pwrite(fd, head, 0)
         os.fsync(fd)
@@ -986,7 +1058,7 @@ def _mark_superseded(fd: int) -> None:
             state = ff.read_state(head, "")
             state.layout |= ff.SUPERSEDED
             ff.pack_state(head, state)
-            os.pwrite(fd, bytes(head[ff.STATE_OFFSET:ff.TABLE_OFFSET]), ff.STATE_OFFSET)
+            os.pwrite(fd, bytes(head[ff.STATE_OFFSET : ff.TABLE_OFFSET]), ff.STATE_OFFSET)
     except FilterFileError:
         # A corrupt state block: nobody can have opened the file since it broke,
         # but someone who mapped it before may still check the layout word.

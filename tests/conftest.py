@@ -1,6 +1,7 @@
 """Shared fixtures: every test gets its own var dir and filter file (nothing touches
 var/ of the checkout), a fresh filter registry, and helpers to build the filter from
 the rules a test has written."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The library must stay importable without Django."""
+
 import subprocess
 import sys
 

@@ -1,5 +1,6 @@
 """The urlguard AppConfig: registers the system checks and maps the filter once per
 process at start-up."""
+
 from django.apps import AppConfig
 
 

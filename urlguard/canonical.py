@@ -29,6 +29,7 @@ occur where bytes were decoded as Latin-1 (WSGI, or the reference list's
 Work is linear in the input: repeated unescaping finishes in one pass however
 deeply `%25` is nested, and input longer than MAX_URL_LENGTH is refused.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -278,7 +279,7 @@ def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes]:
                 f"{_short(raw)} uses the {scheme.decode('ascii', 'replace')}: scheme; "
                 "only http and https URLs can be checked"
             )
-        return scheme.decode("ascii"), data[match.end():].lstrip(b"/\\")
+        return scheme.decode("ascii"), data[match.end() :].lstrip(b"/\\")
     if data[:1] in (b"/", b"\\"):
         if data[1:2] in (b"/", b"\\"):  # "//host/path": scheme-relative
             return "http", data.lstrip(b"/\\")
@@ -303,7 +304,7 @@ def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool]:
         close = host.find(b"]")
         if close == -1:
             raise ValueError(f"no ']' closing the IPv6 address in {_short(raw)}")
-        port = host[close + 1:]
+        port = host[close + 1 :]
         host = host[: close + 1]
     else:
         host, colon, port = host.rpartition(b":")

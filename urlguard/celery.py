@@ -9,6 +9,7 @@ every "apply changes" nudge) and the ordinary queue:
 broadcasts the periodic catch-up; running it on several nodes only repeats an
 idempotent catch-up.
 """
+
 import os
 
 from celery import Celery
@@ -37,8 +38,12 @@ def _urlguard_defaults() -> dict:
     # Redis an exchange the publisher has not declared is taken for a direct one, so
     # the message would match no binding and vanish; declaring the fanout exchange
     # (same attributes as the workers') makes it a PUBLISH every node receives.
-    per_node = {"queue": conf.BROADCAST_QUEUE, "exchange": conf.BROADCAST_QUEUE,
-                "routing_key": broadcast.routing_key, "declare": [broadcast.exchange]}
+    per_node = {
+        "queue": conf.BROADCAST_QUEUE,
+        "exchange": conf.BROADCAST_QUEUE,
+        "routing_key": broadcast.routing_key,
+        "declare": [broadcast.exchange],
+    }
     return {
         "task_queues": (
             Queue("celery", Exchange("celery"), routing_key="celery"),

@@ -8,6 +8,7 @@ transaction, which is safe to skip. The Celery message is only a nudge: a lost o
 is caught up from the log (tasks.catch_up), so a broker that is down never loses or
 refuses an edit.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,14 @@ from urlguard.rules import RuleError, normalize_rule
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "BulkResult", "Refusal", "RuleExists", "add_rule", "add_rules", "remove_rule",
-    "remove_rules", "CHUNK_SIZE",
+    "BulkResult",
+    "Refusal",
+    "RuleExists",
+    "add_rule",
+    "add_rules",
+    "remove_rule",
+    "remove_rules",
+    "CHUNK_SIZE",
 ]
 
 # One transaction per chunk: big enough for bulk inserts to be fast, small enough
@@ -40,8 +47,12 @@ _ADD = str(ChangeEvent.Action.ADD.value)
 # pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
 _CHANGE_LOG_LOCK = 0x75726C67
 # The nudge must not hold an admin request hostage when the broker is down.
-_NUDGE_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
-                       "interval_max": 0.5}
+_NUDGE_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
 
 
 class RuleExists(RuleError):
@@ -75,8 +86,10 @@ class BulkResult:
 
     def summary(self) -> str:
         verb = "would be added" if self.dry_run else "added"
-        return (f"{len(self.added)} {verb}, {len(self.skipped)} skipped (already listed), "
-                f"{len(self.refused)} refused")
+        return (
+            f"{len(self.added)} {verb}, {len(self.skipped)} skipped (already listed), "
+            f"{len(self.refused)} refused"
+        )
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,8 @@ _CATEGORIES = frozenset(Category.values)
 def _check_category(category: str) -> str:
     if category not in _CATEGORIES:
         raise RuleError(
-            f"unknown category {category!r}; choose one of {', '.join(Category.values)}")
+            f"unknown category {category!r}; choose one of {', '.join(Category.values)}"
+        )
     return str(category)  # a Category member becomes its plain value
 
 
@@ -123,18 +137,22 @@ def _nudge(seq: int) -> None:
     try:
         from urlguard.tasks import apply_changes
 
-        apply_changes.apply_async(kwargs={"up_to_seq": seq}, retry=True,
-                                  retry_policy=_NUDGE_RETRY_POLICY)
+        apply_changes.apply_async(
+            kwargs={"up_to_seq": seq}, retry=True, retry_policy=_NUDGE_RETRY_POLICY
+        )
     except Exception as exc:  # broker down, or (in-process mode) the apply itself failed
         logger.warning(
             "change #%s is committed but the apply_changes nudge failed (%s: %s); "
             "the periodic catch-up (or `manage.py sync_filter`) will apply it",
-            seq, type(exc).__name__, exc,
+            seq,
+            type(exc).__name__,
+            exc,
         )
 
 
-def add_rule(text: str, *, category: str, source: str = "admin", note: str = "",
-             user: Any = None) -> SpamRule:
+def add_rule(
+    text: str, *, category: str, source: str = "admin", note: str = "", user: Any = None
+) -> SpamRule:
     """Normalize `text` (URL, host or expression) and list it. Raises RuleError (with
     the reason) if it cannot be a rule, RuleExists if it is already listed."""
     expression = normalize_rule(text)
@@ -145,12 +163,22 @@ def add_rule(text: str, *, category: str, source: str = "admin", note: str = "",
         existing = SpamRule.objects.filter(expression=expression).first()
         if existing is not None:
             raise RuleExists(expression, existing)
-        rule = SpamRule(expression=expression, category=category, added_at=_next_added_at(),
-                        source=source, note=note, added_by=_actor(user))
+        rule = SpamRule(
+            expression=expression,
+            category=category,
+            added_at=_next_added_at(),
+            source=source,
+            note=note,
+            added_by=_actor(user),
+        )
         rule.save(force_insert=True, using=using)
         event = ChangeEvent.objects.create(
-            action=ChangeEvent.Action.ADD, expression=expression, added_at=rule.added_at,
-            category=category, actor=_actor(user), source=source,
+            action=ChangeEvent.Action.ADD,
+            expression=expression,
+            added_at=rule.added_at,
+            category=category,
+            actor=_actor(user),
+            source=source,
         )
         transaction.on_commit(partial(_nudge, event.seq), using=using)
     return rule
@@ -163,8 +191,9 @@ def remove_rule(rule: SpamRule, *, user: Any = None, source: str = "admin") -> N
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
         # Read the row again under the lock: the caller's copy may be stale.
-        row = (SpamRule.objects.filter(pk=rule.pk)
-               .values("expression", "added_at", "category").first())
+        row = (
+            SpamRule.objects.filter(pk=rule.pk).values("expression", "added_at", "category").first()
+        )
         if row is None:
             logger.info("rule #%s (%s) was already removed", rule.pk, rule.expression)
             return
@@ -172,15 +201,19 @@ def remove_rule(rule: SpamRule, *, user: Any = None, source: str = "admin") -> N
         # The removal carries the rule's own added_at: it routes to the stage that
         # took the addition, however long ago that was.
         event = ChangeEvent.objects.create(
-            action=ChangeEvent.Action.REMOVE, expression=row["expression"],
-            added_at=row["added_at"], category=row["category"], actor=_actor(user),
+            action=ChangeEvent.Action.REMOVE,
+            expression=row["expression"],
+            added_at=row["added_at"],
+            category=row["category"],
+            actor=_actor(user),
             source=source,
         )
         transaction.on_commit(partial(_nudge, event.seq), using=using)
 
 
-def _coerce(item: Any, default_category: str
-            ) -> tuple[str | None, str, str, int | None, str | None]:
+def _coerce(
+    item: Any, default_category: str
+) -> tuple[str | None, str, str, int | None, str | None]:
     """-> (text, category, note, lineno, error) from a str, a (text, category[, note])
     tuple, or an importing.ParsedLine-like object; text None = nothing to import (a
     comment or blank line)."""
@@ -193,23 +226,29 @@ def _coerce(item: Any, default_category: str
     text = getattr(item, "expression", None)
     if error:
         text = getattr(item, "raw", "") or ""
-    return (text, getattr(item, "category", None) or default_category,
-            getattr(item, "note", "") or "", getattr(item, "lineno", None), error)
+    return (
+        text,
+        getattr(item, "category", None) or default_category,
+        getattr(item, "note", "") or "",
+        getattr(item, "lineno", None),
+        error,
+    )
 
 
 def in_batches(values: list, size: int = _IN_BATCH) -> Iterator[list]:
     """`values` in slices of `size`; by default short enough for one IN (...) on
     every backend."""
     for i in range(0, len(values), size):
-        yield values[i:i + size]
+        yield values[i : i + size]
 
 
 def existing_expressions(expressions: list[str]) -> set[str]:
     """Which of `expressions` the spam table already lists (one query per batch)."""
     found: set[str] = set()
     for batch in in_batches(expressions):
-        found.update(SpamRule.objects.filter(expression__in=batch)
-                     .values_list("expression", flat=True))
+        found.update(
+            SpamRule.objects.filter(expression__in=batch).values_list("expression", flat=True)
+        )
     return found
 
 
@@ -231,8 +270,9 @@ def _db_value(using: str, model: Any, name: str, value: Any) -> Any:
     return model._meta.get_field(name).get_db_prep_save(value, connections[using])
 
 
-def _add_chunk(chunk: list[_Candidate], result: BulkResult, *, source: str, user: Any,
-               dry_run: bool) -> None:
+def _add_chunk(
+    chunk: list[_Candidate], result: BulkResult, *, source: str, user: Any, dry_run: bool
+) -> None:
     using = router.db_for_write(SpamRule)
     if dry_run:
         present = existing_expressions([c.expression for c in chunk])
@@ -251,26 +291,50 @@ def _add_chunk(chunk: list[_Candidate], result: BulkResult, *, source: str, user
         actor_id = actor.pk if actor is not None else None
         now = _db_value(using, SpamRule, "created", timezone.now())
         ids = [first_id + i for i in range(len(new))]
-        _insert(using, SpamRule,
-                ("expression", "category", "note", "added_at", "source", "added_by", "created",
-                 "updated"),
-                [(c.expression, c.category, c.note, added_at, source, actor_id, now, now)
-                 for c, added_at in zip(new, ids, strict=True)])
+        _insert(
+            using,
+            SpamRule,
+            (
+                "expression",
+                "category",
+                "note",
+                "added_at",
+                "source",
+                "added_by",
+                "created",
+                "updated",
+            ),
+            [
+                (c.expression, c.category, c.note, added_at, source, actor_id, now, now)
+                for c, added_at in zip(new, ids, strict=True)
+            ],
+        )
         # One statement per chunk, rows in added_at order: seq follows added_at.
-        _insert(using, ChangeEvent,
-                ("action", "expression", "added_at", "category", "actor", "source", "created"),
-                [(_ADD, c.expression, added_at, c.category, actor_id,
-                  source, now) for c, added_at in zip(new, ids, strict=True)])
+        _insert(
+            using,
+            ChangeEvent,
+            ("action", "expression", "added_at", "category", "actor", "source", "created"),
+            [
+                (_ADD, c.expression, added_at, c.category, actor_id, source, now)
+                for c, added_at in zip(new, ids, strict=True)
+            ],
+        )
         # Under the change-log lock, the newest seq is this chunk's last event.
         last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
         transaction.on_commit(partial(_nudge, last_seq), using=using)
         result.added.extend(c.expression for c in new)
 
 
-def add_rules(items: Iterable[Any], *, source: str, user: Any = None,
-              category: str = Category.SPAM, dry_run: bool = False,
-              chunk_size: int = CHUNK_SIZE,
-              progress: Callable[[int], None] | None = None) -> BulkResult:
+def add_rules(
+    items: Iterable[Any],
+    *,
+    source: str,
+    user: Any = None,
+    category: str = Category.SPAM,
+    dry_run: bool = False,
+    chunk_size: int = CHUNK_SIZE,
+    progress: Callable[[int], None] | None = None,
+) -> BulkResult:
     """List many rules, one transaction (and one nudge) per chunk.
 
     `items`: strings (listed under `category`), (text, category[, note]) tuples, or
@@ -326,8 +390,9 @@ def _pks(rules: Iterable[Any]) -> Iterator[int]:
         yield rule if isinstance(rule, int) else rule.pk
 
 
-def remove_rules(rules: Iterable[Any], *, user: Any = None, source: str = "admin",
-                 chunk_size: int = CHUNK_SIZE) -> int:
+def remove_rules(
+    rules: Iterable[Any], *, user: Any = None, source: str = "admin", chunk_size: int = CHUNK_SIZE
+) -> int:
     """Unlist many rules (a QuerySet, SpamRule objects or primary keys), one
     transaction per chunk. Returns how many were removed (already gone: not counted)."""
     pks = list(_pks(rules))
@@ -339,17 +404,28 @@ def remove_rules(rules: Iterable[Any], *, user: Any = None, source: str = "admin
             _lock_change_log(using)
             rows = []
             for batch in in_batches(part):
-                rows.extend(SpamRule.objects.filter(pk__in=batch).order_by("added_at")
-                            .values_list("pk", "expression", "added_at", "category"))
+                rows.extend(
+                    SpamRule.objects.filter(pk__in=batch)
+                    .order_by("added_at")
+                    .values_list("pk", "expression", "added_at", "category")
+                )
             if not rows:
                 continue
             for batch in in_batches(rows):
                 SpamRule.objects.filter(pk__in=[r[0] for r in batch]).delete()
-            events = ChangeEvent.objects.using(using).bulk_create([
-                ChangeEvent(action=ChangeEvent.Action.REMOVE, expression=expr,
-                            added_at=added_at, category=cat, actor=actor, source=source)
-                for _, expr, added_at, cat in rows
-            ])
+            events = ChangeEvent.objects.using(using).bulk_create(
+                [
+                    ChangeEvent(
+                        action=ChangeEvent.Action.REMOVE,
+                        expression=expr,
+                        added_at=added_at,
+                        category=cat,
+                        actor=actor,
+                        source=source,
+                    )
+                    for _, expr, added_at, cat in rows
+                ]
+            )
             last_seq = max((e.seq for e in events if e.seq is not None), default=None)
             if last_seq is None:
                 last_seq = ChangeEvent.objects.aggregate(m=Max("seq"))["m"]

@@ -16,6 +16,7 @@
 
 The visitor is a keyed hash (BLAKE2b keyed by SECRET_KEY) of the client address and
 user agent: stable enough to deduplicate, never stored raw, useless without the key."""
+
 from __future__ import annotations
 
 import hashlib
@@ -80,8 +81,9 @@ def _filters() -> tuple[OppositeBloomFilter, RotatingBloomFilter]:
             if _recent is None:
                 _recent = OppositeBloomFilter(RECENT_CLICK_SLOTS)
             if _unique is None:
-                _unique = RotatingBloomFilter(UNIQUE_CAPACITY, UNIQUE_ERROR_RATE, _FILTER_TTL,
-                                              clock=lambda: _clock())
+                _unique = RotatingBloomFilter(
+                    UNIQUE_CAPACITY, UNIQUE_ERROR_RATE, _FILTER_TTL, clock=lambda: _clock()
+                )
     return _recent, _unique
 
 
@@ -92,8 +94,9 @@ def _key() -> bytes:
     global _visitor_key
     secret = settings.SECRET_KEY
     if _visitor_key is None or _visitor_key[0] != secret:
-        derived = hashlib.blake2b(secret.encode(), digest_size=32,
-                                  person=b"urlguard.visitor").digest()
+        derived = hashlib.blake2b(
+            secret.encode(), digest_size=32, person=b"urlguard.visitor"
+        ).digest()
         _visitor_key = (secret, derived)
     return _visitor_key[1]
 
@@ -123,14 +126,20 @@ def record_click(request: HttpRequest, link: ShortLink) -> None:
             # one's lookup finds the first one's row (PostgreSQL reads committed
             # rows per statement) instead of both counting the visitor.
             ShortLink.objects.filter(pk=link.pk).update(click_count=F("click_count") + 1)
-            new_visitor = maybe_new and not Click.objects.filter(
-                link_id=link.pk, visitor=visitor,
-                at__gte=timezone.now() - UNIQUE_WINDOW - _ROW_GRANULARITY).exists()
+            new_visitor = (
+                maybe_new
+                and not Click.objects.filter(
+                    link_id=link.pk,
+                    visitor=visitor,
+                    at__gte=timezone.now() - UNIQUE_WINDOW - _ROW_GRANULARITY,
+                ).exists()
+            )
             if write_row or new_visitor:
                 Click.objects.create(link_id=link.pk, visitor=visitor)
             if new_visitor:
                 ShortLink.objects.filter(pk=link.pk).update(
-                    unique_visitors=F("unique_visitors") + 1)
+                    unique_visitors=F("unique_visitors") + 1
+                )
     except DatabaseError:
         log.exception("could not record a click on short link %s", link.pk)
         # Nothing was written: let the next click of this visitor try again.

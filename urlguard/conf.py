@@ -1,5 +1,6 @@
 """App settings under the one URLGUARD namespace, read at access time so that
 override_settings just works. Defaults are documented here and in README.md."""
+
 from __future__ import annotations
 
 import socket

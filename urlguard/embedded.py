@@ -1,6 +1,7 @@
 """The embedded default has no broker and so no Celery beat: each process that serves
 requests runs the periodic catch-up itself, in one daemon thread started by its first
 request (a management command or the runserver reloader parent never starts it)."""
+
 from __future__ import annotations
 
 import logging
@@ -43,8 +44,9 @@ def _loop() -> None:
         try:
             catch_up.apply(throw=True)
         except Exception:
-            logger.exception("periodic catch-up of the filter failed; retrying in %s s",
-                             conf.CATCHUP_INTERVAL)
+            logger.exception(
+                "periodic catch-up of the filter failed; retrying in %s s", conf.CATCHUP_INTERVAL
+            )
         finally:
             # A thread's connections are its own; never leave one open between rounds.
             connections.close_all()

@@ -1,5 +1,6 @@
 """Admin forms: adding a rule from a pasted URL (pick a roll-up level), editing a
 rule's category and note, uploading an import file, and checking one URL."""
+
 from __future__ import annotations
 
 import re
@@ -31,10 +32,7 @@ def candidate_choices(text: str) -> list[tuple[str, str]]:
         candidates = rule_candidates(text)
     except (RuleError, ValueError):
         return []
-    return [
-        (c.expression, f"{c.expression} — {c.description}")
-        for c in candidates
-    ]
+    return [(c.expression, f"{c.expression} — {c.description}") for c in candidates]
 
 
 class SpamRuleAddForm(forms.Form):
@@ -42,22 +40,29 @@ class SpamRuleAddForm(forms.Form):
     level to block. Both steps post the same form; "Preview" never saves."""
 
     url = forms.CharField(
-        label="URL, host or expression", max_length=4000, strip=True,
+        label="URL, host or expression",
+        max_length=4000,
+        strip=True,
         error_messages={"required": "Paste the spam URL, a host or an expression to block."},
         widget=forms.TextInput(attrs={"size": 80, "autofocus": True, "autocomplete": "off"}),
         help_text="Paste it as you found it: https://www.Example.com/path?x=1, a bare host, "
         "or an expression such as example.com/path/.",
     )
     expression = forms.ChoiceField(
-        label="What to block", required=False, widget=forms.RadioSelect, choices=[],
+        label="What to block",
+        required=False,
+        widget=forms.RadioSelect,
+        choices=[],
     )
     category = forms.ChoiceField(choices=Category.choices, initial=Category.SPAM)
     note = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
         help_text="Why this is spam, where it was reported (shown in the change log).",
     )
     samples = forms.CharField(
-        label="Also test these URLs", required=False,
+        label="Also test these URLs",
+        required=False,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
         help_text="Optional, one URL per line: the preview says whether the rule blocks each.",
     )
@@ -85,20 +90,28 @@ class SpamRuleAddForm(forms.Form):
         expression = data.get("expression")
         if "url" in data and not expression and not self.preview:
             self.add_error(
-                "expression", ValidationError(
-                    "Pick what to block: one of the expressions below.", code="required",
+                "expression",
+                ValidationError(
+                    "Pick what to block: one of the expressions below.",
+                    code="required",
                 ),
             )
         elif expression:
             existing = SpamRule.objects.filter(expression=expression).first()
             if existing is not None:
-                self.add_error("expression", ValidationError(
-                    "%(expression)s is already blocked (rule added %(when)s, category "
-                    "%(category)s).",
-                    code="duplicate",
-                    params={"expression": expression, "when": f"{existing.created:%Y-%m-%d %H:%M}",
-                            "category": existing.get_category_display()},
-                ))
+                self.add_error(
+                    "expression",
+                    ValidationError(
+                        "%(expression)s is already blocked (rule added %(when)s, category "
+                        "%(category)s).",
+                        code="duplicate",
+                        params={
+                            "expression": expression,
+                            "when": f"{existing.created:%Y-%m-%d %H:%M}",
+                            "category": existing.get_category_display(),
+                        },
+                    ),
+                )
         return data
 
     def sample_lines(self) -> list[str]:
@@ -122,7 +135,8 @@ class ImportForm(forms.Form):
         "with the URL first and a category column. Lines starting with # are comments.",
     )
     default_category = forms.ChoiceField(
-        choices=Category.choices, initial=Category.SPAM,
+        choices=Category.choices,
+        initial=Category.SPAM,
         help_text="Used for lines that do not name a category.",
     )
 
@@ -141,7 +155,9 @@ class ImportForm(forms.Form):
         except UnicodeDecodeError as exc:
             raise ValidationError(
                 "The file is not UTF-8 text (byte %(pos)d is invalid). Save it as UTF-8 and "
-                "upload it again.", code="encoding", params={"pos": exc.start},
+                "upload it again.",
+                code="encoding",
+                params={"pos": exc.start},
             ) from exc
         if "\x00" in text:
             raise ValidationError("The file is binary, not a text list of rules.", code="binary")
@@ -153,7 +169,9 @@ class ImportForm(forms.Form):
 
 class CheckUrlForm(forms.Form):
     url = forms.CharField(
-        label="URL", max_length=100_000, strip=True,
+        label="URL",
+        max_length=100_000,
+        strip=True,
         error_messages={"required": "Paste the URL to check."},
         widget=forms.TextInput(attrs={"size": 100, "autofocus": True}),
     )
@@ -164,7 +182,8 @@ class CheckUrlForm(forms.Form):
             canonicalize(text)
         except ValueError as exc:
             raise ValidationError(
-                "%(url)s is not a URL that can be checked: %(reason)s", code="invalid_url",
+                "%(url)s is not a URL that can be checked: %(reason)s",
+                code="invalid_url",
                 params={"url": _shorten(text), "reason": _shorten(str(exc))},
             ) from exc
         return text
@@ -200,6 +219,7 @@ class ShortLinkForm(forms.ModelForm):
         except ValueError as exc:
             raise ValidationError(str(exc), code="invalid_slug") from exc
         if ShortLink.objects.filter(slug=slug).exclude(pk=self.instance.pk).exists():
-            raise ValidationError("The slug %(slug)s is already taken.", code="taken",
-                                  params={"slug": slug})
+            raise ValidationError(
+                "The slug %(slug)s is already taken.", code="taken", params={"slug": slug}
+            )
         return slug

@@ -6,6 +6,7 @@ table with one indexed query. The filter never says "no" falsely, and the table
 is the truth, so a clean URL costs no database round trip and a listed URL is
 never missed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -155,8 +156,15 @@ def _table_only(url: str, canonical: str, rule: SpamRule | None, why: str) -> Ve
     note = f"checked against the spam table only: {why}"
     if rule is None:
         return Verdict(url=url, canonical=canonical, blocked=False, degraded=True, reason=note)
-    return Verdict(url=url, canonical=canonical, blocked=True, rule=rule,
-                   category=rule.category, degraded=True, reason=f"{_describe(rule)}; {note}")
+    return Verdict(
+        url=url,
+        canonical=canonical,
+        blocked=True,
+        rule=rule,
+        category=rule.category,
+        degraded=True,
+        reason=f"{_describe(rule)}; {note}",
+    )
 
 
 @dataclass(slots=True)
@@ -218,15 +226,21 @@ class Guard:
             maybe = tuple([e for e in exprs if contains(e)])
         except Exception as exc:  # any failure of the filter is a degraded filter
             self._discard()
-            return self._degraded(url, canonical, exprs, f"reading the filter failed: {exc}",
-                                  exc_info=True)
+            return self._degraded(
+                url, canonical, exprs, f"reading the filter failed: {exc}", exc_info=True
+            )
         if not maybe:
             return Verdict(url=url, canonical=canonical, blocked=False)
 
         token = self._cache_token(filt)
         if canonical in self.clean_cache:
-            return Verdict(url=url, canonical=canonical, blocked=False, maybe=maybe,
-                           reason="filter false positive (cached)")
+            return Verdict(
+                url=url,
+                canonical=canonical,
+                blocked=False,
+                maybe=maybe,
+                reason="filter false positive (cached)",
+            )
         rule = most_specific(SpamRule.objects.filter(expression__in=maybe))
         if rule is None:
             # Only store under the token read before the query: if the filter
@@ -234,10 +248,22 @@ class Guard:
             # this answer may be stale.
             if self._clean_token == token:
                 self.clean_cache.add(canonical)
-            return Verdict(url=url, canonical=canonical, blocked=False, maybe=maybe,
-                           reason="filter false positive")
-        return Verdict(url=url, canonical=canonical, blocked=True, rule=rule,
-                       category=rule.category, reason=_describe(rule), maybe=maybe)
+            return Verdict(
+                url=url,
+                canonical=canonical,
+                blocked=False,
+                maybe=maybe,
+                reason="filter false positive",
+            )
+        return Verdict(
+            url=url,
+            canonical=canonical,
+            blocked=True,
+            rule=rule,
+            category=rule.category,
+            reason=_describe(rule),
+            maybe=maybe,
+        )
 
     def _discard(self) -> None:
         if self._discard_filter is not None:
@@ -255,13 +281,19 @@ class Guard:
             self._clean_token = token
         return token
 
-    def _degraded(self, url: str, canonical: str, exprs: list[str], why: str, *,
-                  exc_info: bool = False) -> Verdict:
+    def _degraded(
+        self, url: str, canonical: str, exprs: list[str], why: str, *, exc_info: bool = False
+    ) -> Verdict:
         policy = self.on_filter_error
-        log_limited("filter", logging.ERROR,
-                    "urlguard: %s; ON_FILTER_ERROR=%r applies until it is readable again "
-                    "(run `manage.py sync_filter` or `rebuild_filter`)", why, policy,
-                    exc_info=exc_info)
+        log_limited(
+            "filter",
+            logging.ERROR,
+            "urlguard: %s; ON_FILTER_ERROR=%r applies until it is readable again "
+            "(run `manage.py sync_filter` or `rebuild_filter`)",
+            why,
+            policy,
+            exc_info=exc_info,
+        )
         if policy != "database":
             return self._unchecked(url, canonical, why)
         rule = most_specific(SpamRule.objects.filter(expression__in=exprs))
@@ -270,10 +302,20 @@ class Guard:
     def _unchecked(self, url: str, canonical: str, why: str) -> Verdict:
         """The verdict of the "open" or "closed" policy."""
         if self.on_filter_error == "open":
-            return Verdict(url=url, canonical=canonical, blocked=False, degraded=True,
-                           reason=f"not checked: {why} (failing open)")
-        return Verdict(url=url, canonical=canonical, blocked=True, degraded=True,
-                       reason=f"could not be checked: {why} (failing closed)")
+            return Verdict(
+                url=url,
+                canonical=canonical,
+                blocked=False,
+                degraded=True,
+                reason=f"not checked: {why} (failing open)",
+            )
+        return Verdict(
+            url=url,
+            canonical=canonical,
+            blocked=True,
+            degraded=True,
+            reason=f"could not be checked: {why} (failing closed)",
+        )
 
     # -- batches (rescans) ------------------------------------------------------
 
@@ -308,40 +350,60 @@ class Guard:
                 self._discard()
                 degraded_why = f"reading the filter failed: {exc}"
         if degraded_why:
-            log_limited("filter", logging.ERROR,
-                        "urlguard: %s; ON_FILTER_ERROR=%r applies to this batch",
-                        degraded_why, self.on_filter_error)
+            log_limited(
+                "filter",
+                logging.ERROR,
+                "urlguard: %s; ON_FILTER_ERROR=%r applies to this batch",
+                degraded_why,
+                self.on_filter_error,
+            )
             if self.on_filter_error == "database":
                 maybe_set = set(unique)
 
         rules: dict[str, SpamRule] = {}
         to_confirm = [e for e in unique if e in maybe_set]
         for start in range(0, len(to_confirm), QUERY_CHUNK):
-            chunk = to_confirm[start:start + QUERY_CHUNK]
+            chunk = to_confirm[start : start + QUERY_CHUNK]
             rules.update((r.expression, r) for r in SpamRule.objects.filter(expression__in=chunk))
 
         verdicts = []
         for p in prepared:
             if p.error:
-                verdicts.append(Verdict(url=p.url, canonical="", blocked=False, error=p.error,
-                                        reason=p.error))
+                verdicts.append(
+                    Verdict(url=p.url, canonical="", blocked=False, error=p.error, reason=p.error)
+                )
                 continue
             rule = most_specific(rules[e] for e in p.exprs if e in rules)
             if degraded_why:
                 verdicts.append(
                     _table_only(p.url, p.canonical, rule, degraded_why)
                     if self.on_filter_error == "database"
-                    else self._unchecked(p.url, p.canonical, degraded_why))
+                    else self._unchecked(p.url, p.canonical, degraded_why)
+                )
                 continue
             maybe = tuple(e for e in p.exprs if e in maybe_set)
             if rule is None:
-                verdicts.append(Verdict(url=p.url, canonical=p.canonical, blocked=False,
-                                        maybe=maybe,
-                                        reason="filter false positive" if maybe else ""))
+                verdicts.append(
+                    Verdict(
+                        url=p.url,
+                        canonical=p.canonical,
+                        blocked=False,
+                        maybe=maybe,
+                        reason="filter false positive" if maybe else "",
+                    )
+                )
             else:
-                verdicts.append(Verdict(url=p.url, canonical=p.canonical, blocked=True, rule=rule,
-                                        category=rule.category, reason=_describe(rule),
-                                        maybe=maybe))
+                verdicts.append(
+                    Verdict(
+                        url=p.url,
+                        canonical=p.canonical,
+                        blocked=True,
+                        rule=rule,
+                        category=rule.category,
+                        reason=_describe(rule),
+                        maybe=maybe,
+                    )
+                )
         return verdicts
 
 
@@ -361,9 +423,11 @@ def get_guard() -> Guard:
 
                 # The path is resolved once here, not on every check.
                 path = conf.FILTER_PATH
-                _guard = Guard(partial(registry.get_filter, path),
-                               on_filter_error=conf.ON_FILTER_ERROR,
-                               discard_filter=partial(registry.forget, path))
+                _guard = Guard(
+                    partial(registry.get_filter, path),
+                    on_filter_error=conf.ON_FILTER_ERROR,
+                    discard_filter=partial(registry.forget, path),
+                )
             guard = _guard
     return guard
 

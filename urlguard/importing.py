@@ -10,6 +10,7 @@ each line is read on its own, as a hosts-file entry if it starts with an IP
 address followed by names, else as one URL, host or expression (blocklist
 spellings `*.example.com`, `||example.com^` and `example.com/dir/*` included).
 """
+
 from __future__ import annotations
 
 import csv
@@ -23,7 +24,11 @@ from itertools import chain
 from urlguard.rules import RuleError, normalize_rule
 
 __all__ = [
-    "CSV_CATEGORY_COLUMNS", "CSV_NOTE_COLUMNS", "CSV_URL_COLUMNS", "ParsedLine", "parse_rules",
+    "CSV_CATEGORY_COLUMNS",
+    "CSV_NOTE_COLUMNS",
+    "CSV_URL_COLUMNS",
+    "ParsedLine",
+    "parse_rules",
 ]
 
 # Header names (case-insensitive) recognised in a CSV file, first match wins.
@@ -36,12 +41,26 @@ _COMMENT_RE = re.compile(r"(?:^|(?<=\s))#")
 
 # Names every hosts file maps to loopback or broadcast: they describe the machine
 # itself, not something to block.
-_HOSTS_FILE_SELF_NAMES = frozenset({
-    "localhost", "localhost.localdomain", "local", "broadcasthost", "localhost4",
-    "localhost4.localdomain4", "localhost6", "localhost6.localdomain6", "ip6-localhost",
-    "ip6-loopback", "ip6-localnet", "ip6-mcastprefix", "ip6-allnodes", "ip6-allrouters",
-    "ip6-allhosts", "0.0.0.0",
-})
+_HOSTS_FILE_SELF_NAMES = frozenset(
+    {
+        "localhost",
+        "localhost.localdomain",
+        "local",
+        "broadcasthost",
+        "localhost4",
+        "localhost4.localdomain4",
+        "localhost6",
+        "localhost6.localdomain6",
+        "ip6-localhost",
+        "ip6-loopback",
+        "ip6-localnet",
+        "ip6-mcastprefix",
+        "ip6-allnodes",
+        "ip6-allrouters",
+        "ip6-allhosts",
+        "0.0.0.0",
+    }
+)
 
 
 @dataclass(slots=True)
@@ -71,8 +90,11 @@ def parse_rules(lines: Iterable[str], *, default_category: str) -> Iterator[Pars
     nothing. `default_category` applies where the file names none; an unknown one
     raises ValueError at once (a caller's mistake, not the file's)."""
     categories = _category_lookup()
-    default = categories.get(default_category.strip().lower()) \
-        if isinstance(default_category, str) else None
+    default = (
+        categories.get(default_category.strip().lower())
+        if isinstance(default_category, str)
+        else None
+    )
     if default is None:
         raise ValueError(
             f"unknown default category {default_category!r}; use one of "
@@ -120,10 +142,13 @@ def _line_entries(numbered: Iterable[tuple[int, str]], category: str) -> Iterato
                 yield _entry(lineno, text, name, category)
         elif len(tokens) > 1:
             yield ParsedLine(
-                lineno, text, None, category,
+                lineno,
+                text,
+                None,
+                category,
                 error=f"expected one URL or host on the line, found {len(tokens)} "
-                      "items separated by spaces (a URL cannot contain a space: escape it "
-                      "as %20)",
+                "items separated by spaces (a URL cannot contain a space: escape it "
+                "as %20)",
             )
         else:
             yield _entry(lineno, text, tokens[0], category)
@@ -174,14 +199,18 @@ def _csv_header(text: str) -> _Header | None:
         if delimiter not in text:
             continue
         try:
-            cells = [cell.strip().lower() for cell in next(csv.reader([text],
-                                                                     delimiter=delimiter))]
+            cells = [cell.strip().lower() for cell in next(csv.reader([text], delimiter=delimiter))]
         except csv.Error:  # e.g. a stray newline inside the line: not a header
             continue
         url = _first_index(cells, CSV_URL_COLUMNS)
         if url is not None:
-            return _Header(delimiter, url, _first_index(cells, CSV_CATEGORY_COLUMNS),
-                           _first_index(cells, CSV_NOTE_COLUMNS), cells[url])
+            return _Header(
+                delimiter,
+                url,
+                _first_index(cells, CSV_CATEGORY_COLUMNS),
+                _first_index(cells, CSV_NOTE_COLUMNS),
+                cells[url],
+            )
     name = text.strip().strip('"').strip().lower()
     if name in CSV_URL_COLUMNS:  # a one-column CSV
         return _Header(",", 0, None, None, name)
@@ -195,8 +224,9 @@ def _first_index(cells: list[str], names: tuple[str, ...]) -> int | None:
     return None
 
 
-def _csv_entries(numbered: Iterator[tuple[int, str]], header: _Header, default: str,
-                 categories: dict[str, str]) -> Iterator[ParsedLine]:
+def _csv_entries(
+    numbered: Iterator[tuple[int, str]], header: _Header, default: str, categories: dict[str, str]
+) -> Iterator[ParsedLine]:
     first_lineno, _ = next(numbered)  # the header itself
     linenos: list[int] = []
     consumed: list[str] = []
@@ -219,8 +249,9 @@ def _csv_entries(numbered: Iterator[tuple[int, str]], header: _Header, default: 
             if not linenos:  # nothing consumed: the reader cannot go on
                 return
             lineno = linenos[0]
-            yield ParsedLine(lineno, "\n".join(consumed), None, default,
-                             error=f"unreadable CSV row: {exc}")
+            yield ParsedLine(
+                lineno, "\n".join(consumed), None, default, error=f"unreadable CSV row: {exc}"
+            )
             continue
         lineno = linenos[0] if linenos else first_lineno
         if not row or all(not cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
@@ -229,19 +260,31 @@ def _csv_entries(numbered: Iterator[tuple[int, str]], header: _Header, default: 
         if header.url >= len(row):
             # Reading its cells by the header's positions would take a URL for a
             # category (and report "unknown category"): say what is really wrong.
-            yield ParsedLine(lineno, raw, None, default, error=(
-                f"{len(row)} column(s), but the {header.url_name!r} column is column "
-                f"{header.url + 1}: is a {header.delimiter!r} missing?"))
+            yield ParsedLine(
+                lineno,
+                raw,
+                None,
+                default,
+                error=(
+                    f"{len(row)} column(s), but the {header.url_name!r} column is column "
+                    f"{header.url + 1}: is a {header.delimiter!r} missing?"
+                ),
+            )
             continue
         note = _cell(row, header.note)
-        category, category_error = _row_category(_cell(row, header.category), default,
-                                                 categories)
+        category, category_error = _row_category(_cell(row, header.category), default, categories)
         url = _cell(row, header.url)
         if category_error is not None:
             yield ParsedLine(lineno, raw, None, default, error=category_error, note=note)
         elif not url:
-            yield ParsedLine(lineno, raw, None, category, note=note,
-                             error=f"the {header.url_name!r} column is empty")
+            yield ParsedLine(
+                lineno,
+                raw,
+                None,
+                category,
+                note=note,
+                error=f"the {header.url_name!r} column is empty",
+            )
         else:
             yield _entry(lineno, raw, url, category, note)
 
@@ -257,8 +300,9 @@ def _row_category(cell: str, default: str, categories: dict[str, str]) -> tuple[
         return default, None
     category = categories.get(cell.lower())
     if category is None:
-        return default, (f"unknown category {cell!r}; use one of "
-                         f"{', '.join(sorted(set(categories.values())))}")
+        return default, (
+            f"unknown category {cell!r}; use one of {', '.join(sorted(set(categories.values())))}"
+        )
     return category, None
 
 

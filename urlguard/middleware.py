@@ -6,6 +6,7 @@ the view or the inner middleware did. It only looks at 3xx responses with a
 Location header; everything else passes untouched at the cost of one integer
 comparison.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,9 @@ _TAB_NEWLINE = str.maketrans("", "", "\t\r\n")
 # The common case, an absolute http(s) URL whose host follows "//" directly and
 # with nothing a browser would rewrite (controls, spaces, backslashes): it
 # means exactly what it says and needs no resolving.
-_PLAIN_ABSOLUTE = re.compile(r"(https?)://[^/\\\x00-\x20\x7f]+(?:[/?#][^\\\x00-\x20\x7f]*)?\Z",
-                             re.ASCII)
+_PLAIN_ABSOLUTE = re.compile(
+    r"(https?)://[^/\\\x00-\x20\x7f]+(?:[/?#][^\\\x00-\x20\x7f]*)?\Z", re.ASCII
+)
 
 
 def mark_confirmed(response: HttpResponseBase) -> HttpResponseBase:
@@ -69,7 +71,7 @@ def resolve_location(request: HttpRequest, location: str) -> tuple[str, str]:
         scheme = m.group(1).lower()
         if scheme not in WEB_SCHEMES:
             return scheme, loc
-        rest = loc[m.end():].replace("\\", "/")
+        rest = loc[m.end() :].replace("\\", "/")
         slashes = len(rest) - len(rest.lstrip("/"))
         if slashes >= 2 or scheme != base_scheme:
             # An authority follows; for another special scheme even without slashes.
@@ -121,9 +123,14 @@ class RedirectGuardMiddleware:
             return self._guard(request, response, location)
         except Exception:
             policy = get_failure_policy()
-            log_limited("middleware", logging.ERROR,
-                        "urlguard: checking redirect to %r failed; ON_FILTER_ERROR=%r applies",
-                        location, policy, exc_info=True)
+            log_limited(
+                "middleware",
+                logging.ERROR,
+                "urlguard: checking redirect to %r failed; ON_FILTER_ERROR=%r applies",
+                location,
+                policy,
+                exc_info=True,
+            )
             if policy == "open":
                 response["X-URLGuard"] = "degraded"
                 response["Cache-Control"] = "no-store"
@@ -136,12 +143,14 @@ class RedirectGuardMiddleware:
                 logger.exception("urlguard: rendering the warning page failed")
                 return HttpResponse(
                     "This link could not be checked right now. Please try again later.",
-                    status=503, content_type="text/plain; charset=utf-8",
+                    status=503,
+                    content_type="text/plain; charset=utf-8",
                     headers={"Cache-Control": "no-store", "Retry-After": "60"},
                 )
 
-    def _guard(self, request: HttpRequest, response: HttpResponseBase,
-               location: str) -> HttpResponseBase:
+    def _guard(
+        self, request: HttpRequest, response: HttpResponseBase, location: str
+    ) -> HttpResponseBase:
         policy = _policy()
         scheme, destination = resolve_location(request, location)
         if scheme not in WEB_SCHEMES:

@@ -1,5 +1,6 @@
 """The spam table (source of truth), its change log, short links and their clicks,
 and what each node reports of its filter file."""
+
 from __future__ import annotations
 
 import contextvars
@@ -84,7 +85,10 @@ class SpamRule(models.Model):
     source = models.CharField(max_length=200, blank=True, default="admin")
     note = models.TextField(blank=True, default="")
     added_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
     )
     created = models.DateTimeField(auto_now_add=True)
@@ -138,7 +142,10 @@ class ChangeEvent(models.Model):
     added_at = models.BigIntegerField()
     category = models.CharField(max_length=16, choices=Category.choices, blank=True, default="")
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
     )
     source = models.CharField(max_length=200, blank=True, default="")
@@ -217,7 +224,10 @@ class AdminJob(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
     )
     created = models.DateTimeField(auto_now_add=True)

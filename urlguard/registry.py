@@ -6,6 +6,7 @@ A read-only ScalingCountingBloomFilter notices by itself (cheaply, before it ans
 a new stage or a file replaced by a rebuild, so the registry never reopens per
 request; it only retries, at most once a second, a file that could not be opened.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,7 @@ from urlguard.conf import conf
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["get_filter", "writer", "open_writer", "file_written", "forget", "reset",
-           "WriterBusy"]
+__all__ = ["get_filter", "writer", "open_writer", "file_written", "forget", "reset", "WriterBusy"]
 
 # An unreadable file is retried at most this often: a missing filter must not cost
 # every request a failed open() and a log line.
@@ -39,8 +39,9 @@ class WriterBusy(FilterLockedError):
     @classmethod
     def after(cls, exc: FilterLockedError, timeout: float) -> WriterBusy:
         """The engine's FilterLockedError after waiting `timeout` seconds, with what to do."""
-        return cls(f"{exc} (waited {timeout:g} s; if no rebuild is running, look for a "
-                   "stuck worker)")
+        return cls(
+            f"{exc} (waited {timeout:g} s; if no rebuild is running, look for a stuck worker)"
+        )
 
 
 def get_filter(path: str | None = None) -> ScalingCountingBloomFilter | None:
@@ -78,8 +79,12 @@ def _open(path: str) -> ScalingCountingBloomFilter | None:
                 del _failures[path]
             return filt
         if previous is None or previous[1] != reason:
-            logger.warning("filter file %s is %s; checks follow ON_FILTER_ERROR=%r",
-                           path, reason, conf.ON_FILTER_ERROR)
+            logger.warning(
+                "filter file %s is %s; checks follow ON_FILTER_ERROR=%r",
+                path,
+                reason,
+                conf.ON_FILTER_ERROR,
+            )
         _failures[path] = (time.monotonic() + RETRY_SECONDS, reason)
         return None
 
@@ -125,8 +130,9 @@ def reset() -> None:
         _failures.clear()
 
 
-def open_writer(path: str | None = None, *, timeout: float | None = None
-                ) -> ScalingCountingBloomFilter:
+def open_writer(
+    path: str | None = None, *, timeout: float | None = None
+) -> ScalingCountingBloomFilter:
     """Open this node's filter file for writing under the engine's lock, waiting at
     most `timeout` seconds (default URLGUARD WRITER_LOCK_TIMEOUT) for another writer
     to finish. The caller closes it (close() flushes).
@@ -144,8 +150,9 @@ def open_writer(path: str | None = None, *, timeout: float | None = None
 
 
 @contextmanager
-def writer(path: str | None = None, *, timeout: float | None = None
-           ) -> Iterator[ScalingCountingBloomFilter]:
+def writer(
+    path: str | None = None, *, timeout: float | None = None
+) -> Iterator[ScalingCountingBloomFilter]:
     """open_writer() as a context manager: closes it (flush, release the lock) on the
     way out. Keep the block short: in-process (eager) mode, every web process
     that applies a change takes this lock."""

@@ -5,6 +5,7 @@ only its hits are confirmed in the spam table.
 The cost is canonicalizing each destination (tens of µs of pure Python), so a large
 table is split into primary-key ranges scanned by a pool of processes, one per CPU:
 a million links then take well under a minute on two cores."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -48,9 +49,14 @@ class RescanResult:
     processes: int = 1
 
     def as_dict(self) -> dict:
-        return {"scanned": self.scanned, "unchecked": self.unchecked,
-                "invalid": self.invalid, "seconds": round(self.seconds, 3),
-                "processes": self.processes, "hits": [asdict(h) for h in self.hits]}
+        return {
+            "scanned": self.scanned,
+            "unchecked": self.unchecked,
+            "invalid": self.invalid,
+            "seconds": round(self.seconds, 3),
+            "processes": self.processes,
+            "hits": [asdict(h) for h in self.hits],
+        }
 
     def merge(self, other: RescanResult) -> None:
         self.scanned += other.scanned
@@ -77,8 +83,13 @@ def _links(include_disabled: bool):
     return links if include_disabled else links.filter(disabled=False)
 
 
-def scan_range(include_disabled: bool, low: int, high: int | None, chunk_size: int,
-               progress: Callable[[int], None] | None = None) -> RescanResult:
+def scan_range(
+    include_disabled: bool,
+    low: int,
+    high: int | None,
+    chunk_size: int,
+    progress: Callable[[int], None] | None = None,
+) -> RescanResult:
     """Check the links with low < pk <= high (high None: no upper bound)."""
     from urlguard.guard import get_guard
 
@@ -91,8 +102,11 @@ def scan_range(include_disabled: bool, low: int, high: int | None, chunk_size: i
     while True:
         # Only the key and the destination for every row (fewer columns, fewer
         # converters); slug and state are read for the few hits alone.
-        rows = list(links.filter(pk__gt=last_pk).order_by("pk")
-                    .values_list("pk", "destination")[:chunk_size])
+        rows = list(
+            links.filter(pk__gt=last_pk)
+            .order_by("pk")
+            .values_list("pk", "destination")[:chunk_size]
+        )
         if not rows:
             break
         last_pk = rows[-1][0]
@@ -108,14 +122,23 @@ def scan_range(include_disabled: bool, low: int, high: int | None, chunk_size: i
             elif verdict.blocked and verdict.rule is not None:
                 found.append((pk, destination, verdict.rule))
         if found:
-            details = {pk: (slug, disabled) for pk, slug, disabled in
-                       _links(include_disabled).filter(pk__in=[pk for pk, _, _ in found])
-                       .values_list("pk", "slug", "disabled")}
+            details = {
+                pk: (slug, disabled)
+                for pk, slug, disabled in _links(include_disabled)
+                .filter(pk__in=[pk for pk, _, _ in found])
+                .values_list("pk", "slug", "disabled")
+            }
             result.hits.extend(
-                RescanHit(link_id=pk, slug=details[pk][0], destination=destination,
-                          expression=rule.expression, category=rule.category,
-                          disabled=details[pk][1])
-                for pk, destination, rule in found if pk in details  # deleted meanwhile: gone
+                RescanHit(
+                    link_id=pk,
+                    slug=details[pk][0],
+                    destination=destination,
+                    expression=rule.expression,
+                    category=rule.category,
+                    disabled=details[pk][1],
+                )
+                for pk, destination, rule in found
+                if pk in details  # deleted meanwhile: gone
             )
         result.scanned += len(rows)
         if progress is not None:
@@ -181,14 +204,16 @@ def rescan_links(
     else:
         bounds = links.aggregate(low=Min("pk"), high=Max("pk"))
         low, high = bounds["low"] - 1, bounds["high"]
-        ranges = [(start, min(start + RANGE_SIZE, high))
-                  for start in range(low, high, RANGE_SIZE)]
+        ranges = [(start, min(start + RANGE_SIZE, high)) for start in range(low, high, RANGE_SIZE)]
         with ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker, initargs=(settings.DATABASES, settings.URLGUARD),
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(settings.DATABASES, settings.URLGUARD),
         ) as pool:
-            futures = [pool.submit(scan_range, include_disabled, lo, hi, chunk_size)
-                       for lo, hi in ranges]
+            futures = [
+                pool.submit(scan_range, include_disabled, lo, hi, chunk_size) for lo, hi in ranges
+            ]
             for future in as_completed(futures):
                 part = future.result()
                 result.merge(part)

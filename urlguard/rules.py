@@ -21,6 +21,7 @@ Rules on public suffixes (`com/`, `co.uk/`, `github.io/`) are refused: they woul
 block every site under them. The list comes from the publicsuffixlist package
 (ICANN and private sections), never from the network.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -128,17 +129,20 @@ def rule_candidates(text: str) -> list[RuleCandidate]:
     covers_subdomains = not parts.is_ip and host.count(".") < MAX_HOST_LABELS
     where = f"{host} and its subdomains" if covers_subdomains else host
     for prefix in _directory_prefixes(path):
-        candidates.append(RuleCandidate(
-            "path", f"{host}{prefix}", f"every page under {prefix} on {where}"))
+        candidates.append(
+            RuleCandidate("path", f"{host}{prefix}", f"every page under {prefix} on {where}")
+        )
 
     if path != "/" and not _is_directory_rule(path):
-        candidates.append(RuleCandidate(
-            "page", f"{host}{path}", f"the page {path} with any query, on {where}"))
+        candidates.append(
+            RuleCandidate("page", f"{host}{path}", f"the page {path} with any query, on {where}")
+        )
     if query:
         exact = f"{host}{path}?{query}"
         if len(exact) <= MAX_RULE_LENGTH:
-            candidates.append(RuleCandidate(
-                "page", exact, f"only {path}?{query} (this exact query), on {where}"))
+            candidates.append(
+                RuleCandidate("page", exact, f"only {path}?{query} (this exact query), on {where}")
+            )
     return [c for c in candidates if len(c.expression) <= MAX_RULE_LENGTH]
 
 
@@ -171,11 +175,14 @@ def _parse(text: str) -> CanonicalURL:
         raise RuleError(f"a rule must be text, not {type(text).__name__}")
     stripped = text.strip()
     if not stripped:
-        raise RuleError("empty rule: paste a URL, a host (example.com) or an expression "
-                        "(example.com/path/)")
+        raise RuleError(
+            "empty rule: paste a URL, a host (example.com) or an expression (example.com/path/)"
+        )
     if len(stripped) > 4 * MAX_RULE_LENGTH:
-        raise RuleError(f"{len(stripped):,} characters is too long for a rule "
-                        f"(the limit is {MAX_RULE_LENGTH:,} once canonical)")
+        raise RuleError(
+            f"{len(stripped):,} characters is too long for a rule "
+            f"(the limit is {MAX_RULE_LENGTH:,} once canonical)"
+        )
     if ":" in stripped and "/" not in stripped and "[" not in stripped:
         with contextlib.suppress(ValueError):  # a bare IPv6 address: bracket it
             stripped = f"[{ipaddress.IPv6Address(stripped)}]"
@@ -189,8 +196,10 @@ def _parse(text: str) -> CanonicalURL:
     if parts.path.endswith("/*") and not parts.query:
         parts = parts._replace(path=parts.path[:-1], query=None)
     if "*" in parts.host:
-        raise RuleError(f"{_short(stripped)}: a host cannot contain '*'; a leading '*.' "
-                        "is understood (a domain and all its subdomains), nothing else")
+        raise RuleError(
+            f"{_short(stripped)}: a host cannot contain '*'; a leading '*.' "
+            "is understood (a domain and all its subdomains), nothing else"
+        )
     if any(char in parts.host for char in _FORBIDDEN_IN_HOST):
         # What no browser accepts in a host name (WHATWG's forbidden host code
         # points; canonicalization escapes most of them, hence '%'): no browser can
@@ -218,8 +227,7 @@ def _canonical(url: str, pasted: str) -> CanonicalURL:
     try:
         return canonical_url(url)
     except ValueError as exc:
-        raise RuleError(f"{_short(pasted)} is not a URL, host or rule expression: {exc}") \
-            from None
+        raise RuleError(f"{_short(pasted)} is not a URL, host or rule expression: {exc}") from None
 
 
 def _expression(parts: CanonicalURL) -> str:
@@ -251,8 +259,10 @@ def _directory_prefixes(path: str) -> list[str]:
 
 def _host_description(host: str) -> str:
     if host.count(".") + 1 > MAX_HOST_LABELS:
-        return (f"{host} only: lookups roll up to at most {MAX_HOST_LABELS} labels of a "
-                "host, so its subdomains are not covered")
+        return (
+            f"{host} only: lookups roll up to at most {MAX_HOST_LABELS} labels of a "
+            "host, so its subdomains are not covered"
+        )
     return f"{host} and all its subdomains"
 
 

@@ -1,5 +1,6 @@
 """Django settings. Embedded defaults (SQLite, Celery in-process, filter under var/);
 DATABASE_URL and CELERY_BROKER_URL in the environment switch to real services."""
+
 import contextlib
 import os
 from pathlib import Path
@@ -69,8 +70,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # writers queue (up to `timeout` s) instead of failing with "database is locked"
     # when a read transaction upgrades; WAL keeps readers going while one writes.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"transaction_mode": "IMMEDIATE", "timeout": 20,
-         "init_command": "PRAGMA journal_mode=WAL;"}
+        {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"}
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -6,6 +6,7 @@ The filter only says which candidates are certainly free, so most allocations co
 one INSERT and no lookup; the database's unique constraint stays the authority (a
 slug taken by another process is caught as an IntegrityError and the next candidate
 is tried). The filter is rebuilt from the ShortLink table on first use per process."""
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,20 @@ ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
 #: A custom slug: what Django's <slug:> path converter routes, up to the column's length.
 CUSTOM_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,64}")
 #: Paths the site itself uses: a short link there would be shadowed or shadow them.
-RESERVED = frozenset({"admin", "api", "continue", "static", "media", "favicon.ico",
-                      "robots.txt", "health", "login", "logout"})
+RESERVED = frozenset(
+    {
+        "admin",
+        "api",
+        "continue",
+        "static",
+        "media",
+        "favicon.ico",
+        "robots.txt",
+        "health",
+        "login",
+        "logout",
+    }
+)
 MAX_DESTINATION = ShortLink._meta.get_field("destination").max_length
 
 # A length whose every candidate can be probed cheaply is scanned in full, so the
@@ -91,8 +104,9 @@ def _candidates():
                 yield from (s for s in pool if s not in used)
                 # Certainly-free candidates are exhausted; the filter's false
                 # positives hide ~1% of free slugs: one query finds them.
-                taken = set(ShortLink.objects.filter(slug__in=maybe_used)
-                            .values_list("slug", flat=True))
+                taken = set(
+                    ShortLink.objects.filter(slug__in=maybe_used).values_list("slug", flat=True)
+                )
                 yield from (s for s in maybe_used if s not in taken)
                 _full_lengths.add(length)
             else:
@@ -154,13 +168,15 @@ def validate_destination(destination: str) -> str:
     if not destination:
         raise ValueError("the destination is empty")
     if len(destination) > MAX_DESTINATION:
-        raise ValueError(f"the destination is {len(destination)} characters long; "
-                         f"the limit is {MAX_DESTINATION}")
+        raise ValueError(
+            f"the destination is {len(destination)} characters long; the limit is {MAX_DESTINATION}"
+        )
     try:
         canonicalize(destination)
     except ValueError as exc:
-        raise ValueError(f"the destination {destination[:200]!r} is not a usable "
-                         f"http(s) URL: {exc}") from None
+        raise ValueError(
+            f"the destination {destination[:200]!r} is not a usable http(s) URL: {exc}"
+        ) from None
     return destination
 
 
@@ -195,8 +211,10 @@ def create_short_link(destination: str, *, slug: str | None = None) -> ShortLink
             link = _first_free(destination, _MAX_ATTEMPTS)
     if link is None:
         # Only if other processes keep taking every candidate this one proposes.
-        raise RuntimeError(f"no free slug after {_MAX_ATTEMPTS} attempts, each taken "
-                           "meanwhile by another process; try again")
+        raise RuntimeError(
+            f"no free slug after {_MAX_ATTEMPTS} attempts, each taken "
+            "meanwhile by another process; try again"
+        )
     return link
 
 

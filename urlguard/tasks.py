@@ -7,6 +7,7 @@ lost deliveries are all harmless because the work is defined by the file's
 applied_seq and the log, never by the message. Boot-time (worker_ready) and periodic
 (beat) catch-ups cover a node that missed a broadcast.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,16 @@ from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["apply_changes", "catch_up", "rebuild_filter", "sync", "rebuild", "log_head",
-           "report_status", "SyncResult"]
+__all__ = [
+    "apply_changes",
+    "catch_up",
+    "rebuild_filter",
+    "sync",
+    "rebuild",
+    "log_head",
+    "report_status",
+    "SyncResult",
+]
 
 # Log rows applied per `with f.change()` (one dirty window, one DB round trip).
 APPLY_CHUNK = 5000
@@ -75,17 +84,21 @@ def _mismatch(filt: ScalingCountingBloomFilter) -> str:
     capacity, error_rate = int(filt.capacity), float(filt.error_rate)
     # A rebuild may size the first stage above FILTER_CAPACITY (it is a minimum).
     if capacity < conf.FILTER_CAPACITY or abs(error_rate - conf.FILTER_ERROR_RATE) > 1e-12:
-        return (f"the file was built with capacity={capacity}, error_rate={error_rate}, "
-                f"but settings say FILTER_CAPACITY={conf.FILTER_CAPACITY}, "
-                f"FILTER_ERROR_RATE={conf.FILTER_ERROR_RATE}")
+        return (
+            f"the file was built with capacity={capacity}, error_rate={error_rate}, "
+            f"but settings say FILTER_CAPACITY={conf.FILTER_CAPACITY}, "
+            f"FILTER_ERROR_RATE={conf.FILTER_ERROR_RATE}"
+        )
     return ""
 
 
 def _too_many_stages(filt: ScalingCountingBloomFilter) -> str:
     stages = filt.stage_count
     if stages > conf.FILTER_MAX_STAGES:
-        return (f"compacting {stages} stages into one (more than FILTER_MAX_STAGES="
-                f"{conf.FILTER_MAX_STAGES} slow every lookup)")
+        return (
+            f"compacting {stages} stages into one (more than FILTER_MAX_STAGES="
+            f"{conf.FILTER_MAX_STAGES} slow every lookup)"
+        )
     return ""
 
 
@@ -104,7 +117,8 @@ def _apply_pending(filt: ScalingCountingBloomFilter, result: SyncResult) -> None
     disagrees with the log)."""
     while True:
         events = list(
-            ChangeEvent.objects.filter(seq__gt=filt.applied_seq).order_by("seq")
+            ChangeEvent.objects.filter(seq__gt=filt.applied_seq)
+            .order_by("seq")
             .values_list("seq", "action", "expression", "added_at")[:APPLY_CHUNK]
         )
         if not events:
@@ -145,12 +159,20 @@ def _snapshot_transaction(using: str) -> Iterator[None]:
 
 
 def _stream_rules(using: str) -> Iterator[tuple[str, int]]:
-    yield from (SpamRule.objects.using(using).order_by("added_at")
-                .values_list("expression", "added_at").iterator(chunk_size=REBUILD_FETCH))
+    yield from (
+        SpamRule.objects.using(using)
+        .order_by("added_at")
+        .values_list("expression", "added_at")
+        .iterator(chunk_size=REBUILD_FETCH)
+    )
 
 
-def rebuild(path: str | None = None, *, writer: ScalingCountingBloomFilter | None = None,
-            progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
+def rebuild(
+    path: str | None = None,
+    *,
+    writer: ScalingCountingBloomFilter | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[int, int]:
     """Write a new filter file from the spam table (aside, then atomically replaced;
     readers switch on their next check). `writer`: this process's open writer of
     `path`, which keeps the lock throughout and follows the new file; without one
@@ -162,14 +184,26 @@ def rebuild(path: str | None = None, *, writer: ScalingCountingBloomFilter | Non
     with _snapshot_transaction(using):
         head = log_head()
         total = SpamRule.objects.using(using).count()
-        rules = _build(path, _stream_rules(using), total=total, progress=progress,
-                       applied_seq=head, writer=writer)
+        rules = _build(
+            path,
+            _stream_rules(using),
+            total=total,
+            progress=progress,
+            applied_seq=head,
+            writer=writer,
+        )
     return rules, head
 
 
-def _build(path: str, pairs: Iterator[tuple[str, int]], *, total: int,
-           progress: Callable[[int, int], None] | None, applied_seq: int,
-           writer: ScalingCountingBloomFilter | None) -> int:
+def _build(
+    path: str,
+    pairs: Iterator[tuple[str, int]],
+    *,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+    applied_seq: int,
+    writer: ScalingCountingBloomFilter | None,
+) -> int:
     """Build `path` from `pairs`; returns how many were written (the count the
     rebuild reports, and what `progress(done, total)` is told every REBUILD_FETCH rows)."""
     done = 0
@@ -185,9 +219,14 @@ def _build(path: str, pairs: Iterator[tuple[str, int]], *, total: int,
     timeout = float(conf.WRITER_LOCK_TIMEOUT)
     try:
         ScalingCountingBloomFilter.build(
-            path, counted(), capacity=first_stage_capacity(total),
-            error_rate=conf.FILTER_ERROR_RATE, applied_seq=applied_seq, writer=writer,
-            lock_timeout=timeout)
+            path,
+            counted(),
+            capacity=first_stage_capacity(total),
+            error_rate=conf.FILTER_ERROR_RATE,
+            applied_seq=applied_seq,
+            writer=writer,
+            lock_timeout=timeout,
+        )
     except FilterLockedError as exc:
         raise registry.WriterBusy.after(exc, timeout) from exc
     if progress is not None:
@@ -208,19 +247,28 @@ def _why_not_in_place(filt: ScalingCountingBloomFilter, result: SyncResult) -> s
         return reason
     result.head = log_head()
     if filt.applied_seq > result.head:
-        return (f"the file has applied_seq {filt.applied_seq} but the change log ends at "
-                f"{result.head} (a file from another database?)")
+        return (
+            f"the file has applied_seq {filt.applied_seq} but the change log ends at "
+            f"{result.head} (a file from another database?)"
+        )
     try:
         _apply_pending(filt, result)
     except KeyError as exc:
-        return (f"the log removes a rule the file does not hold ({_refusal(exc)}): the file "
-                "disagrees with the log")
+        return (
+            f"the log removes a rule the file does not hold ({_refusal(exc)}): the file "
+            "disagrees with the log"
+        )
     return ""
 
 
-def sync(up_to_seq: int | None = None, *, path: str | None = None,
-         force_rebuild: str = "", compact: bool = False,
-         progress: Callable[[int, int], None] | None = None) -> SyncResult:
+def sync(
+    up_to_seq: int | None = None,
+    *,
+    path: str | None = None,
+    force_rebuild: str = "",
+    compact: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> SyncResult:
     """Bring this node's filter file up to the head of the change log.
 
     `up_to_seq` (from a nudge) lets a duplicate or late delivery return without
@@ -255,8 +303,9 @@ def sync(up_to_seq: int | None = None, *, path: str | None = None,
             if not reason and compact:
                 force_rebuild = reason = _too_many_stages(filt)
         if reason:
-            _logged_rebuild(path, reason, result, writer=filt, progress=progress,
-                            forced=bool(force_rebuild))
+            _logged_rebuild(
+                path, reason, result, writer=filt, progress=progress, forced=bool(force_rebuild)
+            )
             if filt is None:
                 filt = registry.open_writer(path)
             try:
@@ -266,21 +315,29 @@ def sync(up_to_seq: int | None = None, *, path: str | None = None,
                     f"{path}: the change log after the rebuild's snapshot removes a rule the "
                     f"spam table did not hold ({_refusal(exc)}): rules were changed outside "
                     "urlguard.changes (raw SQL?); `manage.py rebuild_filter` rebuilds from "
-                    "the table as it is now") from exc
+                    "the table as it is now"
+                ) from exc
             result.head = max(result.head, log_head())
     finally:
         if filt is not None:
             filt.close()  # flushes: durable, and marked clean
     registry.file_written(path)
     if result.applied:
-        logger.info("filter %s: applied %d change(s), now at #%d",
-                    path, result.applied, result.applied_seq)
+        logger.info(
+            "filter %s: applied %d change(s), now at #%d", path, result.applied, result.applied_seq
+        )
     return result
 
 
-def _logged_rebuild(path: str, reason: str, result: SyncResult, *,
-                    writer: ScalingCountingBloomFilter | None,
-                    progress: Callable[[int, int], None] | None, forced: bool) -> None:
+def _logged_rebuild(
+    path: str,
+    reason: str,
+    result: SyncResult,
+    *,
+    writer: ScalingCountingBloomFilter | None,
+    progress: Callable[[int, int], None] | None,
+    forced: bool,
+) -> None:
     # A rebuild someone asked for is news; one forced by the file's state is a
     # warning (the file was wrong, and checks may have been degraded meanwhile).
     level = logging.INFO if forced else logging.WARNING
@@ -289,18 +346,30 @@ def _logged_rebuild(path: str, reason: str, result: SyncResult, *,
     result.rules, snapshot = rebuild(path, writer=writer, progress=progress)
     result.rebuild_seconds = time.perf_counter() - started
     result.rebuilt = reason
-    logger.log(level, "rebuilt filter %s: %d rules up to change #%d in %.2f s",
-               path, result.rules, snapshot, result.rebuild_seconds)
+    logger.log(
+        level,
+        "rebuilt filter %s: %d rules up to change #%d in %.2f s",
+        path,
+        result.rules,
+        snapshot,
+        result.rebuild_seconds,
+    )
 
 
 def _jsonable(value: Any) -> Any:
     # info() may carry numpy scalars; NodeStatus.info is JSON.
-    return json.loads(json.dumps(value, default=lambda v: v.item() if hasattr(v, "item")
-                                 else str(v)))
+    return json.loads(
+        json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else str(v))
+    )
 
 
-def report_status(path: str | None = None, *, error: str = "",
-                  result: SyncResult | None = None, full: bool = False) -> None:
+def report_status(
+    path: str | None = None,
+    *,
+    error: str = "",
+    result: SyncResult | None = None,
+    full: bool = False,
+) -> None:
     """Write what this node's file looks like now into its NodeStatus row. Never
     raises: reporting must not turn a successful apply into a failed task.
 
@@ -319,15 +388,17 @@ def report_status(path: str | None = None, *, error: str = "",
         elif not error:
             defaults["last_error"] = "the filter file is missing or unreadable"
         if result is not None and result.rebuilt:
-            defaults.update(last_rebuild_at=timezone.now(),
-                            last_rebuild_seconds=result.rebuild_seconds)
+            defaults.update(
+                last_rebuild_at=timezone.now(), last_rebuild_seconds=result.rebuild_seconds
+            )
         NodeStatus.objects.update_or_create(node=conf.NODE_NAME, defaults=defaults)
     except Exception:
         logger.exception("could not report the status of filter %s", path)
 
 
-def _run(task: Any, up_to_seq: int | None, force_rebuild: str = "",
-         full: bool = False) -> dict[str, Any]:
+def _run(
+    task: Any, up_to_seq: int | None, force_rebuild: str = "", full: bool = False
+) -> dict[str, Any]:
     try:
         # The periodic catch-up (full) is the unhurried moment to compact.
         result = sync(up_to_seq, force_rebuild=force_rebuild, compact=full)
@@ -338,7 +409,8 @@ def _run(task: Any, up_to_seq: int | None, force_rebuild: str = "",
             # the next change or `manage.py sync_filter` picks the work up.
             raise
         countdown = get_exponential_backoff_interval(
-            factor=1, retries=task.request.retries, maximum=60, full_jitter=True)
+            factor=1, retries=task.request.retries, maximum=60, full_jitter=True
+        )
         raise task.retry(exc=exc, countdown=countdown, max_retries=MAX_RETRIES) from exc
     except Exception as exc:
         report_status(error=f"{type(exc).__name__}: {exc}")
@@ -346,9 +418,12 @@ def _run(task: Any, up_to_seq: int | None, force_rebuild: str = "",
     if full and result.applied and not result.rebuilt:
         # A nudge applies changes as they commit; changes left for the catch-up mean
         # this node's filter was stale meanwhile, and DESIGN §7 wants that said.
-        logger.warning("catch-up applied %d change(s) this node had missed (a lost nudge "
-                       "or a stopped worker): until now its filter was stale, up to #%d",
-                       result.applied, result.applied_seq)
+        logger.warning(
+            "catch-up applied %d change(s) this node had missed (a lost nudge "
+            "or a stopped worker): until now its filter was stale, up to #%d",
+            result.applied,
+            result.applied_seq,
+        )
     if not result.skipped or full:
         report_status(result=result, full=full)
     return result.as_dict()
@@ -380,9 +455,13 @@ def _catch_up_at_boot(sender: Any = None, **kwargs: Any) -> None:
     try:
         result = sync()
         report_status(result=result, full=True)
-        logger.info("boot-time catch-up: filter %s at change #%d (%d applied%s)",
-                    result.path, result.applied_seq, result.applied,
-                    f"; rebuilt: {result.rebuilt}" if result.rebuilt else "")
+        logger.info(
+            "boot-time catch-up: filter %s at change #%d (%d applied%s)",
+            result.path,
+            result.applied_seq,
+            result.applied,
+            f"; rebuilt: {result.rebuilt}" if result.rebuilt else "",
+        )
     except Exception as exc:
         logger.exception("boot-time catch-up of the filter failed; beat will retry")
         report_status(error=f"{type(exc).__name__}: {exc}")

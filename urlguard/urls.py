@@ -1,5 +1,6 @@
 """URL configuration. Admin pages are added by the admin's ModelAdmin.get_urls,
 not here; the short-link catch-all comes last so it never shadows a page."""
+
 from django.contrib import admin
 from django.urls import include, path
 

@@ -1,6 +1,7 @@
 """Pages and endpoints of the service: the home page, short links, the warning
 page shown in place of a blocked redirect, its signed "continue anyway" step,
 and the JSON check API for other services."""
+
 from __future__ import annotations
 
 import logging
@@ -141,7 +142,8 @@ def warning_response(
         # Never offered for javascript:/data: (that would be a script injection
         # one click away) nor for an address we could not even parse.
         context["continue_url"] = (
-            reverse("urlguard:continue") + "?"
+            reverse("urlguard:continue")
+            + "?"
             + urlencode({"token": continue_token(destination, visitor_id(request))})
         )
     status = 503 if kind == "unchecked" else 403
@@ -165,17 +167,24 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
         if _scheme_and_host(destination)[0] not in WEB_SCHEMES:
             problem = "This link does not lead to a web page."
         elif data.get("v") != visitor_id(request):
-            problem = ("This link was made for another browser or network. Open the original "
-                       "link again to see the warning page, and continue from there.")
+            problem = (
+                "This link was made for another browser or network. Open the original "
+                "link again to see the warning page, and continue from there."
+            )
     except signing.SignatureExpired:
-        problem = ("This link has expired. Go back and open the original link again "
-                   "to see the warning page once more.")
+        problem = (
+            "This link has expired. Go back and open the original link again "
+            "to see the warning page once more."
+        )
     except signing.BadSignature:
-        problem = ("This link is not valid: it was changed or copied incompletely. "
-                   "Open the original link again.")
+        problem = (
+            "This link is not valid: it was changed or copied incompletely. "
+            "Open the original link again."
+        )
     if problem:
-        return _no_cache(render(request, "urlguard/bad_token.html", {"problem": problem},
-                                status=400))
+        return _no_cache(
+            render(request, "urlguard/bad_token.html", {"problem": problem}, status=400)
+        )
     response = HttpResponseRedirect(iri_to_uri(destination))
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"
@@ -190,8 +199,11 @@ def home(request: HttpRequest) -> HttpResponse:
 
 def short_link(request: HttpRequest, slug: str) -> HttpResponse:
     """`/<slug>` → 302 to the destination. The middleware checks it on the way out."""
-    link = ShortLink.objects.filter(slug=slug).only("id", "destination", "disabled",
-                                                     "disabled_reason").first()
+    link = (
+        ShortLink.objects.filter(slug=slug)
+        .only("id", "destination", "disabled", "disabled_reason")
+        .first()
+    )
     if link is None:
         # `/admin` (no slash) looks like a slug; APPEND_SLASH never sees it
         # because this pattern matched. Send it where it was meant to go.
@@ -222,12 +234,16 @@ def _json_error(message: str, status: int, **headers: str) -> JsonResponse:
 def api_check(request: HttpRequest) -> JsonResponse:
     """`GET /api/check?url=...` → the guard's verdict as JSON."""
     if request.method not in ("GET", "HEAD"):
-        return _json_error(f"method {request.method} not allowed; use GET /api/check?url=...",
-                           405, Allow="GET, HEAD")
+        return _json_error(
+            f"method {request.method} not allowed; use GET /api/check?url=...",
+            405,
+            Allow="GET, HEAD",
+        )
     url = request.GET.get("url", "")
     if not url.strip():
-        return _json_error("missing query parameter 'url', e.g. /api/check?url=https://example.com/",
-                           400)
+        return _json_error(
+            "missing query parameter 'url', e.g. /api/check?url=https://example.com/", 400
+        )
     try:
         verdict = get_guard().check(url)
     except InvalidURL as exc:
@@ -236,17 +252,20 @@ def api_check(request: HttpRequest) -> JsonResponse:
         # E.g. the database is down while confirming a filter hit: say so in
         # JSON, which is what the caller parses, rather than an HTML 500.
         logger.exception("urlguard: /api/check failed for %r", url)
-        return _json_error("the check could not be completed; try again shortly", 503,
-                           **{"Retry-After": "30"})
-    response = JsonResponse({
-        "url": verdict.url,
-        "canonical": verdict.canonical,
-        "blocked": verdict.blocked,
-        "category": verdict.category or None,
-        "rule": verdict.rule.expression if verdict.rule is not None else None,
-        "reason": verdict.reason,
-        "degraded": verdict.degraded,
-    })
+        return _json_error(
+            "the check could not be completed; try again shortly", 503, **{"Retry-After": "30"}
+        )
+    response = JsonResponse(
+        {
+            "url": verdict.url,
+            "canonical": verdict.canonical,
+            "blocked": verdict.blocked,
+            "category": verdict.category or None,
+            "rule": verdict.rule.expression if verdict.rule is not None else None,
+            "reason": verdict.reason,
+            "degraded": verdict.degraded,
+        }
+    )
     # The answer changes whenever the list does.
     response["Cache-Control"] = "no-store"
     if verdict.degraded:

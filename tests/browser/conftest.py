@@ -1,5 +1,6 @@
 """Browser tests: Debian's chromium driven by Playwright (no browser download), against
 pytest-django's live_server. Screenshots go to tests/artifacts/ (gitignored)."""
+
 from __future__ import annotations
 
 import os
@@ -10,17 +11,23 @@ import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def pytest_collection_modifyitems(config, items):
     if CHROMIUM.exists():
         return
-    skip = pytest.mark.skip(reason=f"{CHROMIUM} is not installed (apt-get install chromium; "
-                                   ".ci/run does it)")
+    skip = pytest.mark.skip(
+        reason=f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does it)"
+    )
     for item in items:
         if "browser" in item.keywords:
             item.add_marker(skip)
@@ -37,8 +44,7 @@ def chromium() -> Iterator[object]:
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=str(CHROMIUM),
-                                                 args=CHROMIUM_ARGS)
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             yield browser
             browser.close()
     finally:

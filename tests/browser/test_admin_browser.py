@@ -3,6 +3,7 @@ add a rule from a pasted URL with the live preview (a public suffix refused), se
 short link warned and then, after removing the rule, redirected, and both changes in
 the audit trail; import a file with a refused line; open the
 filter dashboard's chart. Screenshots of each page go to tests/artifacts/."""
+
 from __future__ import annotations
 
 import contextlib
@@ -45,8 +46,10 @@ def _follow_short_link(page, base: str) -> None:
 
 def _table_fits(page) -> None:
     """Every column of a change list is in sight (none scrolled out at 1280 px)."""
-    hidden = page.evaluate("() => { const r = document.querySelector('#changelist .results');"
-                           " return r.scrollWidth - r.clientWidth; }")
+    hidden = page.evaluate(
+        "() => { const r = document.querySelector('#changelist .results');"
+        " return r.scrollWidth - r.clientWidth; }"
+    )
     assert hidden <= 0, f"the change list is {hidden}px too wide"
 
 
@@ -81,7 +84,8 @@ def test_add_rule_block_remove_unblock(page, site, shot):
     page.wait_for_function(
         "document.querySelector('.preview-expression') && "
         "document.querySelector('.preview-expression').textContent === "
-        "'browser-spam.net/'")
+        "'browser-spam.net/'"
+    )
     blocked = page.locator(".preview-blocked li").all_inner_texts()
     allowed = page.locator(".preview-allowed li").all_inner_texts()
     assert DESTINATION in blocked

@@ -84,8 +84,12 @@ def test_guava_murmur128_mitz_64_golden():
 @pytest.mark.parametrize("bad", [1, 1.5, None, bytearray(b"x"), memoryview(b"x"), ["a"]])
 def test_non_str_bytes_key_is_type_error(bad):
     f = BloomFilter(10, 0.1)
-    for call in (f.add, f.contains, lambda k: f.add_many(["ok", k]),
-                 lambda k: f.contains_many([k])):
+    for call in (
+        f.add,
+        f.contains,
+        lambda k: f.add_many(["ok", k]),
+        lambda k: f.contains_many([k]),
+    ):
         with pytest.raises(TypeError, match=type(bad).__name__):
             call(bad)
 
@@ -98,7 +102,7 @@ def test_lone_surrogate_is_a_clear_error_not_a_crash():
         f.contains_many(["ok", "bad\ud800"])
 
 
-@pytest.mark.parametrize("capacity", [0, -1, -10**9])
+@pytest.mark.parametrize("capacity", [0, -1, -(10**9)])
 def test_capacity_must_be_positive(capacity):
     with pytest.raises(ValueError, match="capacity"):
         BloomFilter(capacity, 0.01)
@@ -176,8 +180,9 @@ def test_plan_slices_is_near_optimal():
         assert (1 - math.exp(-1_000_000 / cells)) ** k + 1_000_000 / cells**2 <= rate
 
 
-@pytest.mark.parametrize("capacity,rate", [(10, 0.01), (100, 0.001), (1_000_000, 1e-6),
-                                           (3, 0.5), (1, 1e-9)])
+@pytest.mark.parametrize(
+    "capacity,rate", [(10, 0.01), (100, 0.001), (1_000_000, 1e-6), (3, 0.5), (1, 1e-9)]
+)
 def test_plan_slices_keeps_the_double_hashing_floor_within_its_share(capacity, rate):
     for paired in (False, True):
         k, cells = plan_slices(capacity, rate, paired=paired)
@@ -210,8 +215,9 @@ def test_stage_error_rates_sum_within_target():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 40),
-       st.integers(1, 2**62))
+@given(
+    st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 40), st.integers(1, 2**62)
+)
 def test_index_math_is_64_bit_clean_at_any_size(h1, h2, i, cells):
     # Large slices (files far beyond 4 GiB) without allocating them: the numpy
     # paths must agree with exact integer arithmetic, for both schemes.
@@ -222,6 +228,7 @@ def test_index_math_is_64_bit_clean_at_any_size(h1, h2, i, cells):
     # COUNTER_SCHEME: (h1 + i*h2) mod cells with no 64-bit wrap, scalar and numpy.
     exact = (h1 + i * h2) % cells
     assert stage_counters(0, i + 1, cells, h1, h2)[i] == 2 * ((i // 2) * cells + exact) + i % 2
-    positions = list(slice_positions(cells, i + 1, np.array([h1], np.uint64),
-                                     np.array([h2], np.uint64)))
+    positions = list(
+        slice_positions(cells, i + 1, np.array([h1], np.uint64), np.array([h2], np.uint64))
+    )
     assert int(positions[i][0]) == exact

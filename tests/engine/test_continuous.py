@@ -1,5 +1,6 @@
 """Time-to-live filters, walked tick by tick on an injected clock: bloombroom's specs
 ported, the (ttl, 1.5·ttl] window, the ghost and the lost add fixed, clock jumps."""
+
 import sys
 import threading
 
@@ -190,7 +191,8 @@ def test_concurrent_sweeps_never_wipe_an_add():
             i += 1
 
     threads = [threading.Thread(target=ticker)] + [
-        threading.Thread(target=noise, args=(n,)) for n in range(2)]
+        threading.Thread(target=noise, args=(n,)) for n in range(2)
+    ]
     # Switch threads as often as possible so read-modify-writes of a shared byte
     # interleave (an unlocked add loses a neighbour's freshly written cell).
     old_interval = sys.getswitchinterval()
@@ -218,10 +220,17 @@ def test_concurrent_sweeps_never_wipe_an_add():
 
 
 @pytest.mark.parametrize("kind", [ContinuousBloomFilter, RotatingBloomFilter])
-@pytest.mark.parametrize(("args", "match"), [
-    ((0, 0.01, 10), "capacity"), ((-5, 0.01, 10), "capacity"), ((10, 0, 10), "error_rate"),
-    ((10, 1.0, 10), "error_rate"), ((10, 0.01, 0), "ttl"), ((10, 0.01, float("inf")), "ttl"),
-])
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((0, 0.01, 10), "capacity"),
+        ((-5, 0.01, 10), "capacity"),
+        ((10, 0, 10), "error_rate"),
+        ((10, 1.0, 10), "error_rate"),
+        ((10, 0.01, 0), "ttl"),
+        ((10, 0.01, float("inf")), "ttl"),
+    ],
+)
 def test_bad_parameters_are_clear_errors(kind, args, match):
     with pytest.raises(ValueError, match=match):
         kind(*args)

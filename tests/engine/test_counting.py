@@ -27,8 +27,10 @@ def counters_of(f, key):
     # Slice i's position is (h1 + i*h2) mod cells; slices pair up in the two
     # nibbles of one region of `cells` bytes (counters.py).
     h1, h2 = hash_pair(key)
-    return [counter_value(f._buf, 2 * ((i // 2) * f.cells + (h1 + i * h2) % f.cells) + i % 2)
-            for i in range(f.k)]
+    return [
+        counter_value(f._buf, 2 * ((i // 2) * f.cells + (h1 + i * h2) % f.cells) + i % 2)
+        for i in range(f.k)
+    ]
 
 
 @settings(max_examples=80, deadline=None)
@@ -174,8 +176,13 @@ def test_round_trip_and_kind_check():
 @pytest.mark.parametrize("bad", [3, None, 2.0, bytearray(b"a")])
 def test_non_str_bytes_key_is_type_error(bad):
     f = CountingBloomFilter(10, 0.1)
-    for call in (f.add, f.contains, f.remove, lambda k: f.remove_many([k]),
-                 lambda k: f.add_many([k])):
+    for call in (
+        f.add,
+        f.contains,
+        f.remove,
+        lambda k: f.remove_many([k]),
+        lambda k: f.add_many([k]),
+    ):
         with pytest.raises(TypeError, match=type(bad).__name__):
             call(bad)
 

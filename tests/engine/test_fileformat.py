@@ -80,10 +80,16 @@ def test_every_header_byte_is_checked(made):
             S.open(path, readonly=True).close()
 
 
-@pytest.mark.parametrize(("offset", "fragment"), [
-    (3, "magic"), (50, "header checksum"), (130, "state checksum"),
-    (ff.TABLE_OFFSET + 3, "stage 0 checksum"), (125, "reserved"),
-])
+@pytest.mark.parametrize(
+    ("offset", "fragment"),
+    [
+        (3, "magic"),
+        (50, "header checksum"),
+        (130, "state checksum"),
+        (ff.TABLE_OFFSET + 3, "stage 0 checksum"),
+        (125, "reserved"),
+    ],
+)
 def test_flipped_byte_names_the_field(made, offset, fragment):
     path, data = made
     flipped = bytearray(data)
@@ -94,14 +100,19 @@ def test_flipped_byte_names_the_field(made, offset, fragment):
 
 def _rewrite_fixed(data, **changes):
     """The file with fixed-header fields changed and the checksum made valid."""
-    head = bytearray(data[:ff.FIXED_SIZE])
-    offsets = {"version": (8, "<H"), "scheme": (12, "<I"), "capacity": (24, "<Q"),
-               "error_rate": (32, "<d"), "growth": (40, "<d")}
+    head = bytearray(data[: ff.FIXED_SIZE])
+    offsets = {
+        "version": (8, "<H"),
+        "scheme": (12, "<I"),
+        "capacity": (24, "<Q"),
+        "error_rate": (32, "<d"),
+        "growth": (40, "<d"),
+    }
     for name, value in changes.items():
         at, fmt = offsets[name]
         struct.pack_into(fmt, head, at, value)
     struct.pack_into("<I", head, 120, zlib.crc32(head[:120]))
-    return bytes(head) + data[ff.FIXED_SIZE:]
+    return bytes(head) + data[ff.FIXED_SIZE :]
 
 
 def test_other_format_version(made):
@@ -109,8 +120,9 @@ def test_other_format_version(made):
     # Version 1 files (stages planned without the double-hashing floor) must
     # be refused by version, with the way out, not by a geometry mismatch.
     write(path, _rewrite_fixed(data, version=ff.VERSION - 1))
-    refused(path, f"format version: expected {ff.VERSION}, found {ff.VERSION - 1}",
-            "rebuild the file")
+    refused(
+        path, f"format version: expected {ff.VERSION}, found {ff.VERSION - 1}", "rebuild the file"
+    )
     write(path, _rewrite_fixed(data, version=ff.VERSION + 1))
     refused(path, f"format version: expected {ff.VERSION}, found {ff.VERSION + 1}")
 
@@ -127,10 +139,15 @@ def test_other_format_entirely(made, tmp_path):
     refused(path, "magic")
 
 
-@pytest.mark.parametrize(("field", "value", "fragment"), [
-    ("capacity", 0, "capacity"), ("error_rate", 1.5, "error_rate"),
-    ("error_rate", 0.0, "error_rate"), ("growth", 0.5, "growth"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("capacity", 0, "capacity"),
+        ("error_rate", 1.5, "error_rate"),
+        ("error_rate", 0.0, "error_rate"),
+        ("growth", 0.5, "growth"),
+    ],
+)
 def test_checksummed_but_impossible_parameters(made, field, value, fragment):
     path, data = made
     write(path, _rewrite_fixed(data, **{field: value}))
@@ -201,8 +218,9 @@ def test_open_is_constant_time(tmp_path):
 def test_geometry_beyond_4_gib_without_allocating():
     # 3 billion keys at 0.1%: stages far beyond 4 GiB; offsets and sizes are
     # exact Python ints and every stage starts on a page after the previous.
-    header = ff.Header(seed=0, capacity=3_000_000_000, error_rate=0.001, growth=2.0,
-                       tightening=0.7, generation=1)
+    header = ff.Header(
+        seed=0, capacity=3_000_000_000, error_rate=0.001, growth=2.0, tightening=0.7, generation=1
+    )
     offset = ff.DATA_OFFSET
     for index in range(3):
         stage = ff.stage_plan(header, index, offset)

@@ -1,5 +1,6 @@
 """OppositeBloomFilter: the Go original's tests ported, its two false-positive bugs
 fixed, and its promise (never a false "seen") checked by property and under threads."""
+
 import threading
 
 import mmh3
@@ -34,8 +35,9 @@ def test_the_basics_replays_the_go_original():
     assert not f.contains_and_add(thirty_three), "colliding array returns false"
 
 
-@pytest.mark.parametrize(("asked", "rounded"), [(1, 1), (2, 2), (3, 4), (4, 4), (129, 256),
-                                                (1000, 1024)])
+@pytest.mark.parametrize(
+    ("asked", "rounded"), [(1, 1), (2, 2), (3, 4), (4, 4), (129, 256), (1000, 1024)]
+)
 def test_size_rounds_up_to_a_power_of_two(asked, rounded):
     assert OppositeBloomFilter(asked).size == rounded
 
@@ -127,8 +129,10 @@ def test_pluggable_hash():
 
 
 @settings(max_examples=150, deadline=None)
-@given(size=st.integers(1, 16), ops=st.lists(st.tuples(st.sampled_from("cas"),
-                                                       st.binary(max_size=3)), max_size=200))
+@given(
+    size=st.integers(1, 16),
+    ops=st.lists(st.tuples(st.sampled_from("cas"), st.binary(max_size=3)), max_size=200),
+)
 def test_never_a_false_positive(size, ops):
     # Model: the filter may answer "seen" only if the key was stored and nothing
     # stored since hashed to the same slot with a different key.

@@ -1,5 +1,6 @@
 """PersistentBloomFilter: old versions never change, untouched blocks are shared by
 identity, batches copy each block once, diff names exactly the changed blocks."""
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,7 +23,8 @@ def test_add_returns_a_new_version_and_leaves_the_old_one_unchanged():
 
 def test_untouched_blocks_are_the_same_objects():
     v1 = PersistentBloomFilter(50_000, 0.01, fanout=8, block_bytes=64).add_many(
-        f"seed{i}" for i in range(200))
+        f"seed{i}" for i in range(200)
+    )
     v2 = v1.add("one more")
     changed = set(diff(v1, v2))
     assert 0 < len(changed) <= v1.info()["k"]
@@ -77,8 +79,11 @@ def test_shape_must_be_powers_of_two(fanout, block_bytes):
 
 
 @settings(max_examples=60, deadline=None)
-@given(base=keys_strategy, more=keys_strategy,
-       shape=st.sampled_from([(2, 2), (4, 16), (16, 256), (64, 1024)]))
+@given(
+    base=keys_strategy,
+    more=keys_strategy,
+    shape=st.sampled_from([(2, 2), (4, 16), (16, 256), (64, 1024)]),
+)
 def test_versions_are_independent_and_have_no_false_negatives(base, more, shape):
     fanout, block_bytes = shape
     v0 = PersistentBloomFilter(200, 0.01, fanout=fanout, block_bytes=block_bytes)
@@ -93,8 +98,11 @@ def test_versions_are_independent_and_have_no_false_negatives(base, more, shape)
     # diff is exactly the set of blocks whose bytes differ.
     block = block_bytes
     a, b = v1.to_bytes(), v2.to_bytes()
-    expected = [i for i in range(len(a) // block + 1) if a[i * block:(i + 1) * block]
-                != b[i * block:(i + 1) * block]]
+    expected = [
+        i
+        for i in range(len(a) // block + 1)
+        if a[i * block : (i + 1) * block] != b[i * block : (i + 1) * block]
+    ]
     assert diff(v1, v2) == expected
 
 

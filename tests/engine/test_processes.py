@@ -87,8 +87,9 @@ def test_second_writer_in_another_process_is_refused(tmp_path):
 
 
 def _rebuild(path, tag, n):
-    S.build(path, [(f"{tag}-{i}", i) for i in range(n)], capacity=100, error_rate=0.01,
-            applied_seq=n)
+    S.build(
+        path, [(f"{tag}-{i}", i) for i in range(n)], capacity=100, error_rate=0.01, applied_seq=n
+    )
 
 
 def test_reader_survives_rebuilds_by_another_process(tmp_path):

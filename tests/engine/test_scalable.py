@@ -1,6 +1,7 @@
 """ScalableBloomFilter (Almeida et al. 2007): stage geometry, only the newest stage
 grows, the compounded false-positive bound holds through >= 10 stages, the
 tiny-capacity guard, and a serialization round-trip that refuses bad bytes."""
+
 import math
 
 import numpy as np
@@ -67,8 +68,11 @@ def test_measured_rate_stays_below_the_bound_after_ten_stages(growth, tightening
 
 
 @settings(max_examples=40, deadline=None)
-@given(n0=st.integers(1, 20), p=st.sampled_from([0.1, 0.01, 0.001]),
-       keys=st.lists(st.text(max_size=8) | st.binary(max_size=8), max_size=300))
+@given(
+    n0=st.integers(1, 20),
+    p=st.sampled_from([0.1, 0.01, 0.001]),
+    keys=st.lists(st.text(max_size=8) | st.binary(max_size=8), max_size=300),
+)
 def test_no_false_negatives_and_contains_many_agrees(n0, p, keys):
     f = ScalableBloomFilter(n0, p)
     for key in keys:
@@ -128,11 +132,19 @@ def test_tiny_initial_capacity_measured_rate_after_ten_stages():
     assert false / trials <= p + 3 * math.sqrt(p * (1 - p) / trials)
 
 
-@pytest.mark.parametrize(("args", "error"), [
-    ((0, 0.01), ValueError), ((-3, 0.01), ValueError), ((1.5, 0.01), TypeError),
-    ((10, 0.0), ValueError), ((10, 1.0), ValueError), ((10, 0.01, 0.5), ValueError),
-    ((10, 0.01, 2, 1.0), ValueError), ((10, 0.01, 2, 0.0), ValueError),
-])
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ((0, 0.01), ValueError),
+        ((-3, 0.01), ValueError),
+        ((1.5, 0.01), TypeError),
+        ((10, 0.0), ValueError),
+        ((10, 1.0), ValueError),
+        ((10, 0.01, 0.5), ValueError),
+        ((10, 0.01, 2, 1.0), ValueError),
+        ((10, 0.01, 2, 0.0), ValueError),
+    ],
+)
 def test_bad_parameters(args, error):
     with pytest.raises(error):
         ScalableBloomFilter(*args)

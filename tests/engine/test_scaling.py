@@ -27,11 +27,15 @@ def path(tmp_path):
 key_st = st.one_of(st.text(max_size=10), st.binary(max_size=10))
 op_st = st.one_of(
     st.tuples(st.just("add"), key_st, st.integers(-50, 50)),
-    st.tuples(st.just("add_many"), st.lists(st.tuples(key_st, st.integers(-50, 50)),
-                                            max_size=12), st.none()),
+    st.tuples(
+        st.just("add_many"),
+        st.lists(st.tuples(key_st, st.integers(-50, 50)), max_size=12),
+        st.none(),
+    ),
     st.tuples(st.just("remove"), st.integers(0, 10**6), st.none()),
-    st.tuples(st.just("remove_many"), st.lists(st.integers(0, 10**6), max_size=6,
-                                               unique=True), st.none()),
+    st.tuples(
+        st.just("remove_many"), st.lists(st.integers(0, 10**6), max_size=6, unique=True), st.none()
+    ),
 )
 
 
@@ -267,8 +271,14 @@ def test_reader_follows_new_stages_and_build(path):
     assert "https://p999.example.com/a/7911081.html" in r
     assert r.contains_many(urls(1000)).all()
     assert len(r.info()["stages"]) == len(f.info()["stages"]) > 3
-    new_generation = S.build(path, [(k, i) for i, k in enumerate(urls(50, "n"))],
-                             capacity=100, error_rate=0.01, applied_seq=77, writer=f)
+    new_generation = S.build(
+        path,
+        [(k, i) for i, k in enumerate(urls(50, "n"))],
+        capacity=100,
+        error_rate=0.01,
+        applied_seq=77,
+        writer=f,
+    )
     assert new_generation > generation
     # The reader notices the superseded bit on its next call and reopens.
     assert r.contains_many(urls(50, "n")).all()
@@ -322,13 +332,21 @@ def test_open_checks_expected_parameters(path):
     S.open(path).close()  # the failed writer open released its lock
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"capacity": 0}, ValueError), ({"capacity": -5}, ValueError),
-    ({"capacity": 2.5}, TypeError), ({"error_rate": 0.0}, ValueError),
-    ({"error_rate": 1.0}, ValueError), ({"error_rate": -0.5}, ValueError),
-    ({"error_rate": float("nan")}, ValueError), ({"growth": 1.0}, ValueError),
-    ({"tightening": 1.0}, ValueError), ({"tightening": 0.0}, ValueError),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"capacity": 0}, ValueError),
+        ({"capacity": -5}, ValueError),
+        ({"capacity": 2.5}, TypeError),
+        ({"error_rate": 0.0}, ValueError),
+        ({"error_rate": 1.0}, ValueError),
+        ({"error_rate": -0.5}, ValueError),
+        ({"error_rate": float("nan")}, ValueError),
+        ({"growth": 1.0}, ValueError),
+        ({"tightening": 1.0}, ValueError),
+        ({"tightening": 0.0}, ValueError),
+    ],
+)
 def test_bad_parameters(path, kwargs, error):
     params = {"capacity": 100, "error_rate": 0.01, **kwargs}
     with pytest.raises(error):

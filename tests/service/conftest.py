@@ -1,6 +1,7 @@
 """Fixtures for tests/service (the admin tests: staff users with chosen permissions,
 logged-in clients, and a way to run on-commit work, i.e. the change-log nudge and the
 import and rescan jobs, as the embedded default does). Others may add theirs below."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -21,10 +22,15 @@ def make_staff(db, django_user_model) -> Callable[..., Client]:
         made += 1
         user = django_user_model.objects.create_user(
             # No password: force_login needs none, and hashing one costs ~0.5 s per user.
-            f"staff{made}", password=None, is_staff=True, is_superuser=superuser)
+            f"staff{made}",
+            password=None,
+            is_staff=True,
+            is_superuser=superuser,
+        )
         for codename in codenames:
             user.user_permissions.add(
-                Permission.objects.get(codename=codename, content_type__app_label="urlguard"))
+                Permission.objects.get(codename=codename, content_type__app_label="urlguard")
+            )
         client = Client()
         client.force_login(user)
         client.user = user

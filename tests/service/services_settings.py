@@ -1,6 +1,7 @@
 """Settings for the Celery worker that tests/service/test_services.py starts: the
 project's settings, with the node name and catch-up interval taken from the
 environment so that a test can run a node with a fast periodic catch-up."""
+
 import os
 
 from urlguard.settings import *  # noqa: F403

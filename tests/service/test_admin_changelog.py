@@ -1,5 +1,6 @@
 """The audit trail: ChangeEvent and NodeStatus are read-only; each event says which
 nodes have applied it."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,11 +41,19 @@ def test_event_detail_is_read_only(superuser):
     assert page.status_code == 200
     html = page.content.decode()
     assert "no node has reported yet" in html and 'name="_save"' not in html
-    assert superuser.post(reverse("admin:urlguard_changeevent_change", args=[event.pk]),
-                          {"expression": "x"}).status_code == 403
+    assert (
+        superuser.post(
+            reverse("admin:urlguard_changeevent_change", args=[event.pk]), {"expression": "x"}
+        ).status_code
+        == 403
+    )
     assert superuser.get(reverse("admin:urlguard_changeevent_add")).status_code == 403
-    assert superuser.post(reverse("admin:urlguard_changeevent_delete", args=[event.pk]),
-                          {"post": "yes"}).status_code == 403
+    assert (
+        superuser.post(
+            reverse("admin:urlguard_changeevent_delete", args=[event.pk]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
     assert ChangeEvent.objects.get().expression == "r.example.com/"
 
 
@@ -56,5 +65,9 @@ def test_events_need_view_permission(viewer, make_staff):
 def test_node_status_is_read_only(superuser):
     node = NodeStatus.objects.create(node="n", filter_path="/x")
     assert superuser.get(reverse("admin:urlguard_nodestatus_changelist")).status_code == 200
-    assert superuser.post(reverse("admin:urlguard_nodestatus_change", args=[node.pk]),
-                          {"node": "m"}).status_code == 403
+    assert (
+        superuser.post(
+            reverse("admin:urlguard_nodestatus_change", args=[node.pk]), {"node": "m"}
+        ).status_code
+        == 403
+    )

@@ -1,5 +1,6 @@
 """Check-a-URL page: canonical form, every expression, the filter's and the table's
 answers, the verdict and its rule; a malformed URL is a form error."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,7 +33,7 @@ def test_blocked_url_lays_open_every_step(viewer, build_filter):
     assert report["verdict"].blocked and report["verdict"].rule == rule
     html = page.content.decode()
     assert "Verdict: blocked" in html and "Phishing" in html
-    assert html.count("<tr class=\"finding-") == len(report["rows"])
+    assert html.count('<tr class="finding-') == len(report["rows"])
 
 
 def test_clean_url(viewer, build_filter):
@@ -73,7 +74,8 @@ def test_needs_view_permission(make_staff):
 
 def test_empty_url_says_what_to_do(viewer):
     assert viewer.get(CHECK, {"url": ""}).context["form"].errors["url"] == [
-        "Paste the URL to check."]
+        "Paste the URL to check."
+    ]
 
 
 def test_a_long_bad_url_is_not_echoed_whole(viewer):

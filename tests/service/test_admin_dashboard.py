@@ -1,5 +1,6 @@
 """The filter dashboard: the SVG stage chart, this node's file, every node's lag,
 and the Sync / Rebuild buttons with their permissions."""
+
 from __future__ import annotations
 
 import re
@@ -23,8 +24,11 @@ def _bars(svg: str) -> list[str]:
 
 
 def test_chart_has_one_bar_per_stage_sized_by_load():
-    stages = [StageBar(0, 1, 99, 50, 100, 7, 0.25), StageBar(1, 100, None, 10, 200, 8, 0.95),
-              StageBar(2, None, None, 0, 400, 9, 0.0)]
+    stages = [
+        StageBar(0, 1, 99, 50, 100, 7, 0.25),
+        StageBar(1, 100, None, 10, 200, 8, 0.95),
+        StageBar(2, None, None, 0, 400, 9, 0.0),
+    ]
     svg = str(render_stage_chart(stages))
     assert svg.startswith("<svg") and svg.endswith("</svg>")
     widths = [float(w) for w in _bars(svg)]
@@ -40,14 +44,16 @@ def test_chart_has_one_bar_per_stage_sized_by_load():
 def test_a_full_stage_reads_as_full_not_as_its_low_fill_ratio():
     # A stage at capacity has well under half of its counters set, by design: the
     # chart must still show it full (it was drawn as an 11% bar before).
-    full, open_ = (StageBar(0, 1, 999, 1000, 1000, 4, 0.116, 1.8e-4, error_rate=0.005),
-                   StageBar(1, 1000, None, 1501, 2000, 4, 0.091, 6.7e-5, error_rate=0.004))
+    full, open_ = (
+        StageBar(0, 1, 999, 1000, 1000, 4, 0.116, 1.8e-4, error_rate=0.005),
+        StageBar(1, 1000, None, 1501, 2000, 4, 0.091, 6.7e-5, error_rate=0.004),
+    )
     svg = str(render_stage_chart([full, open_]))
     widths = [float(w) for w in _bars(svg)]
     assert widths[0] == pytest.approx(420) and widths[1] == pytest.approx(420 * 0.7505, abs=0.1)
     assert 'class="stage stage-closed"' in svg and 'class="stage stage-ok"' in svg
     nearly = StageBar(1, 1000, None, 1900, 2000, 4, 0.2, 1e-4, error_rate=0.004)
-    assert 'stage-nearly-full' in str(render_stage_chart([full, nearly]))
+    assert "stage-nearly-full" in str(render_stage_chart([full, nearly]))
 
 
 def test_a_stage_over_its_false_positive_target_is_red_and_says_rebuild():
@@ -171,7 +177,8 @@ def test_filter_and_table_counts_side_by_side(editor, build_filter):
     # A row deleted around urlguard.changes (raw SQL, no ChangeEvent): the log says
     # "up to date", only the counts show that the filter holds a rule too many.
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {SpamRule._meta.db_table} WHERE expression = %s",
-                       ["c0.example.com/"])
+        cursor.execute(
+            f"DELETE FROM {SpamRule._meta.db_table} WHERE expression = %s", ["c0.example.com/"]
+        )
     html = editor.get(DASHBOARD).content.decode()
     assert "4 (spam table: 3)" in html and "the filter and the table disagree" in html

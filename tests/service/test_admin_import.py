@@ -1,6 +1,7 @@
 """The import pages: upload, dry-run preview (new / present / repeated / refused with
 reasons), commit through changes.add_rules, the rescan that follows, progress JSON,
 form errors and permissions."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ already.example.com
 
 
 def _upload(client, content: bytes, name: str = "feed.txt", category: str = "spam"):
-    return client.post(UPLOAD, {"file": SimpleUploadedFile(name, content),
-                                "default_category": category})
+    return client.post(
+        UPLOAD, {"file": SimpleUploadedFile(name, content), "default_category": category}
+    )
 
 
 def _job_page(job: AdminJob) -> str:
@@ -49,11 +51,9 @@ def test_preview_counts_and_refusals_and_changes_nothing(editor):
     job = AdminJob.objects.get(kind="import")
     assert response["Location"] == _job_page(job)
     result = job.result
-    assert (result["new"], result["present"], result["repeated"], result["refused"]) == (
-        3, 1, 1, 1)
+    assert (result["new"], result["present"], result["repeated"], result["refused"]) == (3, 1, 1, 1)
     assert result["lines"] == 6  # the comment and the blank line are no entries
-    assert [(line["lineno"], line["raw"]) for line in result["refused_lines"]] == [
-        (5, "co.uk")]
+    assert [(line["lineno"], line["raw"]) for line in result["refused_lines"]] == [(5, "co.uk")]
     assert "public suffix" in result["refused_lines"][0]["error"]
     # The dry run wrote no rule and no change event.
     assert (SpamRule.objects.count(), ChangeEvent.objects.count()) == before
@@ -76,7 +76,10 @@ def test_commit_adds_through_the_change_log_then_rescans(editor, committed, filt
     assert job.state == "done" and job.result["added"] == 3, job.message
     imported = SpamRule.objects.filter(source="import:feed.txt")
     assert set(imported.values_list("expression", flat=True)) == {
-        "spam-one.example.com/", "spam-two.example.net/", "spam-three.example.org/path/"}
+        "spam-one.example.com/",
+        "spam-two.example.net/",
+        "spam-three.example.org/path/",
+    }
     assert set(imported.values_list("category", flat=True)) == {"malware"}
     assert ChangeEvent.objects.filter(action="add").count() == 4
     assert job.payload == ""  # served its purpose
@@ -103,24 +106,31 @@ def test_commit_twice_imports_once(editor, committed):
 def test_commit_needs_post(editor):
     _upload(editor, b"one.example.com\n")
     job = AdminJob.objects.get(kind="import")
-    assert editor.get(
-        reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])).status_code == 405
+    assert (
+        editor.get(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])).status_code
+        == 405
+    )
 
 
 def test_csv_with_category_column(editor):
-    _upload(editor, b"url,category\nhttps://a.example.com/,phishing\nb.example.com,malware\n",
-            name="feed.csv")
+    _upload(
+        editor,
+        b"url,category\nhttps://a.example.com/,phishing\nb.example.com,malware\n",
+        name="feed.csv",
+    )
     job = AdminJob.objects.get(kind="import")
     assert job.result["new"] == 2
-    assert sorted(category for _, category, _ in json.loads(job.payload)) == [
-        "malware", "phishing"]
+    assert sorted(category for _, category, _ in json.loads(job.payload)) == ["malware", "phishing"]
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"", "empty"),
-    (b"\xff\xfe\x00bad", "not UTF-8"),
-    (b"abc\x00def\n", "binary"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty"),
+        (b"\xff\xfe\x00bad", "not UTF-8"),
+        (b"abc\x00def\n", "binary"),
+    ],
+)
 def test_bad_files_are_form_errors(editor, content, message):
     page = _upload(editor, content)
     assert page.status_code == 200
@@ -144,8 +154,16 @@ def test_status_json(editor):
     _upload(editor, FILE)
     job = AdminJob.objects.get(kind="import")
     data = editor.get(reverse("admin:urlguard_spamrule_job_status", args=[job.pk])).json()
-    assert data == {"id": job.pk, "kind": "import", "state": "previewed", "done": 0,
-                    "total": 3, "message": "", "finished": False, "rescan_job": None}
+    assert data == {
+        "id": job.pk,
+        "kind": "import",
+        "state": "previewed",
+        "done": 0,
+        "total": 3,
+        "message": "",
+        "finished": False,
+        "rescan_job": None,
+    }
 
 
 def test_import_needs_add_permission(viewer, editor):
@@ -154,10 +172,13 @@ def test_import_needs_add_permission(viewer, editor):
     _upload(editor, FILE)
     job = AdminJob.objects.get(kind="import")
     assert viewer.get(_job_page(job)).status_code == 403
-    assert viewer.post(
-        reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])).status_code == 403
-    assert viewer.get(
-        reverse("admin:urlguard_spamrule_job_status", args=[job.pk])).status_code == 403
+    assert (
+        viewer.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])).status_code
+        == 403
+    )
+    assert (
+        viewer.get(reverse("admin:urlguard_spamrule_job_status", args=[job.pk])).status_code == 403
+    )
     assert not SpamRule.objects.exists()
 
 
@@ -181,10 +202,12 @@ def test_a_failing_commit_is_reported_not_a_traceback(editor, committed, monkeyp
 def test_running_import_and_its_rescan_show_progress_bars(editor):
     _upload(editor, b"one.example.com\n")
     job = AdminJob.objects.get(kind="import")
-    rescan = AdminJob.objects.create(kind="rescan", state="queued", total=0,
-                                     message="Waiting for a worker.")
-    AdminJob.objects.filter(pk=job.pk).update(state="running", done=1,
-                                              result={**job.result, "rescan_job": rescan.pk})
+    rescan = AdminJob.objects.create(
+        kind="rescan", state="queued", total=0, message="Waiting for a worker."
+    )
+    AdminJob.objects.filter(pk=job.pk).update(
+        state="running", done=1, result={**job.result, "rescan_job": rescan.pk}
+    )
     html = editor.get(_job_page(job)).content.decode()
     for watched in (job, rescan):
         status = reverse("admin:urlguard_spamrule_job_status", args=[watched.pk])

@@ -1,5 +1,6 @@
 """ShortLink admin: verdicts on the change list (one check_many per page), actions,
 the rescan page and bulk disabling; urlguard.rescan itself."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,11 +25,13 @@ def links(db, build_filter):
     made = {
         "spam": ShortLink.objects.create(slug="s1", destination="https://www.spam.example.com/x"),
         "path": ShortLink.objects.create(slug="s2", destination="http://ok.example.org/bad/a"),
-        "clean": ShortLink.objects.create(slug="c1", destination="http://ok.example.org/good",
-                                          click_count=12, unique_visitors=5),
+        "clean": ShortLink.objects.create(
+            slug="c1", destination="http://ok.example.org/good", click_count=12, unique_visitors=5
+        ),
         "invalid": ShortLink.objects.create(slug="i1", destination="javascript:alert(1)"),
-        "off": ShortLink.objects.create(slug="d1", destination="https://spam.example.com/",
-                                        disabled=True),
+        "off": ShortLink.objects.create(
+            slug="d1", destination="https://spam.example.com/", disabled=True
+        ),
     }
     build_filter()
     return made
@@ -65,7 +68,9 @@ def test_rescan_links_finds_what_points_to_spam(links):
     assert result.scanned == 4  # disabled links are not rescanned
     assert sorted(h.slug for h in result.hits) == ["s1", "s2"]
     assert {h.slug: h.expression for h in result.hits} == {
-        "s1": "spam.example.com/", "s2": "ok.example.org/bad/"}
+        "s1": "spam.example.com/",
+        "s2": "ok.example.org/bad/",
+    }
     assert result.invalid == 1
     assert seen == [(2, 4), (4, 4)]
     everything = rescan_links(include_disabled=True)
@@ -93,8 +98,9 @@ def test_disable_selected_hits(link_admin, links, committed):
     job = AdminJob.objects.get(kind="rescan")
     clean = links["clean"]
     # The clean link's id is forged into the post: only links the scan found change.
-    response = link_admin.post(DISABLE, {"job": job.pk,
-                                         "link": [links["spam"].pk, clean.pk]}, follow=True)
+    response = link_admin.post(
+        DISABLE, {"job": job.pk, "link": [links["spam"].pk, clean.pk]}, follow=True
+    )
     assert "Disabled 1 short link" in response.content.decode()
     links["spam"].refresh_from_db()
     clean.refresh_from_db()
@@ -121,8 +127,9 @@ def test_rescan_needs_view_permission(viewer):
 
 def test_actions_disable_enable_and_check(link_admin, links):
     ids = [links["spam"].pk, links["clean"].pk]
-    page = link_admin.post(LINKS, {"action": "check_selected", "_selected_action": ids},
-                           follow=True).content.decode()
+    page = link_admin.post(
+        LINKS, {"action": "check_selected", "_selected_action": ids}, follow=True
+    ).content.decode()
     assert "/s1 → https://www.spam.example.com/x is blocked by spam.example.com/" in page
     assert "1 destination is clean." in page
     link_admin.post(LINKS, {"action": "disable_selected", "_selected_action": ids})
@@ -152,29 +159,46 @@ def test_add_link_through_slugs(link_admin, make_staff):
     assert "already taken" in " ".join(taken.context["adminform"].form.errors["slug"])
     bad = adder.post(add, {"slug": "", "destination": "javascript:alert(1)"})
     assert "not a usable http(s) URL" in " ".join(
-        bad.context["adminform"].form.errors["destination"])
+        bad.context["adminform"].form.errors["destination"]
+    )
     change = adder.get(reverse("admin:urlguard_shortlink_change", args=[link.pk]))
     assert 'name="slug"' not in change.content.decode()
 
 
 def test_disable_all_hits_is_a_few_batched_queries(link_admin, django_assert_max_num_queries):
     made = ShortLink.objects.bulk_create(
-        ShortLink(slug=f"h{i}", destination=f"https://spam.example.com/{i}") for i in range(1200))
-    job = AdminJob.objects.create(kind="rescan", state="done", result={"hits": [
-        {"link_id": link.pk, "slug": link.slug, "destination": link.destination,
-         "expression": "spam.example.com/", "category": "spam", "disabled": False}
-        for link in made]})
+        ShortLink(slug=f"h{i}", destination=f"https://spam.example.com/{i}") for i in range(1200)
+    )
+    job = AdminJob.objects.create(
+        kind="rescan",
+        state="done",
+        result={
+            "hits": [
+                {
+                    "link_id": link.pk,
+                    "slug": link.slug,
+                    "destination": link.destination,
+                    "expression": "spam.example.com/",
+                    "category": "spam",
+                    "disabled": False,
+                }
+                for link in made
+            ]
+        },
+    )
     # Not one UPDATE per link: a "disable all" after a big import may cover thousands.
     with django_assert_max_num_queries(20):
         link_admin.post(DISABLE, {"job": job.pk, "all": "Disable all 1,200 links found"})
     assert ShortLink.objects.filter(disabled=True).count() == 1200
     assert set(ShortLink.objects.values_list("disabled_reason", flat=True)) == {
-        "destination blocked by spam rule spam.example.com/"}
+        "destination blocked by spam rule spam.example.com/"
+    }
 
 
 def test_a_queued_rescan_shows_its_progress_bar(link_admin):
-    job = AdminJob.objects.create(kind="rescan", state="running", done=300, total=1000,
-                                  message="Scanning.")
+    job = AdminJob.objects.create(
+        kind="rescan", state="running", done=300, total=1000, message="Scanning."
+    )
     html = link_admin.get(RESCAN).content.decode()
     status = reverse("admin:urlguard_spamrule_job_status", args=[job.pk])
     assert f'data-status-url="{status}"' in html
@@ -183,8 +207,7 @@ def test_a_queued_rescan_shows_its_progress_bar(link_admin):
 
 
 @pytest.mark.parametrize("policy", ["open", "closed"])
-def test_unreadable_filter_is_never_reported_as_clean(link_admin, filter_path, settings,
-                                                      policy):
+def test_unreadable_filter_is_never_reported_as_clean(link_admin, filter_path, settings, policy):
     # No filter file, and a policy that answers without looking: the admin must say
     # "not checked", not "ok" (open) and not count the links as clean.
     settings.URLGUARD = {**settings.URLGUARD, "ON_FILTER_ERROR": policy}
@@ -194,28 +217,37 @@ def test_unreadable_filter_is_never_reported_as_clean(link_admin, filter_path, s
     result = rescan_links()
     assert (result.scanned, result.unchecked, result.hits) == (2, 2, [])
     html = link_admin.get(LINKS).content.decode()
-    assert html.count("verdict verdict-degraded") == 2 and 'verdict verdict-ok' not in html
+    assert html.count("verdict verdict-degraded") == 2 and "verdict verdict-ok" not in html
     if policy == "closed":
         # The redirect after an action is itself replaced by the "could not be checked"
         # page (the guard middleware checks the admin's own redirects), and the
         # messages with it: the lead has the note.
         return
-    page = link_admin.post(LINKS, {"action": "check_selected", "_selected_action": [spam.pk]},
-                           follow=True)
+    page = link_admin.post(
+        LINKS, {"action": "check_selected", "_selected_action": [spam.pk]}, follow=True
+    )
     assert [str(m) for m in page.context["messages"]] == [
         "1 destination could not be checked: the filter file is unreadable "
-        "(see the filter dashboard)."]
+        "(see the filter dashboard)."
+    ]
 
 
 def test_check_action_sums_up_past_a_screenful(link_admin, build_filter):
     changes.add_rule("spam.example.com/", category="spam")
     build_filter()
     ShortLink.objects.bulk_create(
-        ShortLink(slug=f"b{i}", destination=f"https://spam.example.com/{i}") for i in range(25))
+        ShortLink(slug=f"b{i}", destination=f"https://spam.example.com/{i}") for i in range(25)
+    )
     ShortLink.objects.create(slug="bad", destination="javascript:alert(1)")
-    page = link_admin.post(LINKS, {"action": "check_selected", "select_across": "1",
-                                   "_selected_action": [ShortLink.objects.first().pk]},
-                           follow=True)
+    page = link_admin.post(
+        LINKS,
+        {
+            "action": "check_selected",
+            "select_across": "1",
+            "_selected_action": [ShortLink.objects.first().pk],
+        },
+        follow=True,
+    )
     texts = [str(m) for m in page.context["messages"]]
     assert len(texts) == 22 and sum("is blocked by" in t for t in texts) == 20
     assert "… and 5 more blocked destinations: a rescan lists them all." in texts
@@ -229,5 +261,7 @@ def test_a_link_editor_without_view_permission_can_follow_a_rescan(make_staff):
     status = editor.get(reverse("admin:urlguard_spamrule_job_status", args=[job.pk]))
     assert status.status_code == 200 and status.json()["state"] == "running"
     imported = AdminJob.objects.create(kind="import", state="previewed")
-    assert editor.get(reverse("admin:urlguard_spamrule_job_status",
-                              args=[imported.pk])).status_code == 403
+    assert (
+        editor.get(reverse("admin:urlguard_spamrule_job_status", args=[imported.pk])).status_code
+        == 403
+    )

@@ -2,6 +2,7 @@
 login page), staff without urlguard permissions and staff who may only view rules
 (403 for whatever they may not do, nothing written), CSRF on every POST, and
 malformed ids in query strings and forms (never a traceback page)."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,13 +22,25 @@ def world(db):
     has something to show (and something a forbidden request could change)."""
     rule = changes.add_rule("perm-spam.example.com", category="spam")
     link = ShortLink.objects.create(slug="p1", destination="https://perm-spam.example.com/x")
-    imported = jobs.preview_import("new-one.example.org\n", default_category="spam",
-                                   filename="f.txt", user=None)
+    imported = jobs.preview_import(
+        "new-one.example.org\n", default_category="spam", filename="f.txt", user=None
+    )
     rescan = AdminJob.objects.create(
-        kind=AdminJob.Kind.RESCAN, state=AdminJob.State.DONE,
-        result={"hits": [{"link_id": link.pk, "slug": "p1", "destination": link.destination,
-                          "expression": rule.expression, "category": "spam",
-                          "disabled": False}]})
+        kind=AdminJob.Kind.RESCAN,
+        state=AdminJob.State.DONE,
+        result={
+            "hits": [
+                {
+                    "link_id": link.pk,
+                    "slug": "p1",
+                    "destination": link.destination,
+                    "expression": rule.expression,
+                    "category": "spam",
+                    "disabled": False,
+                }
+            ]
+        },
+    )
     return {"rule": rule, "link": link, "import": imported, "rescan": rescan}
 
 
@@ -36,9 +49,16 @@ def _pages(world) -> list[tuple[str, str, dict]]:
     imp, rescan, link = world["import"].pk, world["rescan"].pk, world["link"].pk
     return [
         ("get", reverse("admin:urlguard_spamrule_add"), {}),
-        ("post", reverse("admin:urlguard_spamrule_add"),
-         {"url": "x.example.org", "expression": "x.example.org/", "category": "spam",
-          "_save": "Save"}),
+        (
+            "post",
+            reverse("admin:urlguard_spamrule_add"),
+            {
+                "url": "x.example.org",
+                "expression": "x.example.org/",
+                "category": "spam",
+                "_save": "Save",
+            },
+        ),
         ("get", reverse("admin:urlguard_spamrule_preview"), {"url": "x.example.org"}),
         ("get", reverse("admin:urlguard_spamrule_import"), {}),
         ("get", reverse("admin:urlguard_spamrule_import_job", args=[imp]), {}),
@@ -51,14 +71,16 @@ def _pages(world) -> list[tuple[str, str, dict]]:
         ("post", reverse("admin:urlguard_spamrule_dashboard_rebuild"), {}),
         ("get", reverse("admin:urlguard_shortlink_rescan"), {}),
         ("post", reverse("admin:urlguard_shortlink_rescan"), {}),
-        ("post", reverse("admin:urlguard_shortlink_rescan_disable"),
-         {"job": rescan, "link": [link]}),
+        (
+            "post",
+            reverse("admin:urlguard_shortlink_rescan_disable"),
+            {"job": rescan, "link": [link]},
+        ),
     ]
 
 
 def _nothing_changed(world) -> None:
-    assert list(SpamRule.objects.values_list("expression", flat=True)) == [
-        world["rule"].expression]
+    assert list(SpamRule.objects.values_list("expression", flat=True)) == [world["rule"].expression]
     assert ChangeEvent.objects.count() == 1
     assert AdminJob.objects.count() == 2
     assert not NodeStatus.objects.exists()  # no sync or rebuild ran
@@ -81,9 +103,11 @@ def test_staff_without_urlguard_permissions_get_403_everywhere(make_staff, world
 
 
 def test_view_only_staff_may_look_but_not_write(viewer, world):
-    may_see = {reverse("admin:urlguard_spamrule_check"),
-               reverse("admin:urlguard_spamrule_dashboard"),
-               reverse("admin:urlguard_spamrule_dashboard_status")}
+    may_see = {
+        reverse("admin:urlguard_spamrule_check"),
+        reverse("admin:urlguard_spamrule_dashboard"),
+        reverse("admin:urlguard_spamrule_dashboard_status"),
+    }
     for method, url, data in _pages(world):
         expected = 200 if (method, url) in {("get", u) for u in may_see} else 403
         assert getattr(viewer, method)(url, data).status_code == expected, (method, url)
@@ -112,9 +136,12 @@ def test_every_post_needs_the_csrf_token(superuser, world):
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(superuser.user)
     posts = [(url, data) for method, url, data in _pages(world) if method == "post"]
-    posts.append((reverse("admin:urlguard_spamrule_changelist"),
-                  {"action": "delete_selected", "_selected_action": [world["rule"].pk],
-                   "post": "yes"}))
+    posts.append(
+        (
+            reverse("admin:urlguard_spamrule_changelist"),
+            {"action": "delete_selected", "_selected_action": [world["rule"].pk], "post": "yes"},
+        )
+    )
     for url, data in posts:
         response = strict.post(url, data)
         assert response.status_code == 403 and b"CSRF" in response.content, url
@@ -127,8 +154,11 @@ def test_malformed_job_ids_never_make_a_traceback(superuser, world, job):
     page = superuser.get(rescan, {"job": job})
     assert page.status_code == 200
     assert page.context["job"] == world["rescan"]  # falls back to the latest rescan
-    response = superuser.post(reverse("admin:urlguard_shortlink_rescan_disable"),
-                              {"job": job, "link": [job, "\u0663"]}, follow=True)
+    response = superuser.post(
+        reverse("admin:urlguard_shortlink_rescan_disable"),
+        {"job": job, "link": [job, "\u0663"]},
+        follow=True,
+    )
     assert response.status_code == 200
     assert "Select the links to disable first" in response.content.decode()
     assert not ShortLink.objects.get().disabled

@@ -2,6 +2,7 @@
 query per row): spam rules with who added them, short links with their verdicts
 (one Guard.check_many and one table query for its hits per page), the change log with
 the nodes that applied each event."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,22 +41,33 @@ def _same_cost_for_more_rules(client, make_staff, url, assert_max) -> str:
 
 
 def test_rule_changelist(superuser, make_staff, django_assert_max_num_queries):
-    _same_cost_for_more_rules(superuser, make_staff,
-                              reverse("admin:urlguard_spamrule_changelist"),
-                              django_assert_max_num_queries)
+    _same_cost_for_more_rules(
+        superuser,
+        make_staff,
+        reverse("admin:urlguard_spamrule_changelist"),
+        django_assert_max_num_queries,
+    )
 
 
-def test_short_link_changelist_with_verdicts(superuser, build_filter,
-                                             django_assert_max_num_queries):
+def test_short_link_changelist_with_verdicts(
+    superuser, build_filter, django_assert_max_num_queries
+):
     changes.add_rules([f"spam{i}.example.com" for i in range(40)], source="test")
     build_filter()
     url = reverse("admin:urlguard_shortlink_changelist")
 
     def links(start: int, n: int) -> None:
-        ShortLink.objects.bulk_create(ShortLink(
-            slug=f"s{i}", destination=(f"https://www.spam{i % 40}.example.com/x" if i % 2 else
-                                       f"https://clean{i}.example.org/")
-        ) for i in range(start, start + n))
+        ShortLink.objects.bulk_create(
+            ShortLink(
+                slug=f"s{i}",
+                destination=(
+                    f"https://www.spam{i % 40}.example.com/x"
+                    if i % 2
+                    else f"https://clean{i}.example.org/"
+                ),
+            )
+            for i in range(start, start + n)
+        )
 
     links(0, 2)
     few = _queries(superuser, url)
@@ -68,7 +80,10 @@ def test_short_link_changelist_with_verdicts(superuser, build_filter,
 def test_change_log_list(superuser, make_staff, django_assert_max_num_queries):
     NodeStatus.objects.create(node="a", filter_path="/x", applied_seq=3)
     NodeStatus.objects.create(node="b", filter_path="/x", applied_seq=50)
-    html = _same_cost_for_more_rules(superuser, make_staff,
-                                     reverse("admin:urlguard_changeevent_changelist"),
-                                     django_assert_max_num_queries)
+    html = _same_cost_for_more_rules(
+        superuser,
+        make_staff,
+        reverse("admin:urlguard_changeevent_changelist"),
+        django_assert_max_num_queries,
+    )
     assert "pending: a" in html

@@ -1,6 +1,7 @@
 """SpamRule admin: change list, the add form (paste, pick a level, preview, save),
 the live-preview endpoint, editing, deleting (single and bulk) and permissions.
 Every write must leave a ChangeEvent."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,8 +30,17 @@ def test_changelist_columns_search_and_filters(editor):
     page = editor.get(CHANGELIST)
     assert page.status_code == 200
     html = page.content.decode()
-    for text in ("evil-example.com/", "domain", "Phishing", "other.org/path/", "path",
-                 editor.user.username, "Import", "Check a URL", "Filter dashboard"):
+    for text in (
+        "evil-example.com/",
+        "domain",
+        "Phishing",
+        "other.org/path/",
+        "path",
+        editor.user.username,
+        "Import",
+        "Check a URL",
+        "Filter dashboard",
+    ):
         assert text in html
     found = editor.get(CHANGELIST, {"q": "evil"}).content.decode()
     assert "evil-example.com/" in found and "other.org/path/" not in found
@@ -69,13 +79,24 @@ def test_preview_without_javascript_lists_every_level_and_saves_nothing(editor):
 def test_save_adds_the_chosen_level_through_the_change_log(editor, committed, filter_path):
     expression = _domain(PASTED)
     with committed():
-        response = editor.post(ADD, {"url": PASTED, "expression": expression,
-                                     "category": "phishing", "note": "from a report",
-                                     "_save": "Save"})
+        response = editor.post(
+            ADD,
+            {
+                "url": PASTED,
+                "expression": expression,
+                "category": "phishing",
+                "note": "from a report",
+                "_save": "Save",
+            },
+        )
     assert response.status_code == 302 and response["Location"] == CHANGELIST
     rule = SpamRule.objects.get()
     assert (rule.expression, rule.category, rule.note, rule.added_by) == (
-        expression, "phishing", "from a report", editor.user)
+        expression,
+        "phishing",
+        "from a report",
+        editor.user,
+    )
     event = ChangeEvent.objects.get()
     assert (event.action, event.expression, event.actor) == ("add", expression, editor.user)
     # The nudge ran on commit (in-process Celery): the guard blocks the whole domain now.
@@ -83,8 +104,15 @@ def test_save_adds_the_chosen_level_through_the_change_log(editor, committed, fi
 
 
 def test_save_and_add_another_returns_to_the_form(editor):
-    response = editor.post(ADD, {"url": "spam.example.net", "expression": "spam.example.net/",
-                                 "category": "spam", "_addanother": "1"})
+    response = editor.post(
+        ADD,
+        {
+            "url": "spam.example.net",
+            "expression": "spam.example.net/",
+            "category": "spam",
+            "_addanother": "1",
+        },
+    )
     assert response.status_code == 302 and response["Location"] == ADD
     assert SpamRule.objects.filter(expression="spam.example.net/").exists()
 
@@ -112,16 +140,18 @@ def test_saving_without_choosing_a_level_asks_for_one(editor):
 
 
 def test_an_expression_not_offered_for_the_url_is_refused(editor):
-    page = editor.post(ADD, {"url": PASTED, "expression": "innocent.org/",
-                             "category": "spam", "_save": "Save"})
+    page = editor.post(
+        ADD, {"url": PASTED, "expression": "innocent.org/", "category": "spam", "_save": "Save"}
+    )
     assert page.context["form"].errors["expression"]
     assert not SpamRule.objects.exists()
 
 
 def test_duplicate_is_a_form_error_naming_the_existing_rule(editor):
     changes.add_rule("evil-example.com/", category="malware")
-    page = editor.post(ADD, {"url": PASTED, "expression": "evil-example.com/",
-                             "category": "spam", "_save": "Save"})
+    page = editor.post(
+        ADD, {"url": PASTED, "expression": "evil-example.com/", "category": "spam", "_save": "Save"}
+    )
     message = " ".join(page.context["form"].errors["expression"])
     assert "already blocked" in message and "Malware" in message
     assert SpamRule.objects.count() == 1 and ChangeEvent.objects.count() == 1
@@ -129,12 +159,18 @@ def test_duplicate_is_a_form_error_naming_the_existing_rule(editor):
 
 def test_preview_endpoint_json(editor):
     expression = _domain(PASTED)
-    data = editor.get(PREVIEW, {"url": PASTED, "expression": expression,
-                                "sample": ["https://evil-example.com/other", "https://fine.org/"]}
-                      ).json()
+    data = editor.get(
+        PREVIEW,
+        {
+            "url": PASTED,
+            "expression": expression,
+            "sample": ["https://evil-example.com/other", "https://fine.org/"],
+        },
+    ).json()
     assert data["error"] is None and data["expression"] == expression
     assert [c["expression"] for c in data["candidates"]] == [
-        c.expression for c in rule_candidates(PASTED)]
+        c.expression for c in rule_candidates(PASTED)
+    ]
     verdicts = {s["url"]: s["blocked"] for s in data["samples"]}
     assert verdicts["https://evil-example.com/other"] is True
     assert verdicts["https://fine.org/"] is False
@@ -169,8 +205,10 @@ def test_view_permission_alone_cannot_add_change_or_delete(viewer):
     rule = changes.add_rule("evil-example.com/", category="spam")
     assert viewer.get(CHANGELIST).status_code == 200
     assert viewer.get(ADD).status_code == 403
-    assert viewer.post(ADD, {"url": "x.org", "expression": "x.org/", "category": "spam"}
-                       ).status_code == 403
+    assert (
+        viewer.post(ADD, {"url": "x.org", "expression": "x.org/", "category": "spam"}).status_code
+        == 403
+    )
     change_url = reverse("admin:urlguard_spamrule_change", args=[rule.pk])
     page = viewer.get(change_url)
     assert page.status_code == 200 and 'name="category"' not in page.content.decode()
@@ -191,12 +229,16 @@ def test_change_edits_category_and_note_only(editor):
     change_url = reverse("admin:urlguard_spamrule_change", args=[rule.pk])
     page = editor.get(change_url).content.decode()
     assert 'name="category"' in page and 'name="expression"' not in page
-    response = editor.post(change_url, {"category": "malware", "note": "confirmed",
-                                        "expression": "innocent.org/"})
+    response = editor.post(
+        change_url, {"category": "malware", "note": "confirmed", "expression": "innocent.org/"}
+    )
     assert response.status_code == 302
     rule.refresh_from_db()
-    assert (rule.expression, rule.category, rule.note) == ("evil-example.com/", "malware",
-                                                            "confirmed")
+    assert (rule.expression, rule.category, rule.note) == (
+        "evil-example.com/",
+        "malware",
+        "confirmed",
+    )
     assert ChangeEvent.objects.count() == 1  # the add only: the filter is unaffected
 
 
@@ -211,7 +253,10 @@ def test_delete_goes_through_the_change_log(editor, committed, filter_path):
     assert not SpamRule.objects.exists()
     removal = ChangeEvent.objects.get(action="remove")
     assert (removal.expression, removal.added_at, removal.actor) == (
-        "evil-example.com/", rule.added_at, editor.user)
+        "evil-example.com/",
+        rule.added_at,
+        editor.user,
+    )
     assert not get_guard().check("http://evil-example.com/").blocked
 
 
@@ -226,7 +271,8 @@ def test_bulk_delete_action_records_every_removal(editor):
     assert list(SpamRule.objects.values_list("pk", flat=True)) == [keep.pk]
     removed = ChangeEvent.objects.filter(action="remove")
     assert sorted(removed.values_list("expression", flat=True)) == sorted(
-        r.expression for r in rules)
+        r.expression for r in rules
+    )
     assert set(removed.values_list("actor", flat=True)) == {editor.user.pk}
 
 
@@ -239,8 +285,15 @@ def test_admin_index_links_the_tools(superuser):
 
 def test_add_only_staff_lands_on_the_index(make_staff):
     adder = make_staff("add_spamrule")
-    response = adder.post(ADD, {"url": "adder.example.com", "expression": "adder.example.com/",
-                                "category": "spam", "_save": "Save"})
+    response = adder.post(
+        ADD,
+        {
+            "url": "adder.example.com",
+            "expression": "adder.example.com/",
+            "category": "spam",
+            "_save": "Save",
+        },
+    )
     assert response.status_code == 302 and response["Location"] == reverse("admin:index")
     assert SpamRule.objects.filter(expression="adder.example.com/").exists()
 
@@ -248,7 +301,8 @@ def test_add_only_staff_lands_on_the_index(make_staff):
 def test_form_errors_say_what_to_do(editor):
     empty = editor.post(ADD, {"url": "", "category": "spam", "_save": "Save"})
     assert empty.context["form"].errors["url"] == [
-        "Paste the spam URL, a host or an expression to block."]
+        "Paste the spam URL, a host or an expression to block."
+    ]
     # A 3,000-letter paste is not echoed whole (twice) in the message.
     long = editor.post(ADD, {"url": "a" * 3000, "category": "spam", "_save": "Save"})
     [message] = long.context["form"].errors["url"]

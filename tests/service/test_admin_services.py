@@ -1,6 +1,7 @@
 """The admin's long jobs on real services: with a broker, an import commit and the
 rescan after it are handed to a real Celery worker (not run in the request), and the
 page follows their progress. Run by `make test-services`."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,11 +25,14 @@ def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_sta
     worker = start_worker()
     editor = make_staff("view_spamrule", "add_spamrule", "view_shortlink")
     lines = "\n".join(["worker-spam.example.com"] + [f"w{i}.example.net" for i in range(300)])
-    editor.post(reverse("admin:urlguard_spamrule_import"), {
-        "file": SimpleUploadedFile("feed.txt", lines.encode()), "default_category": "spam"})
+    editor.post(
+        reverse("admin:urlguard_spamrule_import"),
+        {"file": SimpleUploadedFile("feed.txt", lines.encode()), "default_category": "spam"},
+    )
     job = AdminJob.objects.get(kind="import")
-    response = editor.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]),
-                           follow=True)
+    response = editor.post(
+        reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]), follow=True
+    )
     # The request only queued it: a worker does the work.
     assert "is queued" in response.content.decode()
     status = reverse("admin:urlguard_spamrule_job_status", args=[job.pk])
@@ -41,8 +45,12 @@ def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_sta
     assert job.state == "done", job.message
     assert SpamRule.objects.count() == 301
     rescan = AdminJob.objects.get(pk=job.result["rescan_job"])
-    wait_for(lambda: AdminJob.objects.get(pk=rescan.pk).state == "done", timeout=60,
-             what="the rescan job", log=worker.log)
+    wait_for(
+        lambda: AdminJob.objects.get(pk=rescan.pk).state == "done",
+        timeout=60,
+        what="the rescan job",
+        log=worker.log,
+    )
     rescan.refresh_from_db()
     assert [h["slug"] for h in rescan.result["hits"]] == ["bad"]
     page = editor.get(reverse("admin:urlguard_spamrule_import_job", args=[job.pk]))
@@ -55,22 +63,36 @@ def test_parallel_rescan_matches_the_single_process_one(filter_path, monkeypatch
     changes.add_rules(["par-spam.example.com", "other-spam.example.net/x/"], source="test")
     tasks.rebuild(str(filter_path))
     ShortLink.objects.bulk_create(
-        [ShortLink(slug=f"p{i}", destination=(
-            f"https://www.par-spam.example.com/{i}" if i % 50 == 0 else
-            f"http://other-spam.example.net/x/{i}" if i % 77 == 0 else
-            f"https://clean{i}.example.org/a?b={i}")) for i in range(2000)])
+        [
+            ShortLink(
+                slug=f"p{i}",
+                destination=(
+                    f"https://www.par-spam.example.com/{i}"
+                    if i % 50 == 0
+                    else f"http://other-spam.example.net/x/{i}"
+                    if i % 77 == 0
+                    else f"https://clean{i}.example.org/a?b={i}"
+                ),
+            )
+            for i in range(2000)
+        ]
+    )
     monkeypatch.setattr(rescan, "RANGE_SIZE", 300)  # several pool tasks
     seen = []
-    parallel = rescan.rescan_links(processes=2, chunk_size=128,
-                                   progress=lambda done, total: seen.append((done, total)))
+    parallel = rescan.rescan_links(
+        processes=2, chunk_size=128, progress=lambda done, total: seen.append((done, total))
+    )
     single = rescan.rescan_links(processes=1)
     assert parallel.processes == 2 and parallel.scanned == single.scanned == 2000
     assert parallel.hits == single.hits and len(single.hits) == 65
     assert seen[-1] == (2000, 2000) and len(seen) > 2
 
 
-def test_dashboard_sync_and_rebuild_go_to_the_worker(start_worker, filter_path,  # noqa: F811
-                                                     make_staff):
+def test_dashboard_sync_and_rebuild_go_to_the_worker(
+    start_worker,
+    filter_path,  # noqa: F811
+    make_staff,
+):
     tasks.rebuild(str(filter_path))
     worker = start_worker()
     boss = make_staff(superuser=True)
@@ -81,12 +103,21 @@ def test_dashboard_sync_and_rebuild_go_to_the_worker(start_worker, filter_path, 
     head = tasks.log_head()  # PostgreSQL sequences run on across tests
     page = boss.post(reverse("admin:urlguard_spamrule_dashboard_sync"), follow=True)
     assert "sent to every node" in page.content.decode()
-    wait_for(lambda: NodeStatus.objects.filter(node=worker.node, applied_seq=head).exists(),
-             timeout=45, what="the worker's report", log=worker.log)
+    wait_for(
+        lambda: NodeStatus.objects.filter(node=worker.node, applied_seq=head).exists(),
+        timeout=45,
+        what="the worker's report",
+        log=worker.log,
+    )
     page = boss.post(reverse("admin:urlguard_spamrule_dashboard_rebuild"), follow=True)
     assert "sent to every node" in page.content.decode()
-    wait_for(lambda: NodeStatus.objects.filter(node=worker.node,
-                                               last_rebuild_seconds__isnull=False).exists(),
-             timeout=45, what="the worker's rebuild report", log=worker.log)
+    wait_for(
+        lambda: NodeStatus.objects.filter(
+            node=worker.node, last_rebuild_seconds__isnull=False
+        ).exists(),
+        timeout=45,
+        what="the worker's rebuild report",
+        log=worker.log,
+    )
     status = boss.get(reverse("admin:urlguard_spamrule_dashboard_status")).json()
     assert {n["node"]: n["lag"] for n in status["nodes"]}[worker.node] == 0

@@ -1,4 +1,5 @@
 """GET /api/check?url=: the verdict as JSON, clear 400s, 405 for other methods."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,7 +28,11 @@ def test_clean_url(client, rules, django_assert_num_queries):
     assert response.json() == {
         "url": "https://WWW.Python.org/a/../b?x=1#frag",
         "canonical": "https://www.python.org/b?x=1",
-        "blocked": False, "category": None, "rule": None, "reason": "", "degraded": False,
+        "blocked": False,
+        "category": None,
+        "rule": None,
+        "reason": "",
+        "degraded": False,
     }
 
 
@@ -38,7 +43,8 @@ def test_blocked_url(client, rules):
     assert data["rule"] == "evil.example/"
     assert "evil.example/" in data["reason"]
     assert client.get("/api/check", {"url": "http://site.example/free/a"}).json()["rule"] == (
-        "site.example/free/")
+        "site.example/free/"
+    )
     assert client.get("/api/check", {"url": "http://site.example/paid/"}).json()["blocked"] is False
 
 

@@ -1,5 +1,6 @@
 """urlguard.changes: the one write path (rule row + ChangeEvent in one transaction,
 the nudge after commit) and the model guard that keeps everything else out."""
+
 from __future__ import annotations
 
 import logging
@@ -24,15 +25,25 @@ def nudges(monkeypatch):
 
 
 def test_add_rule_writes_rule_and_event_and_nudges_after_commit(
-        nudges, django_capture_on_commit_callbacks):
+    nudges, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        rule = changes.add_rule("http://Evil.Example.com/phish/login.html?x=1",
-                                category="phishing", note="reported", source="test")
+        rule = changes.add_rule(
+            "http://Evil.Example.com/phish/login.html?x=1",
+            category="phishing",
+            note="reported",
+            source="test",
+        )
         assert nudges == []  # not before the commit
     assert rule.expression == normalize_rule("http://Evil.Example.com/phish/login.html?x=1")
     event = ChangeEvent.objects.get()
     assert (event.action, event.expression, event.added_at, event.category, event.source) == (
-        "add", rule.expression, rule.added_at, "phishing", "test")
+        "add",
+        rule.expression,
+        rule.added_at,
+        "phishing",
+        "test",
+    )
     assert len(callbacks) == 1
     callbacks[0]()
     assert nudges == [event.seq]
@@ -63,8 +74,7 @@ def test_duplicate_rule_is_refused_with_the_existing_row(nudges):
 
 def test_added_at_is_unique_and_increasing_when_the_clock_repeats(nudges, monkeypatch):
     monkeypatch.setattr(changes, "now_micros", lambda: 1_700_000_000_000_000)
-    ids = [changes.add_rule(f"host{i}.example.org/", category="spam").added_at
-           for i in range(3)]
+    ids = [changes.add_rule(f"host{i}.example.org/", category="spam").added_at for i in range(3)]
     assert ids == [1_700_000_000_000_000, 1_700_000_000_000_001, 1_700_000_000_000_002]
     # A clock that steps back still never reuses or goes below an existing id.
     monkeypatch.setattr(changes, "now_micros", lambda: 5)
@@ -87,8 +97,11 @@ def test_remove_rule_records_the_rules_added_at(nudges, django_capture_on_commit
     with django_capture_on_commit_callbacks(execute=True):
         changes.remove_rule(old, source="test")
     event = ChangeEvent.objects.order_by("-seq").first()
-    assert (event.action, event.expression, event.added_at) == ("remove", old.expression,
-                                                                  old.added_at)
+    assert (event.action, event.expression, event.added_at) == (
+        "remove",
+        old.expression,
+        old.added_at,
+    )
     assert not SpamRule.objects.filter(pk=old.pk).exists()
     assert nudges == [event.seq]
 
@@ -98,7 +111,9 @@ def test_removing_a_rule_twice_is_a_no_op(nudges):
     changes.remove_rule(rule)
     changes.remove_rule(rule)
     assert list(ChangeEvent.objects.order_by("seq").values_list("action", flat=True)) == [
-        "add", "remove"]
+        "add",
+        "remove",
+    ]
 
 
 def test_remove_rule_uses_the_row_not_the_callers_stale_copy(nudges):
@@ -109,21 +124,26 @@ def test_remove_rule_uses_the_row_not_the_callers_stale_copy(nudges):
     assert ChangeEvent.objects.get(action="remove").added_at == rule.added_at
 
 
-@pytest.mark.parametrize("write", [
-    lambda: SpamRule.objects.create(expression="x.example.org/", added_at=1),
-    lambda: SpamRule(expression="x.example.org/", added_at=1).save(),
-    lambda: SpamRule.objects.bulk_create([SpamRule(expression="x.example.org/", added_at=1)]),
-    lambda: SpamRule.objects.all().delete(),
-    lambda: SpamRule.objects.update(category="malware"),
-    lambda: SpamRule.objects.get().delete(),
-    lambda: SpamRule.objects.get_or_create(expression="y.example.org/", added_at=2),
-], ids=["create", "save-new", "bulk_create", "qs-delete", "qs-update", "delete", "get_or_create"])
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda: SpamRule.objects.create(expression="x.example.org/", added_at=1),
+        lambda: SpamRule(expression="x.example.org/", added_at=1).save(),
+        lambda: SpamRule.objects.bulk_create([SpamRule(expression="x.example.org/", added_at=1)]),
+        lambda: SpamRule.objects.all().delete(),
+        lambda: SpamRule.objects.update(category="malware"),
+        lambda: SpamRule.objects.get().delete(),
+        lambda: SpamRule.objects.get_or_create(expression="y.example.org/", added_at=2),
+    ],
+    ids=["create", "save-new", "bulk_create", "qs-delete", "qs-update", "delete", "get_or_create"],
+)
 def test_writes_behind_the_services_back_are_refused(nudges, write):
     changes.add_rule("example.org/", category="spam")
     with pytest.raises(RuleWriteError, match="urlguard.changes"):
         write()
     assert list(SpamRule.objects.values_list("expression", "category")) == [
-        ("example.org/", "spam")]
+        ("example.org/", "spam")
+    ]
 
 
 def test_changing_a_rules_expression_is_refused_but_category_and_note_may_change(nudges):
@@ -143,33 +163,56 @@ def test_changing_a_rules_expression_is_refused_but_category_and_note_may_change
 
 def test_add_rules_sorts_input_into_added_skipped_refused(nudges):
     changes.add_rule("present.example.org/", category="spam")
-    parsed_bad = SimpleNamespace(lineno=7, raw="###", expression=None, category="spam",
-                                 error="not a URL or host")
-    parsed_ok = SimpleNamespace(lineno=8, raw="https://parsed.example.org/", category="malware",
-                                expression=normalize_rule("https://parsed.example.org/"),
-                                error=None)
+    parsed_bad = SimpleNamespace(
+        lineno=7, raw="###", expression=None, category="spam", error="not a URL or host"
+    )
+    parsed_ok = SimpleNamespace(
+        lineno=8,
+        raw="https://parsed.example.org/",
+        category="malware",
+        expression=normalize_rule("https://parsed.example.org/"),
+        error=None,
+    )
     result = changes.add_rules(
-        ["a.example.org", "present.example.org", ("b.example.org/x/", "phishing"),
-         "com", "a.example.org/", parsed_bad, parsed_ok],
-        source="import:test")
-    assert result.added == [normalize_rule("a.example.org"),
-                            normalize_rule("b.example.org/x/"), parsed_ok.expression]
-    assert sorted(result.skipped) == sorted([normalize_rule("present.example.org"),
-                                             normalize_rule("a.example.org/")])
+        [
+            "a.example.org",
+            "present.example.org",
+            ("b.example.org/x/", "phishing"),
+            "com",
+            "a.example.org/",
+            parsed_bad,
+            parsed_ok,
+        ],
+        source="import:test",
+    )
+    assert result.added == [
+        normalize_rule("a.example.org"),
+        normalize_rule("b.example.org/x/"),
+        parsed_ok.expression,
+    ]
+    assert sorted(result.skipped) == sorted(
+        [normalize_rule("present.example.org"), normalize_rule("a.example.org/")]
+    )
     assert [(r.text, r.lineno) for r in result.refused] == [("com", None), ("###", 7)]
     assert "not a URL or host" in str(result.refused[1]) and "line 7" in str(result.refused[1])
     assert result.summary() == "3 added, 2 skipped (already listed), 2 refused"
     assert SpamRule.objects.get(expression=parsed_ok.expression).category == "malware"
     assert SpamRule.objects.get(expression=normalize_rule("b.example.org/x/")).category == (
-        "phishing")
+        "phishing"
+    )
 
 
 def test_add_rules_one_transaction_and_one_nudge_per_chunk(
-        nudges, django_capture_on_commit_callbacks):
+    nudges, django_capture_on_commit_callbacks
+):
     seen = []
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        result = changes.add_rules([f"h{i}.example.org" for i in range(10)], source="bulk",
-                                   chunk_size=4, progress=seen.append)
+        result = changes.add_rules(
+            [f"h{i}.example.org" for i in range(10)],
+            source="bulk",
+            chunk_size=4,
+            progress=seen.append,
+        )
     assert len(result.added) == 10
     assert len(callbacks) == 3  # 4 + 4 + 2
     events = list(ChangeEvent.objects.order_by("seq").values_list("seq", "added_at", "expression"))
@@ -182,8 +225,9 @@ def test_add_rules_one_transaction_and_one_nudge_per_chunk(
 
 def test_add_rules_dry_run_writes_nothing(nudges):
     changes.add_rule("present.example.org/", category="spam")
-    result = changes.add_rules(["present.example.org", "new.example.org", "co.uk"],
-                               source="x", dry_run=True)
+    result = changes.add_rules(
+        ["present.example.org", "new.example.org", "co.uk"], source="x", dry_run=True
+    )
     assert result.added == [normalize_rule("new.example.org")]
     assert len(result.skipped) == 1 and len(result.refused) == 1
     assert "would be added" in result.summary()
@@ -207,15 +251,19 @@ def test_broker_down_keeps_the_edit_and_logs(settings, caplog, django_capture_on
     committed, the admin gets no exception, and the log says what will happen."""
     from urlguard.celery import app
 
-    saved = {k: app.conf[k] for k in ("task_always_eager", "broker_url",
-                                       "broker_connection_timeout")}
-    app.conf.update(task_always_eager=False, broker_url="redis://127.0.0.1:1/0",
-                    broker_connection_timeout=0.5)
+    saved = {
+        k: app.conf[k] for k in ("task_always_eager", "broker_url", "broker_connection_timeout")
+    }
+    app.conf.update(
+        task_always_eager=False, broker_url="redis://127.0.0.1:1/0", broker_connection_timeout=0.5
+    )
     app._pool = None
     app.amqp._producer_pool = None
     try:
-        with caplog.at_level(logging.WARNING, logger="urlguard"), \
-                django_capture_on_commit_callbacks(execute=True):
+        with (
+            caplog.at_level(logging.WARNING, logger="urlguard"),
+            django_capture_on_commit_callbacks(execute=True),
+        ):
             rule = changes.add_rule("example.org/", category="spam")
     finally:
         app.conf.update(saved)
@@ -227,7 +275,8 @@ def test_broker_down_keeps_the_edit_and_logs(settings, caplog, django_capture_on
 
 
 def test_write_inside_an_outer_transaction_nudges_only_after_it_commits(
-        nudges, django_capture_on_commit_callbacks):
+    nudges, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
         changes.add_rule("example.org/", category="spam")
         assert nudges == []

@@ -1,4 +1,5 @@
 """urlguard.checks: every id fires on its misconfiguration, and only then."""
+
 from __future__ import annotations
 
 import io
@@ -75,8 +76,10 @@ def test_e005_bad_policy(settings):
     assert "'maybe'" in error.msg and "database" in error.msg
 
 
-@pytest.mark.parametrize(("name", "check_id"), [("CATCHUP_INTERVAL", "urlguard.E006"),
-                                                ("WRITER_LOCK_TIMEOUT", "urlguard.E007")])
+@pytest.mark.parametrize(
+    ("name", "check_id"),
+    [("CATCHUP_INTERVAL", "urlguard.E006"), ("WRITER_LOCK_TIMEOUT", "urlguard.E007")],
+)
 @pytest.mark.parametrize("value", [0, -1, "60", None])
 def test_e006_e007_bad_durations(settings, name, check_id, value):
     set_urlguard(settings, **{name: value})

@@ -1,6 +1,7 @@
 """Click accounting: every click counted, at least one raw row per (link, visitor,
 hour) with close duplicates dropped, unique visitors per 24 h never overcounted
 (also across processes), the visitor never stored raw, database errors contained."""
+
 import threading
 from datetime import timedelta
 
@@ -89,7 +90,7 @@ def test_the_unique_visitor_lookup_runs_under_the_links_row_lock(clock, link):
         visit(link)
     sql = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
     lock = next(i for i, q in enumerate(sql) if q.startswith("UPDATE"))
-    lookup = next(i for i, q in enumerate(sql) if "FROM \"urlguard_click\"" in q)
+    lookup = next(i for i, q in enumerate(sql) if 'FROM "urlguard_click"' in q)
     assert lock < lookup, sql
     assert (link.click_count, link.unique_visitors) == (1, 1)
 
@@ -186,7 +187,8 @@ def test_following_a_short_link_records_the_click(client, clock, link):
 @pytest.mark.services
 @pytest.mark.skipif(
     django_settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-    reason="needs PostgreSQL (SQLite serializes every write): run `make test-services`")
+    reason="needs PostgreSQL (SQLite serializes every write): run `make test-services`",
+)
 @pytest.mark.django_db(transaction=True)
 def test_one_new_visitor_clicking_on_four_workers_at_once_counts_once(monkeypatch):
     link = ShortLink.objects.create(slug="race", destination="https://example.com/")
@@ -194,8 +196,7 @@ def test_one_new_visitor_clicking_on_four_workers_at_once_counts_once(monkeypatc
 
     def own_filters():  # each thread is a worker process with its own filters
         if not hasattr(per_thread, "filters"):
-            per_thread.filters = (OppositeBloomFilter(1024),
-                                  RotatingBloomFilter(1000, 0.01, 3600))
+            per_thread.filters = (OppositeBloomFilter(1024), RotatingBloomFilter(1000, 0.01, 3600))
         return per_thread.filters
 
     monkeypatch.setattr(clicks, "_filters", own_filters)

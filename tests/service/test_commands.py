@@ -1,5 +1,6 @@
 """The filter management commands: rebuild_filter, sync_filter, filter_info,
 verify_filter, import_rules."""
+
 from __future__ import annotations
 
 import io
@@ -104,9 +105,13 @@ def test_verify_filter_ok(filter_path, sync_filter):
 def test_verify_filter_reports_missing_rules(filter_path):
     a = changes.add_rule("a.example.org", category="spam")
     b = changes.add_rule("b.example.org", category="spam")
-    ScalingCountingBloomFilter.build(str(filter_path), [(b.expression, b.added_at)],
-                                     capacity=100_000, error_rate=0.01,
-                                     applied_seq=tasks.log_head())
+    ScalingCountingBloomFilter.build(
+        str(filter_path),
+        [(b.expression, b.added_at)],
+        capacity=100_000,
+        error_rate=0.01,
+        applied_seq=tasks.log_head(),
+    )
     err = io.StringIO()
     with pytest.raises(CommandError, match="1 rule\\(s\\) of the table are not in the filter"):
         call_command("verify_filter", stdout=io.StringIO(), stderr=err)
@@ -126,9 +131,11 @@ def test_verify_filter_reports_unapplied_removals(filter_path, sync_filter):
 def test_import_rules(filter_path, tmp_path):
     changes.add_rule("present.example.org", category="spam")
     source = tmp_path / "list.txt"
-    source.write_text("# a blocklist\nhttps://evil.example.net/login\npresent.example.org\n"
-                      "co.uk\n0.0.0.0 ads.example.com\nhttps://evil.example.net/login\n",
-                      encoding="utf-8")
+    source.write_text(
+        "# a blocklist\nhttps://evil.example.net/login\npresent.example.org\n"
+        "co.uk\n0.0.0.0 ads.example.com\nhttps://evil.example.net/login\n",
+        encoding="utf-8",
+    )
     out, err = run("import_rules", str(source), "--category", "phishing")
     assert "2 added, 2 skipped (already listed), 1 refused" in out
     assert "co.uk" in err and "line 4" in err

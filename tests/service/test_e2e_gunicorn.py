@@ -1,6 +1,7 @@
 """End to end: the real service under gunicorn on a loopback port, on its own
 migrated SQLite database and filter file (seeded by `seed_demo`), followed with
 a real HTTP client that does not follow redirects."""
+
 from __future__ import annotations
 
 import json
@@ -44,18 +45,31 @@ def _free_port() -> int:
 
 
 def _run(args: list[str], env: dict[str, str]) -> None:
-    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}"
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory) -> Iterator[str]:
     var = tmp_path_factory.mktemp("e2e-var")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "URLGUARD_FILTER_PATH")}
-    env.update(URLGUARD_VAR_DIR=str(var), DJANGO_DEBUG="0",
-               DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost", PYTHONDONTWRITEBYTECODE="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "URLGUARD_FILTER_PATH")
+    }
+    env.update(
+        URLGUARD_VAR_DIR=str(var),
+        DJANGO_DEBUG="0",
+        DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     _run(["migrate", "--noinput", "-v", "0"], env)
     _run(["seed_demo", "--no-superuser"], env)
     assert (var / "filter.bin").exists()
@@ -63,9 +77,22 @@ def service(tmp_path_factory) -> Iterator[str]:
     port = _free_port()
     log = (var / "gunicorn.log").open("w")
     proc = subprocess.Popen(
-        [str(GUNICORN), "urlguard.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-         "--timeout", "20", "--graceful-timeout", "2"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            str(GUNICORN),
+            "urlguard.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            "--timeout",
+            "20",
+            "--graceful-timeout",
+            "2",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -76,8 +103,9 @@ def service(tmp_path_factory) -> Iterator[str]:
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("gunicorn did not start:\n"
-                                         + (var / "gunicorn.log").read_text()) from None
+                    raise AssertionError(
+                        "gunicorn did not start:\n" + (var / "gunicorn.log").read_text()
+                    ) from None
                 time.sleep(0.1)
         # The first request imports the URLconf and maps the filter: pay for it
         # here, with patience for a busy machine, not inside a test's timeout.
@@ -102,9 +130,14 @@ def test_clean_short_link_redirects(service):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("slug", "host"), [("prize-sub", "win.free-prizes.example"),
-                                            ("bank-login", "login.secure-bank.example"),
-                                            ("pills", "pages.example.net")])
+@pytest.mark.parametrize(
+    ("slug", "host"),
+    [
+        ("prize-sub", "win.free-prizes.example"),
+        ("bank-login", "login.secure-bank.example"),
+        ("pills", "pages.example.net"),
+    ],
+)
 def test_blocked_short_link_shows_the_warning_page(service, slug, host):
     status, headers, body = fetch(service, f"/{slug}")
     assert status == 403

@@ -1,4 +1,5 @@
 """urlguard.embedded: without a broker, a serving process catches up by itself."""
+
 from __future__ import annotations
 
 import time
@@ -10,7 +11,8 @@ from urlguard import changes, embedded, registry
 
 @pytest.mark.django_db(transaction=True)
 def test_a_serving_process_catches_up_a_lost_change_without_a_broker(
-        settings, client, filter_path, monkeypatch):
+    settings, client, filter_path, monkeypatch
+):
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)  # the nudge is lost
     settings.URLGUARD = {**settings.URLGUARD, "CATCHUP_INTERVAL": 0.05}
     embedded.install()

@@ -1,5 +1,6 @@
 """Guard.check / check_many: what each rule level blocks (and does not), the
 one-query confirmation, the clean cache, and the ON_FILTER_ERROR policies."""
+
 from __future__ import annotations
 
 import io
@@ -42,28 +43,44 @@ def _no_leaked_guard():
     [
         (  # a domain rule covers the domain and every subdomain
             "evil.example/",
-            ["http://evil.example/", "https://a.b.evil.example/x/y.html?q=1",
-             "http://EVIL.example./login"],
+            [
+                "http://evil.example/",
+                "https://a.b.evil.example/x/y.html?q=1",
+                "http://EVIL.example./login",
+            ],
             ["http://notevil.example/", "http://evil.example.org/", "http://example/evil.example/"],
         ),
         (  # a subdomain rule covers that subdomain (and below) only
             "login.bank.example/",
             ["https://login.bank.example/", "https://x.login.bank.example/verify?id=3"],
-            ["https://bank.example/", "https://www.bank.example/login.bank.example/",
-             "https://login2.bank.example/"],
+            [
+                "https://bank.example/",
+                "https://www.bank.example/login.bank.example/",
+                "https://login2.bank.example/",
+            ],
         ),
         (  # a path rule covers that directory and below
             "site.example/free/",
-            ["http://site.example/free/", "http://site.example/free/gift.html?x=1",
-             "http://www.site.example/free/a/b"],
-            ["http://site.example/", "http://site.example/freedom/", "http://site.example/free",
-             "http://site.example/other/free/"],
+            [
+                "http://site.example/free/",
+                "http://site.example/free/gift.html?x=1",
+                "http://www.site.example/free/a/b",
+            ],
+            [
+                "http://site.example/",
+                "http://site.example/freedom/",
+                "http://site.example/free",
+                "http://site.example/other/free/",
+            ],
         ),
         (  # a page rule covers that page, with or without a query
             "site.example/a/page.html",
             ["http://site.example/a/page.html", "http://site.example/a/page.html?utm=1#top"],
-            ["http://site.example/a/", "http://site.example/a/page.htm",
-             "http://site.example/a/page.html/x"],
+            [
+                "http://site.example/a/",
+                "http://site.example/a/page.htm",
+                "http://site.example/a/page.html/x",
+            ],
         ),
     ],
 )
@@ -85,16 +102,23 @@ def test_clean_urls_never_touch_the_database(django_assert_num_queries):
     listed(("evil.example/", "spam"), filt=filt)
     guard = Guard(lambda: filt)
     with django_assert_num_queries(0):
-        for url in ["https://www.python.org/", "http://a.b.c.d.example.com/1/2/3/4?x=y",
-                    "https://evil.example.com/"]:
+        for url in [
+            "https://www.python.org/",
+            "http://a.b.c.d.example.com/1/2/3/4?x=y",
+            "https://evil.example.com/",
+        ]:
             verdict = guard.check(url)
             assert not verdict.blocked and verdict.maybe == () and verdict.reason == ""
 
 
 def test_a_hit_is_confirmed_with_exactly_one_query(django_assert_num_queries):
     filt = SetFilter()
-    listed(("evil.example/", "spam"), ("x.evil.example/", "malware"),
-           ("evil.example/a/", "phishing"), filt=filt)
+    listed(
+        ("evil.example/", "spam"),
+        ("x.evil.example/", "malware"),
+        ("evil.example/a/", "phishing"),
+        filt=filt,
+    )
     guard = Guard(lambda: filt)
     with django_assert_num_queries(1):
         verdict = guard.check("http://x.evil.example/a/b")
@@ -147,8 +171,18 @@ def test_clean_cache_is_bounded():
     assert "b" not in cache
 
 
-@pytest.mark.parametrize("url", ["", "   ", "javascript:alert(1)", "mailto:a@b.example", "http://",
-                                 "data:text/html,hi", "/relative/path"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "   ",
+        "javascript:alert(1)",
+        "mailto:a@b.example",
+        "http://",
+        "data:text/html,hi",
+        "/relative/path",
+    ],
+)
 def test_unusable_urls_raise_invalid_url(url):
     with pytest.raises(InvalidURL, match="not a usable http"):
         Guard(SetFilter).check(url)
@@ -191,8 +225,14 @@ def test_check_many_batches_one_probe_and_one_query(django_assert_num_queries):
     listed(("evil.example/", "spam"), ("site.example/free/", "phishing"), filt=filt)
     filt.keys.add("fp.example/")  # a key in the filter with no table row
     guard = Guard(lambda: filt)
-    urls = ["http://a.evil.example/", "https://www.python.org/", "mailto:x@y.example",
-            "http://site.example/free/x", "http://fp.example/", "http://site.example/"]
+    urls = [
+        "http://a.evil.example/",
+        "https://www.python.org/",
+        "mailto:x@y.example",
+        "http://site.example/free/x",
+        "http://fp.example/",
+        "http://site.example/",
+    ]
     with django_assert_num_queries(1):
         verdicts = guard.check_many(urls)
     assert filt.calls == 1
@@ -217,13 +257,15 @@ def test_check_many_chunks_its_queries(monkeypatch, django_assert_num_queries):
         assert not any(v.blocked for v in guard.check_many(urls))
 
 
-@pytest.mark.parametrize(("policy", "expected"),
-                         [("database", [True, False]), ("open", [False, False]),
-                          ("closed", [True, True])])
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [("database", [True, False]), ("open", [False, False]), ("closed", [True, True])],
+)
 def test_check_many_degraded(policy, expected):
     listed(("evil.example/", "spam"))
     verdicts = Guard(lambda: None, on_filter_error=policy).check_many(
-        ["http://evil.example/", "http://good.example/"])
+        ["http://evil.example/", "http://good.example/"]
+    )
     assert [v.blocked for v in verdicts] == expected
     assert all(v.degraded for v in verdicts)
 

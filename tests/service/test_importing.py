@@ -1,5 +1,6 @@
 """urlguard.importing.parse_rules: plain lists, hosts files and CSV, detected from
 the file; refusals with reasons; duplicates reported; line numbers kept."""
+
 from __future__ import annotations
 
 import io
@@ -16,8 +17,9 @@ def parse(text: str, default_category: str = "spam") -> list[ParsedLine]:
 
 
 def summary(lines: list[ParsedLine]) -> list[tuple]:
-    return [(p.lineno, p.expression, p.category, p.error is not None, p.duplicate_of)
-            for p in lines]
+    return [
+        (p.lineno, p.expression, p.category, p.error is not None, p.duplicate_of) for p in lines
+    ]
 
 
 def test_plain_list():
@@ -49,7 +51,13 @@ def test_plain_list():
 def test_refusals_carry_the_reason():
     lines = parse("com\nco.uk\nmailto:x@example.com\ntwo words\n/only/a/path\nok.example\n")
     assert [(p.lineno, p.expression is None) for p in lines] == [
-        (1, True), (2, True), (3, True), (4, True), (5, True), (6, False)]
+        (1, True),
+        (2, True),
+        (3, True),
+        (4, True),
+        (5, True),
+        (6, False),
+    ]
     assert "top-level domain" in lines[0].error
     assert "public suffix" in lines[1].error
     assert "only http and https" in lines[2].error
@@ -59,10 +67,13 @@ def test_refusals_carry_the_reason():
 
 
 def test_duplicates_are_reported():
-    lines = parse("evil.example.com\nhttp://EVIL.example.com/\nother.example\n"
-                  "evil.example.com/\n")
+    lines = parse("evil.example.com\nhttp://EVIL.example.com/\nother.example\nevil.example.com/\n")
     assert [(p.lineno, p.duplicate_of, p.error) for p in lines] == [
-        (1, None, None), (2, 1, None), (3, None, None), (4, 1, None)]
+        (1, None, None),
+        (2, 1, None),
+        (3, None, None),
+        (4, 1, None),
+    ]
     assert [p.is_new for p in lines] == [True, False, True, False]
 
 
@@ -87,7 +98,8 @@ def test_hosts_file():
         (10, "phish.example.org/", "malware", False, None),
     ]
     assert lines[1].raw == (
-        "0.0.0.0\tmalware.example.net   track.example.org  # tail comment.example")
+        "0.0.0.0\tmalware.example.net   track.example.org  # tail comment.example"
+    )
 
 
 def test_hosts_file_entries_are_refused_like_any_other():
@@ -150,8 +162,11 @@ def test_csv_errors_per_line():
 @pytest.mark.parametrize("header", ["host", "Domain\tCategory", "category|url", '"url"'])
 def test_csv_header_variants(header):
     delimiter = "\t" if "\t" in header else "|" if "|" in header else ","
-    row = ("phishing" + delimiter + "evil.example") if header.startswith("category") else \
-        ("evil.example" + (delimiter + "phishing" if delimiter != "," else ""))
+    row = (
+        ("phishing" + delimiter + "evil.example")
+        if header.startswith("category")
+        else ("evil.example" + (delimiter + "phishing" if delimiter != "," else ""))
+    )
     lines = parse(f"{header}\n{row}\n")
     assert [p.expression for p in lines] == ["evil.example/"]
 
@@ -198,12 +213,29 @@ def test_is_lazy_and_handles_a_large_file():
 
 @settings(max_examples=300, deadline=None)
 @example(["\n|"])  # a newline inside a "line": once crashed the CSV header sniffing
-@given(st.lists(st.one_of(
-    st.text(max_size=40),
-    st.sampled_from(["url,category", "0.0.0.0 a.example b.example", "# c", "", "x.example",
-                     '"unterminated,quote', "||y.example^", "evil.example,phishing",
-                     "\x00", "a;b;c", "com"]),
-), max_size=12))
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=40),
+            st.sampled_from(
+                [
+                    "url,category",
+                    "0.0.0.0 a.example b.example",
+                    "# c",
+                    "",
+                    "x.example",
+                    '"unterminated,quote',
+                    "||y.example^",
+                    "evil.example,phishing",
+                    "\x00",
+                    "a;b;c",
+                    "com",
+                ]
+            ),
+        ),
+        max_size=12,
+    )
+)
 def test_any_upload_parses_without_crashing(lines):
     for parsed in parse_rules(lines, default_category="spam"):
         assert 1 <= parsed.lineno <= len(lines)

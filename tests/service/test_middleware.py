@@ -1,6 +1,7 @@
 """RedirectGuardMiddleware through the test client: which responses it looks
 at, how it resolves a Location the way a browser does, what it blocks, the
 scheme policy, the cache header, and that it never turns a failure into a 500."""
+
 from __future__ import annotations
 
 from urllib.parse import urlencode
@@ -48,8 +49,12 @@ def filt(monkeypatch):
     """The fake filter behind the process-wide guard, with a few rules listed."""
     fake = SetFilter()
     monkeypatch.setattr(guard_module, "_guard", Guard(lambda: fake))
-    for text, category in [("evil.example/", "malware"), ("login.bank.example/", "phishing"),
-                           ("site.example/free/", "spam"), ("site.example/a/page.html", "spam")]:
+    for text, category in [
+        ("evil.example/", "malware"),
+        ("login.bank.example/", "phishing"),
+        ("site.example/free/", "spam"),
+        ("site.example/a/page.html", "spam"),
+    ]:
         fake.add(add_rule(text, category=category, source="test").expression)
     return fake
 
@@ -67,10 +72,17 @@ def redirect(client, to, **params):
     return client.get("/raw?" + urlencode({"to": to, **params}))
 
 
-@pytest.mark.parametrize("to", [
-    "https://www.python.org/", "http://bank.example/", "https://www.bank.example/login",
-    "http://site.example/freedom/", "http://site.example/a/other.html", "http://notevil.example/",
-])
+@pytest.mark.parametrize(
+    "to",
+    [
+        "https://www.python.org/",
+        "http://bank.example/",
+        "https://www.bank.example/login",
+        "http://site.example/freedom/",
+        "http://site.example/a/other.html",
+        "http://notevil.example/",
+    ],
+)
 def test_clean_redirect_passes_with_private_cache(client, filt, to):
     response = redirect(client, to)
     assert response.status_code == 302
@@ -79,13 +91,16 @@ def test_clean_redirect_passes_with_private_cache(client, filt, to):
     assert "X-URLGuard" not in response
 
 
-@pytest.mark.parametrize(("to", "host", "category"), [
-    ("http://evil.example/", "evil.example", "malware"),
-    ("https://cdn.evil.example/setup.exe", "cdn.evil.example", "malware"),
-    ("https://login.bank.example/verify?id=1", "login.bank.example", "phishing"),
-    ("http://site.example/free/gift.html", "site.example", "spam"),
-    ("http://site.example/a/page.html?x=1", "site.example", "spam"),
-])
+@pytest.mark.parametrize(
+    ("to", "host", "category"),
+    [
+        ("http://evil.example/", "evil.example", "malware"),
+        ("https://cdn.evil.example/setup.exe", "cdn.evil.example", "malware"),
+        ("https://login.bank.example/verify?id=1", "login.bank.example", "phishing"),
+        ("http://site.example/free/gift.html", "site.example", "spam"),
+        ("http://site.example/a/page.html?x=1", "site.example", "spam"),
+    ],
+)
 def test_blocked_redirect_becomes_the_warning_page(client, filt, to, host, category):
     response = redirect(client, to)
     assert response.status_code == 403
@@ -99,14 +114,17 @@ def test_blocked_redirect_becomes_the_warning_page(client, filt, to, host, categ
     assert "Back to safety" in html and "/continue?token=" in html
 
 
-@pytest.mark.parametrize("to", [
-    "//evil.example/x",  # scheme-relative
-    "/\\evil.example/x",  # browsers read a backslash as a slash
-    "///evil.example/x",  # and skip extra slashes before the host
-    "https:evil.example/x",  # another special scheme: an authority follows
-    "\t http://evil.example/x ",  # stripped by the browser
-    "ht\ttp://ev\til.example/",  # tabs removed anywhere (newlines cannot be in a header)
-])
+@pytest.mark.parametrize(
+    "to",
+    [
+        "//evil.example/x",  # scheme-relative
+        "/\\evil.example/x",  # browsers read a backslash as a slash
+        "///evil.example/x",  # and skip extra slashes before the host
+        "https:evil.example/x",  # another special scheme: an authority follows
+        "\t http://evil.example/x ",  # stripped by the browser
+        "ht\ttp://ev\til.example/",  # tabs removed anywhere (newlines cannot be in a header)
+    ],
+)
 def test_browser_style_locations_are_resolved_before_checking(client, filt, to):
     assert redirect(client, to).status_code == 403
 
@@ -116,19 +134,27 @@ def test_relative_location_is_resolved_against_the_request(rf, settings):
     request = rf.get("/a/b/c", HTTP_HOST="shop.example")
     assert resolve_location(request, "d?x=1") == ("http", "http://shop.example/a/b/d?x=1")
     assert resolve_location(request, "../up") == ("http", "http://shop.example/a/up")
-    assert resolve_location(request, "http:same-scheme") == ("http",
-                                                             "http://shop.example/a/b/same-scheme")
+    assert resolve_location(request, "http:same-scheme") == (
+        "http",
+        "http://shop.example/a/b/same-scheme",
+    )
     assert resolve_location(request, "http:evil.example:80/x") == (
-        "http", "http://shop.example/a/b/evil.example:80/x")
+        "http",
+        "http://shop.example/a/b/evil.example:80/x",
+    )
     # (urljoin drops the empty segment of `//`; canonicalization would anyway.)
     assert resolve_location(request, "http:http://[") == ("http", "http://shop.example/a/b/http:/[")
     assert resolve_location(request, "MAILTO:x@y") == ("mailto", "MAILTO:x@y")
     # Plain absolute URLs mean what they say; anything a browser rewrites is rewritten.
-    assert resolve_location(request, "https://a.example/x?y=1#z") == ("https",
-                                                                     "https://a.example/x?y=1#z")
+    assert resolve_location(request, "https://a.example/x?y=1#z") == (
+        "https",
+        "https://a.example/x?y=1#z",
+    )
     assert resolve_location(request, "HTTPS://A.example/x") == ("https", "https://A.example/x")
     assert resolve_location(request, "https://a.example\\b.example/") == (
-        "https", "https://a.example/b.example/")
+        "https",
+        "https://a.example/b.example/",
+    )
     assert resolve_location(request, "https://a.exa mple/") == ("https", "https://a.exa%20mple/")
 
 
@@ -143,12 +169,15 @@ def test_internal_redirects_are_checked_only_when_configured(client, filt, setti
     assert client.get("/raw?to=/recipes/", HTTP_HOST="site.example").status_code == 302
 
 
-@pytest.mark.parametrize(("status", "extra"), [
-    (200, {"to": "http://evil.example/"}),  # not a redirect, even with a Location
-    (304, {}),  # a 3xx without Location
-    (404, {}),
-    (201, {"to": "http://evil.example/"}),
-])
+@pytest.mark.parametrize(
+    ("status", "extra"),
+    [
+        (200, {"to": "http://evil.example/"}),  # not a redirect, even with a Location
+        (304, {}),  # a 3xx without Location
+        (404, {}),
+        (201, {"to": "http://evil.example/"}),
+    ],
+)
 def test_non_redirect_responses_are_untouched(client, filt, status, extra):
     calls = filt.calls
     response = client.get("/raw?" + urlencode({"status": status, **extra}))
@@ -174,8 +203,12 @@ def test_a_filter_false_positive_never_shows_a_warning(client, monkeypatch):
 def test_scheme_policy(client, filt, settings):
     for to in ["mailto:someone@example.com", "tel:+15551234"]:
         assert redirect(client, to).status_code == 302
-    for to in ["javascript:alert(1)", " JaVa\tScript:alert(1)", "data:text/html,<b>x</b>",
-               "ftp://files.example/"]:
+    for to in [
+        "javascript:alert(1)",
+        " JaVa\tScript:alert(1)",
+        "data:text/html,<b>x</b>",
+        "ftp://files.example/",
+    ]:
         response = redirect(client, to)
         assert response.status_code == 403, to
         assert "does not lead to a web page" in response.content.decode()
@@ -290,13 +323,41 @@ def test_malformed_destinations_get_a_page_not_a_crash(client, filt, to):
     assert "not valid" in response.content.decode()
 
 
-_PIECES = st.sampled_from(["", "/", "//", "///", "\\", "/\\", "http:", "https:", "HTTP://",
-                           "javascript:", "mailto:", " ", "\t", "%2F", "%00", "@", ":", "?",
-                           "#", "[", "]", "..", "evil.example", "good.example", "é", "\x7f"])
+_PIECES = st.sampled_from(
+    [
+        "",
+        "/",
+        "//",
+        "///",
+        "\\",
+        "/\\",
+        "http:",
+        "https:",
+        "HTTP://",
+        "javascript:",
+        "mailto:",
+        " ",
+        "\t",
+        "%2F",
+        "%00",
+        "@",
+        ":",
+        "?",
+        "#",
+        "[",
+        "]",
+        "..",
+        "evil.example",
+        "good.example",
+        "é",
+        "\x7f",
+    ]
+)
 
 
-@hsettings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(location=st.lists(_PIECES, max_size=8).map("".join))
 def test_any_location_gets_an_answer_never_an_error(filt, location):
     request = RequestFactory().get("/raw", HTTP_HOST="testserver")

@@ -1,5 +1,6 @@
 """urlguard.registry: one read-only mapping per process, never raising into a request,
 logged once per condition; a bounded-wait writer."""
+
 from __future__ import annotations
 
 import logging
@@ -15,8 +16,9 @@ from urlguard import registry, tasks
 
 
 def build(path, pairs=(), applied_seq=0):
-    ScalingCountingBloomFilter.build(str(path), list(pairs), capacity=100_000,
-                                     error_rate=0.01, applied_seq=applied_seq)
+    ScalingCountingBloomFilter.build(
+        str(path), list(pairs), capacity=100_000, error_rate=0.01, applied_seq=applied_seq
+    )
 
 
 def test_opened_once_and_shared(filter_path):
@@ -97,8 +99,10 @@ def test_writer_waits_a_bounded_time(filter_path):
     build(filter_path)
     with registry.writer():
         started = time.monotonic()
-        with pytest.raises(registry.WriterBusy, match=str(filter_path)), \
-                registry.writer(timeout=0.3):
+        with (
+            pytest.raises(registry.WriterBusy, match=str(filter_path)),
+            registry.writer(timeout=0.3),
+        ):
             pass
         assert 0.25 < time.monotonic() - started < 3
 

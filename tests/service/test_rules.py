@@ -1,5 +1,6 @@
 """urlguard.rules: what a pasted URL, host or expression becomes as a rule, the
 roll-up levels offered for it, public-suffix refusal, and matching."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,61 +20,67 @@ from urlguard.rules import (
 )
 
 
-@pytest.mark.parametrize(("text", "expression"), [
-    ("https://Evil.EXAMPLE.com/x/y.html#frag", "evil.example.com/x/y.html"),
-    ("evil.example.com", "evil.example.com/"),
-    ("evil.example.com/", "evil.example.com/"),
-    ("  EVIL.example.com.  ", "evil.example.com/"),
-    ("example.com/path/", "example.com/path/"),
-    ("http://example.com/path/page.html", "example.com/path/page.html"),
-    ("http://example.com/page.html?id=3&b=2", "example.com/page.html?id=3&b=2"),
-    ("example.com/page.html?", "example.com/page.html"),  # a bare '?' adds nothing
-    ("https://user:pw@example.com:8443/a/../b/", "example.com/b/"),
-    ("*.example.com", "example.com/"),
-    ("https://*.example.com/", "example.com/"),
-    ("*.2.1", "2.0.0.1/"),  # what is left after "*." is canonicalized in turn
-    (".example.com", "example.com/"),
-    ("example.com/dir/*", "example.com/dir/"),
-    ("http://B\u00fccher.example/", "xn--bcher-kva.example/"),
-    ("1.2.3.4", "1.2.3.4/"),
-    ("http://3279880203/x", "195.127.0.11/x"),
-    ("[2001:db8::1]/a/", "[2001:db8::1]/a/"),
-    ("2001:DB8:0::1", "[2001:db8::1]/"),
-    ("user.github.io", "user.github.io/"),  # github.io is a (private) public suffix
-    ("example.co.uk", "example.co.uk/"),
-    ("paypal.com.login.secure.verify.evil.com", "paypal.com.login.secure.verify.evil.com/"),
-])
+@pytest.mark.parametrize(
+    ("text", "expression"),
+    [
+        ("https://Evil.EXAMPLE.com/x/y.html#frag", "evil.example.com/x/y.html"),
+        ("evil.example.com", "evil.example.com/"),
+        ("evil.example.com/", "evil.example.com/"),
+        ("  EVIL.example.com.  ", "evil.example.com/"),
+        ("example.com/path/", "example.com/path/"),
+        ("http://example.com/path/page.html", "example.com/path/page.html"),
+        ("http://example.com/page.html?id=3&b=2", "example.com/page.html?id=3&b=2"),
+        ("example.com/page.html?", "example.com/page.html"),  # a bare '?' adds nothing
+        ("https://user:pw@example.com:8443/a/../b/", "example.com/b/"),
+        ("*.example.com", "example.com/"),
+        ("https://*.example.com/", "example.com/"),
+        ("*.2.1", "2.0.0.1/"),  # what is left after "*." is canonicalized in turn
+        (".example.com", "example.com/"),
+        ("example.com/dir/*", "example.com/dir/"),
+        ("http://B\u00fccher.example/", "xn--bcher-kva.example/"),
+        ("1.2.3.4", "1.2.3.4/"),
+        ("http://3279880203/x", "195.127.0.11/x"),
+        ("[2001:db8::1]/a/", "[2001:db8::1]/a/"),
+        ("2001:DB8:0::1", "[2001:db8::1]/"),
+        ("user.github.io", "user.github.io/"),  # github.io is a (private) public suffix
+        ("example.co.uk", "example.co.uk/"),
+        ("paypal.com.login.secure.verify.evil.com", "paypal.com.login.secure.verify.evil.com/"),
+    ],
+)
 def test_normalize_rule(text, expression):
     assert normalize_rule(text) == expression
 
 
-@pytest.mark.parametrize(("text", "reason"), [
-    ("com", "top-level domain"),
-    ("com/", "top-level domain"),
-    ("localhost", "top-level domain"),
-    ("co.uk/", "public suffix"),
-    ("http://co.uk/path/", "public suffix"),
-    ("github.io/", "public suffix"),
-    ("https://GitHub.IO", "public suffix"),
-    ("*.co.uk", "public suffix"),
-    ("foo.kawasaki.jp", "public suffix"),  # a wildcard rule of the list
-    ("", "empty rule"),
-    ("   ", "empty rule"),
-    ("mailto:abuse@example.com", "only http and https"),
-    ("javascript:alert(1)", "only http and https"),
-    ("ftp://example.com/", "only http and https"),
-    ("/just/a/path", "no host"),
-    ("http://", "no host"),
-    ("http://a*b.example.com/", "cannot contain '\\*'"),
-    ("http://example.com:notaport/", "invalid port"),
-    ("example.com/" + "a" * MAX_RULE_LENGTH, "limit"),
-    ("http://%20leadingspace.com/", "no browser accepts"),
-    ("http://host%23.com/", "no browser accepts"),
-    ("http://evil.com%2F.good.com/", "no browser accepts"),
-    ("http://\x01\x80.com/", "no browser accepts"),
-    ("http://W!eird<>Ho$^.com/", "no browser accepts"),
-    ("||example.com^", "no browser accepts"),
-])
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("com", "top-level domain"),
+        ("com/", "top-level domain"),
+        ("localhost", "top-level domain"),
+        ("co.uk/", "public suffix"),
+        ("http://co.uk/path/", "public suffix"),
+        ("github.io/", "public suffix"),
+        ("https://GitHub.IO", "public suffix"),
+        ("*.co.uk", "public suffix"),
+        ("foo.kawasaki.jp", "public suffix"),  # a wildcard rule of the list
+        ("", "empty rule"),
+        ("   ", "empty rule"),
+        ("mailto:abuse@example.com", "only http and https"),
+        ("javascript:alert(1)", "only http and https"),
+        ("ftp://example.com/", "only http and https"),
+        ("/just/a/path", "no host"),
+        ("http://", "no host"),
+        ("http://a*b.example.com/", "cannot contain '\\*'"),
+        ("http://example.com:notaport/", "invalid port"),
+        ("example.com/" + "a" * MAX_RULE_LENGTH, "limit"),
+        ("http://%20leadingspace.com/", "no browser accepts"),
+        ("http://host%23.com/", "no browser accepts"),
+        ("http://evil.com%2F.good.com/", "no browser accepts"),
+        ("http://\x01\x80.com/", "no browser accepts"),
+        ("http://W!eird<>Ho$^.com/", "no browser accepts"),
+        ("||example.com^", "no browser accepts"),
+    ],
+)
 def test_normalize_rule_refuses_with_a_reason(text, reason):
     with pytest.raises(RuleError, match=reason):
         normalize_rule(text)
@@ -85,22 +92,25 @@ def test_rule_error_is_a_value_error():
         normalize_rule(None)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("expression", "level"), [
-    ("example.com/", "domain"),
-    ("example.co.uk/", "domain"),
-    ("user.github.io/", "domain"),
-    ("1.2.3.4/", "domain"),
-    ("[2001:db8::1]/", "domain"),
-    ("sub.example.com/", "subdomain"),
-    ("a.b.example.co.uk/", "subdomain"),
-    ("example.com/path/", "path"),
-    ("sub.example.com/a/b/c/", "path"),
-    ("example.com/a/b/c/d/", "page"),  # deeper than lookups roll up: matches only itself
-    ("example.com/path/page.html", "page"),
-    ("example.com/page.html?id=3", "page"),
-    ("example.com/?id=3", "page"),
-    ("example.com/dir/?x=1", "page"),
-])
+@pytest.mark.parametrize(
+    ("expression", "level"),
+    [
+        ("example.com/", "domain"),
+        ("example.co.uk/", "domain"),
+        ("user.github.io/", "domain"),
+        ("1.2.3.4/", "domain"),
+        ("[2001:db8::1]/", "domain"),
+        ("sub.example.com/", "subdomain"),
+        ("a.b.example.co.uk/", "subdomain"),
+        ("example.com/path/", "path"),
+        ("sub.example.com/a/b/c/", "path"),
+        ("example.com/a/b/c/d/", "page"),  # deeper than lookups roll up: matches only itself
+        ("example.com/path/page.html", "page"),
+        ("example.com/page.html?id=3", "page"),
+        ("example.com/?id=3", "page"),
+        ("example.com/dir/?x=1", "page"),
+    ],
+)
 def test_rule_level(expression, level):
     assert rule_level(expression) == level
 
@@ -129,16 +139,26 @@ def test_rule_candidates_for_a_pasted_url():
 
 def test_rule_candidates_for_a_bare_host_and_directories():
     assert [(c.level, c.expression) for c in rule_candidates("example.com")] == [
-        ("domain", "example.com/")]
+        ("domain", "example.com/")
+    ]
     assert [(c.level, c.expression) for c in rule_candidates("sub.example.com/a/b/")] == [
-        ("domain", "example.com/"), ("subdomain", "sub.example.com/"),
-        ("path", "sub.example.com/a/"), ("path", "sub.example.com/a/b/")]
+        ("domain", "example.com/"),
+        ("subdomain", "sub.example.com/"),
+        ("path", "sub.example.com/a/"),
+        ("path", "sub.example.com/a/b/"),
+    ]
     # a directory deeper than lookups roll up to is offered as a page (exact) rule
     assert [(c.level, c.expression) for c in rule_candidates("example.com/a/b/c/d/")] == [
-        ("domain", "example.com/"), ("path", "example.com/a/"), ("path", "example.com/a/b/"),
-        ("path", "example.com/a/b/c/"), ("page", "example.com/a/b/c/d/")]
+        ("domain", "example.com/"),
+        ("path", "example.com/a/"),
+        ("path", "example.com/a/b/"),
+        ("path", "example.com/a/b/c/"),
+        ("page", "example.com/a/b/c/d/"),
+    ]
     assert [(c.level, c.expression) for c in rule_candidates("http://1.2.3.4/x.html")] == [
-        ("domain", "1.2.3.4/"), ("page", "1.2.3.4/x.html")]
+        ("domain", "1.2.3.4/"),
+        ("page", "1.2.3.4/x.html"),
+    ]
 
 
 def test_rule_candidates_say_when_subdomains_are_not_covered():
@@ -154,30 +174,33 @@ def test_rule_candidates_refuse_public_suffixes_and_junk():
             rule_candidates(text)
 
 
-@pytest.mark.parametrize(("expression", "url", "blocked"), [
-    ("example.com/", "https://example.com/", True),
-    ("example.com/", "http://www.EXAMPLE.com:8080/any/page?x=1#f", True),
-    ("example.com/", "https://a.b.c.d.example.com/", True),
-    ("example.com/", "https://example.com.evil.net/", False),
-    ("example.com/", "https://notexample.com/", False),
-    ("sub.example.com/", "https://x.sub.example.com/p", True),
-    ("sub.example.com/", "https://example.com/", False),
-    ("sub.example.com/", "https://other.example.com/", False),
-    ("example.com/path/", "https://www.example.com/path/deeper/page.html", True),
-    ("example.com/path/", "https://example.com/path", False),
-    ("example.com/path/", "https://example.com/pathology/", False),
-    ("example.com/path/page.html", "https://example.com/path/page.html?any=query", True),
-    ("example.com/path/page.html", "https://example.com/path/page.htm", False),
-    ("example.com/p.html?id=3", "https://example.com/p.html?id=3", True),
-    ("example.com/p.html?id=3", "https://example.com/p.html?id=4", False),
-    ("1.2.3.4/", "http://1.2.3.4/x", True),
-    ("1.2.3.4/", "http://0x01020304/x", True),
-    ("1.2.3.4/", "http://1.2.3.5/x", False),
-    ("1.2.3.4/", "http://1.2.3.4.nip.example/x", False),
-    # the exact host always counts, however deep
-    ("a.b.c.d.e.f.g/", "http://a.b.c.d.e.f.g/x", True),
-    ("a.b.c.d.e.f.g/", "http://z.a.b.c.d.e.f.g/x", False),
-])
+@pytest.mark.parametrize(
+    ("expression", "url", "blocked"),
+    [
+        ("example.com/", "https://example.com/", True),
+        ("example.com/", "http://www.EXAMPLE.com:8080/any/page?x=1#f", True),
+        ("example.com/", "https://a.b.c.d.example.com/", True),
+        ("example.com/", "https://example.com.evil.net/", False),
+        ("example.com/", "https://notexample.com/", False),
+        ("sub.example.com/", "https://x.sub.example.com/p", True),
+        ("sub.example.com/", "https://example.com/", False),
+        ("sub.example.com/", "https://other.example.com/", False),
+        ("example.com/path/", "https://www.example.com/path/deeper/page.html", True),
+        ("example.com/path/", "https://example.com/path", False),
+        ("example.com/path/", "https://example.com/pathology/", False),
+        ("example.com/path/page.html", "https://example.com/path/page.html?any=query", True),
+        ("example.com/path/page.html", "https://example.com/path/page.htm", False),
+        ("example.com/p.html?id=3", "https://example.com/p.html?id=3", True),
+        ("example.com/p.html?id=3", "https://example.com/p.html?id=4", False),
+        ("1.2.3.4/", "http://1.2.3.4/x", True),
+        ("1.2.3.4/", "http://0x01020304/x", True),
+        ("1.2.3.4/", "http://1.2.3.5/x", False),
+        ("1.2.3.4/", "http://1.2.3.4.nip.example/x", False),
+        # the exact host always counts, however deep
+        ("a.b.c.d.e.f.g/", "http://a.b.c.d.e.f.g/x", True),
+        ("a.b.c.d.e.f.g/", "http://z.a.b.c.d.e.f.g/x", False),
+    ],
+)
 def test_rule_matches(expression, url, blocked):
     assert rule_matches(expression, url) is blocked
 
@@ -194,10 +217,12 @@ def test_registrable_domain():
     assert registrable_domain("co.uk") is None
 
 
-_HOSTS = st.lists(st.sampled_from(["a", "b", "www", "xn--bcher-kva", "x_y", "1", "0x1f"]),
-                  min_size=1, max_size=8).map(lambda labels: ".".join(labels + ["example.com"]))
-_PATHS = st.lists(st.sampled_from(["a", "b.html", "..", ".", "", "%2E", "%41", "c d", "\u00fc"]),
-                  max_size=7).map("/".join)
+_HOSTS = st.lists(
+    st.sampled_from(["a", "b", "www", "xn--bcher-kva", "x_y", "1", "0x1f"]), min_size=1, max_size=8
+).map(lambda labels: ".".join(labels + ["example.com"]))
+_PATHS = st.lists(
+    st.sampled_from(["a", "b.html", "..", ".", "", "%2E", "%41", "c d", "\u00fc"]), max_size=7
+).map("/".join)
 _QUERIES = st.one_of(st.none(), st.text(alphabet="ab=&%2F?#", max_size=8))
 
 

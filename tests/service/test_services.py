@@ -3,6 +3,7 @@
 
 Run by `make test-services` (DATABASE_URL and CELERY_BROKER_URL set). The worker uses
 the test database pytest-django creates, so the tests use committed transactions."""
+
 from __future__ import annotations
 
 import os
@@ -40,21 +41,32 @@ def _reachable(url: str, default_port: int) -> str:
 def _skip_reason() -> str:
     db = django_settings.DATABASES["default"]
     if db["ENGINE"] != "django.db.backends.postgresql":
-        return ("needs PostgreSQL: run `make test-services` (DATABASE_URL=postgres://"
-                "postgres@127.0.0.1:5432/urlguard)")
+        return (
+            "needs PostgreSQL: run `make test-services` (DATABASE_URL=postgres://"
+            "postgres@127.0.0.1:5432/urlguard)"
+        )
     broker = django_settings.CELERY_BROKER_URL
     if not broker.startswith("redis://"):
         return "needs CELERY_BROKER_URL=redis://127.0.0.1:6379/15 (`make test-services`)"
-    problems = [p for p in (_reachable(f"postgres://{db['HOST']}:{db['PORT'] or 5432}", 5432),
-                            _reachable(broker, 6379)) if p]
+    problems = [
+        p
+        for p in (
+            _reachable(f"postgres://{db['HOST']}:{db['PORT'] or 5432}", 5432),
+            _reachable(broker, 6379),
+        )
+        if p
+    ]
     return "; ".join(problems)
 
 
 # Decided before any fixture runs: with PostgreSQL down, creating the test database
 # would fail instead of skipping.
 _SKIP = _skip_reason()
-pytestmark = [pytest.mark.services, pytest.mark.skipif(bool(_SKIP), reason=_SKIP),
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.skipif(bool(_SKIP), reason=_SKIP),
+    pytest.mark.django_db(transaction=True),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -75,8 +87,9 @@ class Worker:
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.service.services_settings",
-            "DATABASE_URL": (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/"
-                             f"{db['NAME']}"),  # the test database
+            "DATABASE_URL": (
+                f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+            ),  # the test database
             "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
             "URLGUARD_FILTER_PATH": str(filter_path),
             "URLGUARD_NODE_NAME": self.node,
@@ -85,12 +98,33 @@ class Worker:
         queue = conf.BROADCAST_QUEUE
         self._out = open(log, "w")  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "urlguard", "worker", "-B",
-             "-Q", f"{queue},celery", "--pool", "solo", "--loglevel", "INFO",
-             "--hostname", f"{self.node}@%h", "--schedule", str(log.with_suffix(".beat")),
-             "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, stdout=self._out, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "urlguard",
+                "worker",
+                "-B",
+                "-Q",
+                f"{queue},celery",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "INFO",
+                "--hostname",
+                f"{self.node}@%h",
+                "--schedule",
+                str(log.with_suffix(".beat")),
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def wait_ready(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -151,8 +185,11 @@ def test_add_and_remove_reach_the_reader_through_the_worker(start_worker, filter
     # The worker's boot-time catch-up built the (empty) file.
     wait_for(lambda: filter_path.exists(), what="the boot-time build", log=worker.log)
     rule = changes.add_rule("https://evil.example.org/login", category="phishing")
-    wait_for(lambda: rule.expression in (registry.get_filter() or ()),
-             what="the worker to apply the addition", log=worker.log)
+    wait_for(
+        lambda: rule.expression in (registry.get_filter() or ()),
+        what="the worker to apply the addition",
+        log=worker.log,
+    )
     changes.remove_rule(rule)
     head = tasks.log_head()
     wait_for(lambda: applied_seq(filter_path) >= head, what="the removal", log=worker.log)
@@ -160,8 +197,11 @@ def test_add_and_remove_reach_the_reader_through_the_worker(start_worker, filter
     assert sum(s["count"] for s in filt.info()["stages"]) == 0
     # is_clean is False for the instant between the worker's change and its flush.
     wait_for(lambda: filt.is_clean, what="the worker to flush", log=worker.log)
-    wait_for(lambda: NodeStatus.objects.filter(node=worker.node, applied_seq=head).exists(),
-             what="the node's status report", log=worker.log)
+    wait_for(
+        lambda: NodeStatus.objects.filter(node=worker.node, applied_seq=head).exists(),
+        what="the node's status report",
+        log=worker.log,
+    )
 
 
 def test_every_node_gets_every_change(start_worker, tmp_path):
@@ -172,25 +212,38 @@ def test_every_node_gets_every_change(start_worker, tmp_path):
         wait_for(path.exists, what=f"{path} built at boot", log=worker.log)
     rule = changes.add_rule("everywhere.example.org", category="malware")
     for path, worker in zip(paths, workers, strict=True):
-        wait_for(lambda p=path: rule.expression in (registry.get_filter(str(p)) or ()),
-                 what=f"{path} to get the rule", log=worker.log)
+        wait_for(
+            lambda p=path: rule.expression in (registry.get_filter(str(p)) or ()),
+            what=f"{path} to get the rule",
+            log=worker.log,
+        )
     head = tasks.log_head()
-    wait_for(lambda: set(NodeStatus.objects.filter(applied_seq=head)
-                         .values_list("node", flat=True)) >= {w.node for w in workers},
-             what="both nodes to report")
+    wait_for(
+        lambda: (
+            set(NodeStatus.objects.filter(applied_seq=head).values_list("node", flat=True))
+            >= {w.node for w in workers}
+        ),
+        what="both nodes to report",
+    )
 
 
-def test_missed_messages_are_caught_up_at_boot_and_by_beat(start_worker, filter_path,
-                                                           monkeypatch):
+def test_missed_messages_are_caught_up_at_boot_and_by_beat(start_worker, filter_path, monkeypatch):
     real_nudge = changes._nudge
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)  # every nudge is lost
     before = changes.add_rule("before-boot.example.org", category="spam")
     worker = start_worker(catchup_interval=1.0)
-    wait_for(lambda: before.expression in (registry.get_filter() or ()),
-             what="the boot-time catch-up", log=worker.log)
+    wait_for(
+        lambda: before.expression in (registry.get_filter() or ()),
+        what="the boot-time catch-up",
+        log=worker.log,
+    )
     during = changes.add_rule("while-up.example.org", category="spam")
-    wait_for(lambda: during.expression in (registry.get_filter() or ()), timeout=10,
-             what="the periodic (beat) catch-up", log=worker.log)
+    wait_for(
+        lambda: during.expression in (registry.get_filter() or ()),
+        timeout=10,
+        what="the periodic (beat) catch-up",
+        log=worker.log,
+    )
     assert "catch_up" in worker.log.read_text()
     monkeypatch.setattr(changes, "_nudge", real_nudge)
 

@@ -1,5 +1,6 @@
 """Slug allocation: shortest free slug first, the filter rebuilt from the table, the
 unique constraint as the authority, custom slugs and destinations validated."""
+
 import pytest
 from django.db import transaction
 
@@ -22,7 +23,7 @@ def fresh_process():
 def test_slugs_are_the_shortest_free_ones():
     made = [create_short_link(f"{DEST}/{i}").slug for i in range(len(ALPHABET) + 3)]
     assert sorted(made[: len(ALPHABET)]) == sorted(ALPHABET), "all 1-character slugs first"
-    assert all(len(s) == 2 for s in made[len(ALPHABET):])
+    assert all(len(s) == 2 for s in made[len(ALPHABET) :])
     assert len(set(made)) == len(made)
     assert all(set(s) <= set(ALPHABET) for s in made)
 
@@ -73,22 +74,36 @@ def test_custom_slug_is_used_and_then_taken():
         create_short_link("https://other.example/", slug="My-Link_2")
 
 
-@pytest.mark.parametrize(("slug", "match"), [
-    ("", "1 to 64"), ("a b", "1 to 64"), ("a/b", "1 to 64"), ("ü", "1 to 64"),
-    ("x" * 65, "1 to 64"),
-    ("admin", "reserved"), ("API", "reserved"), ("continue", "reserved"),
-])
+@pytest.mark.parametrize(
+    ("slug", "match"),
+    [
+        ("", "1 to 64"),
+        ("a b", "1 to 64"),
+        ("a/b", "1 to 64"),
+        ("ü", "1 to 64"),
+        ("x" * 65, "1 to 64"),
+        ("admin", "reserved"),
+        ("API", "reserved"),
+        ("continue", "reserved"),
+    ],
+)
 def test_bad_custom_slugs(slug, match):
     with pytest.raises(SlugError, match=match):
         create_short_link(DEST, slug=slug)
     assert not ShortLink.objects.exists()
 
 
-@pytest.mark.parametrize(("destination", "match"), [
-    ("", "empty"), ("   ", "empty"), ("javascript:alert(1)", "not a usable"),
-    ("ftp://files.example/x", "not a usable"), ("https://", "not a usable"),
-    ("https://example.com/" + "a" * 4000, "limit is 4000"),
-])
+@pytest.mark.parametrize(
+    ("destination", "match"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("javascript:alert(1)", "not a usable"),
+        ("ftp://files.example/x", "not a usable"),
+        ("https://", "not a usable"),
+        ("https://example.com/" + "a" * 4000, "limit is 4000"),
+    ],
+)
 def test_bad_destinations(destination, match):
     with pytest.raises(ValueError, match=match):
         create_short_link(destination)
@@ -114,19 +129,19 @@ def test_a_filter_gone_stale_is_rebuilt_instead_of_giving_up():
     short = [a for a in ALPHABET] + [a + b for b in ALPHABET for a in ALPHABET]
     free = [s for s in short if s not in taken and s not in slugs.RESERVED][-3:]
     ShortLink.objects.bulk_create(
-        ShortLink(slug=s, destination=DEST) for s in short
-        if s not in taken and s not in free)
+        ShortLink(slug=s, destination=DEST) for s in short if s not in taken and s not in free
+    )
     made = {create_short_link(f"{DEST}/{i}").slug for i in range(3)}
     assert made == set(free), "the shortest free slugs, found after one rebuild"
 
 
 def test_allocate_slug_rebuilds_a_stale_filter_instead_of_probing_every_slug(
-        django_assert_max_num_queries):
+    django_assert_max_num_queries,
+):
     allocate_slug()  # builds this process's filter while the table is empty
     short = [a for a in ALPHABET] + [a + b for b in ALPHABET for a in ALPHABET]
     free = [s for s in short if s not in slugs.RESERVED][-1]
-    ShortLink.objects.bulk_create(ShortLink(slug=s, destination=DEST) for s in short
-                                  if s != free)
+    ShortLink.objects.bulk_create(ShortLink(slug=s, destination=DEST) for s in short if s != free)
     # One lookup that collides, the rebuild (count + rows), a query for the
     # filter's maybe-used 1-character slugs, the lookup that finds the free one.
     with django_assert_max_num_queries(8):

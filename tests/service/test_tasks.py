@@ -1,6 +1,7 @@
 """urlguard.tasks: the change log reaches the filter file in seq order, exactly once,
 whatever happens to the nudges; a file that cannot be trusted is rebuilt (and the
 log says why); the node reports its state."""
+
 from __future__ import annotations
 
 import logging
@@ -40,8 +41,11 @@ def head() -> int:
 
 def deliver(up_to_seq=None):
     """One delivery of the nudge, run here as the node's worker would."""
-    return celery_app.tasks["urlguard.tasks.apply_changes"].apply(
-        kwargs={"up_to_seq": up_to_seq}).get()
+    return (
+        celery_app.tasks["urlguard.tasks.apply_changes"]
+        .apply(kwargs={"up_to_seq": up_to_seq})
+        .get()
+    )
 
 
 def test_changes_apply_in_order_exactly_once(quiet, filter_path):
@@ -87,8 +91,9 @@ def test_out_of_order_deliveries(quiet, filter_path, sync_filter):
     assert filt.applied_seq == seq_last
 
 
-def test_a_missed_message_is_caught_up_and_the_staleness_logged(quiet, filter_path,
-                                                                 sync_filter, caplog):
+def test_a_missed_message_is_caught_up_and_the_staleness_logged(
+    quiet, filter_path, sync_filter, caplog
+):
     sync_filter()
     rule = add("missed.example.org")  # its nudge is lost (quiet)
     assert rule.expression not in reader(filter_path)
@@ -96,8 +101,9 @@ def test_a_missed_message_is_caught_up_and_the_staleness_logged(quiet, filter_pa
         result = celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
     assert result["applied"] == 1
     assert rule.expression in reader(filter_path)
-    assert any("had missed" in r.getMessage() and r.levelno == logging.WARNING
-               for r in caplog.records), caplog.text
+    assert any(
+        "had missed" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records
+    ), caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="urlguard.tasks"):
         celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
@@ -118,8 +124,9 @@ def test_catch_up_is_scheduled_and_nudges_reach_every_node(settings):
         assert route["routing_key"] == route["queue"].routing_key == "urlguard.nudge"
 
 
-def test_removal_of_a_rule_added_long_ago_reaches_its_stage(quiet, settings, filter_path,
-                                                            sync_filter):
+def test_removal_of_a_rule_added_long_ago_reaches_its_stage(
+    quiet, settings, filter_path, sync_filter
+):
     settings.URLGUARD = {**settings.URLGUARD, "FILTER_CAPACITY": 50}
     old = add("old.example.org")
     sync_filter()
@@ -171,13 +178,17 @@ def _corrupt(path) -> None:
         fh.write(b"\xff" * 16)
 
 
-@pytest.mark.parametrize(("damage", "reason"), [
-    (lambda p: os.unlink(p), "missing"),
-    (_dirty, "dirty"),
-    (_corrupt, "unreadable"),
-])
-def test_a_bad_file_is_rebuilt_and_the_log_says_why(quiet, filter_path, sync_filter, caplog,
-                                                    damage, reason):
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda p: os.unlink(p), "missing"),
+        (_dirty, "dirty"),
+        (_corrupt, "unreadable"),
+    ],
+)
+def test_a_bad_file_is_rebuilt_and_the_log_says_why(
+    quiet, filter_path, sync_filter, caplog, damage, reason
+):
     rules = [add(f"r{i}.example.org") for i in range(3)]
     sync_filter()
     damage(filter_path)
@@ -186,8 +197,9 @@ def test_a_bad_file_is_rebuilt_and_the_log_says_why(quiet, filter_path, sync_fil
     with caplog.at_level(logging.WARNING, logger="urlguard.tasks"):
         result = sync_filter()
     assert reason in result.rebuilt
-    assert any(reason in r.getMessage() and r.levelno == logging.WARNING
-               for r in caplog.records), caplog.text
+    assert any(reason in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records), (
+        caplog.text
+    )
     filt = reader(filter_path)
     assert filt.is_clean and filt.applied_seq == head()
     assert entries(filt) == 4
@@ -218,8 +230,12 @@ def test_a_removal_the_file_cannot_honour_means_rebuild(quiet, filter_path, sync
     b = add("b.example.org")
     # A file that claims to be current but lacks `a` (someone built it wrongly).
     ScalingCountingBloomFilter.build(
-        str(filter_path), [(b.expression, b.added_at)], capacity=conf.FILTER_CAPACITY,
-        error_rate=conf.FILTER_ERROR_RATE, applied_seq=head())
+        str(filter_path),
+        [(b.expression, b.added_at)],
+        capacity=conf.FILTER_CAPACITY,
+        error_rate=conf.FILTER_ERROR_RATE,
+        applied_seq=head(),
+    )
     registry.reset()
     changes.remove_rule(a)
     result = sync_filter()
@@ -271,12 +287,15 @@ def test_in_process_mode_applies_on_commit(filter_path, django_capture_on_commit
 
 
 def test_a_busy_writer_fails_the_nudge_softly_and_catch_up_repairs(
-        settings, filter_path, sync_filter, caplog, django_capture_on_commit_callbacks):
+    settings, filter_path, sync_filter, caplog, django_capture_on_commit_callbacks
+):
     settings.URLGUARD = {**settings.URLGUARD, "WRITER_LOCK_TIMEOUT": 0.2}
     sync_filter()
     with registry.writer(str(filter_path)):  # e.g. a long rebuild in another process
-        with caplog.at_level(logging.WARNING, logger="urlguard"), \
-                django_capture_on_commit_callbacks(execute=True):
+        with (
+            caplog.at_level(logging.WARNING, logger="urlguard"),
+            django_capture_on_commit_callbacks(execute=True),
+        ):
             rule = add("a.example.org")
         with pytest.raises(registry.WriterBusy, match="another process is writing"):
             tasks.sync(path=str(filter_path))
@@ -286,8 +305,9 @@ def test_a_busy_writer_fails_the_nudge_softly_and_catch_up_repairs(
     assert rule.expression in reader(filter_path)
 
 
-def test_broker_down_then_catch_up(settings, filter_path, sync_filter,
-                                   django_capture_on_commit_callbacks):
+def test_broker_down_then_catch_up(
+    settings, filter_path, sync_filter, django_capture_on_commit_callbacks
+):
     sync_filter()
     saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
     celery_app.conf.update(task_always_eager=False, broker_url="redis://127.0.0.1:1/0")
@@ -337,14 +357,16 @@ def test_a_busy_node_retries_with_backoff_and_reports_it(monkeypatch, settings):
         tasks._run(task, 7)
 
 
-def test_the_log_is_applied_in_chunks_each_ending_at_its_seq(quiet, filter_path, sync_filter,
-                                                             monkeypatch):
+def test_the_log_is_applied_in_chunks_each_ending_at_its_seq(
+    quiet, filter_path, sync_filter, monkeypatch
+):
     sync_filter()
     start = tasks.log_head()
     rules = [add(f"c{i}.example.org") for i in range(7)]
     changes.remove_rule(rules[2])
-    seqs = list(ChangeEvent.objects.filter(seq__gt=start).order_by("seq")
-                .values_list("seq", flat=True))
+    seqs = list(
+        ChangeEvent.objects.filter(seq__gt=start).order_by("seq").values_list("seq", flat=True)
+    )
     calls = []
     for name in ("add_many", "remove_many"):
         real = getattr(ScalingCountingBloomFilter, name)
@@ -358,14 +380,17 @@ def test_the_log_is_applied_in_chunks_each_ending_at_its_seq(quiet, filter_path,
     assert sync_filter().applied == 8
     # Chunks of 3 rows in log order; each starts at the mark the previous one set,
     # and runs of one action go in one call.
-    assert calls == [("add_many", 3, start), ("add_many", 3, seqs[2]),
-                     ("add_many", 1, seqs[5]), ("remove_many", 1, seqs[5])]
+    assert calls == [
+        ("add_many", 3, start),
+        ("add_many", 3, seqs[2]),
+        ("add_many", 1, seqs[5]),
+        ("remove_many", 1, seqs[5]),
+    ]
     filt = reader(filter_path)
     assert filt.applied_seq == seqs[-1] and entries(filt) == 6
 
 
-def test_a_rebuild_sizes_the_first_stage_to_the_rules(quiet, settings, filter_path,
-                                                      sync_filter):
+def test_a_rebuild_sizes_the_first_stage_to_the_rules(quiet, settings, filter_path, sync_filter):
     settings.URLGUARD = {**settings.URLGUARD, "FILTER_CAPACITY": 50, "REBUILD_HEADROOM": 1.5}
     changes.add_rules([f"h{i}.example.net" for i in range(400)], source="test")
     assert sync_filter().rebuilt == "the file is missing"
@@ -374,8 +399,9 @@ def test_a_rebuild_sizes_the_first_stage_to_the_rules(quiet, settings, filter_pa
     assert sync_filter().rebuilt == ""  # a first stage above the minimum is no mismatch
 
 
-def test_the_periodic_catch_up_compacts_a_file_of_too_many_stages(quiet, settings,
-                                                                  filter_path, sync_filter):
+def test_the_periodic_catch_up_compacts_a_file_of_too_many_stages(
+    quiet, settings, filter_path, sync_filter
+):
     settings.URLGUARD = {**settings.URLGUARD, "FILTER_CAPACITY": 50, "FILTER_MAX_STAGES": 2}
     add("first.example.org")
     sync_filter()

@@ -1,5 +1,6 @@
 """Pages: short links end to end through the real filter, the warning page's
 content, the signed "continue anyway" step, and our own error pages."""
+
 from __future__ import annotations
 
 import re
@@ -34,12 +35,17 @@ def links(db, build_filter):
     add_rule("files.example/raw/", category="malware", source="test")
     made = {
         "clean": ShortLink.objects.create(slug="clean", destination="https://www.python.org/"),
-        "prize": ShortLink.objects.create(slug="prize",
-                                          destination="https://win.prize.example/claim?id=7"),
+        "prize": ShortLink.objects.create(
+            slug="prize", destination="https://win.prize.example/claim?id=7"
+        ),
         "raw": ShortLink.objects.create(slug="raw", destination="http://files.example/raw/x.exe"),
         "other": ShortLink.objects.create(slug="other", destination="http://files.example/docs/"),
-        "off": ShortLink.objects.create(slug="off", destination="https://www.python.org/",
-                                        disabled=True, disabled_reason="reported as spam"),
+        "off": ShortLink.objects.create(
+            slug="off",
+            destination="https://www.python.org/",
+            disabled=True,
+            disabled_reason="reported as spam",
+        ),
     }
     build_filter()
     return made
@@ -65,10 +71,13 @@ def test_clean_short_link_redirects(client, links):
     assert response["Cache-Control"] == "private, max-age=90"
 
 
-@pytest.mark.parametrize(("slug", "host", "words"), [
-    ("prize", "win.prize.example", "phishing site"),
-    ("raw", "files.example", "spreads malware"),
-])
+@pytest.mark.parametrize(
+    ("slug", "host", "words"),
+    [
+        ("prize", "win.prize.example", "phishing site"),
+        ("raw", "files.example", "spreads malware"),
+    ],
+)
 def test_blocked_short_link_shows_the_warning(client, links, slug, host, words):
     response = client.get(f"/{slug}")
     assert response.status_code == 403
@@ -109,7 +118,9 @@ def test_continue_anyway_goes_to_the_destination_once_confirmed(client, links):
 def test_tampered_token_is_refused(client, links):
     link = continue_link(client.get("/prize"))
     token = parse_qs(urlsplit(link).query)["token"][0]
-    forged = signing.TimestampSigner(salt="another.salt").sign_object({"u": "https://evil.example/"})
+    forged = signing.TimestampSigner(salt="another.salt").sign_object(
+        {"u": "https://evil.example/"}
+    )
     for bad in [token[:-2] + ("AA" if not token.endswith("AA") else "BB"), forged, "", "x:y:z"]:
         response = client.get("/continue", {"token": bad})
         assert response.status_code == 400, bad
@@ -130,8 +141,10 @@ def test_a_token_works_only_for_the_browser_that_was_warned(client, links):
     # Copied out of one warning page, a token must not become a warning-free
     # redirect to the listed site for whoever it is sent to.
     link = continue_link(client.get("/prize", HTTP_USER_AGENT="UA one"))
-    for other in [{"REMOTE_ADDR": "198.51.100.9", "HTTP_USER_AGENT": "UA one"},
-                  {"HTTP_USER_AGENT": "UA two"}]:
+    for other in [
+        {"REMOTE_ADDR": "198.51.100.9", "HTTP_USER_AGENT": "UA one"},
+        {"HTTP_USER_AGENT": "UA two"},
+    ]:
         response = client.get(link, **other)
         assert response.status_code == 400 and not response.has_header("Location"), other
         assert "another browser" in response.content.decode()
@@ -144,8 +157,9 @@ def test_a_token_without_a_visitor_is_refused(client, db):
 
 
 def test_token_for_a_non_web_url_is_refused(client, db):
-    token = signing.TimestampSigner(salt=CONTINUE_SALT).sign_object({"u": "javascript:alert(1)"},
-                                                                     compress=True)
+    token = signing.TimestampSigner(salt=CONTINUE_SALT).sign_object(
+        {"u": "javascript:alert(1)"}, compress=True
+    )
     response = client.get("/continue", {"token": token})
     assert response.status_code == 400 and not response.has_header("Location")
 

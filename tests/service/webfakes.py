@@ -1,6 +1,7 @@
 """Test doubles for the guard's filter (shared by the WEB tests): a filter that
 answers from a set, one that says "maybe" to everything (a forced false
 positive), and one that fails like a corrupt file."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -22,8 +23,9 @@ class SetFilter:
 
     def contains_many(self, keys):
         self.calls += 1
-        return np.fromiter((self.everything or k in self.keys for k in keys), dtype=bool,
-                           count=len(keys))
+        return np.fromiter(
+            (self.everything or k in self.keys for k in keys), dtype=bool, count=len(keys)
+        )
 
     def contains(self, key: str) -> bool:
         self.calls += 1

@@ -1,4 +1,5 @@
 """The operators' GUI, built on Django's admin: spam rules (add from a pasted URL with
 a preview, import, check a URL, filter dashboard), short links (verdicts, rescan),
 and the read-only change log. Every rule write goes through urlguard.changes."""
+
 from urlguard.admin import changelog, jobs, links, rules  # noqa: F401  (registers)

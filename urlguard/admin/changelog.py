@@ -1,5 +1,6 @@
 """The audit trail, read-only: every ChangeEvent (who, what, when) with the nodes
 whose filter has applied it, and what each node last reported."""
+
 from __future__ import annotations
 
 from django.contrib import admin
@@ -28,8 +29,16 @@ class ChangeEventAdmin(ReadOnlyAdmin):
     # "when" is compact and "applied on" comes right after what changed, so the row
     # fits beside the filter sidebar at 1280 px (the admin's own date format and this
     # order pushed "applied on" out of sight).
-    list_display = ("seq", "action", "expression", "applied_on", "actor", "when", "category",
-                    "source")
+    list_display = (
+        "seq",
+        "action",
+        "expression",
+        "applied_on",
+        "actor",
+        "when",
+        "category",
+        "source",
+    )
     list_filter = ("action", "category", "source", "created")
     search_fields = ("expression",)
     list_select_related = ("actor",)
@@ -57,20 +66,50 @@ class ChangeEventAdmin(ReadOnlyAdmin):
         pending = obj.pending_nodes_
         if not applied and not pending:
             return "no node has reported yet"
-        parts = format_html_join(", ", '<span class="node-applied">{}</span>',
-                                 ((n,) for n in applied))
+        parts = format_html_join(
+            ", ", '<span class="node-applied">{}</span>', ((n,) for n in applied)
+        )
         if pending:
-            parts = format_html('{}{}<span class="node-pending">pending: {}</span>', parts,
-                                "; " if applied else "", ", ".join(pending))
+            parts = format_html(
+                '{}{}<span class="node-pending">pending: {}</span>',
+                parts,
+                "; " if applied else "",
+                ", ".join(pending),
+            )
         return parts
 
-    readonly_fields = ("seq", "action", "expression", "added_at", "category", "actor", "source",
-                       "created", "applied_on")
+    readonly_fields = (
+        "seq",
+        "action",
+        "expression",
+        "added_at",
+        "category",
+        "actor",
+        "source",
+        "created",
+        "applied_on",
+    )
 
 
 @admin.register(NodeStatus)
 class NodeStatusAdmin(ReadOnlyAdmin):
-    list_display = ("node", "applied_seq", "is_clean", "last_rebuild_at", "last_rebuild_seconds",
-                    "reported_at", "last_error")
-    readonly_fields = ("node", "filter_path", "applied_seq", "is_clean", "info",
-                       "last_rebuild_at", "last_rebuild_seconds", "last_error", "reported_at")
+    list_display = (
+        "node",
+        "applied_seq",
+        "is_clean",
+        "last_rebuild_at",
+        "last_rebuild_seconds",
+        "reported_at",
+        "last_error",
+    )
+    readonly_fields = (
+        "node",
+        "filter_path",
+        "applied_seq",
+        "is_clean",
+        "info",
+        "last_rebuild_at",
+        "last_rebuild_seconds",
+        "last_error",
+        "reported_at",
+    )

@@ -1,5 +1,6 @@
 """Server-rendered SVG bar chart of the filter's stages for the dashboard: no
 JavaScript and no chart library, so the page works offline and behind a strict CSP."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -120,7 +121,9 @@ def render_stage_chart(stages: Sequence[StageBar]) -> SafeString:
             '<svg class="stage-chart" role="img" width="{}" height="40" '
             'xmlns="http://www.w3.org/2000/svg"><title>{}</title>'
             '<text x="8" y="24">{}</text></svg>',
-            LABEL_WIDTH + BAR_WIDTH, "No stages", "The filter has no stages yet.",
+            LABEL_WIDTH + BAR_WIDTH,
+            "No stages",
+            "The filter has no stages yet.",
         )
     width = LABEL_WIDTH + BAR_WIDTH + VALUE_WIDTH
     axis_y = 8 + len(stages) * ROW_HEIGHT
@@ -131,57 +134,85 @@ def render_stage_chart(stages: Sequence[StageBar]) -> SafeString:
         load = min(max(stage.load, 0.0), 1.0)
         fill = min(max(stage.fill, 0.0), 1.0)
         health = stage.health(last=row == len(stages) - 1)
-        rows.append(format_html(
-            '<g class="stage stage-{health}" data-stage="{index}">'
-            '<text class="label" x="0" y="{ty}">stage {index}</text>'
-            '<rect class="track" x="{x}" y="{y}" width="{bw}" height="{bh}" rx="3" '
-            'fill="#e8e8e8"/>'
-            '<rect class="bar" x="{x}" y="{y}" width="{w}" height="{bh}" rx="3" fill="{c}">'
-            '<title>stage {index}: {count} of {capacity} rules ({load}%), {fill}% of '
-            'counters set, k={k}, false-positive rate {fpr}</title></rect>'
-            '<rect class="fill" x="{x}" y="{fy}" width="{fw}" height="{fh}" fill="#79aec8"/>'
-            '<text class="value" x="{vx}" y="{ty}">{count} / {capacity} rules ({load}%)</text>'
-            '<text class="value-detail" x="{vx}" y="{dy}" font-size="10" fill-opacity="0.8">'
-            '{fill}% of counters set · k={k}{over}</text>'
-            '<text class="range" x="{x}" y="{ry}" font-size="10" fill-opacity="0.7">{when}'
-            '</text></g>',
-            index=stage.index, health=health, x=LABEL_WIDTH, y=y, bw=BAR_WIDTH, bh=BAR_HEIGHT,
-            ty=y + BAR_HEIGHT - 3, fy=y + BAR_HEIGHT + 2, fh=FILL_HEIGHT,
-            dy=y + BAR_HEIGHT + 8, ry=y + BAR_HEIGHT + FILL_HEIGHT + 16,
-            # Anything at all gets a pixel, so "almost empty" still shows.
-            w=f"{max(BAR_WIDTH * load, 1.0 if stage.count else 0.0):.1f}",
-            fw=f"{max(BAR_WIDTH * fill, 1.0 if fill > 0 else 0.0):.1f}",
-            c=COLOURS[health], count=f"{stage.count:,}", capacity=f"{stage.capacity:,}",
-            load=f"{stage.load * 100:.0f}", fill=f"{fill * 100:.1f}", k=stage.k,
-            fpr=stage.fpr_text, when=stage.time_range, vx=LABEL_WIDTH + BAR_WIDTH + 10,
-            over=" · false positives above target: rebuild" if stage.over_target else "",
-        ))
+        rows.append(
+            format_html(
+                '<g class="stage stage-{health}" data-stage="{index}">'
+                '<text class="label" x="0" y="{ty}">stage {index}</text>'
+                '<rect class="track" x="{x}" y="{y}" width="{bw}" height="{bh}" rx="3" '
+                'fill="#e8e8e8"/>'
+                '<rect class="bar" x="{x}" y="{y}" width="{w}" height="{bh}" rx="3" fill="{c}">'
+                "<title>stage {index}: {count} of {capacity} rules ({load}%), {fill}% of "
+                "counters set, k={k}, false-positive rate {fpr}</title></rect>"
+                '<rect class="fill" x="{x}" y="{fy}" width="{fw}" height="{fh}" fill="#79aec8"/>'
+                '<text class="value" x="{vx}" y="{ty}">{count} / {capacity} rules ({load}%)</text>'
+                '<text class="value-detail" x="{vx}" y="{dy}" font-size="10" fill-opacity="0.8">'
+                "{fill}% of counters set · k={k}{over}</text>"
+                '<text class="range" x="{x}" y="{ry}" font-size="10" fill-opacity="0.7">{when}'
+                "</text></g>",
+                index=stage.index,
+                health=health,
+                x=LABEL_WIDTH,
+                y=y,
+                bw=BAR_WIDTH,
+                bh=BAR_HEIGHT,
+                ty=y + BAR_HEIGHT - 3,
+                fy=y + BAR_HEIGHT + 2,
+                fh=FILL_HEIGHT,
+                dy=y + BAR_HEIGHT + 8,
+                ry=y + BAR_HEIGHT + FILL_HEIGHT + 16,
+                # Anything at all gets a pixel, so "almost empty" still shows.
+                w=f"{max(BAR_WIDTH * load, 1.0 if stage.count else 0.0):.1f}",
+                fw=f"{max(BAR_WIDTH * fill, 1.0 if fill > 0 else 0.0):.1f}",
+                c=COLOURS[health],
+                count=f"{stage.count:,}",
+                capacity=f"{stage.capacity:,}",
+                load=f"{stage.load * 100:.0f}",
+                fill=f"{fill * 100:.1f}",
+                k=stage.k,
+                fpr=stage.fpr_text,
+                when=stage.time_range,
+                vx=LABEL_WIDTH + BAR_WIDTH + 10,
+                over=" · false positives above target: rebuild" if stage.over_target else "",
+            )
+        )
     guides = format_html_join(
-        "", '<line x1="{0}" y1="4" x2="{0}" y2="{1}" stroke="#999" stroke-dasharray="3,3"/>'
+        "",
+        '<line x1="{0}" y1="4" x2="{0}" y2="{1}" stroke="#999" stroke-dasharray="3,3"/>'
         '<text class="axis" x="{0}" y="{2}" text-anchor="middle">{3}%</text>',
-        ((LABEL_WIDTH + BAR_WIDTH * t, axis_y - 4, axis_y + 10, int(t * 100))
-         for t in (0.0, 0.5, 1.0)),
+        (
+            (LABEL_WIDTH + BAR_WIDTH * t, axis_y - 4, axis_y + 10, int(t * 100))
+            for t in (0.0, 0.5, 1.0)
+        ),
     )
     legend_items = [
-        (COLOURS["ok"], "rules held / capacity"), (COLOURS["closed"], "full (closed) stage"),
+        (COLOURS["ok"], "rules held / capacity"),
+        (COLOURS["closed"], "full (closed) stage"),
         (COLOURS["nearly-full"], "open stage ≥ 90% full"),
         (COLOURS["over"], "false-positive rate above target"),
     ]
     legend_y = axis_y + 26
-    legend = format_html_join("", (
-        '<rect x="{0}" y="{1}" width="10" height="10" fill="{2}"/>'
-        '<text class="legend" x="{3}" y="{4}" font-size="10">{5}</text>'
-    ), ((8 + i * 175, legend_y, colour, 22 + i * 175, legend_y + 9, text)
-        for i, (colour, text) in enumerate(legend_items)))
+    legend = format_html_join(
+        "",
+        (
+            '<rect x="{0}" y="{1}" width="10" height="10" fill="{2}"/>'
+            '<text class="legend" x="{3}" y="{4}" font-size="10">{5}</text>'
+        ),
+        (
+            (8 + i * 175, legend_y, colour, 22 + i * 175, legend_y + 9, text)
+            for i, (colour, text) in enumerate(legend_items)
+        ),
+    )
     legend += format_html(
         '<rect x="8" y="{}" width="10" height="4" fill="#79aec8"/>'
         '<text class="legend" x="22" y="{}" font-size="10">thin bar: share of counters set '
-        '(the fill ratio; about half at full load is normal)</text>',
-        legend_y + 18, legend_y + 23)
+        "(the fill ratio; about half at full load is normal)</text>",
+        legend_y + 18,
+        legend_y + 23,
+    )
     title = escape(f"Load and fill of {len(stages)} filter stage(s)")
     return mark_safe(
         f'<svg class="stage-chart" role="img" aria-label="{title}" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" '
         f'font-family="sans-serif" font-size="12"><title>{title}</title>'
-        f'{"".join(rows)}{guides}{legend}</svg>'
+        f"{''.join(rows)}{guides}{legend}</svg>"
     )

@@ -2,6 +2,7 @@
 form, each roll-up expression, what the filter answers for it, what the spam table
 holds for it, and the verdict with the rule that caused it. It also flags the one
 thing that must never happen: a rule in the table that the filter does not hold."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,8 +44,7 @@ def url_report(url: str) -> dict:
     filter_error = ""
     maybe: list[bool | None] = [None] * len(exprs)
     if filt is None:
-        filter_error = ("The filter file could not be opened on this node; see the filter "
-                        "dashboard.")
+        filter_error = "The filter file could not be opened on this node; see the filter dashboard."
     else:
         try:
             maybe = [bool(hit) for hit in filt.contains_many(exprs).tolist()]
@@ -60,7 +60,10 @@ def url_report(url: str) -> dict:
         rows.append(ExpressionRow(expression, level, says, rules.get(expression)))
     verdict = get_guard().check(url)
     return {
-        "url": url, "canonical": canonical, "rows": rows, "verdict": verdict,
+        "url": url,
+        "canonical": canonical,
+        "rows": rows,
+        "verdict": verdict,
         "filter_error": filter_error,
         "applied_seq": getattr(filt, "applied_seq", None),
         "stale": [r for r in rows if r.finding == "stale"],
@@ -72,5 +75,11 @@ def check_view(model_admin, request: HttpRequest) -> HttpResponse:
         raise PermissionDenied
     form = CheckUrlForm(request.GET if "url" in request.GET else None)
     report = url_report(form.cleaned_data["url"]) if form.is_valid() else None
-    return render_tool(model_admin, request, "admin/urlguard/spamrule/check_url.html",
-                       title="Check a URL", form=form, report=report)
+    return render_tool(
+        model_admin,
+        request,
+        "admin/urlguard/spamrule/check_url.html",
+        title="Check a URL",
+        form=form,
+        report=report,
+    )

@@ -1,6 +1,7 @@
 """The filter dashboard: this node's filter file (stages as an SVG chart, estimated
 false-positive rate, size), every node's applied_seq against the change log head,
 the last rebuild, and the "Sync now" / "Rebuild" buttons that run the Celery tasks."""
+
 from __future__ import annotations
 
 import logging
@@ -28,12 +29,18 @@ def stage_bars(info: dict) -> list[StageBar]:
     """The engine's info()["stages"] as chart and table rows."""
     return [
         StageBar(
-            index=int(stage["index"]), first_id=stage["first_id"], last_id=stage["last_id"],
-            count=int(stage["count"]), capacity=int(stage["capacity"]), k=int(stage["k"]),
-            fill=float(stage["fill"]), estimated_fpr=float(stage.get("estimated_fpr", 0.0)),
+            index=int(stage["index"]),
+            first_id=stage["first_id"],
+            last_id=stage["last_id"],
+            count=int(stage["count"]),
+            capacity=int(stage["capacity"]),
+            k=int(stage["k"]),
+            fill=float(stage["fill"]),
+            estimated_fpr=float(stage.get("estimated_fpr", 0.0)),
             saturated=int(stage.get("saturated", 0)),
-            error_rate=(float(stage["error_rate"]) if stage.get("error_rate") is not None
-                        else None),
+            error_rate=(
+                float(stage["error_rate"]) if stage.get("error_rate") is not None else None
+            ),
         )
         for stage in info.get("stages", [])
     ]
@@ -43,13 +50,20 @@ def filter_state() -> dict:
     """What this node's own filter file says, or why it cannot say anything."""
     filt = registry.get_filter()
     if filt is None:
-        return {"error": f"The filter file {conf.FILTER_PATH} is missing or unreadable on this "
-                         "node. Rebuild it (button below, or `manage.py rebuild_filter`)."}
+        return {
+            "error": f"The filter file {conf.FILTER_PATH} is missing or unreadable on this "
+            "node. Rebuild it (button below, or `manage.py rebuild_filter`)."
+        }
     try:
         info = filt.info()
-        return {"error": "", "info": info, "bars": stage_bars(info),
-                "applied_seq": filt.applied_seq, "is_clean": filt.is_clean,
-                "path": str(filt.path)}
+        return {
+            "error": "",
+            "info": info,
+            "bars": stage_bars(info),
+            "applied_seq": filt.applied_seq,
+            "is_clean": filt.is_clean,
+            "path": str(filt.path),
+        }
     except Exception as exc:  # a damaged file must show up here, not as a 500
         logger.exception("filter dashboard could not read %s", conf.FILTER_PATH)
         return {"error": f"Reading {conf.FILTER_PATH} failed: {type(exc).__name__}: {exc}"}
@@ -65,10 +79,12 @@ def node_rows(head: int) -> list[dict]:
 def can_sync(model_admin, request: HttpRequest) -> bool:
     """Sync applies the change log to the filter: for whoever may change the rule list
     (add, change or delete rules) or rebuild the filter; viewing alone is not enough."""
-    return (model_admin.has_add_permission(request)
-            or model_admin.has_change_permission(request)
-            or model_admin.has_delete_permission(request)
-            or request.user.has_perm("urlguard.rebuild_filter"))
+    return (
+        model_admin.has_add_permission(request)
+        or model_admin.has_change_permission(request)
+        or model_admin.has_delete_permission(request)
+        or request.user.has_perm("urlguard.rebuild_filter")
+    )
 
 
 def _require_view(model_admin, request: HttpRequest) -> None:
@@ -88,11 +104,18 @@ def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
     if not state["error"]:
         fp_percent = format_rate(float(state["info"].get(FP_KEY, 0.0)))
     return render_tool(
-        model_admin, request, "admin/urlguard/spamrule/dashboard.html",
-        title="Filter dashboard", state=state, chart=chart, head=head,
-        fp_percent=fp_percent, table_count=SpamRule.objects.count(),
+        model_admin,
+        request,
+        "admin/urlguard/spamrule/dashboard.html",
+        title="Filter dashboard",
+        state=state,
+        chart=chart,
+        head=head,
+        fp_percent=fp_percent,
+        table_count=SpamRule.objects.count(),
         lag=max(head - state.get("applied_seq", head), 0),
-        nodes=node_rows(head), this_node=conf.NODE_NAME,
+        nodes=node_rows(head),
+        this_node=conf.NODE_NAME,
         can_rebuild=request.user.has_perm("urlguard.rebuild_filter"),
         can_sync=can_sync(model_admin, request),
         status_url=reverse("admin:urlguard_spamrule_dashboard_status"),
@@ -105,15 +128,25 @@ def status_view(model_admin, request: HttpRequest) -> HttpResponse:
     node's lag shrinks to 0 and a rebuild's time appears when its worker reports."""
     _require_view(model_admin, request)
     head = tasks.log_head()
-    return JsonResponse({"head": head, "nodes": [
-        {"node": r["node"].node, "applied_seq": r["node"].applied_seq, "lag": r["lag"],
-         "is_clean": r["node"].is_clean,
-         "last_rebuild_at": (r["node"].last_rebuild_at.isoformat()
-                             if r["node"].last_rebuild_at else None),
-         "last_rebuild_seconds": r["node"].last_rebuild_seconds,
-         "last_error": r["node"].last_error}
-        for r in node_rows(head)
-    ]})
+    return JsonResponse(
+        {
+            "head": head,
+            "nodes": [
+                {
+                    "node": r["node"].node,
+                    "applied_seq": r["node"].applied_seq,
+                    "lag": r["lag"],
+                    "is_clean": r["node"].is_clean,
+                    "last_rebuild_at": (
+                        r["node"].last_rebuild_at.isoformat() if r["node"].last_rebuild_at else None
+                    ),
+                    "last_rebuild_seconds": r["node"].last_rebuild_seconds,
+                    "last_error": r["node"].last_error,
+                }
+                for r in node_rows(head)
+            ],
+        }
+    )
 
 
 def _describe(result) -> str:
@@ -123,10 +156,14 @@ def _describe(result) -> str:
     if result.get("rebuilt"):
         seconds = result.get("rebuild_seconds")
         took = f" in {seconds:.2f} s" if seconds is not None else ""
-        return (f"rebuilt with {result.get('rules')} rules{took}, "
-                f"now at change #{result.get('applied_seq')}")
-    return (f"applied {result.get('applied', 0)} change(s), now at change "
-            f"#{result.get('applied_seq')} of #{result.get('head')}")
+        return (
+            f"rebuilt with {result.get('rules')} rules{took}, "
+            f"now at change #{result.get('applied_seq')}"
+        )
+    return (
+        f"applied {result.get('applied', 0)} change(s), now at change "
+        f"#{result.get('applied_seq')} of #{result.get('head')}"
+    )
 
 
 def _run(request: HttpRequest, task, label: str, **kwargs) -> None:
@@ -137,20 +174,25 @@ def _run(request: HttpRequest, task, label: str, **kwargs) -> None:
         outcome = task.delay(**kwargs)
     except Exception as exc:
         logger.exception("%s from the dashboard failed", label)
-        messages.error(request, f"{label} failed: {type(exc).__name__}: {exc}. The log has the "
-                                "details; `manage.py sync_filter` / `rebuild_filter` do the same "
-                                "from a shell.")
+        messages.error(
+            request,
+            f"{label} failed: {type(exc).__name__}: {exc}. The log has the "
+            "details; `manage.py sync_filter` / `rebuild_filter` do the same "
+            "from a shell.",
+        )
         return
     # No result backend is configured (the nodes report through NodeStatus), so a
     # queued task's state cannot be asked; only an eager one has its result here.
     if isinstance(outcome, EagerResult):
         elapsed = time.perf_counter() - started
         detail = _describe(outcome.result)
-        messages.success(request, f"{label} finished in {elapsed:.2f} s"
-                                  f"{': ' + detail if detail else ''}.")
+        messages.success(
+            request, f"{label} finished in {elapsed:.2f} s{': ' + detail if detail else ''}."
+        )
     else:
-        messages.info(request, f"{label} sent to every node; the table below updates as each "
-                               "node reports.")
+        messages.info(
+            request, f"{label} sent to every node; the table below updates as each node reports."
+        )
 
 
 @http_methods("POST")
@@ -165,6 +207,10 @@ def sync_view(model_admin, request: HttpRequest) -> HttpResponse:
 def rebuild_view(model_admin, request: HttpRequest) -> HttpResponse:
     if not request.user.has_perm("urlguard.rebuild_filter"):
         raise PermissionDenied
-    _run(request, tasks.rebuild_filter, "Rebuild",
-         reason=f"from the admin dashboard by {request.user.get_username()}")
+    _run(
+        request,
+        tasks.rebuild_filter,
+        "Rebuild",
+        reason=f"from the admin dashboard by {request.user.get_username()}",
+    )
     return HttpResponseRedirect(reverse("admin:urlguard_spamrule_dashboard") + "?watch=1")

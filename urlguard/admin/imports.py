@@ -1,6 +1,7 @@
 """The import pages: upload a rule file, see the dry run (new / already present /
 repeated / refused with each line's reason), commit it, watch its progress and the
 rescan that follows. The work itself is in urlguard.admin.jobs."""
+
 from __future__ import annotations
 
 from django.contrib import messages
@@ -29,8 +30,10 @@ def upload_view(model_admin, request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             upload = form.cleaned_data["file"]
             job = jobs.preview_import(
-                upload.text, default_category=form.cleaned_data["default_category"],
-                filename=upload.name, user=request.user,
+                upload.text,
+                default_category=form.cleaned_data["default_category"],
+                filename=upload.name,
+                user=request.user,
             )
             return HttpResponseRedirect(
                 reverse("admin:urlguard_spamrule_import_job", args=[job.pk])
@@ -38,8 +41,14 @@ def upload_view(model_admin, request: HttpRequest) -> HttpResponse:
     else:
         form = ImportForm()
     recent = AdminJob.objects.filter(kind=AdminJob.Kind.IMPORT).select_related("created_by")[:10]
-    return render_tool(model_admin, request, "admin/urlguard/spamrule/import.html",
-                       title="Import spam rules", form=form, recent=recent)
+    return render_tool(
+        model_admin,
+        request,
+        "admin/urlguard/spamrule/import.html",
+        title="Import spam rules",
+        form=form,
+        recent=recent,
+    )
 
 
 def job_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
@@ -51,11 +60,16 @@ def job_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
     if rescan_id := job.result.get("rescan_job"):
         rescan = AdminJob.objects.filter(pk=rescan_id).first()
     return render_tool(
-        model_admin, request, "admin/urlguard/spamrule/import_job.html",
-        title=f"Import #{job.pk}: {job.params.get('filename', '')}", job=job, rescan=rescan,
+        model_admin,
+        request,
+        "admin/urlguard/spamrule/import_job.html",
+        title=f"Import #{job.pk}: {job.params.get('filename', '')}",
+        job=job,
+        rescan=rescan,
         status_url=reverse("admin:urlguard_spamrule_job_status", args=[job.pk]),
-        rescan_status_url=(reverse("admin:urlguard_spamrule_job_status", args=[rescan.pk])
-                           if rescan else ""),
+        rescan_status_url=(
+            reverse("admin:urlguard_spamrule_job_status", args=[rescan.pk]) if rescan else ""
+        ),
     )
 
 
@@ -65,14 +79,16 @@ def commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         raise PermissionDenied
     job = _job(job_id, AdminJob.Kind.IMPORT)
     if job.state != AdminJob.State.PREVIEWED:
-        messages.warning(request, f"Import #{job.pk} was already committed "
-                                  f"({job.get_state_display()}).")
+        messages.warning(
+            request, f"Import #{job.pk} was already committed ({job.get_state_display()})."
+        )
     elif job.total == 0:
         messages.info(request, "Nothing to import: every line is already present or refused.")
     else:
         jobs.start_import(job)
-        report_job_outcome(request, job,
-                           f"Import #{job.pk} is queued; this page shows its progress.")
+        report_job_outcome(
+            request, job, f"Import #{job.pk} is queued; this page shows its progress."
+        )
     return HttpResponseRedirect(reverse("admin:urlguard_spamrule_import_job", args=[job.pk]))
 
 
@@ -91,9 +107,15 @@ def status_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         allowed = links_admin.has_view_permission(request)
     if not allowed:
         raise PermissionDenied
-    return JsonResponse({
-        "id": job.pk, "kind": job.kind, "state": job.state, "done": job.done,
-        "total": job.total, "message": job.message,
-        "finished": job.state in (AdminJob.State.DONE, AdminJob.State.FAILED),
-        "rescan_job": job.result.get("rescan_job"),
-    })
+    return JsonResponse(
+        {
+            "id": job.pk,
+            "kind": job.kind,
+            "state": job.state,
+            "done": job.done,
+            "total": job.total,
+            "message": job.message,
+            "finished": job.state in (AdminJob.State.DONE, AdminJob.State.FAILED),
+            "rescan_job": job.result.get("rescan_job"),
+        }
+    )

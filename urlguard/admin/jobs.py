@@ -2,6 +2,7 @@
 in chunks through urlguard.changes.add_rules) and a rescan of the short links.
 Each runs as a Celery task: in-process on the embedded default, on a worker when a
 broker is configured, with progress written to the row for the page to poll."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,9 @@ def preview_import(text: str, *, default_category: str, filename: str, user) -> 
         if parsed.error is not None:
             refused_count += 1
             if len(refused) < MAX_REFUSED_SHOWN:
-                refused.append({"lineno": parsed.lineno, "raw": parsed.raw[:300],
-                                "error": parsed.error})
+                refused.append(
+                    {"lineno": parsed.lineno, "raw": parsed.raw[:300], "error": parsed.error}
+                )
         elif parsed.duplicate_of is not None or parsed.expression in new:
             repeated += 1
         elif parsed.expression is not None:
@@ -54,14 +56,21 @@ def preview_import(text: str, *, default_category: str, filename: str, user) -> 
         del new[expression]
     present = len(listed)
     job = AdminJob.objects.create(
-        kind=AdminJob.Kind.IMPORT, state=AdminJob.State.PREVIEWED, created_by=user,
+        kind=AdminJob.Kind.IMPORT,
+        state=AdminJob.State.PREVIEWED,
+        created_by=user,
         total=len(new),
         params={"filename": filename, "default_category": default_category},
-        payload=json.dumps([[expression, category, note]
-                            for expression, (category, note) in new.items()]),
+        payload=json.dumps(
+            [[expression, category, note] for expression, (category, note) in new.items()]
+        ),
         result={
-            "lines": lines, "new": len(new), "present": present, "repeated": repeated,
-            "refused": refused_count, "refused_lines": refused,
+            "lines": lines,
+            "new": len(new),
+            "present": present,
+            "repeated": repeated,
+            "refused": refused_count,
+            "refused_lines": refused,
             "refused_truncated": refused_count > len(refused),
             "sample_new": list(new)[:20],
             "preview_seconds": round(time.perf_counter() - started, 3),
@@ -82,7 +91,9 @@ def start_import(job: AdminJob) -> None:
 
 def start_rescan(*, user, after_import: int | None = None) -> AdminJob:
     job = AdminJob.objects.create(
-        kind=AdminJob.Kind.RESCAN, state=AdminJob.State.QUEUED, created_by=user,
+        kind=AdminJob.Kind.RESCAN,
+        state=AdminJob.State.QUEUED,
+        created_by=user,
         params={"after_import": after_import} if after_import else {},
         message="Waiting for a worker.",
     )
@@ -137,8 +148,9 @@ def import_rules_job(job_id: int) -> dict | None:
     started = time.perf_counter()
     try:
         for chunk in changes.in_batches(items, IMPORT_CHUNK):
-            bulk = changes.add_rules(chunk, source=source, user=job.created_by,
-                                     chunk_size=IMPORT_CHUNK)
+            bulk = changes.add_rules(
+                chunk, source=source, user=job.created_by, chunk_size=IMPORT_CHUNK
+            )
             added += len(bulk.added)
             skipped += len(bulk.skipped)
             # The preview already refused what parse_rules refuses; anything refused
@@ -147,8 +159,12 @@ def import_rules_job(job_id: int) -> dict | None:
             job.done = added + skipped
             progress(job.done, len(items))
     except Exception as exc:
-        job.result = {**job.result, "added": added, "skipped": skipped,
-                      "refused_at_commit": refused[:MAX_REFUSED_SHOWN]}
+        job.result = {
+            **job.result,
+            "added": added,
+            "skipped": skipped,
+            "refused_at_commit": refused[:MAX_REFUSED_SHOWN],
+        }
         # Not re-raised: the job row carries the error to the page, and in-process
         # (eager) execution must not turn it into a traceback page.
         _fail(job, exc, f"Stopped after {added} rules were added (those stay)")
@@ -157,10 +173,14 @@ def import_rules_job(job_id: int) -> dict | None:
     job.state = AdminJob.State.DONE
     job.finished = timezone.now()
     job.done = len(items)
-    job.result = {**job.result, "added": added, "skipped": skipped,
-                  "refused_at_commit": refused[:MAX_REFUSED_SHOWN],
-                  "import_seconds": round(time.perf_counter() - started, 3),
-                  "rescan_job": rescan.pk}
+    job.result = {
+        **job.result,
+        "added": added,
+        "skipped": skipped,
+        "refused_at_commit": refused[:MAX_REFUSED_SHOWN],
+        "import_seconds": round(time.perf_counter() - started, 3),
+        "rescan_job": rescan.pk,
+    }
     job.message = f"Added {counted(added, 'rule')} ({skipped:,} already present)."
     if refused:
         job.message += f" {len(refused)} were refused at commit time."
@@ -195,10 +215,14 @@ def rescan_links_job(job_id: int) -> dict | None:
     job.done = job.total = result.scanned
     job.result = result.as_dict()
     hits = len(result.hits)
-    job.message = (f"Scanned {counted(result.scanned, 'link')} in {result.seconds:.1f} s: "
-                   f"{counted(hits, 'link')} {'points' if hits == 1 else 'point'} to spam.")
+    job.message = (
+        f"Scanned {counted(result.scanned, 'link')} in {result.seconds:.1f} s: "
+        f"{counted(hits, 'link')} {'points' if hits == 1 else 'point'} to spam."
+    )
     if result.unchecked:
-        job.message += (f" {result.unchecked} could not be checked because the filter is "
-                        "unreadable (see the filter dashboard).")
+        job.message += (
+            f" {result.unchecked} could not be checked because the filter is "
+            "unreadable (see the filter dashboard)."
+        )
     job.save(update_fields=["state", "finished", "done", "total", "result", "message"])
     return {"scanned": result.scanned, "hits": len(result.hits)}

@@ -1,6 +1,7 @@
 """ShortLink admin: each destination's current verdict (one Guard.check_many per page),
 click counts, and the rescan page that lists links now pointing to spam, with bulk
 disabling."""
+
 from __future__ import annotations
 
 from django.contrib import admin, messages
@@ -85,8 +86,11 @@ class ShortLinkAdmin(admin.ModelAdmin):
         except SlugError:
             # Taken between the form's check and now: allocate another, and say so.
             link = create_short_link(obj.destination)
-            self.message_user(request, f"The slug {obj.slug!r} was taken meanwhile; the link "
-                                       f"got /{link.slug} instead.", messages.WARNING)
+            self.message_user(
+                request,
+                f"The slug {obj.slug!r} was taken meanwhile; the link got /{link.slug} instead.",
+                messages.WARNING,
+            )
         if obj.disabled:
             link.disabled, link.disabled_reason = True, obj.disabled_reason
             link.save(update_fields=["disabled", "disabled_reason"])
@@ -120,15 +124,20 @@ class ShortLinkAdmin(admin.ModelAdmin):
         if verdict is None:  # not on a change list page (e.g. the change form)
             verdict = get_guard().check_many([obj.destination])[0]
         if verdict.error:
-            return format_html('<span class="verdict verdict-invalid" title="{}">invalid URL'
-                               "</span>", verdict.error)
+            return format_html(
+                '<span class="verdict verdict-invalid" title="{}">invalid URL</span>', verdict.error
+            )
         if not was_checked(verdict, get_guard()):
-            return format_html('<span class="verdict verdict-degraded" title="{}">not checked '
-                               "(filter unreadable)</span>", verdict.reason)
+            return format_html(
+                '<span class="verdict verdict-degraded" title="{}">not checked '
+                "(filter unreadable)</span>",
+                verdict.reason,
+            )
         if verdict.blocked and verdict.rule is not None:
             return format_html(
                 '<span class="verdict verdict-blocked">blocked: {} ({})</span>',
-                verdict.rule.expression, verdict.rule.get_category_display(),
+                verdict.rule.expression,
+                verdict.rule.get_category_display(),
             )
         return mark_safe('<span class="verdict verdict-ok">ok</span>')
 
@@ -141,11 +150,16 @@ class ShortLinkAdmin(admin.ModelAdmin):
     def disable_selected(self, request, queryset):
         links = list(queryset.filter(disabled=False).only("pk", "destination"))
         verdicts = get_guard().check_many([link.destination for link in links])
-        changed = disable_links({
-            link.pk: (DISABLED_REASON.format(expression=verdict.rule.expression)
-                      if verdict.rule is not None else "disabled by an administrator")
-            for link, verdict in zip(links, verdicts, strict=True)
-        })
+        changed = disable_links(
+            {
+                link.pk: (
+                    DISABLED_REASON.format(expression=verdict.rule.expression)
+                    if verdict.rule is not None
+                    else "disabled by an administrator"
+                )
+                for link, verdict in zip(links, verdicts, strict=True)
+            }
+        )
         self.message_user(request, f"Disabled {counted(changed, 'short link')}.", messages.SUCCESS)
 
     @admin.action(description="Enable selected short links", permissions=["change"])
@@ -158,8 +172,9 @@ class ShortLinkAdmin(admin.ModelAdmin):
         links = list(queryset.only("pk", "slug", "destination"))
         guard = get_guard()
         blocked, unchecked, invalid = [], 0, 0
-        for link, verdict in zip(links, guard.check_many([x.destination for x in links]),
-                                 strict=True):
+        for link, verdict in zip(
+            links, guard.check_many([x.destination for x in links]), strict=True
+        ):
             if verdict.error:
                 invalid += 1
             elif not was_checked(verdict, guard):
@@ -168,31 +183,56 @@ class ShortLinkAdmin(admin.ModelAdmin):
                 blocked.append((link, verdict))
         # One message per blocked link, up to a screenful; the rescan page lists all.
         for link, verdict in blocked[:CHECK_MESSAGES]:
-            self.message_user(request, format_html(
-                "/{} → {} is blocked by {} ({}).", link.slug, link.destination,
-                verdict.rule.expression, verdict.rule.get_category_display(),
-            ), messages.WARNING)
+            self.message_user(
+                request,
+                format_html(
+                    "/{} → {} is blocked by {} ({}).",
+                    link.slug,
+                    link.destination,
+                    verdict.rule.expression,
+                    verdict.rule.get_category_display(),
+                ),
+                messages.WARNING,
+            )
         if len(blocked) > CHECK_MESSAGES:
-            self.message_user(request, f"… and {len(blocked) - CHECK_MESSAGES} more blocked "
-                                       "destinations: a rescan lists them all.", messages.WARNING)
+            self.message_user(
+                request,
+                f"… and {len(blocked) - CHECK_MESSAGES} more blocked "
+                "destinations: a rescan lists them all.",
+                messages.WARNING,
+            )
         if unchecked:
-            self.message_user(request, f"{counted(unchecked, 'destination')} could not be "
-                                       "checked: the filter file is unreadable (see the filter "
-                                       "dashboard).", messages.ERROR)
+            self.message_user(
+                request,
+                f"{counted(unchecked, 'destination')} could not be "
+                "checked: the filter file is unreadable (see the filter "
+                "dashboard).",
+                messages.ERROR,
+            )
         if invalid:
-            self.message_user(request, f"{counted(invalid, 'destination')} {_is(invalid)} not "
-                                       "a usable URL.", messages.WARNING)
+            self.message_user(
+                request,
+                f"{counted(invalid, 'destination')} {_is(invalid)} not a usable URL.",
+                messages.WARNING,
+            )
         clean = len(links) - len(blocked) - unchecked - invalid
         if clean:
-            self.message_user(request, f"{counted(clean, 'destination')} {_is(clean)} clean.",
-                              messages.SUCCESS)
+            self.message_user(
+                request, f"{counted(clean, 'destination')} {_is(clean)} clean.", messages.SUCCESS
+            )
 
     # --- the rescan page -------------------------------------------------------------
     def get_urls(self):
-        return tool_urls(self, [
-            ("rescan/", rescan_view, "rescan"),
-            ("rescan/disable/", rescan_disable_view, "rescan_disable"),
-        ]) + super().get_urls()
+        return (
+            tool_urls(
+                self,
+                [
+                    ("rescan/", rescan_view, "rescan"),
+                    ("rescan/disable/", rescan_disable_view, "rescan_disable"),
+                ],
+            )
+            + super().get_urls()
+        )
 
 
 def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpResponse:
@@ -215,18 +255,33 @@ def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpRespon
         # DATA_UPLOAD_MAX_NUMBER_FIELDS); "disable all" covers the rest.
         hits = job.result.get("hits", [])[:HITS_SHOWN]
         # The disabled flag may have changed since the scan: show it as it is now.
-        current = dict(ShortLink.objects.filter(pk__in=[h["link_id"] for h in hits])
-                       .values_list("pk", "disabled"))
+        current = dict(
+            ShortLink.objects.filter(pk__in=[h["link_id"] for h in hits]).values_list(
+                "pk", "disabled"
+            )
+        )
         labels = dict(Category.choices)
-        hits = [{**h, "disabled": current.get(h["link_id"], True),
-                 "gone": h["link_id"] not in current,
-                 "category_label": labels.get(h["category"], h["category"])} for h in hits]
+        hits = [
+            {
+                **h,
+                "disabled": current.get(h["link_id"], True),
+                "gone": h["link_id"] not in current,
+                "category_label": labels.get(h["category"], h["category"]),
+            }
+            for h in hits
+        ]
     return render_tool(
-        model_admin, request, "admin/urlguard/shortlink/rescan.html",
-        title="Rescan short links", job=job, hits=hits, hit_count=hit_count,
+        model_admin,
+        request,
+        "admin/urlguard/shortlink/rescan.html",
+        title="Rescan short links",
+        job=job,
+        hits=hits,
+        hit_count=hit_count,
         can_change=model_admin.has_change_permission(request),
-        status_url=(reverse("admin:urlguard_spamrule_job_status", args=[job.pk])
-                    if job is not None else ""),
+        status_url=(
+            reverse("admin:urlguard_spamrule_job_status", args=[job.pk]) if job is not None else ""
+        ),
     )
 
 
@@ -235,18 +290,20 @@ def rescan_disable_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> Ht
     if not model_admin.has_change_permission(request):
         raise PermissionDenied
     job_id = parse_id(request.POST.get("job"))
-    job = (AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.RESCAN).first()
-           if job_id else None)
+    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.RESCAN).first() if job_id else None
     every = "all" in request.POST  # the "Disable all … found" button
     selected = {pk for pk in map(parse_id, request.POST.getlist("link")) if pk}
     if job is None or not (selected or every):
         messages.warning(request, "Select the links to disable first.")
     else:
         # Only links the scan found: a forged id cannot disable an unrelated link.
-        changed = disable_links({
-            h["link_id"]: DISABLED_REASON.format(expression=h["expression"])
-            for h in job.result.get("hits", []) if every or h["link_id"] in selected
-        })
+        changed = disable_links(
+            {
+                h["link_id"]: DISABLED_REASON.format(expression=h["expression"])
+                for h in job.result.get("hits", [])
+                if every or h["link_id"] in selected
+            }
+        )
         messages.success(request, f"Disabled {counted(changed, 'short link')}.")
     target = reverse("admin:urlguard_shortlink_rescan")
     return HttpResponseRedirect(f"{target}?job={job.pk}" if job is not None else target)

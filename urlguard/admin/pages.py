@@ -3,6 +3,7 @@ ModelAdmin (with the admin's login, CSRF and never-cache wrapping), method restr
 for such views, rendering them in the admin's frame, and a change list that decorates a
 whole page of objects in one batch (one Guard.check_many per page of short links, one
 NodeStatus query per page of events); plus the counts, ids and batches they share."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -35,22 +36,31 @@ def parse_id(text: str | None) -> int | None:
 
 def http_methods(*methods: str) -> Callable:
     """require_http_methods for views that take (model_admin, request, ...)."""
+
     def decorate(view: Callable) -> Callable:
         @wraps(view)
         def inner(model_admin, request, *args, **kwargs):
             if request.method not in methods:
                 return HttpResponseNotAllowed(methods)
             return view(model_admin, request, *args, **kwargs)
+
         return inner
+
     return decorate
 
 
 def render_tool(model_admin, request: HttpRequest, template: str, **context) -> HttpResponse:
     """A tool page in the admin's frame: the site context (sidebar, user links) and
     the model's opts that templates/admin/urlguard/_tool_base.html needs."""
-    return render(request, template, {
-        **model_admin.admin_site.each_context(request), "opts": model_admin.opts, **context,
-    })
+    return render(
+        request,
+        template,
+        {
+            **model_admin.admin_site.each_context(request),
+            "opts": model_admin.opts,
+            **context,
+        },
+    )
 
 
 def report_job_outcome(request, job, queued: str) -> None:
@@ -75,6 +85,7 @@ def tool_urls(model_admin, routes: list[tuple[str, Callable, str]]) -> list:
     def bind(view: Callable) -> Callable:
         def bound(request, *args, **kwargs):
             return view(model_admin, request, *args, **kwargs)
+
         return model_admin.admin_site.admin_view(update_wrapper(bound, view))
 
     return [path(route, bind(view), name=f"{prefix}_{suffix}") for route, view, suffix in routes]

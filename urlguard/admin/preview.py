@@ -2,6 +2,7 @@
 pasted URL and, for the chosen one, sample URLs sorted into "blocked" and "not
 blocked" by the real matcher (urlguard.rules.rule_matches), never by guesswork.
 Used by the add form (server-rendered) and its live-preview JSON endpoint."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -50,8 +51,14 @@ def rule_preview(text: str, expression: str | None, extra_samples: Iterable[str]
     [{url, blocked}] for the chosen expression: ours, then the person's own
     `extra_samples` (blank ones dropped, the first MAX_EXTRA_SAMPLES kept)."""
     text = text.strip()
-    out: dict = {"text": text, "error": None, "candidates": [], "expression": None,
-                 "existing": [], "samples": []}
+    out: dict = {
+        "text": text,
+        "error": None,
+        "candidates": [],
+        "expression": None,
+        "existing": [],
+        "samples": [],
+    }
     if not text:
         out["error"] = "Paste a URL, a host or an expression."
         return out
@@ -61,8 +68,7 @@ def rule_preview(text: str, expression: str | None, extra_samples: Iterable[str]
         out["error"] = str(exc)
         return out
     out["candidates"] = [
-        {"level": c.level, "expression": c.expression, "help": c.description}
-        for c in candidates
+        {"level": c.level, "expression": c.expression, "help": c.description} for c in candidates
     ]
     if not candidates:
         out["error"] = "Nothing in this text can be blocked."
@@ -75,10 +81,14 @@ def rule_preview(text: str, expression: str | None, extra_samples: Iterable[str]
         covering = expressions(pasted_url)
     except ValueError:
         covering = []
-    out["existing"] = [
-        {"expression": r.expression, "category": r.get_category_display(), "id": r.pk}
-        for r in SpamRule.objects.filter(expression__in=covering)
-    ] if covering else []
+    out["existing"] = (
+        [
+            {"expression": r.expression, "category": r.get_category_display(), "id": r.pk}
+            for r in SpamRule.objects.filter(expression__in=covering)
+        ]
+        if covering
+        else []
+    )
     extra = [url.strip() for url in extra_samples if url.strip()][:MAX_EXTRA_SAMPLES]
     for url in dict.fromkeys([*sample_urls(out["expression"], pasted_url), *extra]):
         try:

@@ -2,6 +2,7 @@
 level, preview what it blocks), editing category and note, and removals that go
 through urlguard.changes. The import, check-a-URL and dashboard pages hang off
 this admin's URLs (see get_urls)."""
+
 from __future__ import annotations
 
 from django.contrib import admin, messages
@@ -31,10 +32,26 @@ class SpamRuleAdmin(admin.ModelAdmin):
     list_select_related = ("added_by",)
     list_per_page = 100
     form = SpamRuleChangeForm
-    readonly_fields = ("expression", "level", "added_at", "source", "added_by", "created",
-                       "updated")
-    fields = ("expression", "level", "category", "note", "added_at", "source", "added_by",
-              "created", "updated")
+    readonly_fields = (
+        "expression",
+        "level",
+        "added_at",
+        "source",
+        "added_by",
+        "created",
+        "updated",
+    )
+    fields = (
+        "expression",
+        "level",
+        "category",
+        "note",
+        "added_at",
+        "source",
+        "added_by",
+        "created",
+        "updated",
+    )
     actions = ["delete_selected"]
 
     @admin.display(description="added", ordering="added_at")
@@ -70,8 +87,13 @@ class SpamRuleAdmin(admin.ModelAdmin):
         else:
             # Not reached through add_view below; kept so that nothing that calls
             # save_model can write a rule without its ChangeEvent.
-            saved = changes.add_rule(obj.expression, category=obj.category, note=obj.note,
-                                     user=request.user, source="admin")
+            saved = changes.add_rule(
+                obj.expression,
+                category=obj.category,
+                note=obj.note,
+                user=request.user,
+                source="admin",
+            )
             obj.pk, obj.added_at = saved.pk, saved.added_at
 
     def delete_model(self, request, obj):
@@ -97,25 +119,32 @@ class SpamRuleAdmin(admin.ModelAdmin):
             if form.is_valid() and not previewing:
                 try:
                     rule = changes.add_rule(
-                        form.cleaned_data["expression"], category=form.cleaned_data["category"],
-                        note=form.cleaned_data["note"], user=request.user, source="admin",
+                        form.cleaned_data["expression"],
+                        category=form.cleaned_data["category"],
+                        note=form.cleaned_data["note"],
+                        user=request.user,
+                        source="admin",
                     )
                 except RuleError as exc:  # includes RuleExists from a concurrent add
                     form.add_error("expression", str(exc))
                 else:
                     self.log_addition(request, rule, [{"added": {}}])
-                    self.message_user(request, format_html(
-                        "Rule “{}” added ({}). Nodes apply it within seconds; the "
-                        "<a href=\"{}\">filter dashboard</a> shows their progress.",
-                        rule.expression, rule.get_category_display(),
-                        reverse("admin:urlguard_spamrule_dashboard"),
-                    ), messages.SUCCESS)
+                    self.message_user(
+                        request,
+                        format_html(
+                            "Rule “{}” added ({}). Nodes apply it within seconds; the "
+                            '<a href="{}">filter dashboard</a> shows their progress.',
+                            rule.expression,
+                            rule.get_category_display(),
+                            reverse("admin:urlguard_spamrule_dashboard"),
+                        ),
+                        messages.SUCCESS,
+                    )
                     if "_addanother" in request.POST:
                         return HttpResponseRedirect(request.path)
                     # Like the admin's own add view: back to the list if it may be seen.
                     if self.has_view_or_change_permission(request):
-                        return HttpResponseRedirect(
-                            reverse("admin:urlguard_spamrule_changelist"))
+                        return HttpResponseRedirect(reverse("admin:urlguard_spamrule_changelist"))
                     return HttpResponseRedirect(reverse("admin:index"))
         else:
             form = SpamRuleAddForm(initial={"url": request.GET.get("url", "")})
@@ -123,30 +152,44 @@ class SpamRuleAdmin(admin.ModelAdmin):
         text = form.data.get("url", "") if form.is_bound else form.initial.get("url", "")
         if text:
             preview = rule_preview(
-                text, form.data.get("expression") if form.is_bound else None,
+                text,
+                form.data.get("expression") if form.is_bound else None,
                 form.sample_lines(),
             )
-        return render_tool(self, request, "admin/urlguard/spamrule/add_rule.html", **{
-            "title": "Add a spam rule", "form": form, "preview": preview,
-            "preview_url": reverse("admin:urlguard_spamrule_preview"),
-            "has_view_permission": self.has_view_permission(request),
-            **(extra_context or {}),
-        })
+        return render_tool(
+            self,
+            request,
+            "admin/urlguard/spamrule/add_rule.html",
+            **{
+                "title": "Add a spam rule",
+                "form": form,
+                "preview": preview,
+                "preview_url": reverse("admin:urlguard_spamrule_preview"),
+                "has_view_permission": self.has_view_permission(request),
+                **(extra_context or {}),
+            },
+        )
 
     # --- extra pages -----------------------------------------------------------------
     def get_urls(self):
-        return tool_urls(self, [
-            ("preview/", preview_view, "preview"),
-            ("import/", imports.upload_view, "import"),
-            ("import/<int:job_id>/", imports.job_view, "import_job"),
-            ("import/<int:job_id>/commit/", imports.commit_view, "import_commit"),
-            ("jobs/<int:job_id>/status/", imports.status_view, "job_status"),
-            ("check/", checkurl.check_view, "check"),
-            ("dashboard/", dashboard.dashboard_view, "dashboard"),
-            ("dashboard/sync/", dashboard.sync_view, "dashboard_sync"),
-            ("dashboard/rebuild/", dashboard.rebuild_view, "dashboard_rebuild"),
-            ("dashboard/status/", dashboard.status_view, "dashboard_status"),
-        ]) + super().get_urls()
+        return (
+            tool_urls(
+                self,
+                [
+                    ("preview/", preview_view, "preview"),
+                    ("import/", imports.upload_view, "import"),
+                    ("import/<int:job_id>/", imports.job_view, "import_job"),
+                    ("import/<int:job_id>/commit/", imports.commit_view, "import_commit"),
+                    ("jobs/<int:job_id>/status/", imports.status_view, "job_status"),
+                    ("check/", checkurl.check_view, "check"),
+                    ("dashboard/", dashboard.dashboard_view, "dashboard"),
+                    ("dashboard/sync/", dashboard.sync_view, "dashboard_sync"),
+                    ("dashboard/rebuild/", dashboard.rebuild_view, "dashboard_rebuild"),
+                    ("dashboard/status/", dashboard.status_view, "dashboard_status"),
+                ],
+            )
+            + super().get_urls()
+        )
 
     def changelist_view(self, request, extra_context=None):
         extra_context = {
@@ -162,7 +205,9 @@ def preview_view(model_admin: SpamRuleAdmin, request: HttpRequest) -> HttpRespon
     text and, for the chosen one, which sample URLs it would and would not block."""
     if not model_admin.has_add_permission(request):
         raise PermissionDenied
-    preview = rule_preview(request.GET.get("url", ""), request.GET.get("expression") or None,
-                           request.GET.getlist("sample"))
+    preview = rule_preview(
+        request.GET.get("url", ""),
+        request.GET.get("expression") or None,
+        request.GET.getlist("sample"),
+    )
     return JsonResponse(preview, status=200 if preview["error"] is None else 400)
-

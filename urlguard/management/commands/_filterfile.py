@@ -1,5 +1,6 @@
 """What the filter-file commands share: the --path option, and opening the file
 read-only with an error that says how to repair it."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,9 @@ from urlguard.conf import conf
 
 
 def add_path_argument(parser: Any) -> None:
-    parser.add_argument("--path", help=f"filter file (default: URLGUARD FILTER_PATH, "
-                                       f"now {conf.FILTER_PATH})")
+    parser.add_argument(
+        "--path", help=f"filter file (default: URLGUARD FILTER_PATH, now {conf.FILTER_PATH})"
+    )
 
 
 def open_readonly(path: str) -> ScalingCountingBloomFilter:
@@ -22,5 +24,4 @@ def open_readonly(path: str) -> ScalingCountingBloomFilter:
     try:
         return ScalingCountingBloomFilter.open(path, readonly=True)
     except (OSError, FilterFileError) as exc:
-        raise CommandError(
-            f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.") from exc
+        raise CommandError(f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.") from exc

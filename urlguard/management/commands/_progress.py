@@ -1,5 +1,6 @@
 """A one-line progress display for management commands, shown only on a terminal
 (piped output and logs stay clean)."""
+
 from __future__ import annotations
 
 import time

@@ -1,4 +1,5 @@
 """`manage.py check_url URL`: show every step of the guard's decision for one URL."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
@@ -34,12 +35,16 @@ class Command(BaseCommand):
         if filt is not None:
             try:
                 maybe = [bool(x) for x in filt.contains_many(exprs).tolist()]
-                filter_line = (f"{getattr(filt, 'path', '?')} (applied_seq "
-                               f"{getattr(filt, 'applied_seq', '?')}, generation "
-                               f"{getattr(filt, 'generation', '?')})")
+                filter_line = (
+                    f"{getattr(filt, 'path', '?')} (applied_seq "
+                    f"{getattr(filt, 'applied_seq', '?')}, generation "
+                    f"{getattr(filt, 'generation', '?')})"
+                )
             except Exception as exc:  # the verdict above already followed ON_FILTER_ERROR
-                filter_line = (f"unreadable: {exc} (`manage.py filter_info` says more; "
-                               "`rebuild_filter` repairs it)")
+                filter_line = (
+                    f"unreadable: {exc} (`manage.py filter_info` says more; "
+                    "`rebuild_filter` repairs it)"
+                )
         listed = {r.expression: r for r in SpamRule.objects.filter(expression__in=exprs)}
 
         out = self.stdout
@@ -59,9 +64,12 @@ class Command(BaseCommand):
                 stale.append(expr)
         out.write("")
         if stale:
-            out.write(self.style.WARNING(
-                f"the table lists {', '.join(stale)} but this node's filter does not: it is "
-                "behind the change log. Run `manage.py sync_filter` (or `rebuild_filter`)."))
+            out.write(
+                self.style.WARNING(
+                    f"the table lists {', '.join(stale)} but this node's filter does not: it is "
+                    "behind the change log. Run `manage.py sync_filter` (or `rebuild_filter`)."
+                )
+            )
         if verdict.blocked:
             out.write(self.style.ERROR(f"verdict    BLOCKED: {verdict.reason}"))
         else:

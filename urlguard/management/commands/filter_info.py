@@ -1,4 +1,5 @@
 """`manage.py filter_info`: what this node's filter file holds and how far behind it is."""
+
 from __future__ import annotations
 
 import json
@@ -37,14 +38,24 @@ class Command(BaseCommand):
         head = log_head()
         pending = ChangeEvent.objects.filter(seq__gt=applied).count()
         report = {
-            "path": path, "file_bytes": os.path.getsize(path), "generation": generation,
-            "is_clean": clean, "applied_seq": applied, "log_head": head,
-            "pending_changes": pending, "rules_in_table": SpamRule.objects.count(),
+            "path": path,
+            "file_bytes": os.path.getsize(path),
+            "generation": generation,
+            "is_clean": clean,
+            "applied_seq": applied,
+            "log_head": head,
+            "pending_changes": pending,
+            "rules_in_table": SpamRule.objects.count(),
             "info": info,
             "nodes": [
-                {"node": n.node, "applied_seq": n.applied_seq, "lag": head - n.applied_seq,
-                 "is_clean": n.is_clean, "reported_at": n.reported_at.isoformat(),
-                 "last_error": n.last_error}
+                {
+                    "node": n.node,
+                    "applied_seq": n.applied_seq,
+                    "lag": head - n.applied_seq,
+                    "is_clean": n.is_clean,
+                    "reported_at": n.reported_at.isoformat(),
+                    "last_error": n.last_error,
+                }
                 for n in NodeStatus.objects.order_by("node")
             ],
         }
@@ -56,24 +67,46 @@ class Command(BaseCommand):
     def _print(self, r: dict) -> None:
         w = self.stdout.write
         info = r["info"]
-        w(f"filter file      {r['path']} ({r['file_bytes']:,} bytes, generation "
-          f"{r['generation']})")
+        w(f"filter file      {r['path']} ({r['file_bytes']:,} bytes, generation {r['generation']})")
         w(f"state            {'clean' if r['is_clean'] else 'DIRTY: run rebuild_filter'}")
         lag = r["log_head"] - r["applied_seq"]
-        w(f"applied_seq      #{r['applied_seq']} of log head #{r['log_head']} "
-          f"(lag {lag} seq, {r['pending_changes']} change(s) pending)")
+        w(
+            f"applied_seq      #{r['applied_seq']} of log head #{r['log_head']} "
+            f"(lag {lag} seq, {r['pending_changes']} change(s) pending)"
+        )
         w(f"rules in table   {r['rules_in_table']:,}")
-        for key in ("capacity", "error_rate", "count", "bytes", "estimated_fpr",
-                    "false_positive_rate", "fpr"):
+        for key in (
+            "capacity",
+            "error_rate",
+            "count",
+            "bytes",
+            "estimated_fpr",
+            "false_positive_rate",
+            "fpr",
+        ):
             if key in info and not isinstance(info[key], (list, dict)):
                 w(f"{key:<17}{info[key]}")
         stages = info.get("stages") or []
         if stages:
             # A stage's own false-positive estimate shows which one spoils the
             # total; saturated counters are stuck at 15 (never decremented).
-            cols = [c for c in ("first_id", "last_id", "id_range", "count", "capacity", "fill",
-                                "k", "error_rate", "estimated_fpr", "saturated", "bytes")
-                    if c in stages[0]]
+            cols = [
+                c
+                for c in (
+                    "first_id",
+                    "last_id",
+                    "id_range",
+                    "count",
+                    "capacity",
+                    "fill",
+                    "k",
+                    "error_rate",
+                    "estimated_fpr",
+                    "saturated",
+                    "bytes",
+                )
+                if c in stages[0]
+            ]
             rows = [[_cell(stage.get(c)) for c in cols] for stage in stages]
             widths = [max(len(c), *(len(r[j]) for r in rows)) for j, c in enumerate(cols)]
             w("")
@@ -84,9 +117,11 @@ class Command(BaseCommand):
             w("")
             w(f"{'node':<30} {'applied_seq':>12} {'lag':>6} {'clean':>6}  reported")
             for n in r["nodes"]:
-                w(f"{n['node']:<30} {n['applied_seq']:>12} {n['lag']:>6} "
-                  f"{'yes' if n['is_clean'] else 'NO':>6}  {n['reported_at']}"
-                  + (f"  error: {n['last_error']}" if n["last_error"] else ""))
+                w(
+                    f"{n['node']:<30} {n['applied_seq']:>12} {n['lag']:>6} "
+                    f"{'yes' if n['is_clean'] else 'NO':>6}  {n['reported_at']}"
+                    + (f"  error: {n['last_error']}" if n["last_error"] else "")
+                )
 
 
 def _cell(value) -> str:

@@ -1,4 +1,5 @@
 """`manage.py import_rules FILE`: list many rules at once from a file."""
+
 from __future__ import annotations
 
 import io
@@ -25,23 +26,45 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("file", help="the file to read, or - for standard input")
-        parser.add_argument("--category", default=Category.SPAM, choices=Category.values,
-                            help="category for lines that do not name one (default: spam)")
-        parser.add_argument("--source", default=None,
-                            help="recorded on each rule (default: import:<file name>)")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="report what would be added, skipped and refused; write nothing")
-        parser.add_argument("--show", type=int, default=50, metavar="N",
-                            help="print at most N refusals (default 50)")
+        parser.add_argument(
+            "--category",
+            default=Category.SPAM,
+            choices=Category.values,
+            help="category for lines that do not name one (default: spam)",
+        )
+        parser.add_argument(
+            "--source", default=None, help="recorded on each rule (default: import:<file name>)"
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="report what would be added, skipped and refused; write nothing",
+        )
+        parser.add_argument(
+            "--show",
+            type=int,
+            default=50,
+            metavar="N",
+            help="print at most N refusals (default 50)",
+        )
 
-    def handle(self, *args, file: str, category: str, source: str | None, dry_run: bool,
-               show: int, **options):
+    def handle(
+        self,
+        *args,
+        file: str,
+        category: str,
+        source: str | None,
+        dry_run: bool,
+        show: int,
+        **options,
+    ):
         if file == "-":
             name = "stdin"
             # Decoded like a file (strictly, a BOM dropped), whatever the locale says:
             # sys.stdin would turn bad bytes into surrogates, i.e. odd refusals.
-            stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="strict",
-                                      newline="")
+            stream = io.TextIOWrapper(
+                sys.stdin.buffer, encoding="utf-8-sig", errors="strict", newline=""
+            )
         else:
             path = Path(file)
             if path.is_dir():
@@ -59,8 +82,11 @@ class Command(BaseCommand):
             lines = (line.rstrip("\r\n") for line in stream)
             result = changes.add_rules(
                 parse_rules(lines, default_category=category),
-                source=source or f"import:{name}"[:200], category=category,
-                dry_run=dry_run, progress=progress)
+                source=source or f"import:{name}"[:200],
+                category=category,
+                dry_run=dry_run,
+                progress=progress,
+            )
         except UnicodeDecodeError as exc:
             what = "stdin" if file == "-" else file
             raise CommandError(f"{what} is not UTF-8 text ({exc}); re-save it as UTF-8.") from exc

@@ -1,4 +1,5 @@
 """`manage.py rebuild_filter`: write this node's filter file anew from the spam table."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
@@ -26,8 +27,9 @@ class Command(BaseCommand):
         path = path or conf.FILTER_PATH
         progress = Progress(self.stdout, "rules")
         try:
-            result = tasks.sync(path=path, force_rebuild="requested by manage.py rebuild_filter",
-                                progress=progress)
+            result = tasks.sync(
+                path=path, force_rebuild="requested by manage.py rebuild_filter", progress=progress
+            )
         except registry.WriterBusy as exc:
             raise CommandError(str(exc)) from exc
         except OSError as exc:
@@ -37,7 +39,11 @@ class Command(BaseCommand):
         if path == conf.FILTER_PATH:
             tasks.report_status(path, result=result, full=True)
         later = result.applied
-        self.stdout.write(self.style.SUCCESS(
-            f"Rebuilt {path}: {result.rules:,} rules in {result.rebuild_seconds:.2f} s; "
-            f"now at change #{result.applied_seq}"
-            + (f" ({later} committed during the rebuild applied)" if later else "") + "."))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Rebuilt {path}: {result.rules:,} rules in {result.rebuild_seconds:.2f} s; "
+                f"now at change #{result.applied_seq}"
+                + (f" ({later} committed during the rebuild applied)" if later else "")
+                + "."
+            )
+        )

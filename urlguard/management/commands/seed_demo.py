@@ -4,6 +4,7 @@ A few rules, one at each roll-up level, added through the one write path; short
 links to clean pages and to listed ones (with a clean neighbour beside each
 listed one, so the demo shows what a rule does *not* block); the filter brought
 up to date; a demo superuser if there is none. Prints the links to click."""
+
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
@@ -41,15 +42,21 @@ DEMO_LINKS = [
 
 
 class Command(BaseCommand):
-    help = ("Load the demo data for `make run` (idempotent): rules at each level (domain, "
-            "subdomain, path, page), short links to clean and listed pages, the filter brought "
-            "up to date, and a demo superuser admin/admin if no superuser exists.")
+    help = (
+        "Load the demo data for `make run` (idempotent): rules at each level (domain, "
+        "subdomain, path, page), short links to clean and listed pages, the filter brought "
+        "up to date, and a demo superuser admin/admin if no superuser exists."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--base-url", default="http://127.0.0.1:8000",
-                            help="where the service runs, for the printed links")
-        parser.add_argument("--no-superuser", action="store_true",
-                            help="do not create the demo superuser")
+        parser.add_argument(
+            "--base-url",
+            default="http://127.0.0.1:8000",
+            help="where the service runs, for the printed links",
+        )
+        parser.add_argument(
+            "--no-superuser", action="store_true", help="do not create the demo superuser"
+        )
 
     def handle(self, *args, base_url: str, no_superuser: bool, **options):
         out = self.stdout
@@ -72,14 +79,17 @@ class Command(BaseCommand):
                 link.disabled, link.disabled_reason = True, disabled
                 link.save(update_fields=["disabled", "disabled_reason"])
             links += 1
-        out.write(f"demo data: {added} rule(s) and {links} short link(s) added "
-                  f"({len(DEMO_RULES) - added} and {len(DEMO_LINKS) - links} already there)")
+        out.write(
+            f"demo data: {added} rule(s) and {links} short link(s) added "
+            f"({len(DEMO_RULES) - added} and {len(DEMO_LINKS) - links} already there)"
+        )
 
         try:
             result = tasks.sync()
         except Exception as exc:
-            raise CommandError(f"could not bring the filter up to date: {exc}; "
-                               "try `manage.py rebuild_filter`") from exc
+            raise CommandError(
+                f"could not bring the filter up to date: {exc}; try `manage.py rebuild_filter`"
+            ) from exc
         what = f"rebuilt ({result.rebuilt})" if result.rebuilt else "up to date"
         out.write(f"filter: {what}, at change #{result.applied_seq}")
 
@@ -97,8 +107,11 @@ class Command(BaseCommand):
                 outcome = "disabled (410 page)"
             else:
                 verdict = guard.check(destination)
-                outcome = (f"BLOCKED by {verdict.rule.expression}" if verdict.blocked
-                           and verdict.rule is not None else "allowed")
+                outcome = (
+                    f"BLOCKED by {verdict.rule.expression}"
+                    if verdict.blocked and verdict.rule is not None
+                    else "allowed"
+                )
             out.write(f"  {base}/{slug:<12} {outcome:<42} {destination}")
         out.write(f"  {base}/api/check?url=https://win.free-prizes.example/   (the JSON API)")
 
@@ -107,6 +120,9 @@ class Command(BaseCommand):
         if User.objects.filter(is_superuser=True).exists():
             return
         User.objects.create_superuser("admin", "admin@localhost", "admin")
-        self.stdout.write(self.style.WARNING(
-            "created the demo superuser  admin / admin  for /admin/ "
-            "(demo only: change the password or delete it before real use)"))
+        self.stdout.write(
+            self.style.WARNING(
+                "created the demo superuser  admin / admin  for /admin/ "
+                "(demo only: change the password or delete it before real use)"
+            )
+        )

@@ -1,4 +1,5 @@
 """`manage.py sync_filter`: apply the pending change log to this node's filter now."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
@@ -31,9 +32,15 @@ class Command(BaseCommand):
         if path == conf.FILTER_PATH:
             tasks.report_status(path, result=result, full=True)
         if result.rebuilt:
-            self.stdout.write(self.style.WARNING(
-                f"Rebuilt {path} ({result.rebuilt}): {result.rules:,} rules in "
-                f"{result.rebuild_seconds:.2f} s."))
-        self.stdout.write(self.style.SUCCESS(
-            f"{path}: applied {result.applied} change(s); now at change #{result.applied_seq} "
-            f"(log head #{max(result.head, result.applied_seq)})."))
+            self.stdout.write(
+                self.style.WARNING(
+                    f"Rebuilt {path} ({result.rebuilt}): {result.rules:,} rules in "
+                    f"{result.rebuild_seconds:.2f} s."
+                )
+            )
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"{path}: applied {result.applied} change(s); now at change #{result.applied_seq} "
+                f"(log head #{max(result.head, result.applied_seq)})."
+            )
+        )

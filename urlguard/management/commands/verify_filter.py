@@ -1,4 +1,5 @@
 """`manage.py verify_filter`: prove that the filter holds every rule of the spam table."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
@@ -24,13 +25,18 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         add_path_argument(parser)
-        parser.add_argument("--sync", action="store_true",
-                            help="apply the pending change log before verifying")
-        parser.add_argument("--show", type=int, default=20, metavar="N",
-                            help="list at most N missing rules (default 20)")
+        parser.add_argument(
+            "--sync", action="store_true", help="apply the pending change log before verifying"
+        )
+        parser.add_argument(
+            "--show",
+            type=int,
+            default=20,
+            metavar="N",
+            help="list at most N missing rules (default 20)",
+        )
 
-    def handle(self, *args, path: str | None = None, sync: bool = False, show: int = 20,
-               **options):
+    def handle(self, *args, path: str | None = None, sync: bool = False, show: int = 20, **options):
         path = path or conf.FILTER_PATH
         if sync:
             try:
@@ -68,19 +74,25 @@ class Command(BaseCommand):
         if missing:
             problems.append(f"{len(missing):,} rule(s) of the table are not in the filter")
         if held is not None and held > checked:
-            problems.append(f"the filter holds {held:,} entries but the table has "
-                            f"{checked:,} rules (removals not applied)")
+            problems.append(
+                f"the filter holds {held:,} entries but the table has "
+                f"{checked:,} rules (removals not applied)"
+            )
         lag = f"file at change #{applied}, log head #{head}"
         if not problems:
-            self.stdout.write(self.style.SUCCESS(
-                f"OK: all {checked:,} rules are in {path} ({lag})."))
+            self.stdout.write(
+                self.style.SUCCESS(f"OK: all {checked:,} rules are in {path} ({lag}).")
+            )
             return
         for expression in missing[:show]:
             self.stderr.write(f"  missing: {expression}")
         if len(missing) > show:
             self.stderr.write(f"  ... and {len(missing) - show:,} more")
-        hint = ("; changes are pending, so try `sync_filter` (or --sync) first"
-                if applied < head else "; run `manage.py rebuild_filter`")
+        hint = (
+            "; changes are pending, so try `sync_filter` (or --sync) first"
+            if applied < head
+            else "; run `manage.py rebuild_filter`"
+        )
         raise CommandError(f"{path}: " + "; ".join(problems) + f" ({lag}){hint}.")
 
 
