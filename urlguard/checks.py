@@ -118,7 +118,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if policy not in POLICIES:
         messages.append(
             Error(
-                f"URLGUARD['ON_FILTER_ERROR'] must be one of {', '.join(POLICIES)}; got {policy!r}.",
+                f"URLGUARD['ON_FILTER_ERROR'] must be one of {', '.join(POLICIES)}; "
+                f"got {policy!r}.",
                 hint="'database' answers from the spam table when the filter cannot be read; "
                 "'open' lets redirects through; 'closed' warns on every redirect.",
                 id="urlguard.E005",

@@ -89,8 +89,8 @@ def test_parallel_rescan_matches_the_single_process_one(filter_path, monkeypatch
 
 
 def test_dashboard_sync_and_rebuild_go_to_the_worker(
-    start_worker,
-    filter_path,  # noqa: F811
+    start_worker,  # noqa: F811
+    filter_path,
     make_staff,
 ):
     tasks.rebuild(str(filter_path))
