@@ -72,10 +72,10 @@ def bench_import(n: int, rng: random.Random) -> tuple[dict, list[str]]:
     from django.test import Client
     from django.urls import reverse
 
-    from urlguard import tasks
+    from urlguard import sync
     from urlguard.models import AdminJob, SpamRule
 
-    tasks.rebuild()  # the node's filter file, empty, as `make run` leaves it
+    sync.rebuild()  # the node's filter file, empty, as `make run` leaves it
     user = get_user_model().objects.create_superuser("bench", "b@example.com", "pw")
     client = Client()
     client.force_login(user)

@@ -90,11 +90,11 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import transaction
 
-    from urlguard import changes, tasks
+    from urlguard import changes, sync
 
     call_command("migrate", verbosity=0)
     changes.add_rules([f"pre{i}.example{i % 89}.com" for i in range(args.rules)], source="bench")
-    tasks.rebuild()
+    sync.rebuild()
 
     log = open(var / "worker.log", "w")  # noqa: SIM115
     from urlguard.conf import conf

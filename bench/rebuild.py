@@ -69,7 +69,7 @@ def main() -> None:
     from django.db import connection
 
     from filterengine import ScalingCountingBloomFilter
-    from urlguard import tasks
+    from urlguard import sync
     from urlguard.conf import conf
 
     call_command("migrate", verbosity=0)
@@ -79,7 +79,7 @@ def main() -> None:
 
         # 1. What `manage.py rebuild_filter` does.
         started = time.perf_counter()
-        result = tasks.sync(path=path, force_rebuild="benchmark")
+        result = sync.sync(path=path, force_rebuild="benchmark")
         rebuild_s = time.perf_counter() - started
         size = os.path.getsize(path)
         started = time.perf_counter()
@@ -91,7 +91,7 @@ def main() -> None:
 
         # 2. Its halves on their own.
         started = time.perf_counter()
-        streamed = sum(1 for _ in tasks._stream_rules("default"))
+        streamed = sum(1 for _ in sync._stream_rules("default"))
         stream_s = time.perf_counter() - started
         aside = str(var / "aside.bin")
         started = time.perf_counter()
@@ -109,8 +109,8 @@ def main() -> None:
             )
             started = time.perf_counter()
             with ScalingCountingBloomFilter.open(replay, readonly=False) as filt:
-                res = tasks.SyncResult(path=replay)
-                tasks._apply_pending(filt, res)
+                res = sync.SyncResult(path=replay)
+                sync._apply_pending(filt, res)
                 filt.flush()
             apply_s = time.perf_counter() - started
     finally:

@@ -58,10 +58,10 @@ def filter_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
 def build_filter(db: Any, filter_path: Path) -> Callable[[], Any]:
     """Call it to (re)build this test's filter from the SpamRule table, as
     `manage.py rebuild_filter` does; returns the process's read-only filter."""
-    from urlguard import registry, tasks
+    from urlguard import registry, sync
 
     def build() -> Any:
-        tasks.rebuild(str(filter_path))
+        sync.rebuild(str(filter_path))
         return registry.get_filter(str(filter_path))
 
     return build
@@ -72,6 +72,6 @@ def sync_filter(db: Any, filter_path: Path) -> Callable[[], Any]:
     """Call it to apply the pending change log to this test's filter (as a worker
     would; tests on the `db` fixture never run on_commit nudges). Returns the
     SyncResult."""
-    from urlguard import tasks
+    from urlguard import sync
 
-    return lambda: tasks.sync(path=str(filter_path))
+    return lambda: sync.sync(path=str(filter_path))

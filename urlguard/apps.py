@@ -12,7 +12,9 @@ class UrlguardConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from urlguard import checks, embedded, registry  # noqa: F401  (checks register on import)
+        # checks register on import; tasks registers the Celery tasks that
+        # urlguard.changes nudges by name.
+        from urlguard import checks, embedded, registry, tasks  # noqa: F401
         from urlguard.conf import conf
 
         registry.open_at_startup()

@@ -16,6 +16,12 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
 
+# The tasks every node runs (urlguard.tasks), named here so that callers and routes
+# need not import the task module.
+APPLY_CHANGES_TASK = "urlguard.tasks.apply_changes"
+CATCH_UP_TASK = "urlguard.tasks.catch_up"
+REBUILD_FILTER_TASK = "urlguard.tasks.rebuild_filter"
+
 app = Celery("urlguard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["urlguard"])
@@ -50,13 +56,13 @@ def _urlguard_defaults() -> dict:
             broadcast,
         ),
         "task_routes": {
-            "urlguard.tasks.apply_changes": per_node,
-            "urlguard.tasks.catch_up": per_node,
-            "urlguard.tasks.rebuild_filter": per_node,
+            APPLY_CHANGES_TASK: per_node,
+            CATCH_UP_TASK: per_node,
+            REBUILD_FILTER_TASK: per_node,
         },
         "beat_schedule": {
             "urlguard-catch-up": {
-                "task": "urlguard.tasks.catch_up",
+                "task": CATCH_UP_TASK,
                 "schedule": float(conf.CATCHUP_INTERVAL),
             },
         },

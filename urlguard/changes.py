@@ -5,8 +5,8 @@ Writers are serialized (a PostgreSQL advisory lock; on SQLite, BEGIN IMMEDIATE),
 ChangeEvent.seq values commit in seq order. A node that has seen seq N therefore
 never sees a smaller seq commit later, and a hole in seq can only be a rolled-back
 transaction, which is safe to skip. The Celery message is only a nudge: a lost one
-is caught up from the log (tasks.catch_up), so a broker that is down never loses or
-refuses an edit.
+is caught up from the log by the periodic catch-up, so a broker that is down never
+loses or refuses an edit.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from django.db import connections, router, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from urlguard.celery import APPLY_CHANGES_TASK
+from urlguard.celery import app as celery_app
 from urlguard.importing import ParsedLine
 from urlguard.models import Category, ChangeEvent, SpamRule, now_micros, rule_writes_allowed
 from urlguard.rules import RuleError, normalize_rule
@@ -44,8 +46,6 @@ CHUNK_SIZE = 5000
 # SQLite's historical limit on bound parameters is 999; stay under it for IN (...).
 _IN_BATCH = 900
 _ADD = str(ChangeEvent.Action.ADD.value)
-# pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
-_CHANGE_LOG_LOCK = 0x75726C67
 # The nudge must not hold an admin request hostage when the broker is down.
 _NUDGE_RETRY_POLICY = {
     "max_retries": 2,
@@ -117,11 +117,7 @@ def _actor(user: Any) -> Any:
 
 
 def _lock_change_log(using: str) -> None:
-    connection = connections[using]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHANGE_LOG_LOCK])
-    # SQLite: settings make every transaction BEGIN IMMEDIATE, i.e. one writer at a time.
+    ChangeEvent.objects.lock_log(using)
 
 
 def _next_added_at() -> int:
@@ -135,9 +131,9 @@ def _nudge(seq: int) -> None:
     """Ask every node to apply the log up to `seq`. Runs after the commit; a failure
     is logged, never raised: the edit is committed and the periodic catch-up applies it."""
     try:
-        from urlguard.tasks import apply_changes
-
-        apply_changes.apply_async(
+        # By name: the write path does not depend on the sync layer (the app config
+        # registers the task at start-up).
+        celery_app.tasks[APPLY_CHANGES_TASK].apply_async(
             kwargs={"up_to_seq": seq}, retry=True, retry_policy=_NUDGE_RETRY_POLICY
         )
     except Exception as exc:  # broker down, or (in-process mode) the apply itself failed

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.signals import request_started
 from django.db import connections
 
+from urlguard import sync
 from urlguard.conf import conf
 
 logger = logging.getLogger(__name__)
@@ -38,11 +39,9 @@ def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
 
 
 def _loop() -> None:
-    from urlguard.tasks import catch_up
-
     while not _stop.wait(float(conf.CATCHUP_INTERVAL)):
         try:
-            catch_up.apply(throw=True)
+            sync.sync_and_report(periodic=True)
         except Exception:
             logger.exception(
                 "periodic catch-up of the filter failed; retrying in %s s", conf.CATCHUP_INTERVAL

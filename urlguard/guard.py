@@ -11,24 +11,25 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
-from cachetools import LRUCache
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from urlguard import registry
 from urlguard.canonical import canonicalize, expressions
+from urlguard.cleancache import CleanCache, LRUCleanCache
 from urlguard.conf import ON_FILTER_ERROR_POLICIES as POLICIES
 from urlguard.conf import conf
 from urlguard.models import SpamRule
+from urlguard.ratelimitedlog import log_limited
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CleanCache", "Guard", "InvalidURL", "LRUCleanCache", "Verdict", "get_guard"]
+__all__ = ["Guard", "InvalidURL", "Verdict", "get_guard"]
 
 # SQLite allows 32766 bound variables (999 before 3.32); PostgreSQL 65535. 500
 # expressions per IN (...) keeps every backend happy and each query small.
@@ -65,74 +66,6 @@ class Verdict:
         if self.rule is not None:
             return str(self.rule.get_category_display())
         return self.category
-
-
-class CleanCache(Protocol):
-    """Canonical URLs the table confirmed clean after a filter false positive.
-
-    It must never claim a URL it was not given (that would pass a listed URL);
-    forgetting one is harmless (one more query). LRUCleanCache is the default;
-    an OppositeBloomFilter has exactly these semantics and may replace it.
-    """
-
-    def __contains__(self, key: str) -> bool: ...
-    def add(self, key: str) -> None: ...
-    def clear(self) -> None: ...
-
-
-class LRUCleanCache:
-    """A bounded, thread-safe LRU set (runserver and async servers use threads)."""
-
-    __slots__ = ("_data", "_lock")
-
-    def __init__(self, maxsize: int = 10_000) -> None:
-        self._data: LRUCache[str, bool] = LRUCache(maxsize=maxsize)
-        self._lock = threading.Lock()
-
-    def __contains__(self, key: str) -> bool:
-        with self._lock:
-            # .get() refreshes the LRU position, so a popular URL stays cached.
-            return self._data.get(key, False)
-
-    def add(self, key: str) -> None:
-        with self._lock:
-            self._data[key] = True
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
-class _RateLimitedLog:
-    """At most one log record per `interval` seconds per kind, counting the rest:
-    an unreadable filter must be visible in the log without flooding it at
-    thousands of redirects per second."""
-
-    def __init__(self, interval: float = 60.0) -> None:
-        self.interval = interval
-        self._last: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, kind: str, level: int, msg: str, *args: Any, exc_info: bool = False) -> None:
-        now = time.monotonic()
-        with self._lock:
-            last = self._last.get(kind)
-            if last is not None and now - last < self.interval:
-                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
-                return
-            self._last[kind] = now
-            suppressed = self._suppressed.pop(kind, 0)
-        if suppressed:
-            msg += " (%d similar messages suppressed)"
-            args = (*args, suppressed)
-        logger.log(level, msg, *args, exc_info=exc_info)
-
-
-log_limited = _RateLimitedLog()
 
 
 def _specificity(expression: str) -> tuple[int, int]:
@@ -419,8 +352,6 @@ def get_guard() -> Guard:
     if guard is None:
         with _guard_lock:
             if _guard is None:
-                from urlguard import registry
-
                 # The path is resolved once here, not on every check.
                 path = conf.FILTER_PATH
                 _guard = Guard(

@@ -23,7 +23,8 @@ from django.utils.cache import patch_cache_control
 from django.utils.encoding import iri_to_uri
 
 from urlguard.conf import conf
-from urlguard.guard import InvalidURL, get_guard, log_limited
+from urlguard.guard import InvalidURL, get_guard
+from urlguard.ratelimitedlog import log_limited
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.conf import settings
-from django.db import models
+from django.db import connections, models
+from django.db.models import Max
 
 
 def now_micros() -> int:
@@ -128,6 +129,26 @@ class SpamRule(models.Model):
         return super().delete(*args, **kwargs)
 
 
+# pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
+CHANGE_LOG_LOCK = 0x75726C67
+
+
+class ChangeEventManager(models.Manager):
+    def lock_log(self, using: str | None = None) -> None:
+        """Serialize writers of the change log until the current transaction ends, so
+        that seq values commit in seq order (a node that has seen seq N never sees a
+        smaller one commit later)."""
+        connection = connections[using or self.db]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHANGE_LOG_LOCK])
+        # SQLite: settings make every transaction BEGIN IMMEDIATE, i.e. one writer at a time.
+
+    def head(self) -> int:
+        """The newest seq in the log (0 if empty): a primary-key lookup."""
+        return int(self.get_queryset().aggregate(m=Max("seq"))["m"] or 0)
+
+
 class ChangeEvent(models.Model):
     """The change log: one row per addition or removal, written in the same
     transaction as the SpamRule change. Nodes apply rows in seq order, once."""
@@ -150,6 +171,8 @@ class ChangeEvent(models.Model):
     )
     source = models.CharField(max_length=200, blank=True, default="")
     created = models.DateTimeField(auto_now_add=True)
+
+    objects = ChangeEventManager()
 
     class Meta:
         ordering = ["-seq"]

@@ -11,7 +11,7 @@ import contextlib
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from urlguard import changes, registry, tasks
+from urlguard import changes, registry, sync
 from urlguard.guard import reset_guard
 from urlguard.models import ShortLink, SpamRule
 
@@ -26,7 +26,7 @@ def site(live_server, django_user_model, filter_path):
     """A superuser, one short link, and an (empty) filter file the server's guard reads."""
     django_user_model.objects.create_superuser("boss", "boss@example.com", PASSWORD)
     ShortLink.objects.create(slug="promo", destination=DESTINATION)
-    tasks.rebuild(str(filter_path))
+    sync.rebuild(str(filter_path))
     reset_guard()
     yield live_server.url
     reset_guard()

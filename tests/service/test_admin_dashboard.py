@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from urlguard import changes, tasks
+from urlguard import changes, nodestatus, sync
 from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
 from urlguard.models import NodeStatus
 
@@ -83,7 +83,7 @@ def test_dashboard_shows_the_file_stages_and_nodes(editor, build_filter, setting
     for i in range(30):
         changes.add_rule(f"spam{i}.example.com/", category="spam")
     filt = build_filter()
-    tasks.report_status()
+    nodestatus.report_status()
     page = editor.get(DASHBOARD)
     assert page.status_code == 200
     html = page.content.decode()
@@ -113,7 +113,7 @@ def test_dashboard_without_a_filter_file_explains(editor):
 def test_dashboard_reports_lag(editor, build_filter):
     changes.add_rule("one.example.com/", category="spam")
     build_filter()
-    tasks.report_status()
+    nodestatus.report_status()
     changes.add_rule("two.example.com/", category="spam")  # not applied (no commit hooks)
     data = editor.get(STATUS).json()
     assert data["head"] == 2 and [n["lag"] for n in data["nodes"]] == [1]
@@ -155,7 +155,7 @@ def test_a_failing_task_is_a_message_not_a_traceback(superuser, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(tasks, "sync", broken)
+    monkeypatch.setattr(sync, "sync", broken)
     page = superuser.post(REBUILD, follow=True)
     assert page.status_code == 200 and "disk full" in page.content.decode()
 

@@ -13,14 +13,14 @@ from tests.service.test_services import (  # noqa: F401  (fixtures)
     start_worker,
     wait_for,
 )
-from urlguard import tasks
+from urlguard import sync
 from urlguard.models import AdminJob, ShortLink, SpamRule
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
 def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_staff):  # noqa: F811
-    tasks.rebuild(str(filter_path))
+    sync.rebuild(str(filter_path))
     ShortLink.objects.create(slug="bad", destination="https://www.worker-spam.example.com/x")
     worker = start_worker()
     editor = make_staff("view_spamrule", "add_spamrule", "view_shortlink")
@@ -61,7 +61,7 @@ def test_parallel_rescan_matches_the_single_process_one(filter_path, monkeypatch
     from urlguard import changes, rescan
 
     changes.add_rules(["par-spam.example.com", "other-spam.example.net/x/"], source="test")
-    tasks.rebuild(str(filter_path))
+    sync.rebuild(str(filter_path))
     ShortLink.objects.bulk_create(
         [
             ShortLink(
@@ -93,14 +93,14 @@ def test_dashboard_sync_and_rebuild_go_to_the_worker(
     filter_path,
     make_staff,
 ):
-    tasks.rebuild(str(filter_path))
+    sync.rebuild(str(filter_path))
     worker = start_worker()
     boss = make_staff(superuser=True)
     from urlguard import changes
     from urlguard.models import NodeStatus
 
     changes.add_rule("dash-worker.example.com", category="spam")  # nudges the worker too
-    head = tasks.log_head()  # PostgreSQL sequences run on across tests
+    head = sync.log_head()  # PostgreSQL sequences run on across tests
     page = boss.post(reverse("admin:urlguard_spamrule_dashboard_sync"), follow=True)
     assert "sent to every node" in page.content.decode()
     wait_for(

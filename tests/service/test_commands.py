@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command, load_command_class
 
 from filterengine import ScalingCountingBloomFilter
-from urlguard import changes, registry, tasks
+from urlguard import changes, registry, sync
 from urlguard.models import ChangeEvent, SpamRule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
@@ -41,7 +41,7 @@ def test_rebuild_filter(filter_path):
     out, _ = run("rebuild_filter")
     assert "Rebuilt" in out and "2 rules" in out
     filt = registry.get_filter()
-    assert "a.example.org/" in filt and filt.applied_seq == tasks.log_head()
+    assert "a.example.org/" in filt and filt.applied_seq == sync.log_head()
 
 
 def test_rebuild_filter_shows_progress_on_a_terminal(filter_path):
@@ -81,7 +81,7 @@ def test_filter_info(filter_path, sync_filter):
     changes.add_rule("c.example.org", category="spam")  # pending: lag 1
     out, _ = run("filter_info")
     assert str(filter_path) in out and "clean" in out
-    assert f"#{tasks.log_head() - 1} of log head #{tasks.log_head()}" in out
+    assert f"#{sync.log_head() - 1} of log head #{sync.log_head()}" in out
     assert "1 change(s) pending" in out and "stage" in out
     stage_header = next(line for line in out.splitlines() if line.startswith("stage"))
     assert {"count", "capacity", "fill", "estimated_fpr", "saturated"} <= set(stage_header.split())
@@ -110,7 +110,7 @@ def test_verify_filter_reports_missing_rules(filter_path):
         [(b.expression, b.added_at)],
         capacity=100_000,
         error_rate=0.01,
-        applied_seq=tasks.log_head(),
+        applied_seq=sync.log_head(),
     )
     err = io.StringIO()
     with pytest.raises(CommandError, match="1 rule\\(s\\) of the table are not in the filter"):
@@ -142,7 +142,7 @@ def test_import_rules(filter_path, tmp_path):
     assert SpamRule.objects.get(expression="ads.example.com/").category == "phishing"
     assert SpamRule.objects.get(expression="ads.example.com/").source == "import:list.txt"
     # The filter follows the import (nudges applied here by hand).
-    tasks.sync(path=str(filter_path))
+    sync.sync(path=str(filter_path))
     assert "ads.example.com/" in registry.get_filter()
 
 
@@ -170,7 +170,7 @@ def test_a_busy_writer_lock_is_a_command_error(filter_path, monkeypatch, args):
     def busy(*a, **k):
         raise registry.WriterBusy(f"{filter_path} is locked by another writer (waited 30 s)")
 
-    monkeypatch.setattr(tasks, "sync", busy)
+    monkeypatch.setattr(sync, "sync", busy)
     with pytest.raises(CommandError, match="locked by another writer"):
         run(*args)
 

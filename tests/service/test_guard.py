@@ -14,7 +14,8 @@ from tests.service.webfakes import BrokenFilter, SetFilter
 from urlguard import guard as guard_module
 from urlguard.canonical import expressions
 from urlguard.changes import add_rule
-from urlguard.guard import Guard, InvalidURL, LRUCleanCache, get_guard
+from urlguard.cleancache import LRUCleanCache
+from urlguard.guard import Guard, InvalidURL, get_guard
 
 pytestmark = pytest.mark.django_db
 

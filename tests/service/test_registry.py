@@ -12,7 +12,7 @@ import time
 import pytest
 
 from filterengine import ScalingCountingBloomFilter
-from urlguard import registry, tasks
+from urlguard import registry, sync
 
 
 def build(path, pairs=(), applied_seq=0):
@@ -77,11 +77,11 @@ def test_a_rebuild_is_seen_without_reopening(filter_path, monkeypatch):
     from urlguard import changes
 
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
-    tasks.rebuild(str(filter_path))
+    sync.rebuild(str(filter_path))
     filt = registry.get_filter()
     rule = changes.add_rule("new.example.org", category="spam")
     assert rule.expression not in filt
-    tasks.rebuild(str(filter_path))  # a new file replaces the old one
+    sync.rebuild(str(filter_path))  # a new file replaces the old one
     assert registry.get_filter() is filt
     assert rule.expression in filt
 

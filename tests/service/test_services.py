@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection, connections
 
-from urlguard import changes, registry, tasks
+from urlguard import changes, registry, sync, tasks
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 
@@ -191,7 +191,7 @@ def test_add_and_remove_reach_the_reader_through_the_worker(start_worker, filter
         log=worker.log,
     )
     changes.remove_rule(rule)
-    head = tasks.log_head()
+    head = sync.log_head()
     wait_for(lambda: applied_seq(filter_path) >= head, what="the removal", log=worker.log)
     filt = registry.get_filter()
     assert sum(s["count"] for s in filt.info()["stages"]) == 0
@@ -217,7 +217,7 @@ def test_every_node_gets_every_change(start_worker, tmp_path):
             what=f"{path} to get the rule",
             log=worker.log,
         )
-    head = tasks.log_head()
+    head = sync.log_head()
     wait_for(
         lambda: (
             set(NodeStatus.objects.filter(applied_seq=head).values_list("node", flat=True))
@@ -252,7 +252,7 @@ def test_duplicate_nudges_do_not_double_count(start_worker, filter_path):
     worker = start_worker()
     wait_for(lambda: filter_path.exists(), what="the boot-time build", log=worker.log)
     rule = changes.add_rule("dup.example.org", category="spam")
-    seq = tasks.log_head()
+    seq = sync.log_head()
     for _ in range(3):  # redelivered, and an old one late
         tasks.apply_changes.apply_async(kwargs={"up_to_seq": seq})
     tasks.apply_changes.apply_async(kwargs={"up_to_seq": 1})
@@ -310,7 +310,7 @@ def test_rebuilds_under_concurrent_writes_count_every_rule_once(filter_path, mon
     with every rule exactly once (a double-applied add would show in the count)."""
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     changes.add_rules([f"base{i}.example.org" for i in range(2000)], source="test")
-    stream = tasks._stream_rules
+    stream = sync._stream_rules
 
     def slow_stream(using):
         # Writers commit between reading max(seq) and reading the rows: only a
@@ -318,7 +318,7 @@ def test_rebuilds_under_concurrent_writes_count_every_rule_once(filter_path, mon
         time.sleep(0.2)
         yield from stream(using)
 
-    monkeypatch.setattr(tasks, "_stream_rules", slow_stream)
+    monkeypatch.setattr(sync, "_stream_rules", slow_stream)
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -340,17 +340,17 @@ def test_rebuilds_under_concurrent_writes_count_every_rule_once(filter_path, mon
         t.start()
     try:
         for _ in range(4):
-            tasks.sync(path=str(filter_path), force_rebuild="test")
+            sync.sync(path=str(filter_path), force_rebuild="test")
             # Never "the file disagrees with the log" (a removal it cannot honour).
-            assert tasks.sync(path=str(filter_path)).rebuilt == ""
+            assert sync.sync(path=str(filter_path)).rebuilt == ""
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert not errors, errors
-    tasks.sync(path=str(filter_path))
+    sync.sync(path=str(filter_path))
     filt = registry.get_filter(str(filter_path))
     live = list(SpamRule.objects.values_list("expression", flat=True))
-    assert filt.applied_seq == tasks.log_head()
+    assert filt.applied_seq == sync.log_head()
     assert filt.count == len(live) > 2000
     assert filt.contains_many(live).all()

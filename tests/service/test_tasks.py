@@ -14,7 +14,7 @@ import pytest
 from django.db import transaction
 
 from filterengine import ScalingCountingBloomFilter
-from urlguard import changes, registry, tasks
+from urlguard import changes, registry, sync, tasks
 from urlguard.celery import app as celery_app
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
@@ -36,7 +36,7 @@ def reader(filter_path) -> ScalingCountingBloomFilter:
 
 
 def head() -> int:
-    return tasks.log_head()
+    return sync.log_head()
 
 
 def deliver(up_to_seq=None):
@@ -97,7 +97,7 @@ def test_a_missed_message_is_caught_up_and_the_staleness_logged(
     sync_filter()
     rule = add("missed.example.org")  # its nudge is lost (quiet)
     assert rule.expression not in reader(filter_path)
-    with caplog.at_level(logging.WARNING, logger="urlguard.tasks"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.sync"):
         result = celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
     assert result["applied"] == 1
     assert rule.expression in reader(filter_path)
@@ -105,7 +105,7 @@ def test_a_missed_message_is_caught_up_and_the_staleness_logged(
         "had missed" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records
     ), caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="urlguard.tasks"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.sync"):
         celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
     assert not caplog.records  # a catch-up with nothing missed is quiet
 
@@ -194,7 +194,7 @@ def test_a_bad_file_is_rebuilt_and_the_log_says_why(
     damage(filter_path)
     registry.reset()
     extra = add("after.example.org")
-    with caplog.at_level(logging.WARNING, logger="urlguard.tasks"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.sync"):
         result = sync_filter()
     assert reason in result.rebuilt
     assert any(reason in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records), (
@@ -248,7 +248,7 @@ def test_rebuild_snapshot_matches_the_table(quiet, filter_path):
     for i in range(30):
         add(f"r{i}.example.org")
     changes.remove_rules(SpamRule.objects.all()[:10])
-    rules, seq = tasks.rebuild(str(filter_path))
+    rules, seq = sync.rebuild(str(filter_path))
     assert (rules, seq) == (20, head())
     filt = reader(filter_path)
     assert entries(filt) == 20 and filt.applied_seq == seq
@@ -298,7 +298,7 @@ def test_a_busy_writer_fails_the_nudge_softly_and_catch_up_repairs(
         ):
             rule = add("a.example.org")
         with pytest.raises(registry.WriterBusy, match="another process is writing"):
-            tasks.sync(path=str(filter_path))
+            sync.sync(path=str(filter_path))
     assert "nudge failed" in caplog.text
     assert SpamRule.objects.filter(pk=rule.pk).exists()  # the edit is never lost
     celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
@@ -337,7 +337,7 @@ def test_a_busy_node_retries_with_backoff_and_reports_it(monkeypatch, settings):
     def busy(*args, **kwargs):
         raise registry.WriterBusy("filter.bin: another process is writing this filter")
 
-    monkeypatch.setattr(tasks, "sync", busy)
+    monkeypatch.setattr(sync, "sync", busy)
     retries = []
 
     def retry(*, exc, countdown, max_retries):
@@ -361,7 +361,7 @@ def test_the_log_is_applied_in_chunks_each_ending_at_its_seq(
     quiet, filter_path, sync_filter, monkeypatch
 ):
     sync_filter()
-    start = tasks.log_head()
+    start = sync.log_head()
     rules = [add(f"c{i}.example.org") for i in range(7)]
     changes.remove_rule(rules[2])
     seqs = list(
@@ -376,7 +376,7 @@ def test_the_log_is_applied_in_chunks_each_ending_at_its_seq(
             return _real(self, keys, ids)
 
         monkeypatch.setattr(ScalingCountingBloomFilter, name, recording)
-    monkeypatch.setattr(tasks, "APPLY_CHUNK", 3)
+    monkeypatch.setattr(sync, "APPLY_CHUNK", 3)
     assert sync_filter().applied == 8
     # Chunks of 3 rows in log order; each starts at the mark the previous one set,
     # and runs of one action go in one call.

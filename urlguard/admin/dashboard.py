@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 
-from urlguard import registry, tasks
+from urlguard import registry, sync, tasks
 from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
 from urlguard.admin.pages import http_methods, render_tool
 from urlguard.conf import conf
@@ -97,7 +97,7 @@ def _require_view(model_admin, request: HttpRequest) -> None:
 @http_methods("GET")
 def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
     _require_view(model_admin, request)
-    head = tasks.log_head()
+    head = sync.log_head()
     state = filter_state()
     chart = render_stage_chart(state["bars"]) if not state["error"] else None
     fp_percent = ""
@@ -127,7 +127,7 @@ def status_view(model_admin, request: HttpRequest) -> HttpResponse:
     """Polled by the dashboard after "Sync now" / "Rebuild" with a broker: each
     node's lag shrinks to 0 and a rebuild's time appears when its worker reports."""
     _require_view(model_admin, request)
-    head = tasks.log_head()
+    head = sync.log_head()
     return JsonResponse(
         {
             "head": head,
@@ -150,7 +150,7 @@ def status_view(model_admin, request: HttpRequest) -> HttpResponse:
 
 
 def _describe(result) -> str:
-    """tasks.SyncResult.as_dict() in words."""
+    """sync.SyncResult.as_dict() in words."""
     if not isinstance(result, dict):
         return ""
     if result.get("rebuilt"):

@@ -199,9 +199,9 @@ def rescan_links_job(job_id: int) -> dict | None:
     # bring this node's filter up to the change log first, or just-listed rules
     # would be missed by the scan.
     try:
-        from urlguard import tasks
+        from urlguard import sync
 
-        tasks.sync()
+        sync.sync()
     except Exception:
         logger.warning("rescan: could not bring the filter up to date first", exc_info=True)
     progress = _Progress(job)

@@ -1,5 +1,6 @@
-"""What the filter-file commands share: the --path option, and opening the file
-read-only with an error that says how to repair it."""
+"""What the filter-file commands share: the --path option, opening the file
+read-only with an error that says how to repair it, and running a sync with the
+failures a command can report."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from filterengine import FilterFileError, ScalingCountingBloomFilter
+from urlguard import registry, sync
 from urlguard.conf import conf
 
 
@@ -25,3 +27,17 @@ def open_readonly(path: str) -> ScalingCountingBloomFilter:
         return ScalingCountingBloomFilter.open(path, readonly=True)
     except (OSError, FilterFileError) as exc:
         raise CommandError(f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.") from exc
+
+
+def run_sync(path: str, **options: Any) -> sync.SyncResult:
+    """sync.sync(path=path, **options) with its expected failures as CommandErrors;
+    the node's status is reported when `path` is this node's file."""
+    try:
+        result = sync.sync(path=path, **options)
+    except registry.WriterBusy as exc:
+        raise CommandError(str(exc)) from exc
+    except OSError as exc:  # a rebuild could not write the file (directory, disk)
+        raise CommandError(f"could not write {path}: {exc}") from exc
+    if path == conf.FILTER_PATH:
+        sync.report(result, full=True)
+    return result

@@ -9,7 +9,8 @@ from django.core.management.base import BaseCommand
 
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
-from urlguard.tasks import _jsonable, log_head
+from urlguard.nodestatus import jsonable
+from urlguard.sync import log_head
 
 from ._filterfile import add_path_argument, open_readonly
 
@@ -30,7 +31,7 @@ class Command(BaseCommand):
         path = path or conf.FILTER_PATH
         filt = open_readonly(path)
         try:
-            info = _jsonable(filt.info())
+            info = jsonable(filt.info())
             applied, clean = filt.applied_seq, filt.is_clean
             generation = getattr(filt, "generation", None)
         finally:

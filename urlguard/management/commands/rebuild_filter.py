@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from urlguard import registry, tasks
 from urlguard.conf import conf
 
-from ._filterfile import add_path_argument
+from ._filterfile import add_path_argument, run_sync
 from ._progress import Progress
 
 
@@ -27,17 +26,11 @@ class Command(BaseCommand):
         path = path or conf.FILTER_PATH
         progress = Progress(self.stdout, "rules")
         try:
-            result = tasks.sync(
-                path=path, force_rebuild="requested by manage.py rebuild_filter", progress=progress
+            result = run_sync(
+                path, force_rebuild="requested by manage.py rebuild_filter", progress=progress
             )
-        except registry.WriterBusy as exc:
-            raise CommandError(str(exc)) from exc
-        except OSError as exc:
-            raise CommandError(f"could not write {path}: {exc}") from exc
         finally:
             progress.end()
-        if path == conf.FILTER_PATH:
-            tasks.report_status(path, result=result, full=True)
         later = result.applied
         self.stdout.write(
             self.style.SUCCESS(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard import tasks
+from urlguard import sync
 from urlguard.changes import RuleExists, add_rule
 from urlguard.models import ShortLink, SpamRule
 from urlguard.rules import normalize_rule
@@ -85,7 +85,7 @@ class Command(BaseCommand):
         )
 
         try:
-            result = tasks.sync()
+            result = sync.sync()
         except Exception as exc:
             raise CommandError(
                 f"could not bring the filter up to date: {exc}; try `manage.py rebuild_filter`"

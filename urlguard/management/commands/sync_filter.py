@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from urlguard import registry, tasks
 from urlguard.conf import conf
 
-from ._filterfile import add_path_argument
+from ._filterfile import add_path_argument, run_sync
 
 
 class Command(BaseCommand):
@@ -23,14 +22,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, path: str | None = None, **options):
         path = path or conf.FILTER_PATH
-        try:
-            result = tasks.sync(path=path)
-        except registry.WriterBusy as exc:
-            raise CommandError(str(exc)) from exc
-        except OSError as exc:  # a rebuild could not write the file (directory, disk)
-            raise CommandError(f"could not write {path}: {exc}") from exc
-        if path == conf.FILTER_PATH:
-            tasks.report_status(path, result=result, full=True)
+        result = run_sync(path)
         if result.rebuilt:
             self.stdout.write(
                 self.style.WARNING(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard import registry, tasks
+from urlguard import registry, sync
 from urlguard.conf import conf
 from urlguard.models import SpamRule
 
@@ -36,11 +36,11 @@ class Command(BaseCommand):
             help="list at most N missing rules (default 20)",
         )
 
-    def handle(self, *args, path: str | None = None, sync: bool = False, show: int = 20, **options):
+    def handle(self, *args, path: str | None = None, show: int = 20, **options):
         path = path or conf.FILTER_PATH
-        if sync:
+        if options.get("sync"):
             try:
-                tasks.sync(path=path)
+                sync.sync(path=path)
             except registry.WriterBusy as exc:
                 raise CommandError(f"--sync: {exc}") from exc
         filt = open_readonly(path)
@@ -48,7 +48,7 @@ class Command(BaseCommand):
         missing: list[str] = []
         checked = 0
         try:
-            applied, head = filt.applied_seq, tasks.log_head()
+            applied, head = filt.applied_seq, sync.log_head()
             total = SpamRule.objects.count()
             batch: list[str] = []
             rules = SpamRule.objects.order_by("added_at").values_list("expression", flat=True)

@@ -1,0 +1,378 @@
+"""Keeping this node's filter file equal to the spam table, without Celery: apply the
+change log from the file's own high-water mark (exactly once, in seq order), and
+rebuild from the table when the file cannot be trusted.
+
+The work is defined by the file's applied_seq and the log, never by a message, so
+the Celery tasks (urlguard.tasks), the embedded catch-up thread and the management
+commands all call in here, and a duplicate, late or lost nudge is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from itertools import groupby
+from typing import Any
+
+from django.db import connections, router, transaction
+
+from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter
+from urlguard import nodestatus, registry
+from urlguard.conf import conf
+from urlguard.models import ChangeEvent, SpamRule
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SyncResult",
+    "first_stage_capacity",
+    "log_head",
+    "rebuild",
+    "sync",
+    "sync_and_report",
+]
+
+# Log rows applied per `with f.change()` (one dirty window, one DB round trip).
+APPLY_CHUNK = 5000
+# Rows fetched per round trip while streaming the table into a rebuild.
+REBUILD_FETCH = 20_000
+
+
+@dataclass
+class SyncResult:
+    """What one sync did to this node's file."""
+
+    path: str
+    applied: int = 0  # log rows applied
+    applied_seq: int = 0  # the file's high-water mark afterwards
+    head: int = 0  # the log's newest seq when we looked
+    rebuilt: str = ""  # why the file was rebuilt ("" = it was not)
+    rules: int | None = None  # rules written by the rebuild
+    rebuild_seconds: float | None = None
+    skipped: bool = False  # the nudge was already satisfied: nothing opened for writing
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def log_head() -> int:
+    """The newest seq in the change log (0 if empty): a primary-key lookup."""
+    return ChangeEvent.objects.head()
+
+
+def _mismatch(filt: ScalingCountingBloomFilter) -> str:
+    """Why this open file cannot be brought up to date in place ("" if it can)."""
+    if not filt.is_clean:
+        return "the file is dirty (a writer died in the middle of a change)"
+    capacity, error_rate = int(filt.capacity), float(filt.error_rate)
+    # A rebuild may size the first stage above FILTER_CAPACITY (it is a minimum).
+    if capacity < conf.FILTER_CAPACITY or abs(error_rate - conf.FILTER_ERROR_RATE) > 1e-12:
+        return (
+            f"the file was built with capacity={capacity}, error_rate={error_rate}, "
+            f"but settings say FILTER_CAPACITY={conf.FILTER_CAPACITY}, "
+            f"FILTER_ERROR_RATE={conf.FILTER_ERROR_RATE}"
+        )
+    return ""
+
+
+def _too_many_stages(filt: ScalingCountingBloomFilter) -> str:
+    stages = filt.stage_count
+    if stages > conf.FILTER_MAX_STAGES:
+        return (
+            f"compacting {stages} stages into one (more than FILTER_MAX_STAGES="
+            f"{conf.FILTER_MAX_STAGES} slow every lookup)"
+        )
+    return ""
+
+
+def first_stage_capacity(rules: int) -> int:
+    """The first stage of a rebuilt file: room for the rules it holds and the
+    REBUILD_HEADROOM growth after them, so a large list is one stage, not many."""
+    return max(int(conf.FILTER_CAPACITY), math.ceil(rules * float(conf.REBUILD_HEADROOM)))
+
+
+def _apply_pending(filt: ScalingCountingBloomFilter, result: SyncResult) -> None:
+    """Apply every log row after the file's applied_seq, in seq order, in chunks;
+    each chunk is one `change()` ending with the new high-water mark, so a crash
+    leaves either the old mark or a dirty file (rebuilt), never a double count.
+
+    Raises KeyError when a removal names a key the file does not hold (the file
+    disagrees with the log)."""
+    while True:
+        events = list(
+            ChangeEvent.objects.filter(seq__gt=filt.applied_seq)
+            .order_by("seq")
+            .values_list("seq", "action", "expression", "added_at")[:APPLY_CHUNK]
+        )
+        if not events:
+            break
+        with filt.change():
+            # Consecutive rows of one action go in one vectorised call; keeping runs
+            # in log order makes "add then remove the same rule" exact.
+            for action, run in groupby(events, key=lambda e: e[1]):
+                rows = list(run)
+                keys = [r[2] for r in rows]
+                ids = [r[3] for r in rows]
+                if action == ChangeEvent.Action.ADD:
+                    filt.add_many(keys, ids)
+                else:
+                    filt.remove_many(keys, ids)
+            filt.applied_seq = events[-1][0]
+        result.applied += len(events)
+    result.applied_seq = filt.applied_seq
+
+
+@contextmanager
+def _snapshot_transaction(using: str) -> Iterator[None]:
+    """A transaction in which the table rows and max(seq) are read from one snapshot,
+    so that the rebuilt file's applied_seq says exactly which changes it holds.
+    (SQLite: any transaction reads one snapshot.)"""
+    connection = connections[using]
+    outer = connection.in_atomic_block
+    with transaction.atomic(using=using):
+        if connection.vendor == "postgresql":
+            if not outer:
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            else:
+                # Inside someone's transaction the isolation level is fixed: hold
+                # the writers off instead, with the lock they take.
+                ChangeEvent.objects.lock_log(using)
+        yield
+
+
+def _stream_rules(using: str) -> Iterator[tuple[str, int]]:
+    yield from (
+        SpamRule.objects.using(using)
+        .order_by("added_at")
+        .values_list("expression", "added_at")
+        .iterator(chunk_size=REBUILD_FETCH)
+    )
+
+
+def rebuild(
+    path: str | None = None,
+    *,
+    writer: ScalingCountingBloomFilter | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[int, int]:
+    """Write a new filter file from the spam table (aside, then atomically replaced;
+    readers switch on their next check). `writer`: this process's open writer of
+    `path`, which keeps the lock throughout and follows the new file; without one
+    the lock is taken (bounded wait). Returns (rules, applied_seq)."""
+    if path is None:
+        path = conf.FILTER_PATH
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    using = router.db_for_read(SpamRule)
+    with _snapshot_transaction(using):
+        head = log_head()
+        total = SpamRule.objects.using(using).count()
+        rules = _build(
+            path,
+            _stream_rules(using),
+            total=total,
+            progress=progress,
+            applied_seq=head,
+            writer=writer,
+        )
+    return rules, head
+
+
+def _build(
+    path: str,
+    pairs: Iterator[tuple[str, int]],
+    *,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+    applied_seq: int,
+    writer: ScalingCountingBloomFilter | None,
+) -> int:
+    """Build `path` from `pairs`; returns how many were written (the count the
+    rebuild reports, and what `progress(done, total)` is told every REBUILD_FETCH rows)."""
+    done = 0
+
+    def counted() -> Iterator[tuple[str, int]]:
+        nonlocal done
+        for pair in pairs:
+            yield pair
+            done += 1
+            if progress is not None and done % REBUILD_FETCH == 0:
+                progress(done, total)
+
+    timeout = float(conf.WRITER_LOCK_TIMEOUT)
+    try:
+        ScalingCountingBloomFilter.build(
+            path,
+            counted(),
+            capacity=first_stage_capacity(total),
+            error_rate=conf.FILTER_ERROR_RATE,
+            applied_seq=applied_seq,
+            writer=writer,
+            lock_timeout=timeout,
+        )
+    except FilterLockedError as exc:
+        raise registry.WriterBusy.after(exc, timeout) from exc
+    if progress is not None:
+        progress(done, total)
+    return done
+
+
+def _refusal(exc: KeyError) -> str:
+    # The engine's KeyError carries a sentence naming the key; str() would quote it.
+    return str(exc.args[0]) if exc.args else "?"
+
+
+def _why_not_in_place(filt: ScalingCountingBloomFilter, result: SyncResult) -> str:
+    """Apply the pending log to an open writer; return why the file must be rebuilt
+    instead ("" when it is now current)."""
+    reason = _mismatch(filt)
+    if reason:
+        return reason
+    result.head = log_head()
+    if filt.applied_seq > result.head:
+        return (
+            f"the file has applied_seq {filt.applied_seq} but the change log ends at "
+            f"{result.head} (a file from another database?)"
+        )
+    try:
+        _apply_pending(filt, result)
+    except KeyError as exc:
+        return (
+            f"the log removes a rule the file does not hold ({_refusal(exc)}): the file "
+            "disagrees with the log"
+        )
+    return ""
+
+
+def sync(
+    up_to_seq: int | None = None,
+    *,
+    path: str | None = None,
+    force_rebuild: str = "",
+    compact: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> SyncResult:
+    """Bring this node's filter file up to the head of the change log.
+
+    `up_to_seq` (from a nudge) lets a duplicate or late delivery return without
+    opening the file for writing; otherwise everything pending is applied, not only
+    up to `up_to_seq`. A missing, dirty, corrupt or differently configured file, a
+    file ahead of the log, or a removal the file cannot honour is rebuilt from the
+    table (logged at WARNING with the reason), then the log after the rebuild's
+    snapshot is replayed. `force_rebuild` (a reason) rebuilds unconditionally;
+    `compact` rebuilds a file of more than FILTER_MAX_STAGES stages."""
+    if path is None:
+        path = conf.FILTER_PATH
+    result = SyncResult(path=path)
+    if up_to_seq is not None and not force_rebuild:
+        current = registry.get_filter(path)
+        if current is not None and current.is_clean and current.applied_seq >= up_to_seq:
+            result.applied_seq = current.applied_seq
+            result.skipped = True
+            return result
+
+    try:
+        filt: ScalingCountingBloomFilter | None = registry.open_writer(path)
+        reason = force_rebuild
+    except FileNotFoundError:
+        filt, reason = None, force_rebuild or "the file is missing"
+    except registry.WriterBusy:
+        raise
+    except FilterFileError as exc:
+        filt, reason = None, force_rebuild or f"the file is unreadable: {exc}"
+    try:
+        if filt is not None and not reason:
+            reason = _why_not_in_place(filt, result)
+            if not reason and compact:
+                force_rebuild = reason = _too_many_stages(filt)
+        if reason:
+            _logged_rebuild(
+                path, reason, result, writer=filt, progress=progress, forced=bool(force_rebuild)
+            )
+            if filt is None:
+                filt = registry.open_writer(path)
+            try:
+                _apply_pending(filt, result)  # whatever was committed after the snapshot
+            except KeyError as exc:
+                raise RuntimeError(
+                    f"{path}: the change log after the rebuild's snapshot removes a rule the "
+                    f"spam table did not hold ({_refusal(exc)}): rules were changed outside "
+                    "urlguard.changes (raw SQL?); `manage.py rebuild_filter` rebuilds from "
+                    "the table as it is now"
+                ) from exc
+            result.head = max(result.head, log_head())
+    finally:
+        if filt is not None:
+            filt.close()  # flushes: durable, and marked clean
+    registry.file_written(path)
+    if result.applied:
+        logger.info(
+            "filter %s: applied %d change(s), now at #%d", path, result.applied, result.applied_seq
+        )
+    return result
+
+
+def _logged_rebuild(
+    path: str,
+    reason: str,
+    result: SyncResult,
+    *,
+    writer: ScalingCountingBloomFilter | None,
+    progress: Callable[[int, int], None] | None,
+    forced: bool,
+) -> None:
+    # A rebuild someone asked for is news; one forced by the file's state is a
+    # warning (the file was wrong, and checks may have been degraded meanwhile).
+    level = logging.INFO if forced else logging.WARNING
+    logger.log(level, "rebuilding filter %s from the spam table: %s", path, reason)
+    started = time.perf_counter()
+    result.rules, snapshot = rebuild(path, writer=writer, progress=progress)
+    result.rebuild_seconds = time.perf_counter() - started
+    result.rebuilt = reason
+    logger.log(
+        level,
+        "rebuilt filter %s: %d rules up to change #%d in %.2f s",
+        path,
+        result.rules,
+        snapshot,
+        result.rebuild_seconds,
+    )
+
+
+def sync_and_report(
+    up_to_seq: int | None = None, *, periodic: bool = False, force_rebuild: str = ""
+) -> SyncResult:
+    """sync(), then this node's NodeStatus row: what a nudge (`up_to_seq`), the
+    periodic catch-up (`periodic`: also compacts and refreshes the stage figures)
+    and a requested rebuild do. A failure is reported in the row, then raised."""
+    try:
+        result = sync(up_to_seq, force_rebuild=force_rebuild, compact=periodic)
+    except Exception as exc:
+        nodestatus.report_status(error=f"{type(exc).__name__}: {exc}")
+        raise
+    if periodic and result.applied and not result.rebuilt:
+        # A nudge applies changes as they commit, so changes left for the catch-up
+        # mean this node answered from a stale filter meanwhile.
+        logger.warning(
+            "catch-up applied %d change(s) this node had missed (a lost nudge "
+            "or a stopped worker): until now its filter was stale, up to #%d",
+            result.applied,
+            result.applied_seq,
+        )
+    if not result.skipped or periodic:
+        report(result, full=periodic)
+    return result
+
+
+def report(result: SyncResult, *, full: bool = False) -> None:
+    """Record `result` in this node's NodeStatus row (see nodestatus.report_status)."""
+    nodestatus.report_status(
+        result.path,
+        rebuild_seconds=result.rebuild_seconds if result.rebuilt else None,
+        full=full,
+    )
