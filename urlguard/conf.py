@@ -39,6 +39,15 @@ DEFAULTS: dict[str, Any] = {
     "CONTINUE_TOKEN_MAX_AGE": 15 * 60,
     # Allowed redirects are cacheable this long, so a later block reaches returning visitors.
     "REDIRECT_MAX_AGE": 90,
+    # Rules on addresses outside the public internet (private, loopback, link-local)
+    # are refused unless this is on: from outside they block nothing.
+    "ALLOW_PRIVATE_ADDRESS_RULES": False,
+    # Popular hosts a whole-host rule needs an explicit confirmation for (None: the
+    # shipped list, urlguard.safety.DEFAULT_PROTECTED_HOSTS); likewise link shorteners.
+    "PROTECTED_HOSTS": None,
+    "LINK_SHORTENERS": None,
+    # A rule that would block more short links than this needs a confirmation (0: never).
+    "CONFIRM_IMPACT_LINKS": 100,
     # Where "report a mistake" on the warning page points (mailto: or a URL).
     "REPORT_MISTAKE_URL": "mailto:abuse@localhost",
     # This node's name in NodeStatus (one filter file per node).

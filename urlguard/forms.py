@@ -9,8 +9,10 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from urlguard.canonical import canonicalize
+from urlguard.impact import Impact, impact_of_adding
 from urlguard.models import Category, ShortLink, SpamRule
 from urlguard.rules import RuleError, rule_candidates
+from urlguard.safety import Confirmation, confirmations, default_candidate
 from urlguard.slugs import validate_destination, validate_slug
 
 # An upload bigger than this is almost certainly not a rule list; refusing it early
@@ -33,6 +35,15 @@ def candidate_choices(text: str) -> list[tuple[str, str]]:
     except (RuleError, ValueError):
         return []
     return [(c.expression, f"{c.expression} — {c.description}") for c in candidates]
+
+
+def proposed_expression(text: str) -> str | None:
+    """The level the form proposes for pasted `text` (urlguard.safety.default_candidate)."""
+    try:
+        candidate = default_candidate(text, rule_candidates(text))
+    except (RuleError, ValueError):
+        return None
+    return candidate.expression if candidate is not None else None
 
 
 class SpamRuleAddForm(forms.Form):
@@ -60,6 +71,12 @@ class SpamRuleAddForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
         help_text="Why this is spam, where it was reported (shown in the change log).",
     )
+    confirm = forms.BooleanField(
+        label="Yes, block it anyway",
+        required=False,
+        help_text="Needed when the rule blocks a popular site, a link shortener, a hosting "
+        "platform, this service itself, or many short links at once (the reasons are shown).",
+    )
     samples = forms.CharField(
         label="Also test these URLs",
         required=False,
@@ -67,15 +84,20 @@ class SpamRuleAddForm(forms.Form):
         help_text="Optional, one URL per line: the preview says whether the rule blocks each.",
     )
 
-    def __init__(self, *args, preview: bool = False, **kwargs):
+    def __init__(self, *args, preview: bool = False, request_host: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.request_host = request_host
+        self.impact: Impact | None = None
+        self.confirmations: list[Confirmation] = []
         # A preview round trip validates the pasted text but does not yet insist on a
         # chosen level: it is how the no-JavaScript user gets to see the choices.
         self.preview = preview
         # The radio choices depend on what was pasted, so they are built from the
         # submitted text before validation (ChoiceField checks against them).
-        text = (self.data.get("url") or "") if self.is_bound else ""
+        text = (self.data.get("url") or "") if self.is_bound else self.initial.get("url", "")
         self.fields["expression"].choices = candidate_choices(text) if text else []
+        if text and not self.is_bound:
+            self.initial.setdefault("expression", proposed_expression(text))
 
     def clean_url(self) -> str:
         text = self.cleaned_data["url"]
@@ -97,6 +119,25 @@ class SpamRuleAddForm(forms.Form):
                 ),
             )
         elif expression:
+            self.impact = impact_of_adding([expression])
+            self.confirmations = confirmations(
+                expression,
+                request_host=self.request_host,
+                blocked_links=self.impact.links if self.impact.exact else None,
+            )
+            if self.confirmations and not data.get("confirm") and not self.preview:
+                self.add_error(
+                    "confirm",
+                    ValidationError(
+                        "%(expression)s needs a confirmation: %(reasons)s. Tick “Yes, block "
+                        "it anyway” if that is what you mean, or pick a narrower level.",
+                        code="confirm",
+                        params={
+                            "expression": expression,
+                            "reasons": "; ".join(c.reason for c in self.confirmations),
+                        },
+                    ),
+                )
             existing = SpamRule.objects.filter(expression=expression).first()
             if existing is not None:
                 self.add_error(

@@ -262,6 +262,9 @@ class AdminJob(models.Model):
     params = models.JSONField(default=dict, blank=True)
     payload = models.TextField(blank=True, default="")
     result = models.JSONField(default=dict, blank=True)
+    # Every refused line of an import with its reason, as a file to download, fix
+    # and upload again ("# line N: reason" above each line).
+    refused = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-created"]

@@ -19,7 +19,11 @@ candidates offered for a pasted URL say so.
 
 Rules on public suffixes (`com/`, `co.uk/`, `github.io/`) are refused: they would
 block every site under them. The list comes from the publicsuffixlist package
-(ICANN and private sections), never from the network.
+(ICANN and private sections), never from the network. So are host names no
+browser can reach (a label that is empty, longer than 63 characters, or not
+letters, digits and hyphens; broken IDNA) and, unless ALLOW_PRIVATE_ADDRESS_RULES
+is on, addresses that are not on the public internet (private, loopback,
+link-local): a rule on them only ever blocks this service's own network.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+import idna
 from publicsuffixlist import PublicSuffixList
 
 from urlguard.canonical import (
@@ -64,6 +69,18 @@ MAX_RULE_LENGTH = 2000
 _FORBIDDEN_IN_HOST = "%<>^|"
 
 _IPV4_RE = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
+# A DNS label as browsers resolve it: letters, digits and hyphens (LDH), not starting
+# or ending with a hyphen. Underscores are accepted too: resolvers and browsers
+# follow them, and real blocklists name such hosts (ad_server.example.com).
+_LABEL_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+# Private networks (RFC 1918, shared address space RFC 6598, unique local IPv6).
+# Not ipaddress's is_private, which also counts documentation and benchmark ranges.
+_PRIVATE_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+)
+MAX_LABEL_LENGTH = 63
+MAX_HOST_LENGTH = 253
 
 
 class RuleError(ValueError):
@@ -220,7 +237,75 @@ def _parse(text: str) -> CanonicalURL:
             f"would block every site under it. Block one registrable domain instead, "
             f"such as example.{parts.host}/"
         )
+    if parts.is_ip:
+        _check_address(parts.host, stripped)
+    else:
+        _check_host_name(parts.host, stripped)
     return parts
+
+
+def _check_host_name(host: str, pasted: str) -> None:
+    """Refuse a host name no browser can be sent to: the rule would never match a
+    real visit, and such lines are usually a broken feed."""
+    if len(host) > MAX_HOST_LENGTH:
+        raise RuleError(
+            f"{_short(pasted)}: the host name is {len(host)} characters long; DNS allows "
+            f"at most {MAX_HOST_LENGTH}"
+        )
+    labels = host.split(".")
+    if labels[-1].isdigit():
+        raise RuleError(
+            f"{_short(pasted)}: the host {_short(host)} ends in a number but is not an IPv4 "
+            "address (browsers refuse it)"
+        )
+    for label in labels:
+        if len(label) > MAX_LABEL_LENGTH:
+            raise RuleError(
+                f"{_short(pasted)}: the host label {_short(label)} is {len(label)} characters "
+                f"long; the limit is {MAX_LABEL_LENGTH}"
+            )
+        if not _LABEL_RE.fullmatch(label):
+            raise RuleError(
+                f"{_short(pasted)}: the host label {_short(unquote(label))} is not a valid "
+                "host name label (letters, digits and hyphens, not starting or ending "
+                "with a hyphen)"
+            )
+        if label.startswith("xn--"):
+            try:
+                idna.decode(label)
+            except (idna.IDNAError, UnicodeError) as exc:
+                raise RuleError(
+                    f"{_short(pasted)}: the host label {label!r} is not valid IDNA ({exc})"
+                ) from None
+
+
+def _check_address(host: str, pasted: str) -> None:
+    """Refuse an address outside the public internet unless the setting allows it:
+    such a rule blocks nothing a visitor could reach from outside, only this
+    service's own network (often by a feed's mistake)."""
+    # Imported here: conf reads Django settings, and this module is also used
+    # before Django is configured (importing.py's parsers in tests and commands).
+    from urlguard.conf import conf
+
+    address = ipaddress.ip_address(host.strip("[]"))
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        kind = "a loopback"
+    elif address.is_link_local:
+        kind = "a link-local"
+    elif address.is_unspecified:
+        kind = "the unspecified"
+    elif any(address in network for network in _PRIVATE_NETWORKS):
+        kind = "a private"
+    else:
+        return
+    if conf.ALLOW_PRIVATE_ADDRESS_RULES:
+        return
+    raise RuleError(
+        f"{_short(pasted)}: {address} is {kind} address, not one on the public internet; "
+        "set URLGUARD['ALLOW_PRIVATE_ADDRESS_RULES'] = True to block such addresses"
+    )
 
 
 def _canonical(url: str, pasted: str) -> CanonicalURL:

@@ -213,3 +213,71 @@ def test_running_import_and_its_rescan_show_progress_bars(editor):
         status = reverse("admin:urlguard_spamrule_job_status", args=[watched.pk])
         assert f'data-status-url="{status}"' in html
     assert '<progress max="1" value="1">' in html and "Waiting for a worker." in html
+
+
+ADVERSARIAL = "\n".join(
+    [
+        "# every line below but the last two is refused",
+        "bad_host!.example/",
+        "a" * 300 + ".example.com",
+        "xn--zz.example",
+        "-leading-hyphen.example.com",
+        "1.2.3.4.5",
+        "192.168.0.1/admin",
+        "http://127.0.0.1/",
+        "[::1]",
+        "169.254.1.1",
+        "0x7f000001",
+        "*.com",
+        "||com^",
+        "||co.uk^$third-party",
+        ".github.io",
+        "*.рф",
+        "COM.",
+        "javascript:alert(1)",
+        "two words.example",
+        "ok-one.example.com",
+        "||ok-two.example.net^",
+    ]
+).encode()
+
+
+def test_an_adversarial_file_is_refused_line_by_line(editor):
+    _upload(editor, ADVERSARIAL)
+    job = AdminJob.objects.get()
+    result = job.result
+    assert (result["new"], result["refused"]) == (2, 18)
+    reasons = {line["raw"][:20]: line["error"] for line in result["refused_lines"]}
+    assert "not a valid host name label" in reasons["bad_host!.example/"]
+    assert "at most 253" in reasons["a" * 20]
+    assert "not valid IDNA" in reasons["xn--zz.example"]
+    assert "private address" in reasons["192.168.0.1/admin"]
+    assert "loopback address" in reasons["0x7f000001"]
+    assert "link-local" in reasons["169.254.1.1"]
+    assert "ends in a number" in reasons["1.2.3.4.5"]
+    for bare in ("*.com", "||com^", "||co.uk^$third-party", ".github.io", "*.рф", "COM."):
+        assert "would block every site under it" in reasons[bare[:20]], bare
+    assert result["sample_new"] == ["ok-one.example.com/", "ok-two.example.net/"]
+    # Every refused line downloads as a file, each under its reason.
+    download = editor.get(reverse("admin:urlguard_spamrule_import_refused", args=[job.pk]))
+    assert download.status_code == 200
+    assert download["Content-Disposition"] == f'attachment; filename="import-{job.pk}-refused.txt"'
+    text = download.content.decode()
+    assert text.count("\n# line ") + text.startswith("# line ") == 18
+    assert "# line 2: 'bad_host!.example/': the host label" in text
+    assert "\nbad_host!.example/\n" in text and "ok-one" not in text
+
+
+def test_private_addresses_are_allowed_by_the_setting(editor, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "ALLOW_PRIVATE_ADDRESS_RULES": True}
+    _upload(editor, b"192.168.0.1/admin\n10.0.0.1\n")
+    assert AdminJob.objects.get().result["new"] == 2
+
+
+def test_refused_download_needs_add_permission(viewer, editor):
+    _upload(editor, b"bad_host!.example\n")
+    job = AdminJob.objects.get()
+    assert (
+        viewer.get(reverse("admin:urlguard_spamrule_import_refused", args=[job.pk])).status_code
+        == 403
+    )

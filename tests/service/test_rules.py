@@ -253,3 +253,50 @@ def test_any_text_is_a_rule_or_a_rule_error(text):
         return
     assert expression in {c.expression for c in rule_candidates(text)}
     assert normalize_rule(expression) == expression
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("bad_host!.example/", "not a valid host name label"),
+        ("-x.example.com", "not a valid host name label"),
+        ("x-.example.com", "not a valid host name label"),
+        ("a" * 64 + ".example.com", "64 characters long; the limit is 63"),
+        (".".join(["abcdefghi"] * 26) + ".com", "DNS allows at most 253"),
+        ("xn--zz.example", "not valid IDNA"),
+        ("1.2.3.4.5", "ends in a number"),
+        ("10.1.2.3", "private address"),
+        ("172.16.0.1", "private address"),
+        ("100.64.0.1", "private address"),
+        ("[fd00::1]", "private address"),
+        ("[::ffff:192.168.1.1]", "private address"),
+        ("127.0.0.1/admin", "loopback address"),
+        ("[::1]", "loopback address"),
+        ("169.254.0.1", "link-local address"),
+        ("[fe80::1]", "link-local address"),
+        ("0.0.0.0", "unspecified address"),
+    ],
+)
+def test_unreachable_hosts_are_refused(text, reason):
+    with pytest.raises(RuleError, match=reason):
+        normalize_rule(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expression"),
+    [
+        ("ad_server.example.com", "ad_server.example.com/"),  # resolvers accept '_'
+        ("a" * 63 + ".example.com", "a" * 63 + ".example.com/"),
+        ("ab--cd.example.com", "ab--cd.example.com/"),
+        ("8.8.8.8/x", "8.8.8.8/x"),
+        ("[2001:db8::1]", "[2001:db8::1]/"),  # documentation range: not private
+    ],
+)
+def test_reachable_hosts_are_accepted(text, expression):
+    assert normalize_rule(text) == expression
+
+
+def test_private_addresses_are_accepted_when_the_setting_allows(settings):
+    settings.URLGUARD = {**settings.URLGUARD, "ALLOW_PRIVATE_ADDRESS_RULES": True}
+    assert normalize_rule("192.168.0.1/admin") == "192.168.0.1/admin"
+    assert normalize_rule("127.0.0.1") == "127.0.0.1/"

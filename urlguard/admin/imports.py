@@ -119,3 +119,14 @@ def status_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
             "rescan_job": job.result.get("rescan_job"),
         }
     )
+
+
+@http_methods("GET")
+def refused_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
+    """The refused lines of an import as a text file, each under its reason."""
+    if not model_admin.has_add_permission(request):
+        raise PermissionDenied
+    job = _job(job_id, AdminJob.Kind.IMPORT)
+    response = HttpResponse(job.refused, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="import-{job.pk}-refused.txt"'
+    return response

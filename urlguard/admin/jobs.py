@@ -5,6 +5,7 @@ broker is configured, with progress written to the row for the page to poll."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import time
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from urlguard import changes
 from urlguard.admin.pages import counted
+from urlguard.impact import impact_of_adding
 from urlguard.importing import parse_rules
 from urlguard.models import AdminJob
 from urlguard.rescan import rescan_links
@@ -38,11 +40,13 @@ def preview_import(text: str, *, default_category: str, filename: str, user) -> 
     started = time.perf_counter()
     new: dict[str, tuple[str, str]] = {}  # expression -> (category, note)
     refused: list[dict] = []
+    refused_file = io.StringIO()
     refused_count = repeated = lines = 0
     for parsed in parse_rules(text.splitlines(), default_category=default_category):
         lines += 1
         if parsed.error is not None:
             refused_count += 1
+            refused_file.write(refused_entry(parsed.lineno, parsed.raw, parsed.error))
             if len(refused) < MAX_REFUSED_SHOWN:
                 refused.append(
                     {"lineno": parsed.lineno, "raw": parsed.raw[:300], "error": parsed.error}
@@ -55,6 +59,7 @@ def preview_import(text: str, *, default_category: str, filename: str, user) -> 
     for expression in listed:
         del new[expression]
     present = len(listed)
+    impact = impact_of_adding(new)
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.IMPORT,
         state=AdminJob.State.PREVIEWED,
@@ -73,10 +78,19 @@ def preview_import(text: str, *, default_category: str, filename: str, user) -> 
             "refused_lines": refused,
             "refused_truncated": refused_count > len(refused),
             "sample_new": list(new)[:20],
+            "impact": impact.as_dict(),
             "preview_seconds": round(time.perf_counter() - started, 3),
         },
+        refused=refused_file.getvalue(),
     )
     return job
+
+
+def refused_entry(lineno: int, raw: str, error: str) -> str:
+    """One refused line for the download: its reason as a comment above it, so the
+    file can be fixed and uploaded again as it is."""
+    reason = " ".join(error.split())
+    return f"# line {lineno}: {reason}\n{raw}\n"
 
 
 def start_import(job: AdminJob) -> None:

@@ -1,15 +1,19 @@
 """What a rule would block, before it is saved: the candidate expressions for a
-pasted URL and, for the chosen one, sample URLs sorted into "blocked" and "not
-blocked" by the real matcher (urlguard.rules.rule_matches), never by guesswork.
-Used by the add form (server-rendered) and its live-preview JSON endpoint."""
+pasted URL (the narrowest sensible one proposed), and for the chosen one the short
+links it would block (urlguard.impact), the confirmations it needs
+(urlguard.safety), and sample URLs sorted into "blocked" and "not blocked" by the
+real matcher (urlguard.rules.rule_matches), never by guesswork. Used by the add form
+(server-rendered) and its live-preview JSON endpoint."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from urlguard.canonical import expressions
+from urlguard.impact import impact_of_adding
 from urlguard.models import SpamRule
 from urlguard.rules import RuleError, rule_candidates, rule_matches
+from urlguard.safety import confirmations, default_candidate
 
 # The person's own test URLs per preview: a screenful to compare, not a bulk checker
 # (each is matched in this request).
@@ -44,10 +48,18 @@ def sample_urls(expression: str, pasted: str) -> list[str]:
     return list(dict.fromkeys(s for s in samples if s))
 
 
-def rule_preview(text: str, expression: str | None, extra_samples: Iterable[str]) -> dict:
+def rule_preview(
+    text: str,
+    expression: str | None,
+    extra_samples: Iterable[str],
+    *,
+    request_host: str | None = None,
+) -> dict:
     """A JSON-ready dict: `error` (why the text cannot be a rule, or None),
-    `candidates` [{level, expression, help}], `expression` (the chosen one),
-    `existing` (rules already covering the pasted URL), and `samples`
+    `candidates` [{level, expression, help}], `expression` (the chosen one, by
+    default the narrowest that covers what was pasted), `existing` (rules already
+    covering the pasted URL), `impact` (urlguard.impact.Impact.as_dict() of the
+    chosen expression), `confirmations` [{code, reason}] it needs, and `samples`
     [{url, blocked}] for the chosen expression: ours, then the person's own
     `extra_samples` (blank ones dropped, the first MAX_EXTRA_SAMPLES kept)."""
     text = text.strip()
@@ -57,6 +69,8 @@ def rule_preview(text: str, expression: str | None, extra_samples: Iterable[str]
         "candidates": [],
         "expression": None,
         "existing": [],
+        "impact": None,
+        "confirmations": [],
         "samples": [],
     }
     if not text:
@@ -74,7 +88,19 @@ def rule_preview(text: str, expression: str | None, extra_samples: Iterable[str]
         out["error"] = "Nothing in this text can be blocked."
         return out
     chosen = {c.expression for c in candidates}
-    out["expression"] = expression if expression in chosen else candidates[0].expression
+    proposed = default_candidate(text, candidates) or candidates[0]
+    out["default"] = proposed.expression
+    out["expression"] = expression if expression in chosen else proposed.expression
+    impact = impact_of_adding([out["expression"]])
+    out["impact"] = impact.as_dict()
+    out["confirmations"] = [
+        {"code": c.code, "reason": c.reason}
+        for c in confirmations(
+            out["expression"],
+            request_host=request_host,
+            blocked_links=impact.links if impact.exact else None,
+        )
+    ]
     # A bare host or expression is what a person pastes as often as a URL.
     pasted_url = text if "://" in text else f"http://{text}"
     try:

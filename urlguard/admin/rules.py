@@ -16,7 +16,7 @@ from urlguard.admin import checkurl, dashboard, imports
 from urlguard.admin.pages import http_methods, render_tool, tool_urls
 from urlguard.admin.preview import rule_preview
 from urlguard.canonical import expressions
-from urlguard.forms import SpamRuleAddForm, SpamRuleChangeForm
+from urlguard.forms import SpamRuleAddForm, SpamRuleChangeForm, proposed_expression
 from urlguard.models import SpamRule
 from urlguard.rules import RuleError, rule_level
 
@@ -111,11 +111,11 @@ class SpamRuleAdmin(admin.ModelAdmin):
             data = request.POST.copy()
             if previewing and not data.get("expression"):
                 # Without JavaScript the first round trip only knows the URL: propose
-                # the first (broadest) level so the preview has something to show.
-                first = SpamRuleAddForm(data).fields["expression"].choices
-                if first:
-                    data["expression"] = first[0][0]
-            form = SpamRuleAddForm(data, preview=previewing)
+                # the narrowest level that covers it, so the preview has something to show.
+                proposed = proposed_expression(data.get("url", ""))
+                if proposed:
+                    data["expression"] = proposed
+            form = SpamRuleAddForm(data, preview=previewing, request_host=request.get_host())
             if form.is_valid() and not previewing:
                 try:
                     rule = changes.add_rule(
@@ -155,6 +155,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
                 text,
                 form.data.get("expression") if form.is_bound else None,
                 form.sample_lines(),
+                request_host=request.get_host(),
             )
         return render_tool(
             self,
@@ -180,6 +181,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
                     ("import/", imports.upload_view, "import"),
                     ("import/<int:job_id>/", imports.job_view, "import_job"),
                     ("import/<int:job_id>/commit/", imports.commit_view, "import_commit"),
+                    ("import/<int:job_id>/refused/", imports.refused_view, "import_refused"),
                     ("jobs/<int:job_id>/status/", imports.status_view, "job_status"),
                     ("check/", checkurl.check_view, "check"),
                     ("dashboard/", dashboard.dashboard_view, "dashboard"),
@@ -209,5 +211,6 @@ def preview_view(model_admin: SpamRuleAdmin, request: HttpRequest) -> HttpRespon
         request.GET.get("url", ""),
         request.GET.get("expression") or None,
         request.GET.getlist("sample"),
+        request_host=request.get_host(),
     )
     return JsonResponse(preview, status=200 if preview["error"] is None else 400)

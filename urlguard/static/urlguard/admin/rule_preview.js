@@ -46,6 +46,8 @@
     var p = el("p", {}, "Rule: ");
     p.appendChild(el("code", {"class": "preview-expression"}, data.expression));
     body.appendChild(p);
+    if (data.impact) { body.appendChild(renderImpact(data.impact)); }
+    renderConfirmations(data.confirmations || []);
     if (data.existing.length) {
       body.appendChild(el("p", {"class": "preview-existing warning"}, "Already blocked by: " +
         data.existing.map(function (r) { return r.expression + " (" + r.category + ")"; }).join(", ")));
@@ -67,6 +69,40 @@
         cols.appendChild(col);
       });
     body.appendChild(cols);
+  }
+
+  function renderImpact(impact) {
+    var box = el("div", {"class": "impact" + (impact.links ? " impact-some" : ""),
+                         "data-action": impact.action});
+    box.appendChild(el("p", {"class": "impact-text"}, impact.text));
+    if (impact.samples && impact.samples.length) {
+      var ul = el("ul", {"class": "impact-samples"});
+      impact.samples.forEach(function (s) {
+        var li = el("li");
+        li.appendChild(el("span", {}, "/" + s.slug + " → "));
+        li.appendChild(el("code", {}, s.destination));
+        if (s.other_rule) {
+          var other = el("span", {"class": "impact-other"},
+                         " " + (impact.action === "remove" ? "still" : "already") + " blocked by ");
+          other.appendChild(el("code", {}, s.other_rule));
+          li.appendChild(other);
+        }
+        ul.appendChild(li);
+      });
+      box.appendChild(ul);
+    }
+    return box;
+  }
+
+  function renderConfirmations(list) {
+    var row = document.getElementById("confirm-row");
+    var reasons = document.getElementById("confirm-reasons");
+    if (!row || !reasons) { return; }
+    reasons.textContent = "";
+    list.forEach(function (c) {
+      reasons.appendChild(el("li", {"data-code": c.code}, c.reason));
+    });
+    row.hidden = list.length === 0;
   }
 
   function refresh() {
