@@ -23,7 +23,9 @@ run: install
 test: install
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
-	$(MAKE) --no-print-directory test-services
+	# -o: `test` already depends on install; without it the sub-make re-runs install
+	# whenever pyproject.toml is newer than the stamp (a fresh worktree checkout).
+	$(MAKE) --no-print-directory -o install -o $(STAMP) test-services
 
 test-services: install
 	DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/urlguard} \
