@@ -25,16 +25,12 @@ from django.utils.encoding import iri_to_uri
 from urlguard.conf import conf
 from urlguard.guard import InvalidURL, get_guard
 from urlguard.ratelimitedlog import log_limited
+from urlguard.warning import CONFIRMED_ATTR, WEB_SCHEMES, mark_confirmed, warning_response
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["RedirectGuardMiddleware", "mark_confirmed", "resolve_location"]
 
-#: Response attribute set by views whose redirect the user already confirmed
-#: (the warning page's "continue anyway"): checking it again would loop.
-CONFIRMED_ATTR = "urlguard_confirmed"
-
-WEB_SCHEMES = frozenset({"http", "https"})
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 # What a browser strips before parsing a URL (WHATWG URL standard): leading and
 # trailing C0 controls and spaces, and every tab and newline anywhere.
@@ -46,12 +42,6 @@ _TAB_NEWLINE = str.maketrans("", "", "\t\r\n")
 _PLAIN_ABSOLUTE = re.compile(
     r"(https?)://[^/\\\x00-\x20\x7f]+(?:[/?#][^\\\x00-\x20\x7f]*)?\Z", re.ASCII
 )
-
-
-def mark_confirmed(response: HttpResponseBase) -> HttpResponseBase:
-    """Tell the middleware this redirect was confirmed by the user: do not check it."""
-    setattr(response, CONFIRMED_ATTR, True)
-    return response
 
 
 def resolve_location(request: HttpRequest, location: str) -> tuple[str, str]:
@@ -139,7 +129,7 @@ class RedirectGuardMiddleware:
             # "database" could not answer either (the failure may be the
             # database itself), so the only safe answer left is "closed".
             try:
-                return _warning(request, destination=location, kind="unchecked")
+                return warning_response(request, destination=location, kind="unchecked")
             except Exception:
                 logger.exception("urlguard: rendering the warning page failed")
                 return HttpResponse(
@@ -157,16 +147,18 @@ class RedirectGuardMiddleware:
         if scheme not in WEB_SCHEMES:
             if scheme in policy.allowed_other_schemes:
                 return response
-            return _warning(request, destination=destination, kind="scheme")
+            return warning_response(request, destination=destination, kind="scheme")
         if not policy.check_internal and _is_internal(request, destination):
             return response
         try:
             verdict = get_guard().check(destination)
         except InvalidURL as exc:
-            return _warning(request, destination=destination, kind="invalid", reason=str(exc))
+            return warning_response(
+                request, destination=destination, kind="invalid", reason=str(exc)
+            )
         if verdict.blocked:
             kind = "unchecked" if verdict.rule is None else "rule"
-            return _warning(request, destination=destination, verdict=verdict, kind=kind)
+            return warning_response(request, destination=destination, verdict=verdict, kind=kind)
         if verdict.degraded:
             response["X-URLGuard"] = "degraded"
             # An answer given without the filter must not stick in a browser cache.
@@ -182,13 +174,6 @@ class RedirectGuardMiddleware:
                 # lifetime would keep this redirect past a later block.
                 patch_cache_control(response, private=True, max_age=policy.max_age)
         return response
-
-
-def _warning(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
-    # views imports this module (mark_confirmed, WEB_SCHEMES): import on use.
-    from urlguard.views import warning_response
-
-    return warning_response(request, **kwargs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -383,7 +383,7 @@ def test_even_a_broken_warning_page_is_no_500(client, monkeypatch):
     def broken_page(request, **kwargs):
         raise RuntimeError("template missing")
 
-    monkeypatch.setattr("urlguard.views.warning_response", broken_page)
+    monkeypatch.setattr("urlguard.middleware.warning_response", broken_page)
     response = redirect(client, "https://www.python.org/")
     assert response.status_code == 503
     assert response["Content-Type"].startswith("text/plain")

@@ -17,7 +17,7 @@ from django.urls import include, path
 
 from urlguard.changes import add_rule
 from urlguard.models import ShortLink
-from urlguard.views import CONTINUE_SALT, continue_token
+from urlguard.warning import CONTINUE_SALT, continue_token
 
 
 def boom(request):

@@ -1,0 +1,174 @@
+"""The warning page shown in place of a redirect the guard will not follow
+blindly, and the pieces it shares with the "continue anyway" step: the signed
+token, the report-a-mistake link, the plain words for each category.
+
+Both the middleware (which shows the page) and the views (which honour its
+"continue anyway" link) import this module; it imports neither of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+from django.core import signing
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import render
+from django.urls import reverse
+
+from urlguard.clicks import visitor_id
+from urlguard.conf import conf
+from urlguard.guard import Verdict
+from urlguard.models import Category
+from urlguard.rules import rule_level
+
+__all__ = [
+    "CATEGORY_WORDS",
+    "CONFIRMED_ATTR",
+    "CONTINUE_SALT",
+    "LEVEL_WORDS",
+    "WEB_SCHEMES",
+    "continue_signer",
+    "continue_token",
+    "mark_confirmed",
+    "no_cache",
+    "report_mistake_url",
+    "scheme_and_host",
+    "warning_response",
+]
+
+WEB_SCHEMES = frozenset({"http", "https"})
+
+#: Response attribute set by views whose redirect the user already confirmed
+#: (the warning page's "continue anyway"): checking it again would loop.
+CONFIRMED_ATTR = "urlguard_confirmed"
+
+CONTINUE_SALT = "urlguard.continue"
+
+# Plain words for the warning page: people do not know what "phishing" means.
+CATEGORY_WORDS: dict[str, str] = {
+    Category.PHISHING: "a phishing site: a page made to look like one you trust, "
+    "so that you type in a password or payment details",
+    Category.MALWARE: "a site that spreads malware: software that can harm your device "
+    "or steal your data",
+    Category.SPAM: "a spam site: unwanted advertising, fake offers or scams",
+    Category.UNWANTED: "a site offering unwanted software: programs that change your "
+    "browser or device without asking",
+    Category.OTHER: "a site on this service's block list",
+}
+
+LEVEL_WORDS = {
+    "domain": "the whole site {host} and all its subdomains",
+    "subdomain": "the subdomain {host}",
+    "path": "one section of {host}",
+    "page": "one page on {host}",
+}
+
+_NO_CACHE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Robots-Tag": "noindex, nofollow",
+    # The page and the continue link must not leak to the site we warn about.
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def mark_confirmed(response: HttpResponseBase) -> HttpResponseBase:
+    """Tell the middleware this redirect was confirmed by the user: do not check it."""
+    setattr(response, CONFIRMED_ATTR, True)
+    return response
+
+
+def no_cache(response: HttpResponse) -> HttpResponse:
+    for name, value in _NO_CACHE_HEADERS.items():
+        response[name] = value
+    return response
+
+
+def continue_signer() -> signing.TimestampSigner:
+    return signing.TimestampSigner(salt=CONTINUE_SALT)
+
+
+def continue_token(destination: str, visitor: str) -> str:
+    """A signed, timestamped token naming `destination`: the "continue anyway"
+    link carries it so that /continue can never redirect to a URL we did not warn about.
+
+    It is bound to `visitor` (clicks.visitor_id of the warned request): otherwise a
+    token copied from one warning page would make /continue a warning-free redirect
+    to a listed site for anyone it is sent to."""
+    return continue_signer().sign_object({"u": destination, "v": visitor}, compress=True)
+
+
+def report_mistake_url(destination: str) -> str:
+    base = str(conf.REPORT_MISTAKE_URL)
+    sep = "&" if "?" in base else "?"
+    if base.startswith("mailto:"):
+        subject = quote("Wrongly blocked link", safe="")
+        body = quote(f"This link was blocked, I think by mistake:\n{destination}\n", safe="")
+        return f"{base}{sep}subject={subject}&body={body}"
+    return f"{base}{sep}{urlencode({'url': destination})}"
+
+
+def scheme_and_host(url: str) -> tuple[str, str]:
+    try:
+        parts = urlsplit(url)
+        return parts.scheme.lower(), parts.hostname or ""
+    except ValueError:  # e.g. "http://[" : an unusable address has no host to name
+        return "", ""
+
+
+def warning_response(
+    request: HttpRequest,
+    *,
+    destination: str,
+    kind: str,
+    verdict: Verdict | None = None,
+    reason: str = "",
+) -> HttpResponse:
+    """The page shown instead of a redirect we will not follow blindly.
+
+    kind: "rule" (the destination is on the spam list), "unchecked" (the filter
+    could not be read and ON_FILTER_ERROR is "closed"), "scheme" (a javascript:,
+    data: ... destination) or "invalid" (not a usable web address).
+
+    The status is honest rather than 200: 403 for a refusal, 503 (with
+    Retry-After) when we simply could not check. Browsers show the page either
+    way, and monitoring and crawlers see that nothing was served.
+    """
+    scheme, host = scheme_and_host(destination)
+    rule = verdict.rule if verdict else None
+    context: dict[str, Any] = {
+        "kind": kind,
+        "destination": destination,
+        "host": host,
+        "scheme": scheme,
+        "rule": rule,
+        "reason": reason or (verdict.reason if verdict else ""),
+        "report_url": report_mistake_url(destination),
+        "continue_url": None,
+    }
+    if rule is not None:
+        try:
+            level = rule_level(rule.expression)
+        except Exception:  # a display nicety: the page renders without it ("blocks <host>")
+            level = ""
+        context.update(
+            category_label=rule.get_category_display(),
+            category_words=CATEGORY_WORDS.get(rule.category, CATEGORY_WORDS[Category.OTHER]),
+            level=level,
+            level_words=LEVEL_WORDS.get(level, "{host}").format(host=rule.expression.split("/")[0]),
+        )
+    if kind in ("rule", "unchecked") and scheme in WEB_SCHEMES and host:
+        # Never offered for javascript:/data: (that would be a script injection
+        # one click away) nor for an address we could not even parse.
+        context["continue_url"] = (
+            reverse("urlguard:continue")
+            + "?"
+            + urlencode({"token": continue_token(destination, visitor_id(request))})
+        )
+    status = 503 if kind == "unchecked" else 403
+    response = no_cache(render(request, "urlguard/warning.html", context, status=status))
+    if kind == "unchecked":
+        response["Retry-After"] = "60"
+    if verdict is not None and verdict.degraded:
+        response["X-URLGuard"] = "degraded"
+    return response
