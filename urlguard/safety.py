@@ -242,7 +242,8 @@ def confirmations(
             found.append(
                 Confirmation(
                     "popular",
-                    f"{host} is {'part of ' if popular != host else ''}{popular}, a popular "
+                    (f"{host} is part of {popular}," if popular != host else f"{host} is")
+                    + " a popular "
                     "site on the protected hosts list: the rule blocks everyone's links to it, "
                     "not just the spam page; block the page or path instead",
                 )

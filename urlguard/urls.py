@@ -2,7 +2,9 @@
 not here; the short-link catch-all comes last so it never shadows a page."""
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from urlguard import views
 
@@ -15,5 +17,7 @@ site_patterns = [
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Browsers ask for /favicon.ico where a page names no icon (JSON, plain text).
+    path("favicon.ico", RedirectView.as_view(url=static("urlguard/favicon.svg"), permanent=True)),
     path("", include((site_patterns, "urlguard"))),
 ]

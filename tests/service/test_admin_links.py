@@ -55,10 +55,10 @@ def test_changelist_verdicts_in_one_batch(link_admin, links, monkeypatch):
     assert page.status_code == 200
     assert len(calls) == 1 and len(calls[0]) == len(links)
     html = page.content.decode()
-    assert "blocked: spam.example.com/ (Phishing)" in html
-    assert "blocked: ok.example.org/bad/ (Malware)" in html
+    assert "blocked (Phishing)<br><code>spam.example.com/</code>" in html
+    assert "blocked (Malware)<br><code>ok.example.org/bad/</code>" in html
     assert "invalid URL" in html and 'class="verdict verdict-ok"' in html
-    assert ">12 (5 unique)<" in html  # clicks and unique visitors
+    assert '>12<br><span class="help">5 unique</span>' in html  # clicks and unique visitors
     assert "Rescan for spam" in html
 
 

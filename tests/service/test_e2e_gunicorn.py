@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from urlguard.templatetags.urlguard_format import unbroken_host
+
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).with_name("gunicorn")
 
@@ -143,7 +145,7 @@ def test_blocked_short_link_shows_the_warning_page(service, slug, host):
     assert status == 403
     assert "Location" not in headers
     assert headers["Cache-Control"] == "no-store"
-    assert f'<span class="host">{host}</span>' in body and "Back to safety" in body
+    assert f'<span class="host">{unbroken_host(host)}</span>' in body and "Back to safety" in body
 
 
 @pytest.mark.timeout(120)

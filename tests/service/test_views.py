@@ -17,6 +17,7 @@ from django.urls import include, path
 
 from urlguard.changes import add_rule
 from urlguard.models import ShortLink
+from urlguard.templatetags.urlguard_format import unbroken_host
 from urlguard.warning import CONTINUE_SALT, continue_token
 
 
@@ -82,7 +83,7 @@ def test_blocked_short_link_shows_the_warning(client, links, slug, host, words):
     response = client.get(f"/{slug}")
     assert response.status_code == 403
     html = response.content.decode()
-    assert f'<span class="host">{host}</span>' in html
+    assert f'<span class="host">{unbroken_host(host)}</span>' in html
     assert words in html
     assert "Back to safety" in html and "<details>" in html
     assert response["Referrer-Policy"] == "no-referrer"

@@ -9,6 +9,7 @@ from django.utils.html import format_html, format_html_join
 
 from urlguard.admin.pages import BatchAnnotatedChangeList
 from urlguard.models import ChangeEvent, NodeStatus
+from urlguard.templatetags.urlguard_format import duration, micros_date
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -82,13 +83,18 @@ class ChangeEventAdmin(ReadOnlyAdmin):
         "seq",
         "action",
         "expression",
-        "added_at",
+        "added_at_text",
         "category",
         "actor",
         "source",
         "created",
         "applied_on",
     )
+
+    @admin.display(description="rule added at", ordering="added_at")
+    def added_at_text(self, obj: ChangeEvent) -> str:
+        # added_at is the rule's filter id in microseconds: shown as the time it is.
+        return f"{micros_date(obj.added_at)} (id {obj.added_at})"
 
 
 @admin.register(NodeStatus)
@@ -98,7 +104,7 @@ class NodeStatusAdmin(ReadOnlyAdmin):
         "applied_seq",
         "is_clean",
         "last_rebuild_at",
-        "last_rebuild_seconds",
+        "rebuild_took",
         "reported_at",
         "last_error",
     )
@@ -109,7 +115,11 @@ class NodeStatusAdmin(ReadOnlyAdmin):
         "is_clean",
         "info",
         "last_rebuild_at",
-        "last_rebuild_seconds",
+        "rebuild_took",
         "last_error",
         "reported_at",
     )
+
+    @admin.display(description="rebuild took", ordering="last_rebuild_seconds")
+    def rebuild_took(self, obj: NodeStatus) -> str:
+        return duration(obj.last_rebuild_seconds)

@@ -116,7 +116,14 @@ class ShortLinkAdmin(admin.ModelAdmin):
 
     @admin.display(description="clicks", ordering="click_count")
     def clicks(self, obj: ShortLink) -> str:
-        return f"{obj.click_count:,} ({obj.unique_visitors:,} unique)"
+        return format_html(
+            '<span title="{} clicks, {} unique visitors">{}<br>'
+            '<span class="help">{} unique</span></span>',
+            f"{obj.click_count:,}",
+            f"{obj.unique_visitors:,}",
+            f"{obj.click_count:,}",
+            f"{obj.unique_visitors:,}",
+        )
 
     @admin.display(description="verdict")
     def verdict(self, obj: ShortLink) -> str:
@@ -134,10 +141,12 @@ class ShortLinkAdmin(admin.ModelAdmin):
                 verdict.reason,
             )
         if verdict.blocked and verdict.rule is not None:
+            # The whole verdict, on two lines: the word, then the rule (wrapping
+            # anywhere), never cut off by the column.
             return format_html(
-                '<span class="verdict verdict-blocked">blocked: {} ({})</span>',
-                verdict.rule.expression,
+                '<span class="verdict verdict-blocked">blocked ({})<br><code>{}</code></span>',
                 verdict.rule.get_category_display(),
+                verdict.rule.expression,
             )
         return mark_safe('<span class="verdict verdict-ok">ok</span>')
 

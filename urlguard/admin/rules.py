@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
+from django.utils import formats, timezone
 from django.utils.html import format_html
 
 from urlguard import changes
@@ -19,6 +20,7 @@ from urlguard.canonical import expressions
 from urlguard.forms import SpamRuleAddForm, SpamRuleChangeForm, proposed_expression
 from urlguard.models import SpamRule
 from urlguard.rules import RuleError, rule_level
+from urlguard.templatetags.urlguard_format import micros_date
 
 
 @admin.register(SpamRule)
@@ -35,7 +37,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
     readonly_fields = (
         "expression",
         "level",
-        "added_at",
+        "added_at_text",
         "source",
         "added_by",
         "created",
@@ -46,7 +48,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
         "level",
         "category",
         "note",
-        "added_at",
+        "added_at_text",
         "source",
         "added_by",
         "created",
@@ -55,8 +57,13 @@ class SpamRuleAdmin(admin.ModelAdmin):
     actions = ["delete_selected"]
 
     @admin.display(description="added", ordering="added_at")
-    def added(self, obj: SpamRule):
-        return obj.created
+    def added(self, obj: SpamRule) -> str:
+        return formats.date_format(timezone.localtime(obj.created), "Y-m-d H:i")
+
+    @admin.display(description="added at (filter id)")
+    def added_at_text(self, obj: SpamRule) -> str:
+        # added_at is the rule's filter id in microseconds: shown as the time it is.
+        return f"{micros_date(obj.added_at)} (id {obj.added_at})"
 
     @admin.display(description="level")
     def level(self, obj: SpamRule) -> str:
