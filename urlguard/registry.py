@@ -3,12 +3,18 @@ per process (opened at start-up, shared by every request and thread), and the
 short-lived writer that the change-applying code uses.
 
 A read-only ScalingCountingBloomFilter notices by itself (cheaply, before it answers)
-a new stage or a file replaced by a rebuild, so the registry never reopens per
-request; it only retries, at most once a second, a file that could not be opened.
+a new stage or a file replaced by a rebuild. What it cannot notice is a file removed,
+moved over or copied over at the path, or a writer that died mid-change: so at most
+once a second (one `stat`, off the per-URL cost) the registry checks that its mapping
+is still the file at the path and clean, and remaps, or answers None (checks follow
+ON_FILTER_ERROR) until the file is usable again. A file that could not be opened is
+retried at most once a second too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import threading
@@ -16,19 +22,33 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter
+from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter, fileformat
 from urlguard.conf import conf
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["get_filter", "writer", "open_writer", "file_written", "forget", "reset", "WriterBusy"]
+__all__ = [
+    "WriterBusy",
+    "file_written",
+    "forget",
+    "get_filter",
+    "open_writer",
+    "problem",
+    "reset",
+    "writer",
+]
 
 # An unreadable file is retried at most this often: a missing filter must not cost
 # every request a failed open() and a log line.
 RETRY_SECONDS = 1.0
+# A mapping checks at most this often that it is still the (clean) file at its path:
+# a rule added after the file was removed and rebuilt blocks within this time.
+CHECK_SECONDS = 1.0
 
 _lock = threading.Lock()
 _filters: dict[str, ScalingCountingBloomFilter] = {}
+# path -> monotonic time of the mapping's next identity check
+_next_check: dict[str, float] = {}
 # path -> (monotonic time of the next attempt, reason of the last failure)
 _failures: dict[str, tuple[float, str]] = {}
 
@@ -51,11 +71,26 @@ def get_filter(path: str | None = None) -> ScalingCountingBloomFilter | None:
         path = conf.FILTER_PATH
     filt = _filters.get(path)
     if filt is not None:
-        return filt
+        if time.monotonic() < _next_check.get(path, 0.0):
+            return filt
+        return _recheck(path, filt)
     failure = _failures.get(path)
     if failure is not None and time.monotonic() < failure[0]:
         return None
     return _open(path)
+
+
+def problem(path: str | None = None) -> str:
+    """Why checks of `path` are degraded in this process ("" when they are not)."""
+    if path is None:
+        path = conf.FILTER_PATH
+    if get_filter(path) is not None:
+        return ""
+    failure = _failures.get(path)
+    return failure[1] if failure is not None else "not opened yet"
+
+
+_MISSING = "missing (run `manage.py rebuild_filter`, or let a worker catch up)"
 
 
 def _open(path: str) -> ScalingCountingBloomFilter | None:
@@ -65,28 +100,154 @@ def _open(path: str) -> ScalingCountingBloomFilter | None:
             return filt
         previous = _failures.get(path)
         try:
+            # The identity first: if the file is replaced between the stat and the
+            # open, the next check sees a mismatch and maps it again (never the
+            # reverse, a stale mapping taken for the file at the path).
+            identity = _identity(os.stat(path))
             filt = ScalingCountingBloomFilter.open(path, readonly=True)
         except FileNotFoundError:
-            reason = "missing (run `manage.py rebuild_filter`, or let a worker catch up)"
+            reason = _MISSING
         except (OSError, FilterFileError) as exc:
             reason = f"unreadable: {exc}"
         except Exception as exc:  # never let a request die on the filter
             reason = f"unreadable ({type(exc).__name__}): {exc}"
         else:
-            _filters[path] = filt
-            if previous is not None:
-                logger.info("filter file %s is readable again", path)
-                del _failures[path]
-            return filt
-        if previous is None or previous[1] != reason:
-            logger.warning(
-                "filter file %s is %s; checks follow ON_FILTER_ERROR=%r",
-                path,
-                reason,
-                conf.ON_FILTER_ERROR,
-            )
-        _failures[path] = (time.monotonic() + RETRY_SECONDS, reason)
+            reason = _unusable(path, filt)
+            if not reason:
+                _filters[path] = filt
+                _identities[path] = _mapped_identity(filt) or identity
+                _next_check[path] = time.monotonic() + CHECK_SECONDS
+                if previous is not None:
+                    logger.info("filter file %s is readable again", path)
+                    del _failures[path]
+                return filt
+            _close_quietly(path, filt)
+        _failed(path, reason, previous)
         return None
+
+
+def _failed(path: str, reason: str, previous: tuple[float, str] | None) -> None:
+    if previous is None or previous[1] != reason:
+        logger.warning(
+            "filter file %s is %s; checks follow ON_FILTER_ERROR=%r",
+            path,
+            reason,
+            conf.ON_FILTER_ERROR,
+        )
+    _failures[path] = (time.monotonic() + RETRY_SECONDS, reason)
+
+
+# path -> (st_dev, st_ino) of the file the mapping was opened on
+_identities: dict[str, tuple[int, int]] = {}
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+def _mapped_identity(filt: ScalingCountingBloomFilter) -> tuple[int, int] | None:
+    """(device, inode) of the file `filt` maps now, after following a rebuild (which
+    replaces the inode at the path): None if the engine does not say."""
+    try:
+        filt.stage_count  # noqa: B018  (remaps first if the file was superseded)
+        fd = filt._view.fd
+        return _identity(os.fstat(fd)) if isinstance(fd, int) and fd >= 0 else None
+    except Exception:
+        return None
+
+
+def _recheck(path: str, filt: ScalingCountingBloomFilter) -> ScalingCountingBloomFilter | None:
+    """Once a second: is `filt` still the file at `path`, and clean? Remap a replaced
+    file; drop a removed or dirty one (None: checks follow ON_FILTER_ERROR)."""
+    with _lock:
+        if _filters.get(path) is not filt:
+            current = _filters.get(path)
+            if current is not None:
+                return current
+        elif time.monotonic() < _next_check.get(path, 0.0):
+            return filt  # another thread checked meanwhile
+        _next_check[path] = time.monotonic() + CHECK_SECONDS
+        try:
+            at_path = _identity(os.stat(path))
+        except FileNotFoundError:
+            reason = _MISSING
+        except OSError as exc:
+            reason = f"unreadable: {exc}"
+        else:
+            mapped = _mapped_identity(filt) or _identities.get(path)
+            reason = "" if mapped == at_path else "replaced"
+            if not reason:
+                reason = _unusable(path, filt)
+                if not reason:
+                    return filt
+        _drop(path)
+    if reason == "replaced":
+        # Removed and rebuilt, or another file moved or copied over it: the file at
+        # the path is the one the writers keep current.
+        logger.warning("filter file %s was replaced under this process; mapping the new one", path)
+        return _open(path)
+    with _lock:
+        _failed(path, reason, None)
+    return None
+
+
+def _drop(path: str) -> None:
+    """Forget the mapping without closing it: another thread may be answering from it
+    right now; it is unmapped when the last reference goes."""
+    _filters.pop(path, None)
+    _next_check.pop(path, None)
+    _identities.pop(path, None)
+
+
+def _unusable(path: str, filt: ScalingCountingBloomFilter) -> str:
+    """Why an open mapping must not answer checks ("" if it may)."""
+    try:
+        if filt.is_clean:
+            return ""
+    except Exception as exc:
+        return f"unreadable: {exc}"
+    # Not clean: a writer is in the middle of a change (normal), or one died there.
+    if _torn(path) or not _writer_active(path):
+        return (
+            "dirty (a writer died in the middle of a change, so counters may be "
+            "missing; the next catch-up rebuilds it)"
+        )
+    return ""
+
+
+def _writer_active(path: str) -> bool:
+    """Does a live process hold the file's writer lock (the sidecar `<path>.lock`)?"""
+    try:
+        fd = os.open(path + ".lock", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False  # no lock file: nobody ever wrote here through the engine
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _torn(path: str) -> bool:
+    """Has a writer found this file torn (a previous writer died mid-change)? Then it
+    stays dirty, whoever holds the lock, until a rebuild replaces it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(fileformat.TABLE_OFFSET)
+        return bool(fileformat.read_state(head, path).flags & fileformat.FLAG_TORN)
+    except Exception:
+        return False
+
+
+def _close_quietly(path: str, filt: ScalingCountingBloomFilter) -> None:
+    with contextlib.suppress(Exception):
+        filt.close()
 
 
 def open_at_startup() -> None:
@@ -114,6 +275,8 @@ def forget(path: str | None = None) -> None:
         path = conf.FILTER_PATH
     with _lock:
         filt = _filters.pop(path, None)
+        _next_check.pop(path, None)
+        _identities.pop(path, None)
         _failures.pop(path, None)
     if filt is not None:
         try:

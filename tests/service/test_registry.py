@@ -4,6 +4,7 @@ logged once per condition; a bounded-wait writer."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -59,7 +60,14 @@ def test_retries_are_rate_limited(filter_path, monkeypatch):
         opens.append(args)
         return real_open(*args, **kwargs)
 
+    real_stat = os.stat
+
+    def counting_stat(*args, **kwargs):
+        opens.append(args)
+        return real_stat(*args, **kwargs)
+
     monkeypatch.setattr(ScalingCountingBloomFilter, "open", counting_open)
+    monkeypatch.setattr(os, "stat", counting_stat)
     for _ in range(100):
         assert registry.get_filter() is None
     assert len(opens) == 1  # a missing filter costs a request a dict lookup, not a syscall
@@ -139,3 +147,125 @@ def test_open_at_startup_maps_an_existing_file_only(filter_path, caplog):
     build(filter_path)
     registry.open_at_startup()
     assert str(filter_path) in registry._filters
+
+
+# A reader process as a gunicorn worker has one: Django set up, the registry's
+# mapping opened at start-up; it answers one line per key asked on stdin.
+READER = textwrap.dedent("""
+    import os, sys
+    import django
+    django.setup()
+    from urlguard import registry
+    path = sys.argv[1]
+    print("ready" if registry._filters.get(path) is not None else "unmapped", flush=True)
+    for line in sys.stdin:
+        filt = registry.get_filter(path)
+        print("none" if filt is None else ("yes" if line.strip() in filt else "no"), flush=True)
+""")
+
+
+class Reader:
+    def __init__(self, path):
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "urlguard.settings",
+            "URLGUARD_VAR_DIR": str(path.parent),
+            "URLGUARD_FILTER_PATH": str(path),
+        }
+        env.pop("DATABASE_URL", None)
+        env.pop("CELERY_BROKER_URL", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", READER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def ask(self, key):
+        self.proc.stdin.write(key + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def until(self, key, answer, timeout=5.0):
+        """Seconds until the reader answers `answer` for `key` (asking every 10 ms)."""
+        started = time.monotonic()
+        while self.ask(key) != answer:
+            assert time.monotonic() - started < timeout, f"{key}: never {answer}"
+            time.sleep(0.01)
+        return time.monotonic() - started
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def reader(filter_path):
+    build(filter_path, [("old.example/", 1)])
+    proc = Reader(filter_path)
+    assert proc.ask("old.example/") == "yes"
+    yield proc
+    proc.close()
+
+
+def _rm(path):
+    os.unlink(path)
+
+
+def _mv_other_over(path):
+    other = path.with_name("other.bin")
+    build(other, [("other.example/", 1)])
+    os.replace(other, path)
+
+
+def _corrupt_magic(path):
+    with open(path, "r+b") as f:
+        f.write(b"XXXXXXXX")
+
+
+@pytest.mark.parametrize("damage", [_rm, _mv_other_over, _corrupt_magic])
+def test_a_reader_follows_whatever_is_at_the_path_within_a_second(reader, filter_path, damage):
+    damage(filter_path)
+    build(filter_path, [("old.example/", 1), ("new.example/", 2)], applied_seq=2)
+    assert reader.until("new.example/", "yes") < registry.CHECK_SECONDS + 0.5
+    assert reader.ask("old.example/") == "yes"
+
+
+def test_a_reader_degrades_while_the_file_is_gone(reader, filter_path):
+    os.unlink(filter_path)
+    assert reader.until("old.example/", "none") < registry.CHECK_SECONDS + 0.5
+    build(filter_path, [("new.example/", 2)])
+    assert reader.until("new.example/", "yes") < registry.RETRY_SECONDS + 0.5
+
+
+# A writer that dies in the middle of a change: it exits at a chosen point (no timing).
+DIES_MID_CHANGE = textwrap.dedent("""
+    import os, sys
+    from filterengine import ScalingCountingBloomFilter
+    f = ScalingCountingBloomFilter.open(sys.argv[1], readonly=False)
+    with f.change():
+        f.add("half.example/", 3)
+        os._exit(9)
+""")
+
+
+def test_a_reader_degrades_on_a_dirty_file_and_maps_the_rebuilt_one(reader, filter_path):
+    died = subprocess.run([sys.executable, "-c", DIES_MID_CHANGE, str(filter_path)])
+    assert died.returncode == 9
+    assert reader.until("old.example/", "none") < registry.CHECK_SECONDS + 0.5
+    build(filter_path, [("old.example/", 1), ("half.example/", 3)], applied_seq=3)
+    assert reader.until("half.example/", "yes") < registry.RETRY_SECONDS + 0.5
+
+
+def test_a_live_writer_mid_change_is_not_dirty(filter_path):
+    build(filter_path, [("old.example/", 1)])
+    filt = registry.get_filter()
+    with registry.writer() as w, w.change():
+        w.add("new.example/", 2)
+        assert not filt.is_clean
+        registry._next_check[str(filter_path)] = 0.0  # the once-a-second check is due
+        assert registry.get_filter() is filt
+    assert registry.problem() == ""
