@@ -21,6 +21,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
 APPLY_CHANGES_TASK = "urlguard.tasks.apply_changes"
 CATCH_UP_TASK = "urlguard.tasks.catch_up"
 REBUILD_FILTER_TASK = "urlguard.tasks.rebuild_filter"
+VERIFY_FILTER_TASK = "urlguard.tasks.verify_filter"
 
 app = Celery("urlguard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -50,6 +51,14 @@ def _urlguard_defaults() -> dict:
         "routing_key": broadcast.routing_key,
         "declare": [broadcast.exchange],
     }
+    schedule = {
+        "urlguard-catch-up": {"task": CATCH_UP_TASK, "schedule": float(conf.CATCHUP_INTERVAL)},
+    }
+    if float(conf.VERIFY_INTERVAL) > 0:
+        schedule["urlguard-verify"] = {
+            "task": VERIFY_FILTER_TASK,
+            "schedule": float(conf.VERIFY_INTERVAL),
+        }
     return {
         "task_queues": (
             Queue("celery", Exchange("celery"), routing_key="celery"),
@@ -59,13 +68,9 @@ def _urlguard_defaults() -> dict:
             APPLY_CHANGES_TASK: per_node,
             CATCH_UP_TASK: per_node,
             REBUILD_FILTER_TASK: per_node,
+            VERIFY_FILTER_TASK: per_node,
         },
-        "beat_schedule": {
-            "urlguard-catch-up": {
-                "task": CATCH_UP_TASK,
-                "schedule": float(conf.CATCHUP_INTERVAL),
-            },
-        },
+        "beat_schedule": schedule,
     }
 
 

@@ -58,6 +58,13 @@ DEFAULTS: dict[str, Any] = {
     # catch-up in a daemon thread instead of beat.
     "EMBEDDED_CATCH_UP": True,
     "BROADCAST_QUEUE": "urlguard.broadcast",
+    # Rules of the table the periodic catch-up (and `sync_filter`) probes in the file,
+    # drawn at random; a miss (damaged counters) rebuilds the file. 0: off.
+    "SPOT_CHECK_SAMPLE": 200,
+    # Seconds between full verifies of the file against the table (about 1 s per
+    # million rules), by the worker or the embedded catch-up thread; a miss
+    # rebuilds the file. 0: off.
+    "VERIFY_INTERVAL": 3600,
     # How long a change-applying process waits for another one holding the filter's
     # writer lock (e.g. during a rebuild) before giving up and retrying later, seconds.
     "WRITER_LOCK_TIMEOUT": 30,

@@ -1,28 +1,38 @@
 """The embedded default has no broker and so no Celery beat: each process that serves
-requests runs the periodic catch-up itself, in one daemon thread started by its first
-request (a management command or the runserver reloader parent never starts it)."""
+requests runs the node's upkeep itself, in one daemon thread started by its first
+request (a management command or the runserver reloader parent never starts it).
+
+The thread looks at the filter every WATCH_SECONDS (the registry's once-a-second
+check: no database): a missing, unreadable or dirty file is caught up at once,
+not at the next CATCHUP_INTERVAL. It also runs the periodic catch-up and, every
+VERIFY_INTERVAL, the full verify."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from django.core.signals import request_started
 from django.db import connections
 
-from urlguard import sync
+from urlguard import registry, sync
 from urlguard.conf import conf
 
 logger = logging.getLogger(__name__)
 
+# How often the thread asks the registry whether the file is usable.
+WATCH_SECONDS = 1.0
+
 _lock = threading.Lock()
 _stop = threading.Event()
+_wake = threading.Event()
 _thread: threading.Thread | None = None
 
 
 def install() -> None:
-    """Start the catch-up thread on this process's first request."""
+    """Start the upkeep thread on this process's first request."""
     request_started.connect(_on_first_request, dispatch_uid="urlguard.embedded")
 
 
@@ -38,17 +48,71 @@ def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
         _thread.start()
 
 
+def wake() -> None:
+    """Catch up now (e.g. the database is back), not at the next interval."""
+    _wake.set()
+
+
+class Schedule:
+    """When the next catch-up and full verify are due, and the back-off after a
+    failed attempt (a file that cannot be repaired, e.g. a full or read-only disk,
+    is retried at growing intervals up to CATCHUP_INTERVAL, not every second)."""
+
+    def __init__(self, now: float) -> None:
+        self.catch_up_at = now + float(conf.CATCHUP_INTERVAL)
+        interval = float(conf.VERIFY_INTERVAL)
+        self.verify_at = now + interval if interval > 0 else None
+        self.retry_at = now
+        self.failures = 0
+
+    def due(self, now: float, *, unusable: bool, woken: bool) -> tuple[bool, bool]:
+        """(catch up, verify) now?"""
+        catch_up = now >= self.catch_up_at or ((unusable or woken) and now >= self.retry_at)
+        verify = self.verify_at is not None and now >= self.verify_at and not unusable
+        return catch_up, verify
+
+    def done(self, now: float, *, caught_up: bool, verified: bool, ok: bool) -> None:
+        interval = float(conf.CATCHUP_INTERVAL)
+        if ok:
+            self.failures = 0
+            self.retry_at = now
+        else:
+            self.failures += 1
+            self.retry_at = now + min(interval, 2.0**self.failures)
+        if caught_up:
+            self.catch_up_at = now + interval
+        if verified and self.verify_at is not None:
+            self.verify_at = now + float(conf.VERIFY_INTERVAL)
+
+
 def _loop() -> None:
-    while not _stop.wait(float(conf.CATCHUP_INTERVAL)):
+    path = conf.FILTER_PATH
+    schedule = Schedule(time.monotonic())
+    while not _stop.is_set():
+        woken = _wake.wait(WATCH_SECONDS)
+        if _stop.is_set():
+            break
+        _wake.clear()
+        now = time.monotonic()
+        unusable = registry.get_filter(path) is None
+        catch_up, verify = schedule.due(now, unusable=unusable, woken=woken)
+        if not (catch_up or verify):
+            continue
+        ok = True
         try:
-            sync.sync_and_report(periodic=True)
+            if catch_up:
+                sync.sync_and_report(periodic=True)
+            if verify:
+                sync.verify_and_repair(path)
         except Exception:
+            ok = False
             logger.exception(
-                "periodic catch-up of the filter failed; retrying in %s s", conf.CATCHUP_INTERVAL
+                "upkeep of the filter failed; retrying in at most %s s", conf.CATCHUP_INTERVAL
             )
         finally:
             # A thread's connections are its own; never leave one open between rounds.
             connections.close_all()
+        schedule.done(time.monotonic(), caught_up=catch_up, verified=verify, ok=ok)
 
 
 def stop(timeout: float = 5.0) -> None:
@@ -57,6 +121,8 @@ def stop(timeout: float = 5.0) -> None:
     with _lock:
         thread, _thread = _thread, None
     _stop.set()
+    _wake.set()
     if thread is not None:
         thread.join(timeout)
+    _wake.clear()
     request_started.disconnect(dispatch_uid="urlguard.embedded")

@@ -191,6 +191,12 @@ class NodeStatus(models.Model):
     info = models.JSONField(default=dict, blank=True)
     last_rebuild_at = models.DateTimeField(null=True, blank=True)
     last_rebuild_seconds = models.FloatField(null=True, blank=True)
+    last_rebuild_reason = models.CharField(max_length=1000, blank=True, default="")
+    # The scheduled full verify: when it last ran, how long it took, and how many
+    # rules of the table it found missing from the file (then it rebuilt it).
+    last_verify_at = models.DateTimeField(null=True, blank=True)
+    last_verify_seconds = models.FloatField(null=True, blank=True)
+    last_verify_missing = models.IntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     reported_at = models.DateTimeField(auto_now=True)
 

@@ -15,7 +15,7 @@ from urlguard.models import NodeStatus
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["jsonable", "report_status"]
+__all__ = ["jsonable", "report_status", "report_verify"]
 
 
 def jsonable(value: Any) -> Any:
@@ -31,6 +31,7 @@ def report_status(
     *,
     error: str = "",
     rebuild_seconds: float | None = None,
+    rebuild_reason: str = "",
     full: bool = False,
 ) -> None:
     """Write what this node's file looks like now into its NodeStatus row. Never
@@ -51,7 +52,30 @@ def report_status(
         elif not error:
             defaults["last_error"] = "the filter file is missing or unreadable"
         if rebuild_seconds is not None:
-            defaults.update(last_rebuild_at=timezone.now(), last_rebuild_seconds=rebuild_seconds)
+            defaults.update(
+                last_rebuild_at=timezone.now(),
+                last_rebuild_seconds=rebuild_seconds,
+                last_rebuild_reason=rebuild_reason[:1000],
+            )
         NodeStatus.objects.update_or_create(node=conf.NODE_NAME, defaults=defaults)
     except Exception:
         logger.exception("could not report the status of filter %s", path)
+
+
+def report_verify(seconds: float, missing: int, *, path: str | None = None) -> None:
+    """Record a full verify of this node's file (the dashboard shows when it last ran
+    and what it found). Never raises."""
+    if path is None:
+        path = conf.FILTER_PATH
+    try:
+        NodeStatus.objects.update_or_create(
+            node=conf.NODE_NAME,
+            defaults={
+                "filter_path": path,
+                "last_verify_at": timezone.now(),
+                "last_verify_seconds": seconds,
+                "last_verify_missing": missing,
+            },
+        )
+    except Exception:
+        logger.exception("could not report the verify of filter %s", path)

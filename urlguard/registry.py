@@ -35,6 +35,7 @@ __all__ = [
     "open_writer",
     "problem",
     "reset",
+    "sync_lock",
     "writer",
 ]
 
@@ -324,3 +325,38 @@ def writer(
         yield filt
     finally:
         filt.close()  # flushes first (msync, then the clean mark), unless a change is open
+
+
+@contextmanager
+def sync_lock(path: str | None = None, *, timeout: float | None = None) -> Iterator[None]:
+    """One sync of `path` per node at a time, from its decision (apply in place or
+    rebuild) to its end: held around the engine's writer lock, which a missing or
+    unreadable file cannot give (the sidecar `<path>.sync.lock`, an flock released
+    when the process dies). Waits at most `timeout` seconds (default URLGUARD
+    WRITER_LOCK_TIMEOUT), then raises WriterBusy."""
+    if path is None:
+        path = conf.FILTER_PATH
+    if timeout is None:
+        timeout = float(conf.WRITER_LOCK_TIMEOUT)
+    lock_path = path + ".sync.lock"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise WriterBusy(
+                        f"{path}: another process is syncing this filter (its lock {lock_path} "
+                        f"is held; waited {timeout:g} s; if no rebuild is running, look for a "
+                        "stuck worker)"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import groupby
 from typing import Any
 
 from django.db import connections, router, transaction
+from django.db.models import Max, Min
 
 from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter
 from urlguard import nodestatus, registry
@@ -30,17 +32,25 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "SyncResult",
+    "Verification",
     "first_stage_capacity",
     "log_head",
     "rebuild",
     "sync",
     "sync_and_report",
+    "verify",
+    "verify_and_repair",
 ]
 
 # Log rows applied per `with f.change()` (one dirty window, one DB round trip).
 APPLY_CHUNK = 5000
 # Rows fetched per round trip while streaming the table into a rebuild.
 REBUILD_FETCH = 20_000
+# Rules probed per contains_many call while verifying.
+VERIFY_BATCH = 50_000
+# Misses kept for the second look (and the examples logged): enough to tell
+# damaged counters from rules committed while we looked.
+VERIFY_KEEP = 900
 
 
 @dataclass
@@ -275,7 +285,25 @@ def sync(
             result.applied_seq = current.applied_seq
             result.skipped = True
             return result
+    # Under the node's sync lock, so that two processes facing a missing or
+    # unreadable file decide one after the other, and the second finds it rebuilt.
+    with registry.sync_lock(path):
+        _sync_locked(path, result, force_rebuild, compact, progress)
+    registry.file_written(path)
+    if result.applied:
+        logger.info(
+            "filter %s: applied %d change(s), now at #%d", path, result.applied, result.applied_seq
+        )
+    return result
 
+
+def _sync_locked(
+    path: str,
+    result: SyncResult,
+    force_rebuild: str,
+    compact: bool,
+    progress: Callable[[int, int], None] | None,
+) -> None:
     try:
         filt: ScalingCountingBloomFilter | None = registry.open_writer(path)
         reason = force_rebuild
@@ -309,12 +337,6 @@ def sync(
     finally:
         if filt is not None:
             filt.close()  # flushes: durable, and marked clean
-    registry.file_written(path)
-    if result.applied:
-        logger.info(
-            "filter %s: applied %d change(s), now at #%d", path, result.applied, result.applied_seq
-        )
-    return result
 
 
 def _logged_rebuild(
@@ -366,6 +388,8 @@ def sync_and_report(
         )
     if not result.skipped or periodic:
         report(result, full=periodic)
+    if periodic and not result.rebuilt and conf.SPOT_CHECK_SAMPLE:
+        verify_and_repair(result.path, sample=int(conf.SPOT_CHECK_SAMPLE))
     return result
 
 
@@ -374,5 +398,122 @@ def report(result: SyncResult, *, full: bool = False) -> None:
     nodestatus.report_status(
         result.path,
         rebuild_seconds=result.rebuild_seconds if result.rebuilt else None,
+        rebuild_reason=result.rebuilt,
         full=full,
     )
+
+
+@dataclass
+class Verification:
+    """What probing the spam table's rules in this node's mapping found."""
+
+    path: str
+    kind: str  # "full verify" or "spot check"
+    checked: int = 0  # rules probed
+    missing: int = 0  # of them, absent from the file (a rule passed as clean)
+    examples: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    unavailable: str = ""  # why nothing was probed ("" = it was)
+
+    def summary(self) -> str:
+        if self.unavailable:
+            return f"{self.kind} of {self.path} skipped: {self.unavailable}"
+        found = f"{self.missing:,} missing" if self.missing else "none missing"
+        return (
+            f"{self.kind} of {self.path}: {self.checked:,} rule(s) probed, {found} "
+            f"({self.seconds:.2f} s)"
+        )
+
+
+def _absent(filt: ScalingCountingBloomFilter, expressions: list[str]) -> list[str]:
+    if not expressions:
+        return []
+    hits = filt.contains_many(expressions).tolist()
+    return [e for e, hit in zip(expressions, hits, strict=True) if not hit]
+
+
+def _all_rules() -> Iterator[list[str]]:
+    batch: list[str] = []
+    rows = SpamRule.objects.order_by().values_list("expression", flat=True)
+    for expression in rows.iterator(chunk_size=VERIFY_BATCH):
+        batch.append(expression)
+        if len(batch) == VERIFY_BATCH:
+            yield batch
+            batch = []
+    yield batch
+
+
+def _sampled_rules(size: int) -> Iterator[list[str]]:
+    """About `size` rules drawn uniformly: random primary keys in the table's range,
+    twice as many as wanted, of which the existing ones are kept (two index lookups
+    and one IN query, whatever the table's size)."""
+    bounds = SpamRule.objects.aggregate(lo=Min("pk"), hi=Max("pk"))
+    lo, hi = bounds["lo"], bounds["hi"]
+    if lo is None or size <= 0:
+        return
+    span = hi - lo + 1
+    pks = random.sample(range(lo, hi + 1), min(span, 2 * size))
+    found: list[str] = []
+    for start in range(0, len(pks), 900):
+        found.extend(
+            SpamRule.objects.filter(pk__in=pks[start : start + 900]).values_list(
+                "expression", flat=True
+            )
+        )
+    yield found[:size]
+
+
+def verify(path: str | None = None, *, sample: int | None = None) -> Verification:
+    """Probe the spam table's rules (all of them, or a random `sample`) in the
+    mapping this process answers checks from. A listed rule the file lacks is a
+    silent false negative (damaged counters: bit rot, tampering, a stray write).
+
+    A miss is looked at twice: after applying the pending log, only rules still
+    listed and still absent count, so a rule committed meanwhile is no miss."""
+    if path is None:
+        path = conf.FILTER_PATH
+    check = Verification(path=path, kind="full verify" if sample is None else "spot check")
+    started = time.perf_counter()
+    filt = registry.get_filter(path)
+    if filt is None:
+        check.unavailable = registry.problem(path) or "the file is not readable"
+        return check
+    suspects: list[str] = []
+    batches = _all_rules() if sample is None else _sampled_rules(sample)
+    for batch in batches:
+        check.checked += len(batch)
+        absent = _absent(filt, batch)
+        check.missing += len(absent)
+        suspects.extend(absent[: VERIFY_KEEP - len(suspects)])
+    if suspects:
+        sync(path=path)
+        filt = registry.get_filter(path)
+        listed = set(
+            SpamRule.objects.filter(expression__in=suspects).values_list("expression", flat=True)
+        )
+        still = _absent(filt, sorted(listed)) if filt is not None else []
+        if not still:
+            check.missing = 0
+        check.examples = still[:10]
+    check.seconds = time.perf_counter() - started
+    return check
+
+
+def verify_and_repair(path: str | None = None, *, sample: int | None = None) -> Verification:
+    """verify(), and on any miss: log it at ERROR and rebuild the file from the table.
+    The outcome of a full verify goes to this node's NodeStatus row."""
+    if path is None:
+        path = conf.FILTER_PATH
+    check = verify(path, sample=sample)
+    if check.missing:
+        reason = (
+            f"the {check.kind} found {check.missing:,} of {check.checked:,} rule(s) missing "
+            f"from the file (e.g. {', '.join(check.examples[:3])}): its counters are damaged"
+        )
+        logger.error("filter %s: %s; rebuilding it from the spam table", path, reason)
+        report(sync(path=path, force_rebuild=reason))
+    elif not check.unavailable:
+        logger.info("%s", check.summary())
+    if sample is None and not check.unavailable:
+        nodestatus.report_verify(check.seconds, check.missing, path=path)
+    return check

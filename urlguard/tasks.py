@@ -9,6 +9,7 @@ Boot-time (worker_ready) and periodic (beat) catch-ups cover a node that missed 
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Any
 
 from celery import shared_task
@@ -17,11 +18,16 @@ from celery.utils.time import get_exponential_backoff_interval
 from django.db import DatabaseError
 
 from urlguard import registry, sync
-from urlguard.celery import APPLY_CHANGES_TASK, CATCH_UP_TASK, REBUILD_FILTER_TASK
+from urlguard.celery import (
+    APPLY_CHANGES_TASK,
+    CATCH_UP_TASK,
+    REBUILD_FILTER_TASK,
+    VERIFY_FILTER_TASK,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["apply_changes", "catch_up", "rebuild_filter"]
+__all__ = ["apply_changes", "catch_up", "rebuild_filter", "verify_filter"]
 
 # Bounded Celery retries when the writer lock or the database is busy.
 MAX_RETRIES = 6
@@ -61,6 +67,13 @@ def catch_up(self: Any) -> dict[str, Any]:
 def rebuild_filter(self: Any, reason: str = "requested") -> dict[str, Any]:
     """Rebuild this node's file from the spam table (the admin's button)."""
     return _run(self, None, force_rebuild=f"rebuild {reason}")
+
+
+@shared_task(name=VERIFY_FILTER_TASK, ignore_result=True)
+def verify_filter() -> dict[str, Any]:
+    """Scheduled (beat, VERIFY_INTERVAL): probe every rule of the table in this node's
+    file, and rebuild it on any miss (logged at ERROR, shown on the dashboard)."""
+    return asdict(sync.verify_and_repair())
 
 
 @worker_ready.connect

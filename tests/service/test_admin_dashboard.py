@@ -106,7 +106,7 @@ def test_superuser_gets_the_rebuild_button(superuser):
 @pytest.mark.django_db
 def test_dashboard_without_a_filter_file_explains(editor):
     html = editor.get(DASHBOARD).content.decode()
-    assert "missing or unreadable" in html and "rebuild_filter" in html
+    assert "is missing" in html and "rebuild_filter" in html
 
 
 @pytest.mark.django_db

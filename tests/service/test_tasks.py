@@ -13,7 +13,7 @@ import textwrap
 import pytest
 from django.db import transaction
 
-from filterengine import ScalingCountingBloomFilter
+from filterengine import ScalingCountingBloomFilter, fileformat
 from urlguard import changes, registry, sync, tasks
 from urlguard.celery import app as celery_app
 from urlguard.conf import conf
@@ -415,3 +415,23 @@ def test_the_periodic_catch_up_compacts_a_file_of_too_many_stages(
     assert filt.stage_count == 1 and entries(filt) == 401
     assert all(e in filt for e in [*rules.added, "first.example.org/"])
     assert celery_app.tasks["urlguard.tasks.catch_up"].apply().get()["rebuilt"] == ""
+
+
+def test_the_full_verify_is_scheduled_and_reaches_every_node():
+    schedule = celery_app.conf.beat_schedule["urlguard-verify"]
+    assert schedule["task"] == "urlguard.tasks.verify_filter"
+    assert schedule["schedule"] == float(conf.VERIFY_INTERVAL)
+    route = celery_app.amqp.router.route({}, "urlguard.tasks.verify_filter")
+    assert route["queue"].exchange.type == "fanout"
+    assert route["queue"].exchange.name == conf.BROADCAST_QUEUE
+
+
+def test_the_verify_task_repairs_damaged_counters(quiet, filter_path, sync_filter):
+    rules = changes.add_rules([f"h{i}.example.net" for i in range(50)], source="test").added
+    sync_filter()
+    with open(filter_path, "r+b") as f:  # every counter zeroed, the header intact
+        f.seek(fileformat.DATA_OFFSET)
+        f.write(bytes(os.path.getsize(filter_path) - fileformat.DATA_OFFSET))
+    result = celery_app.tasks["urlguard.tasks.verify_filter"].apply().get()
+    assert result["missing"] == 50
+    assert all(r in reader(filter_path) for r in rules)

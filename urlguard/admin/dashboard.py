@@ -51,8 +51,9 @@ def filter_state() -> dict:
     filt = registry.get_filter()
     if filt is None:
         return {
-            "error": f"The filter file {conf.FILTER_PATH} is missing or unreadable on this "
-            "node. Rebuild it (button below, or `manage.py rebuild_filter`)."
+            "error": f"The filter file {conf.FILTER_PATH} is {registry.problem() or 'unreadable'} "
+            "on this node; checks follow ON_FILTER_ERROR. Rebuild it (button below, or "
+            "`manage.py rebuild_filter`)."
         }
     try:
         info = filt.info()
@@ -141,6 +142,11 @@ def status_view(model_admin, request: HttpRequest) -> HttpResponse:
                         r["node"].last_rebuild_at.isoformat() if r["node"].last_rebuild_at else None
                     ),
                     "last_rebuild_seconds": r["node"].last_rebuild_seconds,
+                    "last_rebuild_reason": r["node"].last_rebuild_reason,
+                    "last_verify_at": (
+                        r["node"].last_verify_at.isoformat() if r["node"].last_verify_at else None
+                    ),
+                    "last_verify_missing": r["node"].last_verify_missing,
                     "last_error": r["node"].last_error,
                 }
                 for r in node_rows(head)

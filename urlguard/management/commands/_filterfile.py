@@ -5,6 +5,8 @@ failures a command can report."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.management.base import CommandError
@@ -29,15 +31,22 @@ def open_readonly(path: str) -> ScalingCountingBloomFilter:
         raise CommandError(f"{path} is unreadable: {exc}; run `manage.py rebuild_filter`.") from exc
 
 
-def run_sync(path: str, **options: Any) -> sync.SyncResult:
-    """sync.sync(path=path, **options) with its expected failures as CommandErrors;
-    the node's status is reported when `path` is this node's file."""
+@contextmanager
+def write_errors(path: str) -> Iterator[None]:
+    """The failures of writing the filter file a command can report, as CommandErrors."""
     try:
-        result = sync.sync(path=path, **options)
+        yield
     except registry.WriterBusy as exc:
         raise CommandError(str(exc)) from exc
     except OSError as exc:  # a rebuild could not write the file (directory, disk)
         raise CommandError(f"could not write {path}: {exc}") from exc
+
+
+def run_sync(path: str, **options: Any) -> sync.SyncResult:
+    """sync.sync(path=path, **options) with its expected failures as CommandErrors;
+    the node's status is reported when `path` is this node's file."""
+    with write_errors(path):
+        result = sync.sync(path=path, **options)
     if path == conf.FILTER_PATH:
         sync.report(result, full=True)
     return result

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
+from urlguard import sync
 from urlguard.conf import conf
 
-from ._filterfile import add_path_argument, run_sync
+from ._filterfile import add_path_argument, run_sync, write_errors
 
 
 class Command(BaseCommand):
@@ -14,7 +15,8 @@ class Command(BaseCommand):
         "Apply every change-log row this node's filter file has not applied yet (what the "
         "Celery worker does on each nudge and on its periodic catch-up). A missing, dirty, "
         "corrupt or differently configured file is rebuilt from the spam table, and the "
-        "reason is printed."
+        "reason is printed. Then a random sample of SPOT_CHECK_SAMPLE rules is probed in "
+        "the file; a miss (damaged counters) rebuilds it."
     )
 
     def add_arguments(self, parser):
@@ -36,3 +38,13 @@ class Command(BaseCommand):
                 f"(log head #{max(result.head, result.applied_seq)})."
             )
         )
+        sample = int(conf.SPOT_CHECK_SAMPLE)
+        if sample and not result.rebuilt:
+            with write_errors(path):
+                check = sync.verify_and_repair(path, sample=sample)
+            if check.missing:
+                self.stdout.write(
+                    self.style.ERROR(f"{check.summary()}: the file was rebuilt from the table.")
+                )
+            else:
+                self.stdout.write(check.summary())
