@@ -21,10 +21,9 @@ from django.db import connections, router, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from urlguard.celery import APPLY_CHANGES_TASK
-from urlguard.celery import app as celery_app
 from urlguard.importing import ParsedLine
 from urlguard.models import Category, ChangeEvent, SpamRule, now_micros, rule_writes_allowed
+from urlguard.nudge import send as _nudge
 from urlguard.rules import RuleError, normalize_rule
 
 logger = logging.getLogger(__name__)
@@ -46,13 +45,6 @@ CHUNK_SIZE = 5000
 # SQLite's historical limit on bound parameters is 999; stay under it for IN (...).
 _IN_BATCH = 900
 _ADD = str(ChangeEvent.Action.ADD.value)
-# The nudge must not hold an admin request hostage when the broker is down.
-_NUDGE_RETRY_POLICY = {
-    "max_retries": 2,
-    "interval_start": 0,
-    "interval_step": 0.2,
-    "interval_max": 0.5,
-}
 
 
 class RuleExists(RuleError):
@@ -125,25 +117,6 @@ def _next_added_at() -> int:
     # or stepped back: added_at is the rule's filter id and must be unique.
     newest = SpamRule.objects.aggregate(m=Max("added_at"))["m"] or 0
     return max(now_micros(), newest + 1)
-
-
-def _nudge(seq: int) -> None:
-    """Ask every node to apply the log up to `seq`. Runs after the commit; a failure
-    is logged, never raised: the edit is committed and the periodic catch-up applies it."""
-    try:
-        # By name: the write path does not depend on the sync layer (the app config
-        # registers the task at start-up).
-        celery_app.tasks[APPLY_CHANGES_TASK].apply_async(
-            kwargs={"up_to_seq": seq}, retry=True, retry_policy=_NUDGE_RETRY_POLICY
-        )
-    except Exception as exc:  # broker down, or (in-process mode) the apply itself failed
-        logger.warning(
-            "change #%s is committed but the apply_changes nudge failed (%s: %s); "
-            "the periodic catch-up (or `manage.py sync_filter`) will apply it",
-            seq,
-            type(exc).__name__,
-            exc,
-        )
 
 
 def add_rule(

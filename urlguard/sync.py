@@ -266,6 +266,7 @@ def sync(
     force_rebuild: str = "",
     compact: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    lock_timeout: float | None = None,
 ) -> SyncResult:
     """Bring this node's filter file up to the head of the change log.
 
@@ -275,7 +276,9 @@ def sync(
     file ahead of the log, or a removal the file cannot honour is rebuilt from the
     table (logged at WARNING with the reason), then the log after the rebuild's
     snapshot is replayed. `force_rebuild` (a reason) rebuilds unconditionally;
-    `compact` rebuilds a file of more than FILTER_MAX_STAGES stages."""
+    `compact` rebuilds a file of more than FILTER_MAX_STAGES stages. Another sync
+    of the file is waited for at most `lock_timeout` seconds (default
+    WRITER_LOCK_TIMEOUT), then WriterBusy."""
     if path is None:
         path = conf.FILTER_PATH
     result = SyncResult(path=path)
@@ -287,8 +290,8 @@ def sync(
             return result
     # Under the node's sync lock, so that two processes facing a missing or
     # unreadable file decide one after the other, and the second finds it rebuilt.
-    with registry.sync_lock(path):
-        _sync_locked(path, result, force_rebuild, compact, progress)
+    with registry.sync_lock(path, timeout=lock_timeout):
+        _sync_locked(path, result, force_rebuild, compact, progress, lock_timeout)
     registry.file_written(path)
     if result.applied:
         logger.info(
@@ -303,9 +306,10 @@ def _sync_locked(
     force_rebuild: str,
     compact: bool,
     progress: Callable[[int, int], None] | None,
+    lock_timeout: float | None,
 ) -> None:
     try:
-        filt: ScalingCountingBloomFilter | None = registry.open_writer(path)
+        filt: ScalingCountingBloomFilter | None = registry.open_writer(path, timeout=lock_timeout)
         reason = force_rebuild
     except FileNotFoundError:
         filt, reason = None, force_rebuild or "the file is missing"
@@ -323,7 +327,7 @@ def _sync_locked(
                 path, reason, result, writer=filt, progress=progress, forced=bool(force_rebuild)
             )
             if filt is None:
-                filt = registry.open_writer(path)
+                filt = registry.open_writer(path, timeout=lock_timeout)
             try:
                 _apply_pending(filt, result)  # whatever was committed after the snapshot
             except KeyError as exc:
@@ -367,13 +371,19 @@ def _logged_rebuild(
 
 
 def sync_and_report(
-    up_to_seq: int | None = None, *, periodic: bool = False, force_rebuild: str = ""
+    up_to_seq: int | None = None,
+    *,
+    periodic: bool = False,
+    force_rebuild: str = "",
+    lock_timeout: float | None = None,
 ) -> SyncResult:
     """sync(), then this node's NodeStatus row: what a nudge (`up_to_seq`), the
     periodic catch-up (`periodic`: also compacts and refreshes the stage figures)
     and a requested rebuild do. A failure is reported in the row, then raised."""
     try:
-        result = sync(up_to_seq, force_rebuild=force_rebuild, compact=periodic)
+        result = sync(
+            up_to_seq, force_rebuild=force_rebuild, compact=periodic, lock_timeout=lock_timeout
+        )
     except Exception as exc:
         nodestatus.report_status(error=f"{type(exc).__name__}: {exc}")
         raise

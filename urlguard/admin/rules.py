@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html
 
-from urlguard import changes
+from urlguard import changes, nudge
 from urlguard.admin import checkurl, dashboard, imports
 from urlguard.admin.pages import http_methods, render_tool, tool_urls
 from urlguard.admin.preview import rule_preview
@@ -139,10 +139,11 @@ class SpamRuleAdmin(admin.ModelAdmin):
                     self.message_user(
                         request,
                         format_html(
-                            "Rule “{}” added ({}). Nodes apply it within seconds; the "
+                            "Rule “{}” added ({}). {}; the "
                             '<a href="{}">filter dashboard</a> shows their progress.',
                             rule.expression,
                             rule.get_category_display(),
+                            nudge.when_applied(),
                             reverse("admin:urlguard_spamrule_dashboard"),
                         ),
                         messages.SUCCESS,

@@ -1,0 +1,123 @@
+"""urlguard.nudge: a rule write never waits more than a second for its nudge, and
+the admin says what is true when the nodes could not be told."""
+
+from __future__ import annotations
+
+import socket
+import time
+from contextlib import contextmanager
+
+import pytest
+from django.urls import reverse
+
+from urlguard import changes, embedded, nudge, registry, sync
+from urlguard.celery import app as celery_app
+from urlguard.models import SpamRule
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_outcome_from_another_test():
+    nudge._last.outcome = None
+
+
+@pytest.fixture
+def silent_broker():
+    """A broker that takes connections and never answers: the listening socket's
+    backlog completes every handshake, and nothing ever reads or writes."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+@contextmanager
+def broker(url):
+    saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
+    celery_app.conf.update(task_always_eager=False, broker_url=url)
+    try:
+        yield
+    finally:
+        celery_app.conf.update(saved)
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+@pytest.mark.parametrize("socket_timeout", [nudge.SOCKET_TIMEOUT, 30.0], ids=["socket", "deadline"])
+def test_a_hung_broker_holds_an_edit_at_most_a_second(
+    silent_broker, scheme, socket_timeout, committed, filter_path, caplog, monkeypatch
+):
+    # The socket timeouts free the sending thread; the deadline frees the request
+    # even where a transport would ignore them.
+    monkeypatch.setattr(nudge, "SOCKET_TIMEOUT", socket_timeout)
+    with broker(f"{scheme}://127.0.0.1:{silent_broker}/0"):
+        started = time.monotonic()
+        with committed():
+            rule = changes.add_rule("a.example.org", category="spam", source="test")
+        took = time.monotonic() - started
+    assert took < nudge.NUDGE_TIMEOUT + 0.5
+    assert SpamRule.objects.filter(pk=rule.pk).exists()  # the edit stands
+    outcome = nudge.last_outcome()
+    assert not outcome.delivered
+    if socket_timeout > nudge.NUDGE_TIMEOUT:
+        assert "did not answer within 1 s" in outcome.detail
+    assert "nudge failed" in caplog.text
+    assert "next catch-up, within 60 s" in nudge.when_applied()
+
+
+def test_a_refused_connection_is_told_too(committed, filter_path):
+    with broker("redis://127.0.0.1:1/0"), committed():
+        changes.add_rule("a.example.org", category="spam", source="test")
+    assert not nudge.last_outcome().delivered
+    assert "could not be told at once" in nudge.when_applied()
+
+
+# Real commits: the nudge runs when add_rule's transaction commits, before the
+# admin words its message, as it does in production.
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_says_what_is_true_when_the_nudge_failed(silent_broker, superuser, filter_path):
+    with broker(f"redis://127.0.0.1:{silent_broker}/0"):
+        page = superuser.post(
+            reverse("admin:urlguard_spamrule_add"),
+            {
+                "url": "http://evil.example.org/",
+                "expression": "evil.example.org/",
+                "category": "spam",
+            },
+            follow=True,
+        )
+    html = page.content.decode()
+    assert SpamRule.objects.filter(expression="evil.example.org/").exists()
+    assert "they apply it at their next catch-up, within 60 s" in html
+    assert "Nodes apply it within seconds" not in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_says_within_seconds_when_it_was_applied(superuser, filter_path):
+    page = superuser.post(
+        reverse("admin:urlguard_spamrule_add"),
+        {
+            "url": "http://evil.example.org/",
+            "expression": "evil.example.org/",
+            "category": "spam",
+        },
+        follow=True,
+    )
+    assert "Nodes apply it within seconds" in page.content.decode()
+    assert nudge.last_outcome().delivered
+    assert "evil.example.org/" in registry.get_filter()
+
+
+def test_in_process_a_busy_file_hands_the_change_to_the_catch_up_thread(
+    filter_path, committed, monkeypatch
+):
+    sync.sync(path=str(filter_path))
+    woken = []
+    monkeypatch.setattr(embedded, "wake", lambda: woken.append(True))
+    with registry.sync_lock(str(filter_path)):  # e.g. a rebuild in another process
+        started = time.monotonic()
+        with committed():
+            changes.add_rule("a.example.org", category="spam", source="test")
+        assert time.monotonic() - started < nudge.NUDGE_TIMEOUT + 0.5
+    assert woken == [True] and not nudge.last_outcome().delivered
