@@ -8,6 +8,7 @@ import json
 
 import pytest
 from django.core.management import CommandError, call_command, load_command_class
+from django.core.management.base import SystemCheckError
 
 from filterengine import ScalingCountingBloomFilter
 from urlguard import changes, registry, sync
@@ -184,3 +185,30 @@ def test_import_rules_reads_standard_input_as_strict_utf8(monkeypatch):
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(good)))
     out, _ = run("import_rules", "-", "--dry-run")
     assert out.startswith("Dry run: 1 would be added")
+
+
+@pytest.fixture
+def unwritable_filter_dir(settings, tmp_path):
+    """FILTER_PATH in a directory that cannot be created (its parent is a file): the
+    system check urlguard.E001 fails, even for root."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    settings.URLGUARD = {**settings.URLGUARD, "FILTER_PATH": str(blocker / "filter.bin")}
+
+
+@pytest.mark.parametrize(
+    "args", [["filter_info"], ["verify_filter"], ["check_url", "http://a.example/"]]
+)
+def test_read_only_diagnostics_run_where_the_filter_cannot_be_written(unwritable_filter_dir, args):
+    try:
+        run(*args, skip_checks=False)
+    except SystemCheckError:  # a CommandError, so first
+        raise
+    except CommandError as exc:  # the diagnostic ran and says what it found
+        assert "does not exist" in str(exc)
+
+
+@pytest.mark.parametrize("args", [["sync_filter"], ["rebuild_filter"], ["verify_filter", "--sync"]])
+def test_commands_that_write_still_refuse_to_run_there(unwritable_filter_dir, args):
+    with pytest.raises(SystemCheckError, match="urlguard.E001"):
+        run(*args, skip_checks=False)

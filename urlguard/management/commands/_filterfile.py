@@ -1,6 +1,6 @@
 """What the filter-file commands share: the --path option, opening the file
-read-only with an error that says how to repair it, and running a sync with the
-failures a command can report."""
+read-only with an error that says how to repair it, running a sync with the
+failures a command can report, and the base of the read-only diagnostics."""
 
 from __future__ import annotations
 
@@ -9,11 +9,35 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.core.management.base import CommandError
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.test.utils import override_settings
 
 from filterengine import FilterFileError, ScalingCountingBloomFilter
 from urlguard import registry, sync
 from urlguard.conf import conf
+
+# System checks about writing the filter file (its directory must be writable): a
+# diagnostic that only reads it must run exactly when that is broken.
+WRITE_CHECKS = ("urlguard.E001",)
+
+
+class DiagnosticCommand(BaseCommand):
+    """A command that never writes the filter file: the system checks about writing
+    it do not stop it (an operator runs these on a read-only var dir)."""
+
+    writes: bool = False  # a subclass may decide per run (e.g. verify_filter --sync)
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        self.writes = bool(options.get("sync"))
+        return super().execute(*args, **options)
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        if self.writes:
+            return super().check(*args, **kwargs)
+        silenced = [*getattr(settings, "SILENCED_SYSTEM_CHECKS", []), *WRITE_CHECKS]
+        with override_settings(SILENCED_SYSTEM_CHECKS=silenced):
+            return super().check(*args, **kwargs)
 
 
 def add_path_argument(parser: Any) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from urlguard.canonical import expressions
 from urlguard.guard import InvalidURL, get_guard
 from urlguard.models import SpamRule
 
+from ._filterfile import DiagnosticCommand
 
-class Command(BaseCommand):
+
+class Command(DiagnosticCommand):
     help = (
         "Explain the guard's verdict for URL: its canonical form, every roll-up expression, "
         "what the filter answers for each, which of them the spam table lists, and the verdict. "

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import os
 
-from django.core.management.base import BaseCommand
-
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 from urlguard.nodestatus import jsonable
 from urlguard.sync import log_head
 
-from ._filterfile import add_path_argument, open_readonly
+from ._filterfile import DiagnosticCommand, add_path_argument, open_readonly
 
 
-class Command(BaseCommand):
+class Command(DiagnosticCommand):
     help = (
         "Describe this node's filter file: its stages (id range, count, capacity, fill, k), "
         "size, estimated false-positive rate, whether it is clean, and its applied_seq "

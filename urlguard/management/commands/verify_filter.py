@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from urlguard import registry, sync
 from urlguard.conf import conf
 from urlguard.models import SpamRule
 
-from ._filterfile import add_path_argument, open_readonly
+from ._filterfile import DiagnosticCommand, add_path_argument, open_readonly
 from ._progress import Progress
 
 BATCH = 50_000
 
 
-class Command(BaseCommand):
+class Command(DiagnosticCommand):
     help = (
         "Check that every rule in the spam table is present in this node's filter file (a "
         "missing one would let a listed link through), and that the file holds no more "
