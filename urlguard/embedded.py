@@ -4,8 +4,9 @@ request (a management command or the runserver reloader parent never starts it).
 
 The thread looks at the filter every WATCH_SECONDS (the registry's once-a-second
 check: no database): a missing, unreadable or dirty file is caught up at once,
-not at the next CATCHUP_INTERVAL. It also runs the periodic catch-up and, every
-VERIFY_INTERVAL, the full verify."""
+not at the next CATCHUP_INTERVAL, and so is everything missed while the database
+was away, as soon as it answers again. It also runs the periodic catch-up and,
+every VERIFY_INTERVAL, the full verify."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 from typing import Any
 
 from django.core.signals import request_started
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from urlguard import registry, sync
 from urlguard.conf import conf
@@ -53,23 +54,63 @@ def wake() -> None:
     _wake.set()
 
 
-class Schedule:
-    """When the next catch-up and full verify are due, and the back-off after a
-    failed attempt (a file that cannot be repaired, e.g. a full or read-only disk,
-    is retried at growing intervals up to CATCHUP_INTERVAL, not every second)."""
+class Upkeep:
+    """What the thread does each WATCH_SECONDS: decide from the clock and the file's
+    state whether to catch up or verify now, do it, and back off after a failure (a
+    file that cannot be repaired, e.g. on a full or read-only disk, is retried at
+    growing intervals up to CATCHUP_INTERVAL, not every second). A catch-up that
+    failed on the database is repeated as soon as the database answers again."""
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, path: str | None = None) -> None:
+        self.path = path or conf.FILTER_PATH
         self.catch_up_at = now + float(conf.CATCHUP_INTERVAL)
         interval = float(conf.VERIFY_INTERVAL)
         self.verify_at = now + interval if interval > 0 else None
         self.retry_at = now
         self.failures = 0
+        self.database_down = False
 
     def due(self, now: float, *, unusable: bool, woken: bool) -> tuple[bool, bool]:
         """(catch up, verify) now?"""
         catch_up = now >= self.catch_up_at or ((unusable or woken) and now >= self.retry_at)
         verify = self.verify_at is not None and now >= self.verify_at and not unusable
         return catch_up, verify
+
+    def tick(self, now: float, *, woken: bool = False) -> tuple[bool, bool]:
+        """One round; returns what it ran (catch-up, verify)."""
+        if self.database_down:
+            if not _database_answers():
+                return False, False
+            logger.info("the database answers again: catching up the filter now")
+            self.database_down = False
+            self.retry_at = now
+            woken = True
+        unusable = registry.get_filter(self.path) is None
+        catch_up, verify = self.due(now, unusable=unusable, woken=woken)
+        if catch_up or verify:
+            self.run(catch_up, verify)
+        return catch_up, verify
+
+    def run(self, catch_up: bool, verify: bool) -> None:
+        ok = True
+        try:
+            if catch_up:
+                sync.sync_and_report(periodic=True)
+            if verify:
+                sync.verify_and_repair(self.path)
+        except Exception as exc:
+            ok = False
+            self.database_down = isinstance(exc, DatabaseError)
+            logger.exception(
+                "upkeep of the filter failed; retrying %s",
+                "when the database answers again"
+                if self.database_down
+                else f"in at most {conf.CATCHUP_INTERVAL} s",
+            )
+        finally:
+            # A thread's connections are its own; never leave one open between rounds.
+            connections.close_all()
+        self.done(time.monotonic(), caught_up=catch_up, verified=verify, ok=ok)
 
     def done(self, now: float, *, caught_up: bool, verified: bool, ok: bool) -> None:
         interval = float(conf.CATCHUP_INTERVAL)
@@ -85,34 +126,23 @@ class Schedule:
             self.verify_at = now + float(conf.VERIFY_INTERVAL)
 
 
+def _database_answers() -> bool:
+    try:
+        connections["default"].ensure_connection()
+        return True
+    except Exception:
+        connections.close_all()
+        return False
+
+
 def _loop() -> None:
-    path = conf.FILTER_PATH
-    schedule = Schedule(time.monotonic())
+    upkeep = Upkeep(time.monotonic())
     while not _stop.is_set():
         woken = _wake.wait(WATCH_SECONDS)
         if _stop.is_set():
             break
         _wake.clear()
-        now = time.monotonic()
-        unusable = registry.get_filter(path) is None
-        catch_up, verify = schedule.due(now, unusable=unusable, woken=woken)
-        if not (catch_up or verify):
-            continue
-        ok = True
-        try:
-            if catch_up:
-                sync.sync_and_report(periodic=True)
-            if verify:
-                sync.verify_and_repair(path)
-        except Exception:
-            ok = False
-            logger.exception(
-                "upkeep of the filter failed; retrying in at most %s s", conf.CATCHUP_INTERVAL
-            )
-        finally:
-            # A thread's connections are its own; never leave one open between rounds.
-            connections.close_all()
-        schedule.done(time.monotonic(), caught_up=catch_up, verified=verify, ok=ok)
+        upkeep.tick(time.monotonic(), woken=woken)
 
 
 def stop(timeout: float = 5.0) -> None:

@@ -12,7 +12,7 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from celery import shared_task
+from celery import bootsteps, shared_task
 from celery.signals import worker_ready
 from celery.utils.time import get_exponential_backoff_interval
 from django.db import DatabaseError
@@ -24,6 +24,7 @@ from urlguard.celery import (
     REBUILD_FILTER_TASK,
     VERIFY_FILTER_TASK,
 )
+from urlguard.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
 
@@ -76,19 +77,45 @@ def verify_filter() -> dict[str, Any]:
     return asdict(sync.verify_and_repair())
 
 
-@worker_ready.connect
-def _catch_up_at_boot(sender: Any = None, **kwargs: Any) -> None:
-    # Runs in the worker before it takes messages: a node that was down while rules
-    # changed is current again before it applies the next nudge.
+def _catch_up_now(why: str) -> None:
     try:
         result = sync.sync_and_report(periodic=True)
     except Exception:
-        logger.exception("boot-time catch-up of the filter failed; beat will retry")
+        logger.exception("%s catch-up of the filter failed; beat will retry", why)
         return
     logger.info(
-        "boot-time catch-up: filter %s at change #%d (%d applied%s)",
+        "%s catch-up: filter %s at change #%d (%d applied%s)",
+        why,
         result.path,
         result.applied_seq,
         result.applied,
         f"; rebuilt: {result.rebuilt}" if result.rebuilt else "",
     )
+
+
+@worker_ready.connect
+def _catch_up_at_boot(sender: Any = None, **kwargs: Any) -> None:
+    # Runs in the worker before it takes messages: a node that was down while rules
+    # changed is current again before it applies the next nudge.
+    _catch_up_now("boot-time")
+
+
+class CatchUpOnReconnect(bootsteps.StartStopStep):
+    """A consumer step: started each time the worker (re)connects to the broker.
+    Nudges published while it was away are lost, so a reconnect catches up at once
+    and staleness after a broker outage is the outage, not up to CATCHUP_INTERVAL
+    more."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.connections = 0
+
+    def start(self, parent: Any) -> None:
+        self.connections += 1
+        if self.connections > 1:  # the first is boot, caught up by worker_ready
+            _catch_up_now("broker-reconnect")
+
+
+celery_app.steps["consumer"].add(CatchUpOnReconnect)

@@ -7,6 +7,7 @@ the test database pytest-django creates, so the tests use committed transactions
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -80,7 +81,14 @@ def services_available():
 class Worker:
     """A real `celery worker -B` process: one node, using this test's filter file."""
 
-    def __init__(self, filter_path: Path, log: Path, *, catchup_interval: float = 60):
+    def __init__(
+        self,
+        filter_path: Path,
+        log: Path,
+        *,
+        catchup_interval: float = 60,
+        broker_url: str | None = None,
+    ):
         db = connection.settings_dict
         self.node = f"node-{uuid.uuid4().hex[:8]}"
         self.log = log
@@ -90,7 +98,7 @@ class Worker:
             "DATABASE_URL": (
                 f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
             ),  # the test database
-            "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
+            "CELERY_BROKER_URL": broker_url or django_settings.CELERY_BROKER_URL,
             "URLGUARD_FILTER_PATH": str(filter_path),
             "URLGUARD_NODE_NAME": self.node,
             "URLGUARD_CATCHUP_INTERVAL": str(catchup_interval),
@@ -354,3 +362,60 @@ def test_rebuilds_under_concurrent_writes_count_every_rule_once(filter_path, mon
     assert filt.applied_seq == sync.log_head()
     assert filt.count == len(live) > 2000
     assert filt.contains_many(live).all()
+
+
+class PrivateRedis:
+    """A redis-server of this test's own, to stop and start again (the shared one is
+    never stopped: other people's tests run against it)."""
+
+    PORT = 18310
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.url = f"redis://127.0.0.1:{self.PORT}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.PORT), "--bind", "127.0.0.1", "--save", ""],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while _reachable(self.url, self.PORT):
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis():
+    if not shutil.which("redis-server"):
+        pytest.skip("needs redis-server on PATH for a broker of its own")
+    redis = PrivateRedis()
+    redis.start()
+    yield redis
+    redis.stop()
+
+
+def test_a_worker_catches_up_as_soon_as_its_broker_is_back(
+    start_worker, filter_path, private_redis
+):
+    worker = start_worker(broker_url=private_redis.url, catchup_interval=3600)
+    wait_for(lambda: filter_path.exists(), what="the boot-time build", log=worker.log)
+    private_redis.stop()
+    # Committed while the node's broker is away: its nudge never reaches the node.
+    rule = changes.add_rule("outage.example.org", category="spam")
+    private_redis.start()
+    back = time.monotonic()
+    wait_for(
+        lambda: rule.expression in (registry.get_filter() or ()),
+        timeout=40,
+        what="the catch-up after the reconnect",
+        log=worker.log,
+    )
+    # Celery's reconnect back-off, not CATCHUP_INTERVAL (an hour here).
+    assert time.monotonic() - back < 35
+    assert "broker-reconnect catch-up" in worker.log.read_text()

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 from django.core.management import call_command
+from django.db import OperationalError
 from django.urls import reverse
 
 from filterengine import ScalingCountingBloomFilter, fileformat
@@ -218,9 +219,9 @@ def test_a_clean_full_verify_is_reported_too(quiet, filter_path, sync_filter):
     assert NodeStatus.objects.get().last_verify_missing == 0
 
 
-def test_the_schedule_verifies_at_its_interval_and_backs_off(settings):
+def test_the_upkeep_verifies_at_its_interval_and_backs_off(settings):
     settings.URLGUARD = {**settings.URLGUARD, "CATCHUP_INTERVAL": 60, "VERIFY_INTERVAL": 600}
-    schedule = embedded.Schedule(now=0.0)
+    schedule = embedded.Upkeep(now=0.0)
     assert schedule.due(1.0, unusable=False, woken=False) == (False, False)
     assert schedule.due(1.0, unusable=True, woken=False) == (True, False)  # at once
     schedule.done(1.0, caught_up=True, verified=False, ok=False)
@@ -234,5 +235,30 @@ def test_the_schedule_verifies_at_its_interval_and_backs_off(settings):
 
 def test_no_verify_when_switched_off(settings):
     settings.URLGUARD = {**settings.URLGUARD, "VERIFY_INTERVAL": 0}
-    schedule = embedded.Schedule(now=0.0)
+    schedule = embedded.Upkeep(now=0.0)
     assert schedule.due(10**9, unusable=False, woken=False)[1] is False
+
+
+def test_a_catch_up_that_failed_on_the_database_runs_as_soon_as_it_answers(
+    settings, filter_path, monkeypatch
+):
+    settings.URLGUARD = {**settings.URLGUARD, "CATCHUP_INTERVAL": 3600}
+    ScalingCountingBloomFilter.build(str(filter_path), [], capacity=1000, error_rate=0.01)
+    runs = []
+
+    def database_down(**kwargs):
+        runs.append("failed")
+        raise OperationalError("could not connect to server: Connection refused")
+
+    monkeypatch.setattr(sync, "sync_and_report", database_down)
+    upkeep = embedded.Upkeep(now=0.0, path=str(filter_path))
+    assert upkeep.tick(1.0, woken=True) == (True, False)
+    assert upkeep.database_down and runs == ["failed"]
+
+    answers = iter([False, True])
+    monkeypatch.setattr(embedded, "_database_answers", lambda: next(answers))
+    monkeypatch.setattr(sync, "sync_and_report", lambda **kwargs: runs.append("caught up"))
+    assert upkeep.tick(2.0) == (False, False)  # still away: nothing is tried
+    # Back: at once, not after the back-off or the hour's CATCHUP_INTERVAL.
+    assert upkeep.tick(3.0) == (True, False)
+    assert runs == ["failed", "caught up"] and not upkeep.database_down

@@ -435,3 +435,18 @@ def test_the_verify_task_repairs_damaged_counters(quiet, filter_path, sync_filte
     result = celery_app.tasks["urlguard.tasks.verify_filter"].apply().get()
     assert result["missing"] == 50
     assert all(r in reader(filter_path) for r in rules)
+
+
+def test_a_broker_reconnect_catches_up_at_once(monkeypatch):
+    """The consumer step starts on every (re)connection; the first is boot (caught up
+    by worker_ready). The real reconnect is in test_services.py."""
+    from types import SimpleNamespace
+
+    calls = []
+    monkeypatch.setattr(tasks, "_catch_up_now", calls.append)
+    assert tasks.CatchUpOnReconnect in celery_app.steps["consumer"]
+    step = tasks.CatchUpOnReconnect(SimpleNamespace())
+    step.start(None)
+    assert calls == []
+    step.start(None)
+    assert calls == ["broker-reconnect"]
