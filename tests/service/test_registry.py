@@ -164,6 +164,11 @@ READER = textwrap.dedent("""
 """)
 
 
+# The bound is the registry's once-a-second check; the slack is for a loaded machine
+# (bench/faults.py measures the real figure).
+SLACK = 2.0
+
+
 class Reader:
     def __init__(self, path):
         env = {
@@ -230,15 +235,15 @@ def _corrupt_magic(path):
 def test_a_reader_follows_whatever_is_at_the_path_within_a_second(reader, filter_path, damage):
     damage(filter_path)
     build(filter_path, [("old.example/", 1), ("new.example/", 2)], applied_seq=2)
-    assert reader.until("new.example/", "yes") < registry.CHECK_SECONDS + 0.5
+    assert reader.until("new.example/", "yes") < registry.CHECK_SECONDS + SLACK
     assert reader.ask("old.example/") == "yes"
 
 
 def test_a_reader_degrades_while_the_file_is_gone(reader, filter_path):
     os.unlink(filter_path)
-    assert reader.until("old.example/", "none") < registry.CHECK_SECONDS + 0.5
+    assert reader.until("old.example/", "none") < registry.CHECK_SECONDS + SLACK
     build(filter_path, [("new.example/", 2)])
-    assert reader.until("new.example/", "yes") < registry.RETRY_SECONDS + 0.5
+    assert reader.until("new.example/", "yes") < registry.RETRY_SECONDS + SLACK
 
 
 # A writer that dies in the middle of a change: it exits at a chosen point (no timing).
@@ -255,9 +260,9 @@ DIES_MID_CHANGE = textwrap.dedent("""
 def test_a_reader_degrades_on_a_dirty_file_and_maps_the_rebuilt_one(reader, filter_path):
     died = subprocess.run([sys.executable, "-c", DIES_MID_CHANGE, str(filter_path)])
     assert died.returncode == 9
-    assert reader.until("old.example/", "none") < registry.CHECK_SECONDS + 0.5
+    assert reader.until("old.example/", "none") < registry.CHECK_SECONDS + SLACK
     build(filter_path, [("old.example/", 1), ("half.example/", 3)], applied_seq=3)
-    assert reader.until("half.example/", "yes") < registry.RETRY_SECONDS + 0.5
+    assert reader.until("half.example/", "yes") < registry.RETRY_SECONDS + SLACK
 
 
 def test_a_live_writer_mid_change_is_not_dirty(filter_path):
