@@ -9,12 +9,12 @@ largest id it took; a removal goes to a stage whose recorded id range holds its
 id and which holds the key. Unlike dablooms, ids that repeat or go backwards
 never stop the filter from scaling: fullness is a count, not an id.
 
-One writer per file (``fcntl.flock`` on ``<path>.lock``), any number of
-read-only openers in other processes. They share the page cache through
-``MAP_SHARED``, so readers see additions without reopening; before each answer
-a reader compares one header word (stage count + superseded bit) with the value
-it mapped, and remaps when a stage was added or the file was replaced by
-``build``.
+One writer per file (locking.py), any number of read-only openers in other
+processes. They share the page cache through ``MAP_SHARED`` (mapping.py), so
+readers see additions without reopening; before each answer a reader compares
+one header word (stage count + superseded bit) with the value it mapped, and
+remaps when a stage was added or the file was replaced by ``build``
+(atomicfile.py).
 
 Crash safety follows dablooms: ``mem_seqnum`` is 0 while a change is being
 applied and a fresh non-zero number after it; ``flush()`` msyncs the counters
@@ -26,20 +26,19 @@ file marks it dirty for good, so only a rebuild makes it clean again.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
 import mmap
 import os
 import struct
-import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import fileformat as ff
+from .atomicfile import fsync_dir, generation_of, mark_superseded, open_existing, write_empty
 from .counters import (
     MAX_COUNT,
     saturated_counters,
@@ -51,220 +50,37 @@ from .counters import (
     stage_remove_apply,
     stage_remove_check,
 )
-from .errors import FilterFileError, FilterLockedError, removal_refused
+from .errors import FilterFileError, removal_refused
 from .hashing import (
     HASH_SEED,
     _hash_tuple,  # the scalar hot path calls mmh3 directly
     hash_pair,
     hash_pairs,
 )
+from .ids import checked_id, id_array
+from .locking import acquire_writer_lock, release_writer_lock
+from .mapping import FileView, stage_probe
 
 __all__ = ["ScalingCountingBloomFilter", "DEFAULT_GROWTH", "DEFAULT_TIGHTENING"]
 
-#: Defaults chosen by the mean bytes per key over sizes, not at one size
-#: (bench/engine.py prints the table: 100 sizes, log-uniform from the initial
-#: capacity to 100x it; the service compacts a file into one right-sized stage
-#: long before 100x). Memory is dominated by the newest stage, allocated whole
-#: but partly empty: growth g wastes on average a factor ~(g-1)/ln g, so
-#: smaller growth saves memory but adds stages, and every stage costs an
-#: absent key about two probes. Mean / worst bytes per key at error rate 1%:
-#: growth 2 / tightening 0.7 (the old default) 11.0 / 18.4, 4 stages at 10x;
-#: 1.4 / 0.8 9.5 / 15.4, 5 stages at 10x, 12 at 100x; 1.25 / 0.85 saves 2%
-#: more (9.3) for 6 and 15 stages, not worth the probes. With growth 1.4, 0.8 has the best
-#: mean up to 100x and the cheapest first stage (6.7 bytes per key when one
-#: full stage is all there is, against 7.0 for 0.85). Splitting the error rate
-#: other than geometrically (e.g. the telescoping p*(1/(i+1) - 1/(i+2)), whose
-#: shares shrink polynomially) was within 2% either way over this range: the
-#: rate split is not where the memory goes.
+#: Chosen by the mean bytes per key over sizes, not at one size: bench/engine.py
+#: prints the comparison (``sizing``) and its docstring says how it came out.
 DEFAULT_GROWTH = 1.4
 DEFAULT_TIGHTENING = 0.8
 
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_STATE_RETRIES = 20  # a reader may catch the writer between two stores
 _BUILD_CHUNK = 65_536
-_NATIVE_Q, _LE_Q = struct.Struct("=Q"), struct.Struct("<Q")
+#: Only what the filter itself may pass to its constructor.
+_PRIVATE = object()
+#: A closed filter's view: every lookup takes the slow path, which refuses.
+_CLOSED = FileView()
 
 
-def _int_id(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(
-            f"ids must be int (e.g. microsecond timestamps), not {type(value).__name__}"
-        )
-    value = int(value)
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"id {value} does not fit in a signed 64-bit integer")
-    return value
-
-
-def _id_array(ids: Iterable[int], n: int) -> np.ndarray:
-    if not isinstance(ids, np.ndarray):
-        ids = list(ids)
-        for value in ids:
-            if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise TypeError(f"ids must be int, not {type(value).__name__}")
-        try:
-            ids = np.array(ids, dtype=np.int64)
-        except OverflowError:
-            raise ValueError("an id does not fit in a signed 64-bit integer") from None
-    elif ids.dtype.kind not in "iu":
-        raise TypeError(f"ids must be integers, not an array of {ids.dtype}")
-    else:
-        ids = ids.astype(np.int64)
-    if ids.shape != (n,):
-        raise ValueError(f"got {n} keys but {len(ids)} ids: pass one id per key")
-    return ids
-
-
-def _acquire_lock(path: str, timeout: float) -> int:
-    """Take the writer lock of ``path`` (the sidecar ``<path>.lock``), or raise."""
-    lock_path = path + ".lock"
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    deadline = time.monotonic() + timeout
-    delay = 0.002
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise FilterLockedError(
-                    f"{path}: another process is writing this filter (its lock "
-                    f"{lock_path} is held); open it read-only, or retry when that "
-                    f"writer has closed it"
-                ) from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
-
-
-def _release_lock(fd: int | None) -> None:
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-class _View:
-    """One consistent mapping of the file: swapped as a whole on remap, so a
-    thread that is mid-answer keeps using the mapping it started with (old
-    mappings stay valid: files only grow, and a replaced file stays mapped)."""
-
-    __slots__ = (
-        "mm",
-        "buf",
-        "array",
-        "word",
-        "layout",
-        "header",
-        "stages",
-        "probes",
-        "size",
-        "fd",
-        "seed",
+def _is_clean(state: ff.State) -> bool:
+    return (
+        not state.flags & ff.FLAG_TORN
+        and state.mem_seqnum != 0
+        and state.disk_seqnum == state.mem_seqnum
     )
-
-    def __init__(self, fd: int, writable: bool, path: str) -> None:
-        """Map ``fd`` and validate it. The view owns ``fd`` from here on: it is
-        closed on failure and by release()."""
-        self.fd = fd
-        self.mm = None
-        try:
-            self._load(fd, writable, path)
-        except BaseException:
-            self.release()
-            raise
-
-    def _load(self, fd: int, writable: bool, path: str) -> None:
-        size = os.fstat(fd).st_size
-        if size < ff.DATA_OFFSET:
-            # Validate before mapping: mmap of an empty file would fail obscurely.
-            raise FilterFileError(
-                f"{path}: file size: expected at least {ff.DATA_OFFSET} bytes, found "
-                f"{size} bytes (the file is truncated or not a filter file)"
-            )
-        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        self.mm = mmap.mmap(fd, size, access=access)
-        self.size = size
-        self.buf = memoryview(self.mm)
-        self.header = ff.read_fixed(self.buf, size, path)
-        self.seed = self.header.seed
-        # The layout word in native byte order: only ever compared with itself.
-        self.word = self.buf[ff.STATE_OFFSET : ff.STATE_OFFSET + 8].cast("Q")
-        for attempt in range(_STATE_RETRIES):
-            try:
-                state = ff.read_state(self.buf, path)
-                break
-            except FilterFileError:
-                if attempt == _STATE_RETRIES - 1:
-                    raise
-                time.sleep(0.0005)
-        # The layout the stages below were read under, in the word's native
-        # byte order (the word is only ever compared with this value).
-        self.layout = _NATIVE_Q.unpack(_LE_Q.pack(state.layout))[0]
-        self.stages = ff.read_entries(self.buf, state.stage_count, self.header, size, path)
-        self.array = np.frombuffer(self.mm, dtype=np.uint8)
-        # Per stage, what the scalar probe needs, resolved once: the counter
-        # index where each slice starts, and cells per slice. Newest first: it
-        # is the biggest and holds the most recent keys.
-        self.probes = tuple(_probe(s, self.buf) for s in reversed(self.stages))
-
-    def release(self) -> None:
-        """Unmap and close the file (idempotent)."""
-        # Every view into the mapping must go before mm.close(), which
-        # refuses (BufferError) while one is exported.
-        for first, regions, _ in getattr(self, "probes", ()):
-            for region in (first, *regions):
-                region.release()
-        self.probes = ()
-        for name in ("word", "buf"):
-            view = getattr(self, name, None)
-            if view is not None:
-                with contextlib.suppress(BufferError, ValueError):
-                    view.release()
-        self.array = None
-        if self.mm is not None:
-            with contextlib.suppress(BufferError, ValueError):
-                self.mm.close()
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
-
-    def __del__(self) -> None:
-        # A remapped-away view is dropped, not released, because another thread
-        # may still be answering from it; the last reference closes it here.
-        with contextlib.suppress(Exception):
-            self.release()
-
-
-def _probe(stage: ff.StageEntry, buf: memoryview) -> tuple[memoryview, tuple[memoryview, ...], int]:
-    """What the scalar lookup needs of a stage, resolved once per mapping: a
-    view of each region of ``cells`` bytes holding a pair of slices (layout:
-    counters.py), the first apart, and cells per slice. Slices come in pairs
-    (plan_slices(paired=True) plans an even k, and read_entries checks every
-    stage against that plan), so a pair is one region read under the fixed
-    masks 0x0F then 0xF0. Indexing a region's own view saves an addition per
-    probe (about 15% of a lookup, measured)."""
-    if stage.k & 1:
-        raise AssertionError(
-            f"stage of odd k={stage.k}: the file passed validation "
-            "but plan_slices(paired=True) gives an even k"
-        )
-    cells = stage.cells
-    regions = tuple(
-        buf[stage.offset + j * cells : stage.offset + (j + 1) * cells] for j in range(stage.k >> 1)
-    )
-    return regions[0], regions[1:], cells
-
-
-class _ClosedWord:
-    def __getitem__(self, index: int) -> int:
-        raise ValueError("the filter is closed")
-
-
-class _ClosedView:
-    word = _ClosedWord()
-    layout = None
 
 
 class ScalingCountingBloomFilter:
@@ -274,42 +90,63 @@ class ScalingCountingBloomFilter:
     (UTF-8) or bytes, all ids signed 64-bit ints (e.g. microsecond timestamps).
     Not thread-safe for writing; reading from many threads is safe."""
 
-    def __init__(self, *_: Any, **__: Any) -> None:
-        raise TypeError("use ScalingCountingBloomFilter.create(), .open() or .build()")
+    __slots__ = (
+        "_depth",
+        "_header",
+        "_lock_fd",
+        "_modified",
+        "_remap_lock",
+        "_seq",
+        "_st",
+        "_view",
+        "path",
+        "readonly",
+    )
 
     # -- opening ------------------------------------------------------------
-    @classmethod
-    def _attach(
-        cls, path: str, fd: int, *, readonly: bool, lock_fd: int | None
-    ) -> ScalingCountingBloomFilter:
-        self = object.__new__(cls)
+    def __init__(
+        self,
+        path: str,
+        fd: int,
+        *,
+        readonly: bool,
+        lock_fd: int | None,
+        _token: object = None,
+    ) -> None:
+        """Private: map ``fd`` (owned from here on) as the file at ``path``."""
+        if _token is not _PRIVATE:
+            raise TypeError("use ScalingCountingBloomFilter.create(), .open() or .build()")
         self.path = path
         self.readonly = readonly
         self._lock_fd = lock_fd
         self._remap_lock = threading.Lock()
         self._depth = 0
         self._modified = False
-        self._view = _View(fd, not readonly, path)
+        self._view = FileView.map(fd, not readonly, path)
         self._header = self._view.header
-        if not readonly:
-            # The writer keeps the state block in memory (it is its only
-            # writer) and writes it through, instead of decoding it per change.
-            state = self._st = self._state()
-            self._seq = max(state.mem_seqnum, state.disk_seqnum)
-            if state.mem_seqnum == 0 or state.mem_seqnum != state.disk_seqnum:
-                # The last writer died mid-change, or before flushing: its
-                # counters may be torn. Keep the file dirty until it is rebuilt,
-                # however cleanly this writer finishes.
-                state.flags |= ff.FLAG_TORN
-                if state.mem_seqnum == 0:
-                    state.mem_seqnum = self._seq = self._seq + 1
-                ff.pack_state(self._view.buf, state)
-        return self
+        # The writer keeps the state block in memory (it is its only writer) and
+        # writes it through, instead of decoding it per change.
+        state = self._st = self._view.state
+        self._seq = max(state.mem_seqnum, state.disk_seqnum)
+        if not readonly and (state.mem_seqnum == 0 or state.mem_seqnum != state.disk_seqnum):
+            # The last writer died mid-change, or before flushing: its counters may
+            # be torn. Keep the file dirty until it is rebuilt, however cleanly
+            # this writer finishes.
+            state.flags |= ff.FLAG_TORN
+            if state.mem_seqnum == 0:
+                state.mem_seqnum = self._seq = self._seq + 1
+            ff.pack_state(self._view.buf, state)
+
+    @classmethod
+    def _attach(
+        cls, path: str, fd: int, *, readonly: bool, lock_fd: int | None
+    ) -> ScalingCountingBloomFilter:
+        return cls(path, fd, readonly=readonly, lock_fd=lock_fd, _token=_PRIVATE)
 
     @classmethod
     def create(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         capacity: int,
         error_rate: float,
         *,
@@ -325,7 +162,7 @@ class ScalingCountingBloomFilter:
         ff.check_parameters(capacity, error_rate, growth, tightening)
         if os.path.exists(path):
             raise FileExistsError(f"{path}: already exists; open() it, or build() a replacement")
-        lock_fd = _acquire_lock(path, 0.0)
+        lock_fd = acquire_writer_lock(path, 0.0)
         try:
             header = ff.Header(
                 seed=seed,
@@ -335,23 +172,23 @@ class ScalingCountingBloomFilter:
                 tightening=float(tightening),
                 generation=time.time_ns() // 1000,
             )
-            tmp = _write_empty(path, header, applied_seq=0)
+            tmp = write_empty(path, header, applied_seq=0)
             try:
                 # link() refuses to replace: a file created meanwhile is kept.
                 os.link(tmp, path)
             finally:
                 os.unlink(tmp)
-            _fsync_dir(path)
+            fsync_dir(path)
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
             return cls._attach(path, fd, readonly=False, lock_fd=lock_fd)
         except BaseException:
-            _release_lock(lock_fd)
+            release_writer_lock(lock_fd)
             raise
 
     @classmethod
     def open(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         readonly: bool = False,
         *,
         capacity: int | None = None,
@@ -364,12 +201,12 @@ class ScalingCountingBloomFilter:
         ``lock_timeout`` seconds, else FilterLockedError. ``capacity`` and
         ``error_rate``, if given, must match the file's (FilterFileError)."""
         path = os.fspath(path)
-        lock_fd = None if readonly else _acquire_lock(path, lock_timeout)
+        lock_fd = None if readonly else acquire_writer_lock(path, lock_timeout)
         try:
             fd = os.open(path, (os.O_RDONLY if readonly else os.O_RDWR) | os.O_CLOEXEC)
             self = cls._attach(path, fd, readonly=readonly, lock_fd=lock_fd)
         except BaseException:
-            _release_lock(lock_fd)
+            release_writer_lock(lock_fd)
             raise
         for name, wanted in (("capacity", capacity), ("error_rate", error_rate)):
             found = getattr(self._header, name)
@@ -384,7 +221,7 @@ class ScalingCountingBloomFilter:
     @classmethod
     def build(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         pairs: Iterable[tuple[str | bytes, int]],
         *,
         capacity: int,
@@ -408,7 +245,7 @@ class ScalingCountingBloomFilter:
         file's generation."""
         path = os.fspath(path)
         ff.check_parameters(capacity, error_rate, growth, tightening)
-        applied_seq = _int_id(applied_seq)
+        applied_seq = checked_id(applied_seq)
         if applied_seq < 0:
             raise ValueError(f"applied_seq must be >= 0, got {applied_seq}")
         if writer is not None:
@@ -416,11 +253,11 @@ class ScalingCountingBloomFilter:
                 raise ValueError(f"writer must be an open writer of {path}")
             lock_fd = None
         else:
-            lock_fd = _acquire_lock(path, lock_timeout)
+            lock_fd = acquire_writer_lock(path, lock_timeout)
         tmp = None
         try:
-            old_fd = _open_existing(path)
-            generation = max(time.time_ns() // 1000, _generation_of(old_fd) + 1)
+            old_fd = open_existing(path)
+            generation = max(time.time_ns() // 1000, generation_of(old_fd) + 1)
             header = ff.Header(
                 seed=seed,
                 capacity=capacity,
@@ -429,15 +266,15 @@ class ScalingCountingBloomFilter:
                 tightening=float(tightening),
                 generation=generation,
             )
-            tmp = _write_empty(path, header, applied_seq=applied_seq)
+            tmp = write_empty(path, header, applied_seq=applied_seq)
             fresh = cls._attach(
                 tmp, os.open(tmp, os.O_RDWR | os.O_CLOEXEC), readonly=False, lock_fd=None
             )
             fresh.path = path  # error messages name the file the caller asked for
             try:
                 with fresh.change():
-                    chunk_keys: list = []
-                    chunk_ids: list = []
+                    chunk_keys: list[str | bytes] = []
+                    chunk_ids: list[int] = []
                     for key, id_ in pairs:
                         chunk_keys.append(key)
                         chunk_ids.append(id_)
@@ -452,9 +289,9 @@ class ScalingCountingBloomFilter:
                 fresh._close_mapping()
             os.replace(tmp, path)
             tmp = None
-            _fsync_dir(path)
+            fsync_dir(path)
             if old_fd is not None:
-                _mark_superseded(old_fd)
+                mark_superseded(old_fd)
             if writer is not None:
                 writer._follow_replacement()
             return generation
@@ -462,22 +299,23 @@ class ScalingCountingBloomFilter:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-            _release_lock(lock_fd)
+            release_writer_lock(lock_fd)
 
     # -- the mapping ----------------------------------------------------------
-    def _refresh(self) -> _View:
+    def _refresh(self) -> FileView:
         """Remap after a new stage or a replacement; returns the current view."""
         with self._remap_lock:
             view = self._view
-            if isinstance(view, _ClosedView):
+            if view.closed:
                 raise ValueError(f"{self.path}: the filter is closed")
             current = view.word[0]
             if current == view.layout:
                 return view  # another thread remapped already
             if current & ff.SUPERSEDED:
-                fresh = _View(os.open(self.path, os.O_RDONLY | os.O_CLOEXEC), False, self.path)
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                fresh = FileView.map(fd, False, self.path)
             else:
-                fresh = _View(os.dup(view.fd), not self.readonly, self.path)
+                fresh = FileView.map(os.dup(view.fd), not self.readonly, self.path)
             self._view = fresh
             self._header = fresh.header
             # The old view is dropped, not closed: another thread may be
@@ -487,22 +325,19 @@ class ScalingCountingBloomFilter:
     def _follow_replacement(self) -> None:
         """Writer side of build(writer=self): map the new file at our path."""
         old = self._view
-        self._view = _View(os.open(self.path, os.O_RDWR | os.O_CLOEXEC), True, self.path)
+        self._view = FileView.map(os.open(self.path, os.O_RDWR | os.O_CLOEXEC), True, self.path)
         self._header = self._view.header
-        state = self._st = self._state()
+        state = self._st = self._view.state
         self._seq = max(state.mem_seqnum, state.disk_seqnum)
         old.release()
 
-    def _state(self) -> ff.State:
-        return ff.read_state(self._view.buf, self.path)
-
-    def _writable(self) -> _View:
+    def _writable(self) -> FileView:
         if self.readonly:
             raise PermissionError(
                 f"{self.path}: opened read-only; open it with readonly=False to change it"
             )
         view = self._view
-        if isinstance(view, _ClosedView):
+        if view.closed:
             raise ValueError(f"{self.path}: the filter is closed")
         return view
 
@@ -514,7 +349,7 @@ class ScalingCountingBloomFilter:
             self._view.buf, ff.entry_offset(index) + ff.DYNAMIC_OFFSET, count, first, last
         )
 
-    def _add_stage(self) -> _View:
+    def _add_stage(self) -> FileView:
         """Append a stage (the newest is full): grow the file, then publish."""
         view = self._view
         index = len(view.stages)
@@ -527,19 +362,19 @@ class ScalingCountingBloomFilter:
         # Order matters for readers: the file is long enough and the entry is
         # written before the stage count that makes them look at it.
         os.ftruncate(view.fd, entry.end)
-        fresh = _View(os.dup(view.fd), True, self.path)
+        fresh = FileView.map(os.dup(view.fd), True, self.path)
         ff.pack_entry(fresh.buf, index, entry)
         state = self._st
         state.layout = (state.layout & ff.SUPERSEDED) | (index + 1)
         ff.pack_state(fresh.buf, state)
         fresh.stages = [*fresh.stages, entry]
-        fresh.probes = (_probe(entry, fresh.buf), *fresh.probes)
+        fresh.probes = (stage_probe(entry, fresh.buf), *fresh.probes)
         fresh.layout = fresh.word[0]
         self._view = fresh
         view.release()
         return fresh
 
-    def _newest_with_room(self) -> tuple[_View, int, int]:
+    def _newest_with_room(self) -> tuple[FileView, int, int]:
         """(view, index, room) of the stage that takes the next addition."""
         view = self._view
         index = len(view.stages) - 1
@@ -590,11 +425,12 @@ class ScalingCountingBloomFilter:
     @property
     def applied_seq(self) -> int:
         """High-water mark of the change log applied to this file (persisted)."""
-        return struct.unpack_from("<Q", self._live_view().buf, ff.STATE_OFFSET + 8)[0]
+        applied: int = struct.unpack_from("<Q", self._live_view().buf, ff.STATE_OFFSET + 8)[0]
+        return applied
 
     @applied_seq.setter
     def applied_seq(self, value: int) -> None:
-        value = _int_id(value)
+        value = checked_id(value)
         if value < 0:
             raise ValueError(f"applied_seq must be >= 0, got {value}")
         with self.change():
@@ -605,21 +441,22 @@ class ScalingCountingBloomFilter:
         """Make everything written so far durable: msync the counters, then
         record disk_seqnum = mem_seqnum (and msync the header). A reader's
         flush does nothing."""
-        if self.readonly or isinstance(self._view, _ClosedView):
-            return
         view = self._view
-        view.mm.flush()
+        mm = view.mm
+        if self.readonly or mm is None:
+            return
+        mm.flush()
         state = self._st
         if state.mem_seqnum and state.disk_seqnum != state.mem_seqnum:
             state.disk_seqnum = state.mem_seqnum
             ff.pack_state(view.buf, state)
-            view.mm.flush(0, mmap.PAGESIZE)
+            mm.flush(0, mmap.PAGESIZE)
 
     # -- single key -----------------------------------------------------------
     def add(self, key: str | bytes, id: int) -> None:
         """Add ``key`` with ``id`` (its timestamp) to the newest stage."""
         h1, h2 = hash_pair(key, self._header.seed)
-        id = _int_id(id)
+        id = checked_id(id)
         # `with self.change()` spelled out (here and in remove): its generator-based
         # context manager adds ~2 µs to a ~9 µs add (measured).
         self._begin()
@@ -638,7 +475,7 @@ class ScalingCountingBloomFilter:
         """Remove ``key`` added with ``id``. KeyError, nothing changed, if no
         stage holds it (see _remove_hashed for which stage gives it up)."""
         h1, h2 = hash_pair(key, self._header.seed)
-        id = _int_id(id)
+        id = checked_id(id)
         self._begin()  # refuses a read-only or closed filter
         ok = False
         try:
@@ -658,7 +495,8 @@ class ScalingCountingBloomFilter:
         Returns (stage index, counters decremented) so a batch can be undone."""
         view = self._view
         buf = view.buf
-        ranged, others = [], []
+        ranged: list[int] = []
+        others: list[int] = []
         for index in reversed(range(len(view.stages))):
             _, first, last = self._dynamic(index)
             (ranged if first <= id <= last else others).append(index)
@@ -728,7 +566,7 @@ class ScalingCountingBloomFilter:
         view = self._view
         if view.word[0] != view.layout:
             view = self._refresh()
-        h1, h2 = hash_pairs(keys, view.header.seed)
+        h1, h2 = hash_pairs(keys, view.seed)
         result = np.zeros(len(h1), dtype=bool)
         todo = None  # indices of keys not found yet; None = all
         for stage in reversed(view.stages):
@@ -747,7 +585,7 @@ class ScalingCountingBloomFilter:
     def add_many(self, keys: Iterable[str | bytes], ids: Iterable[int]) -> None:
         """Add every key with its id (one id per key), in order (vectorised)."""
         h1, h2 = hash_pairs(keys, self._header.seed)
-        ids = _id_array(ids, len(h1))
+        ids = id_array(ids, len(h1))
         self._writable()
         if not len(h1):
             return
@@ -779,7 +617,7 @@ class ScalingCountingBloomFilter:
         often than it was added."""
         keys = keys if isinstance(keys, list | tuple) else list(keys)
         h1, h2 = hash_pairs(keys, self._header.seed)
-        ids = _id_array(ids, len(h1))
+        ids = id_array(ids, len(h1))
         view = self._writable()
         if not len(h1):
             return
@@ -793,20 +631,7 @@ class ScalingCountingBloomFilter:
                     view.array, stage.offset * 2, stage.k, stage.cells, h1[todo], h2[todo]
                 )
                 owner[todo[hit]] = index
-        plans = []
-        if not (owner < 0).any():
-            for index in np.unique(owner).tolist():
-                rows = np.flatnonzero(owner == index)
-                stage = view.stages[index]
-                plan, short = stage_remove_check(
-                    view.array, stage.offset * 2, stage.k, stage.cells, h1[rows], h2[rows]
-                )
-                if short.any():
-                    plans = None
-                    break
-                plans.append((index, plan, len(rows)))
-        else:
-            plans = None
+        plans = self._removal_plans(view, owner, h1, h2)
         self._begin()
         ok = False
         try:
@@ -821,8 +646,28 @@ class ScalingCountingBloomFilter:
         finally:
             self._end(ok)
 
+    @staticmethod
+    def _removal_plans(
+        view: FileView, owner: np.ndarray, h1: np.ndarray, h2: np.ndarray
+    ) -> list[tuple[int, list[tuple[np.ndarray, np.ndarray]], int]] | None:
+        """remove_many's vectorised plan, (stage, counters, keys) per stage; None
+        when some key has no owning stage or a stage holds it too few times."""
+        if (owner < 0).any():
+            return None
+        plans = []
+        for index in np.unique(owner).tolist():
+            rows = np.flatnonzero(owner == index)
+            stage = view.stages[index]
+            plan, short = stage_remove_check(
+                view.array, stage.offset * 2, stage.k, stage.cells, h1[rows], h2[rows]
+            )
+            if short.any():
+                return None
+            plans.append((index, plan, len(rows)))
+        return plans
+
     def _remove_one_by_one(
-        self, keys: list, h1: np.ndarray, h2: np.ndarray, ids: np.ndarray
+        self, keys: Sequence[str | bytes], h1: np.ndarray, h2: np.ndarray, ids: np.ndarray
     ) -> None:
         """remove_many's exact path, when the vectorised plan cannot place every
         removal (a key with no stage by id range, or removed more often in the
@@ -842,9 +687,9 @@ class ScalingCountingBloomFilter:
             done.append(taken)
 
     # -- state and measurements -----------------------------------------------
-    def _live_view(self) -> _View:
+    def _live_view(self) -> FileView:
         view = self._view
-        if isinstance(view, _ClosedView):
+        if view.closed:
             raise ValueError(f"{self.path}: the filter is closed")
         if view.word[0] != view.layout:
             view = self._refresh()
@@ -876,12 +721,7 @@ class ScalingCountingBloomFilter:
         """False if a writer died mid-change or before flushing (then rebuild).
 
         Also False while a live writer is between a change and its flush()."""
-        state = ff.read_state(self._live_view().buf, self.path)
-        return (
-            not state.flags & ff.FLAG_TORN
-            and state.mem_seqnum != 0
-            and state.disk_seqnum == state.mem_seqnum
-        )
+        return _is_clean(ff.read_state(self._live_view().buf, self.path))
 
     @property
     def count(self) -> int:
@@ -890,7 +730,7 @@ class ScalingCountingBloomFilter:
         return sum(self._dynamic_of(view, i)[0] for i in range(len(view.stages)))
 
     @staticmethod
-    def _dynamic_of(view: _View, index: int) -> tuple[int, int, int]:
+    def _dynamic_of(view: FileView, index: int) -> tuple[int, int, int]:
         return ff.DYNAMIC.unpack_from(view.buf, ff.entry_offset(index) + ff.DYNAMIC_OFFSET)
 
     @property
@@ -947,11 +787,7 @@ class ScalingCountingBloomFilter:
             "bytes": view.stages[-1].end,
             "estimated_fpr": 1.0 - miss_all,
             "applied_seq": state.applied_seq,
-            "is_clean": (
-                not state.flags & ff.FLAG_TORN
-                and state.mem_seqnum != 0
-                and state.disk_seqnum == state.mem_seqnum
-            ),
+            "is_clean": _is_clean(state),
             "mem_seqnum": state.mem_seqnum,
             "disk_seqnum": state.disk_seqnum,
             "stages": stages,
@@ -960,21 +796,20 @@ class ScalingCountingBloomFilter:
     # -- closing --------------------------------------------------------------
     def _close_mapping(self) -> None:
         view = self._view
-        self._view = _ClosedView()  # type: ignore[assignment]
-        if not isinstance(view, _ClosedView):
-            view.release()
+        self._view = _CLOSED
+        view.release()
 
     def close(self) -> None:
         """Unmap and release the writer lock. A writer flushes first (unless a
         change is still open), so a clean close leaves a clean file."""
-        if isinstance(self._view, _ClosedView):
+        if self._view.closed:
             return
         try:
             if not self.readonly and self._depth == 0:
                 self.flush()
         finally:
             self._close_mapping()
-            _release_lock(self._lock_fd)
+            release_writer_lock(self._lock_fd)
             self._lock_fd = None
 
     def __enter__(self) -> ScalingCountingBloomFilter:
@@ -985,83 +820,15 @@ class ScalingCountingBloomFilter:
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
-            if not isinstance(getattr(self, "_view", None), _ClosedView | None):
+            view = getattr(self, "_view", None)
+            if view is not None and not view.closed:
                 self.close()
 
     def __repr__(self) -> str:
-        if isinstance(self._view, _ClosedView):
+        if self._view.closed:
             return f"<ScalingCountingBloomFilter {self.path!r} closed>"
         mode = "read-only" if self.readonly else "writer"
         return (
             f"<ScalingCountingBloomFilter {self.path!r} {mode} "
             f"stages={len(self._view.stages)} generation={self._header.generation}>"
         )
-
-
-# -- file helpers ---------------------------------------------------------------
-def _write_empty(path: str, header: ff.Header, *, applied_seq: int) -> str:
-    """Write a complete one-stage file beside ``path``; return its temp path."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        stage = ff.stage_plan(header, 0, ff.DATA_OFFSET)
-        os.ftruncate(fd, stage.end)  # counters start as zeros (a sparse file)
-        head = bytearray(ff.DATA_OFFSET)
-        head[0 : ff.FIXED_SIZE] = ff.pack_fixed(header)
-        ff.pack_state(
-            head, ff.State(layout=1, applied_seq=applied_seq, mem_seqnum=1, disk_seqnum=1, flags=0)
-        )
-        ff.pack_entry(head, 0, stage)
-        os.pwrite(fd, head, 0)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    return tmp
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _open_existing(path: str) -> int | None:
-    try:
-        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-
-
-def _generation_of(fd: int | None) -> int:
-    if fd is None:
-        return 0
-    head = os.pread(fd, ff.FIXED_SIZE, 0)
-    try:
-        return ff.read_fixed(head, ff.DATA_OFFSET, "").generation
-    except FilterFileError:
-        return 0
-
-
-def _mark_superseded(fd: int) -> None:
-    """Set the superseded bit in a replaced file that readers may still map.
-
-    Written through the file (pwrite), not a mapping: the page cache is shared,
-    so readers' mappings see it at once. Skipped for a file that is not ours."""
-    try:
-        head = bytearray(os.pread(fd, ff.TABLE_OFFSET, 0))
-        if len(head) == ff.TABLE_OFFSET and head[0:8] == ff.MAGIC:
-            state = ff.read_state(head, "")
-            state.layout |= ff.SUPERSEDED
-            ff.pack_state(head, state)
-            os.pwrite(fd, bytes(head[ff.STATE_OFFSET : ff.TABLE_OFFSET]), ff.STATE_OFFSET)
-    except FilterFileError:
-        # A corrupt state block: nobody can have opened the file since it broke,
-        # but someone who mapped it before may still check the layout word.
-        os.pwrite(fd, struct.pack("<Q", ff.SUPERSEDED | 1), ff.STATE_OFFSET)
-    finally:
-        os.close(fd)

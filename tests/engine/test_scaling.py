@@ -435,3 +435,12 @@ def test_fpr_within_the_rate_at_every_stage_boundary(path):
     assert len(f.info()["stages"]) == 10
     assert f.contains_many(urls(held)).all()
     f.close()
+
+
+def test_the_constructor_is_private(path):
+    with pytest.raises(TypeError, match=r"create\(\), \.open\(\) or \.build\(\)"):
+        S(path, 0, readonly=True, lock_fd=None)
+    with S.create(path, capacity=10, error_rate=0.01) as f:
+        # Declared attributes only: a typo such as f.readOnly = True fails loudly.
+        with pytest.raises(AttributeError):
+            f.readOnly = True
