@@ -22,6 +22,7 @@ run: install
 # Pass two: the `services` tests against real PostgreSQL, Redis and a Celery worker.
 test: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy filterengine
 	$(PY) -m pytest -q
 	# -o: `test` already depends on install; without it the sub-make re-runs install
 	# whenever pyproject.toml is newer than the stamp (a fresh worktree checkout).

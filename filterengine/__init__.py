@@ -5,32 +5,26 @@ filter in a memory-mapped file; beside it the plain, counting, scalable,
 opposite, time-to-live and persistent filters."""
 
 from .bloom import BloomFilter
+from .continuous import ContinuousBloomFilter, RotatingBloomFilter
 from .counting import CountingBloomFilter
 from .errors import FilterFileError, FilterLockedError
 from .hashing import hash_pair, hash_pairs
+from .opposite import OppositeBloomFilter
+from .persistent import PersistentBloomFilter
+from .scalable import ScalableBloomFilter
 from .scaling import ScalingCountingBloomFilter
 
 __all__ = [
     "BloomFilter",
+    "ContinuousBloomFilter",
     "CountingBloomFilter",
     "FilterFileError",
     "FilterLockedError",
+    "OppositeBloomFilter",
+    "PersistentBloomFilter",
+    "RotatingBloomFilter",
+    "ScalableBloomFilter",
     "ScalingCountingBloomFilter",
     "hash_pair",
     "hash_pairs",
 ]
-
-# VARIANTS (issue 5): appended, keep these lines when editing above.
-from .continuous import ContinuousBloomFilter, RotatingBloomFilter  # noqa: E402
-from .opposite import OppositeBloomFilter  # noqa: E402
-from .persistent import PersistentBloomFilter  # noqa: E402
-
-__all__ += [
-    "ContinuousBloomFilter",
-    "OppositeBloomFilter",
-    "PersistentBloomFilter",
-    "RotatingBloomFilter",
-]
-from .scalable import ScalableBloomFilter  # noqa: E402
-
-__all__ += ["ScalableBloomFilter"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -66,8 +67,12 @@ def pack_blob(
 
 
 def unpack_blob(
-    data: bytes | bytearray | memoryview, *, kind: int, payload_len, scheme: int = HASH_SCHEME
-) -> dict:
+    data: bytes | bytearray | memoryview,
+    *,
+    kind: int,
+    payload_len: Callable[[int, int], int],
+    scheme: int = HASH_SCHEME,
+) -> dict[str, Any]:
     """Validate a serialized filter and return its fields; FilterFileError if bad.
 
     ``payload_len(k, cells)`` gives the payload size the header's geometry
@@ -169,6 +174,11 @@ class BloomFilter:
     def add(self, key: str | bytes) -> bool:
         """Add ``key``; return True if the filter changed (the key was new)."""
         h1, h2 = hash_pair(key, self.seed)
+        return self.add_hashed(h1, h2)
+
+    def add_hashed(self, h1: int, h2: int) -> bool:
+        """``add`` of a key already hashed by ``hash_pair`` (with this filter's
+        seed), so that a caller probing several filters hashes once."""
         bits = self._bits
         cells = self.cells
         changed = False
@@ -187,6 +197,10 @@ class BloomFilter:
     def contains(self, key: str | bytes) -> bool:
         """True if ``key`` may have been added; False if it certainly was not."""
         h1, h2 = hash_pair(key, self.seed)
+        return self.contains_hashed(h1, h2)
+
+    def contains_hashed(self, h1: int, h2: int) -> bool:
+        """``contains`` of a key already hashed by ``hash_pair`` (see add_hashed)."""
         bits = self._bits
         cells = self.cells
         base = 0

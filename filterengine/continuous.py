@@ -14,6 +14,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,6 @@ from filterengine.bloom import BloomFilter
 from filterengine.hashing import MASK64, hash_pair, plan_slices
 from filterengine.opposite import KeyLike
 from filterengine.opposite import _to_bytes as _key_bytes
-from filterengine.scalable import _stage_add, _stage_contains
 
 __all__ = ["ContinuousBloomFilter", "RotatingBloomFilter"]
 
@@ -47,11 +47,13 @@ def _sweep_table(slot: int) -> np.ndarray:
     elapsed = (slot - nibble) % _MAX_SLOT
     keep = np.where((nibble != 0) & (elapsed <= _TICKS_ALIVE), nibble, 0)
     byte = np.arange(256)
-    return (keep[byte & 0x0F] | (keep[byte >> 4] << 4)).astype(np.uint8)
+    table: np.ndarray = (keep[byte & 0x0F] | (keep[byte >> 4] << 4)).astype(np.uint8)
+    return table
 
 
-# One table per clock value, built once: a sweep is then a single numpy gather.
-_SWEEP = [None] + [_sweep_table(slot) for slot in range(1, _MAX_SLOT + 1)]
+# One table per clock value (indexed by it; 0, never a clock value, included to
+# keep the index plain), built once: a sweep is then a single numpy gather.
+_SWEEP = [_sweep_table(slot) for slot in range(_MAX_SLOT + 1)]
 
 
 class _TickClock:
@@ -92,25 +94,36 @@ class _Indexer:
         return [base + ((h1 + i * h2) & MASK64) % s for i, base in self._offsets]
 
 
-class ContinuousBloomFilter:
+class _WindowFilter:
+    """What both time-to-live filters share: one lock over every cell write, a tick
+    clock, and the batch and reset operations built on their own ``add``/``_wipe``."""
+
+    __slots__ = ("_clock", "_lock", "_tick", "capacity", "error_rate", "ttl")
+
+    _lock: threading.Lock
+
+    def add(self, key: KeyLike) -> bool:
+        raise NotImplementedError
+
+    def _wipe(self) -> None:
+        """Forget every key; the caller holds the lock."""
+        raise NotImplementedError
+
+    def add_many(self, keys: Iterable[KeyLike]) -> None:
+        for key in keys:
+            self.add(key)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._wipe()
+
+
+class ContinuousBloomFilter(_WindowFilter):
     """bloombroom's continuous filter: `capacity` is the number of keys present at
     once (those added during the last 1.5·ttl), `error_rate` the false-positive
     rate at that load, `ttl` in the units of `clock` (seconds by default)."""
 
-    __slots__ = (
-        "_cells",
-        "_clock",
-        "_hasher",
-        "_k",
-        "_lock",
-        "_slice",
-        "_slot",
-        "_tick",
-        "_view",
-        "capacity",
-        "error_rate",
-        "ttl",
-    )
+    __slots__ = ("_cells", "_hasher", "_k", "_slice", "_slot", "_view")
 
     def __init__(
         self,
@@ -184,15 +197,10 @@ class ContinuousBloomFilter:
 
     __contains__ = contains
 
-    def add_many(self, keys: Iterable[KeyLike]) -> None:
-        for key in keys:
-            self.add(key)
+    def _wipe(self) -> None:
+        self._view[:] = 0
 
-    def clear(self) -> None:
-        with self._lock:
-            self._view[:] = 0
-
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         with self._lock:
             self._advance()
             filled = int(np.count_nonzero(self._view & 0x0F) + np.count_nonzero(self._view >> 4))
@@ -213,7 +221,7 @@ class ContinuousBloomFilter:
         )
 
 
-class RotatingBloomFilter:
+class RotatingBloomFilter(_WindowFilter):
     """A ring of `slices` + 1 plain Bloom filters, each taking the additions of one
     period of ttl/slices; at each period the oldest is replaced by an empty one.
     A key lives (ttl, ttl + ttl/slices]: (ttl, 1.5·ttl] with the default 2 slices.
@@ -221,18 +229,7 @@ class RotatingBloomFilter:
     Each filter is sized for the whole `capacity` at error_rate/(slices+1), because a
     lookup asks every live filter and their false positives add up."""
 
-    __slots__ = (
-        "_clock",
-        "_current",
-        "_filters",
-        "_lock",
-        "_per_filter",
-        "_slices",
-        "_tick",
-        "capacity",
-        "error_rate",
-        "ttl",
-    )
+    __slots__ = ("_current", "_filters", "_per_filter", "_slices")
 
     def __init__(
         self,
@@ -279,8 +276,8 @@ class RotatingBloomFilter:
         h1, h2 = hash_pair(_key_bytes(key))  # once for every filter of the ring
         with self._lock:
             self._advance()
-            present = any(_stage_contains(f, h1, h2) for f in self._filters)
-            _stage_add(self._current, h1, h2)
+            present = any(f.contains_hashed(h1, h2) for f in self._filters)
+            self._current.add_hashed(h1, h2)
         return not present
 
     def contains(self, key: KeyLike) -> bool:
@@ -288,20 +285,15 @@ class RotatingBloomFilter:
         with self._lock:
             self._advance()
             filters = self._filters
-        return any(_stage_contains(f, h1, h2) for f in filters)
+        return any(f.contains_hashed(h1, h2) for f in filters)
 
     __contains__ = contains
 
-    def add_many(self, keys: Iterable[KeyLike]) -> None:
-        for key in keys:
-            self.add(key)
+    def _wipe(self) -> None:
+        self._filters = [self._new_filter() for _ in self._filters]
+        self._current = self._filters[self._tick % len(self._filters)]
 
-    def clear(self) -> None:
-        with self._lock:
-            self._filters = [self._new_filter() for _ in self._filters]
-            self._current = self._filters[self._tick % len(self._filters)]
-
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         with self._lock:
             self._advance()
             return {

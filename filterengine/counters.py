@@ -61,14 +61,17 @@ def stage_bytes(k: int, cells: int) -> int:
     return (k + 1) // 2 * cells
 
 
-def counter_value(buf, c: int) -> int:
+def counter_value(buf: bytes | bytearray | memoryview, c: int) -> int:
     """Value of counter ``c`` in a bytes-like buffer (scalar path)."""
     return (buf[c >> 1] >> ((c & 1) << 2)) & 15
 
 
 def counter_values(array: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Values (uint8) of counters ``c`` (uint64 array) in a uint8 array."""
-    return (array[c >> _U1] >> ((c & _U1) << np.uint64(2)).astype(np.uint8)) & np.uint8(15)
+    values: np.ndarray = (array[c >> _U1] >> ((c & _U1) << np.uint64(2)).astype(np.uint8)) & (
+        np.uint8(15)
+    )
+    return values
 
 
 # -- scalar paths -------------------------------------------------------------
@@ -85,7 +88,9 @@ def stage_counters(base: int, k: int, cells: int, h1: int, h2: int) -> list[int]
     return out
 
 
-def stage_contains(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
+def stage_contains(
+    buf: bytes | bytearray | memoryview, base: int, k: int, cells: int, h1: int, h2: int
+) -> bool:
     """Whether every one of the key's k counters in the stage is non-zero."""
     region = base >> 1
     x = h1 % cells
@@ -101,7 +106,7 @@ def stage_contains(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool
     return True
 
 
-def stage_add(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
+def stage_add(buf: bytearray | memoryview, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
     """Increment the key's counters (saturating); True if any was zero before."""
     was_absent = False
     for c in stage_counters(base, k, cells, h1, h2):
@@ -119,7 +124,9 @@ def stage_add(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
     return was_absent
 
 
-def stage_remove(buf, base: int, k: int, cells: int, h1: int, h2: int) -> bool:
+def stage_remove(
+    buf: bytearray | memoryview, base: int, k: int, cells: int, h1: int, h2: int
+) -> bool:
     """Decrement the key's counters; False, with nothing changed, if any is 0.
 
     Saturated counters are left at 15 (see the module docstring)."""

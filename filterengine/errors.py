@@ -6,6 +6,8 @@ file", which a service usually reports rather than treats as corruption."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = ["FilterFileError", "FilterLockedError"]
 
 
@@ -24,7 +26,7 @@ class FilterLockedError(FilterFileError):
     ``<path>.lock``); readers are unlimited."""
 
 
-def removal_refused(keys: list, why: str) -> KeyError:
+def removal_refused(keys: Sequence[object], why: str) -> KeyError:
     """The KeyError of a batch removal refused as a whole: why, and the first keys."""
     shown = ", ".join(repr(k) for k in keys[:5])
     more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""

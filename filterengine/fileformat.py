@@ -96,6 +96,10 @@ DYNAMIC_OFFSET = 48
 DATA_OFFSET = -(-(TABLE_OFFSET + MAX_STAGES * ENTRY_SIZE) // PAGE) * PAGE
 _CRC = struct.Struct("<I")
 
+#: What the packers write into and the readers read from: a file's bytes or mapping.
+WritableBuffer = bytearray | memoryview
+ReadableBuffer = bytes | bytearray | memoryview
+
 SUPERSEDED = 1 << 63
 FLAG_TORN = 1  # a writer found the file mid-change: dirty until rebuilt
 NO_ID_FIRST = (1 << 63) - 1  # first id of a stage that took nothing yet
@@ -221,7 +225,7 @@ def pack_fixed(h: Header) -> bytes:
     return body + _CRC.pack(zlib.crc32(body)) + bytes(4)
 
 
-def pack_state(buf, s: State) -> None:
+def pack_state(buf: WritableBuffer, s: State) -> None:
     """Write the state block and its checksum into a writable buffer."""
     _STATE.pack_into(
         buf, STATE_OFFSET, s.layout, s.applied_seq, s.mem_seqnum, s.disk_seqnum, s.flags, 0
@@ -229,7 +233,7 @@ def pack_state(buf, s: State) -> None:
     _CRC.pack_into(buf, STATE_CRC_OFFSET, zlib.crc32(buf[STATE_OFFSET:STATE_CRC_OFFSET]))
 
 
-def pack_entry(buf, index: int, e: StageEntry) -> None:
+def pack_entry(buf: WritableBuffer, index: int, e: StageEntry) -> None:
     """Write stage ``index``'s geometry (with checksum) and empty counts."""
     at = entry_offset(index)
     static = _ENTRY_STATIC.pack(e.capacity, e.k, e.cells, e.offset, e.error_rate)
@@ -243,7 +247,7 @@ def _bad(path: str, field: str, expected: object, found: object, hint: str = "")
     return FilterFileError(msg + (f" ({hint})" if hint else ""))
 
 
-def read_fixed(buf, size: int, path: str) -> Header:
+def read_fixed(buf: ReadableBuffer, size: int, path: str) -> Header:
     """Validate and decode the fixed header. ``size`` is the file length."""
     if size < DATA_OFFSET:
         raise _bad(
@@ -324,7 +328,7 @@ def read_fixed(buf, size: int, path: str) -> Header:
     )
 
 
-def read_state(buf, path: str) -> State:
+def read_state(buf: ReadableBuffer, path: str) -> State:
     """Decode the state block; FilterFileError if its checksum is wrong.
 
     A reader can catch the writer between two of its stores, so the caller
@@ -343,7 +347,9 @@ def read_state(buf, path: str) -> State:
     return State(layout=layout, applied_seq=applied, mem_seqnum=mem, disk_seqnum=disk, flags=flags)
 
 
-def read_entries(buf, count: int, header: Header, size: int, path: str) -> list[StageEntry]:
+def read_entries(
+    buf: ReadableBuffer, count: int, header: Header, size: int, path: str
+) -> list[StageEntry]:
     """All ``count`` stage entries, validated (O(count), no counter is read)."""
     if not 1 <= count <= header.max_stages:
         raise _bad(path, "stage count", f"1..{header.max_stages}", count)

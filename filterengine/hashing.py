@@ -72,7 +72,7 @@ def check_key(key: object) -> bytes:
     if cls is bytes:
         return key  # type: ignore[return-value]
     if cls is str:
-        return key.encode()  # type: ignore[union-attr]
+        return key.encode()  # type: ignore[attr-defined,no-any-return]
     raise _key_type_error(key)
 
 
@@ -83,7 +83,7 @@ def hash_pair(key: str | bytes, seed: int = HASH_SEED) -> tuple[int, int]:
         key = key.encode()  # type: ignore[union-attr]
     elif cls is not bytes:
         raise _key_type_error(key)
-    return _hash_tuple(key, seed)  # type: ignore[no-any-return]
+    return _hash_tuple(key, seed)
 
 
 def _hashable_keys(keys: Iterable[str | bytes]) -> Sequence[str | bytes]:
@@ -111,7 +111,7 @@ def _hashable_keys(keys: Iterable[str | bytes]) -> Sequence[str | bytes]:
         for key in keys:
             if type(key) is not str and type(key) is not bytes:
                 raise _key_type_error(key)
-    return [key.encode() if type(key) is str else key for key in keys]  # type: ignore[union-attr]
+    return [key.encode() if type(key) is str else key for key in keys]
 
 
 def hash_pairs(keys: Iterable[str | bytes], seed: int = HASH_SEED) -> tuple[np.ndarray, np.ndarray]:

@@ -85,10 +85,10 @@ class OppositeBloomFilter:
         # ASCII str (URLs) is hashed and stored as is: it is immutable, and mmh3
         # hashes it as its UTF-8 bytes. Other str is encoded first, because mmh3
         # crashes the interpreter on a lone surrogate.
-        cls = type(key)
-        if cls is str:
+        data: str | bytes
+        if type(key) is str:
             data = key if key.isascii() else key.encode()
-        elif cls is bytes:
+        elif type(key) is bytes:
             data = key
         else:
             data = _to_bytes(key)
@@ -107,10 +107,10 @@ class OppositeBloomFilter:
 
     def contains(self, key: KeyLike) -> bool:
         """True only if `key` is the key stored in its slot (nothing is written)."""
-        cls = type(key)
-        if cls is str:
+        data: str | bytes
+        if type(key) is str:
             data = key if key.isascii() else key.encode()
-        elif cls is bytes:
+        elif type(key) is bytes:
             data = key
         else:
             data = _to_bytes(key)

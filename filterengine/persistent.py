@@ -11,6 +11,7 @@ do, so a batch of n keys copies each touched block once, not n times."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from filterengine.hashing import MASK64, hash_pair, plan_slices
 from filterengine.opposite import KeyLike
@@ -33,7 +34,9 @@ BLOCK_BYTES = 256
 class _Node:
     __slots__ = ("children", "owner")
 
-    def __init__(self, children: list, owner: object) -> None:
+    # Children are _Node above the last level and _Leaf on it: typed Any so the
+    # descent loops need no casts.
+    def __init__(self, children: list[Any], owner: object) -> None:
         self.children = children
         self.owner = owner
 
@@ -88,11 +91,11 @@ class _Shape:
         return [base + ((h1 + i * h2) & MASK64) % cells for i, base in self.offsets]
 
 
-def _empty_tree(shape: _Shape) -> _Node | _Leaf:
+def _empty_tree(shape: _Shape) -> _Node:
     # One shared zero leaf and one shared node per level: an empty filter of any
     # size costs a few objects, and real blocks appear only where bits are set.
-    node: _Node | _Leaf = _Leaf(bytearray(shape.block_bytes), None)
-    for _ in range(shape.depth):
+    node = _Node([_Leaf(bytearray(shape.block_bytes), None)] * shape.fanout, None)
+    for _ in range(shape.depth - 1):
         node = _Node([node] * shape.fanout, None)
     return node
 
@@ -109,7 +112,7 @@ def _set_bits(root: _Node, shape: _Shape, bits: list[int], owner: object) -> tup
         offset = bit & bmask
         byte, flag = offset >> 3, 1 << (offset & 7)
         # Read-only descent first: an already-set bit costs no copy at all.
-        node = root
+        node: Any = root
         for level in range(depth - 1, -1, -1):
             node = node.children[(block >> (level * fshift)) & fmask]
         if node.bits[byte] & flag:
@@ -190,7 +193,7 @@ class PersistentBloomFilter:
         root = self._root
         for bit in shape.bits_of(key):
             block = bit >> bshift
-            node = root
+            node: Any = root
             for shift in shifts:
                 node = node.children[(block >> shift) & fmask]
             offset = bit & bmask
@@ -202,9 +205,9 @@ class PersistentBloomFilter:
 
     def blocks(self) -> list[bytes | bytearray]:
         """The bit array's blocks in order (shared objects: treat as read-only)."""
-        out: list = []
+        out: list[bytes | bytearray] = []
 
-        def walk(node, level):
+        def walk(node: Any, level: int) -> None:
             if level == 0:
                 out.append(node.bits)
             else:
@@ -227,7 +230,7 @@ class PersistentBloomFilter:
             (a.k, a.cells, a.fanout, a.block_bytes) == (b.k, b.cells, b.fanout, b.block_bytes)
         )
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, int]:
         s = self._shape
         return {
             "k": s.k,
@@ -286,7 +289,7 @@ def diff(a: PersistentBloomFilter, b: PersistentBloomFilter) -> list[int]:
     fshift = shape.fanout_shift
     out: list[int] = []
 
-    def walk(x, y, level: int, base: int) -> None:
+    def walk(x: Any, y: Any, level: int, base: int) -> None:
         if x is y:
             return
         if level == 0:

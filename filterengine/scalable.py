@@ -12,12 +12,13 @@ import math
 import struct
 import zlib
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from filterengine.bloom import BloomFilter
 from filterengine.errors import FilterFileError
-from filterengine.hashing import MASK64, hash_pair, hash_pairs, plan_slices, stage_error_rate
+from filterengine.hashing import hash_pair, hash_pairs, plan_slices, stage_error_rate
 from filterengine.opposite import KeyLike
 from filterengine.opposite import _to_bytes as _key_bytes
 
@@ -42,29 +43,6 @@ def _real_rate(keys: int, k: int, cells: int) -> float:
     slice: about keys/m**2, which no choice of k removes. For small m it dominates
     (one key in 16-cell slices: 1/256, against a planned 1e-11)."""
     return (1.0 - (1.0 - 1.0 / cells) ** keys) ** k + keys / cells**2
-
-
-# Stage probes on precomputed (h1, h2), so one hash serves every stage. They read
-# the BloomFilter's bit layout (slice i of `cells` bits, bit c at byte c>>3, hashing.py).
-def _stage_contains(stage: BloomFilter, h1: int, h2: int) -> bool:
-    bits, cells = stage._bits, stage.cells
-    base = 0
-    for i in range(stage.k):
-        c = base + ((h1 + i * h2) & MASK64) % cells
-        if not bits[c >> 3] & (1 << (c & 7)):
-            return False
-        base += cells
-    return True
-
-
-def _stage_add(stage: BloomFilter, h1: int, h2: int) -> None:
-    bits, cells = stage._bits, stage.cells
-    base = 0
-    for i in range(stage.k):
-        c = base + ((h1 + i * h2) & MASK64) % cells
-        bits[c >> 3] |= 1 << (c & 7)
-        base += cells
-    stage.count += 1
 
 
 class ScalableBloomFilter:
@@ -138,18 +116,18 @@ class ScalableBloomFilter:
         h1, h2 = hash_pair(_key_bytes(key))
         # Newest first: it is the largest, so a present key is most likely there.
         for stage in reversed(self._stages):
-            if _stage_contains(stage, h1, h2):
+            if stage.contains_hashed(h1, h2):
                 return False
         stage = self._newest
         if stage.count >= self._budget:
             stage = self._grow()
-        _stage_add(stage, h1, h2)
+        stage.add_hashed(h1, h2)
         return True
 
     def contains(self, key: KeyLike) -> bool:
         h1, h2 = hash_pair(_key_bytes(key))
         for stage in reversed(self._stages):  # noqa: SIM110  (a loop beats any(genexpr) here)
-            if _stage_contains(stage, h1, h2):
+            if stage.contains_hashed(h1, h2):
                 return True
         return False
 
@@ -183,7 +161,7 @@ class ScalableBloomFilter:
         """The compounded false-positive rate now, from the stages' actual fill."""
         return 1.0 - math.prod(1.0 - stage.expected_fpp() for stage in self._stages)
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         return {
             "initial_capacity": self.initial_capacity,
             "error_rate": self.error_rate,
