@@ -440,7 +440,7 @@ def test_fpr_within_the_rate_at_every_stage_boundary(path):
 def test_the_constructor_is_private(path):
     with pytest.raises(TypeError, match=r"create\(\), \.open\(\) or \.build\(\)"):
         S(path, 0, readonly=True, lock_fd=None)
-    with S.create(path, capacity=10, error_rate=0.01) as f:
-        # Declared attributes only: a typo such as f.readOnly = True fails loudly.
-        with pytest.raises(AttributeError):
-            f.readOnly = True
+    f = S.create(path, capacity=10, error_rate=0.01)
+    # Declared attributes only: a typo such as f.readOnly = True fails loudly.
+    with f, pytest.raises(AttributeError):
+        f.readOnly = True
