@@ -7,8 +7,9 @@ opposite, time-to-live and persistent filters."""
 from .bloom import BloomFilter
 from .continuous import ContinuousBloomFilter, RotatingBloomFilter
 from .counting import CountingBloomFilter
-from .errors import FilterFileError, FilterLockedError
+from .errors import FilterFileError, FilterLockedError, FilterSpaceError
 from .hashing import hash_pair, hash_pairs
+from .mapping import FileIdentity
 from .opposite import OppositeBloomFilter
 from .persistent import PersistentBloomFilter
 from .scalable import ScalableBloomFilter
@@ -18,8 +19,10 @@ __all__ = [
     "BloomFilter",
     "ContinuousBloomFilter",
     "CountingBloomFilter",
+    "FileIdentity",
     "FilterFileError",
     "FilterLockedError",
+    "FilterSpaceError",
     "OppositeBloomFilter",
     "PersistentBloomFilter",
     "RotatingBloomFilter",

@@ -6,28 +6,51 @@ readers still mapping it reopen the path."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
+import stat
 import struct
 import tempfile
 
 from . import fileformat as ff
 from .errors import FilterFileError
+from .space import reserve
 
-__all__ = ["fsync_dir", "generation_of", "mark_superseded", "open_existing", "write_empty"]
+__all__ = [
+    "fsync_dir",
+    "generation_of",
+    "mark_superseded",
+    "open_existing",
+    "remove_stale_temps",
+    "write_empty",
+]
+
+_WORD = struct.Struct("<Q")
+
+
+def _temp_name(path: str) -> tuple[str, str]:
+    """(prefix, suffix) of the temp files written beside ``path``."""
+    return f".{os.path.basename(path)}.", ".tmp"
 
 
 def write_empty(path: str, header: ff.Header, *, applied_seq: int) -> str:
-    """Write a complete one-stage file beside ``path``; return its temp path."""
+    """Write a complete one-stage file beside ``path``; return its temp path.
+
+    The whole file is reserved first (FilterSpaceError, and no temp file left,
+    if it does not fit): its counters are written through a mapping later."""
+    prefix, suffix = _temp_name(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    # mkstemp creates the file 0600 (FILE_MODE): os.replace and os.link keep that.
+    # mkstemp creates the file 0600: os.replace and os.link keep that mode.
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
     try:
         stage = ff.stage_plan(header, 0, ff.DATA_OFFSET)
-        os.ftruncate(fd, stage.end)  # counters start as zeros (a sparse file)
+        reserve(fd, 0, stage.end, path, "new filter file (written beside it)")
         head = bytearray(ff.DATA_OFFSET)
         head[0 : ff.FIXED_SIZE] = ff.pack_fixed(header)
-        ff.pack_state(
-            head, ff.State(layout=1, applied_seq=applied_seq, mem_seqnum=1, disk_seqnum=1, flags=0)
+        ff.init_state(
+            head,
+            ff.State(stage_count=1, applied_seq=applied_seq, mem_seqnum=1, disk_seqnum=1, flags=0),
         )
         ff.pack_entry(head, 0, stage)
         os.pwrite(fd, head, 0)
@@ -40,6 +63,24 @@ def write_empty(path: str, header: ff.Header, *, applied_seq: int) -> str:
     return tmp
 
 
+def remove_stale_temps(path: str) -> list[str]:
+    """Remove the temp files that writes of ``path`` left behind (a build or
+    create killed before it could clean up); return their paths. Call it only
+    under the writer lock, when no write of ``path`` is under way."""
+    prefix, suffix = _temp_name(path)
+    # mkstemp's names: the prefix, 8 characters of [a-z0-9_], the suffix.
+    pattern = re.compile(re.escape(prefix) + r"[a-z0-9_]{8}" + re.escape(suffix) + r"\Z")
+    directory = os.path.dirname(os.path.abspath(path))
+    removed = []
+    for name in os.listdir(directory):
+        if pattern.match(name):
+            stale = os.path.join(directory, name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
+                removed.append(stale)
+    return removed
+
+
 def fsync_dir(path: str) -> None:
     """Make a rename or link of ``path`` durable: fsync its directory."""
     fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_CLOEXEC)
@@ -50,11 +91,21 @@ def fsync_dir(path: str) -> None:
 
 
 def open_existing(path: str) -> int | None:
-    """A read-write descriptor of the file at ``path``, or None if there is none."""
+    """A read-write descriptor of the regular file at ``path``, or None if there is
+    none (or the path is a symbolic link or something other than a file, which a
+    build replaces without writing into)."""
     try:
-        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            return None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 def generation_of(fd: int | None) -> int:
@@ -69,22 +120,18 @@ def generation_of(fd: int | None) -> int:
 
 
 def mark_superseded(fd: int) -> None:
-    """Set the superseded bit in a replaced file that readers may still map, and
-    close ``fd``.
+    """Set the superseded bit in the layout word of a replaced file that readers may
+    still map, and close ``fd``.
 
-    Written through the file (pwrite), not a mapping: the page cache is shared,
-    so readers' mappings see it at once. Skipped for a file that is not ours."""
+    Any file long enough to have been mapped is marked, whether or not it still
+    parses (a corrupt magic or state, another version): a reader that mapped it
+    while it was valid checks only that word. Written through the file (pwrite),
+    not a mapping: the page cache is shared, so readers' mappings see it at once."""
     try:
-        head = bytearray(os.pread(fd, ff.TABLE_OFFSET, 0))
-        if len(head) == ff.TABLE_OFFSET and head[0:8] == ff.MAGIC:
-            state = ff.read_state(head, "")
-            state.layout |= ff.SUPERSEDED
-            ff.pack_state(head, state)
-            os.pwrite(fd, bytes(head[ff.STATE_OFFSET : ff.TABLE_OFFSET]), ff.STATE_OFFSET)
-    except FilterFileError:
-        # A corrupt state block: nobody can have opened the file since it broke,
-        # but someone who mapped it before may still check the layout word.
-        os.pwrite(fd, struct.pack("<Q", ff.SUPERSEDED | 1), ff.STATE_OFFSET)
+        if os.fstat(fd).st_size >= ff.DATA_OFFSET:
+            (word,) = _WORD.unpack(os.pread(fd, 8, ff.LAYOUT_OFFSET))
+            if not word & ff.SUPERSEDED:
+                os.pwrite(fd, _WORD.pack(word | ff.SUPERSEDED), ff.LAYOUT_OFFSET)
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)

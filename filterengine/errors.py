@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["FilterFileError", "FilterLockedError"]
+__all__ = ["FilterFileError", "FilterLockedError", "FilterSpaceError"]
 
 
 class FilterFileError(ValueError):
@@ -24,6 +24,28 @@ class FilterLockedError(FilterFileError):
 
     Only one process may write a filter file (an ``fcntl.flock`` on the sidecar
     ``<path>.lock``); readers are unlimited."""
+
+
+class FilterSpaceError(FilterFileError):
+    """The file system has no room for a filter file to grow (a new stage) or to be
+    rebuilt. Nothing that readers map was touched: the old file is intact and
+    readable, and a change that needed the room was refused before any counter
+    moved. ``needed`` and ``free`` are in bytes (``free`` None if unknown)."""
+
+    def __init__(self, path: str, needed: int, free: int | None, what: str) -> None:
+        super().__init__(path, needed, free, what)  # args: pickles (Celery results)
+        self.path = path
+        self.needed = needed
+        self.free = free
+        self.what = what
+
+    def __str__(self) -> str:
+        free = "an unknown number of" if self.free is None else f"{self.free:,}"
+        return (
+            f"{self.path}: {self.what}: needs {self.needed:,} more bytes on its file "
+            f"system, {free} bytes free; the filter file was not changed (free some "
+            "space, or move the filter to a larger file system, then retry)"
+        )
 
 
 def removal_refused(keys: Sequence[object], why: str) -> KeyError:

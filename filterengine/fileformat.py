@@ -7,11 +7,13 @@ Everything is little-endian and 8-byte aligned::
           | seed u32 | max stages u32 | capacity u64 | error rate f64 | growth f64
           | tightening f64 | generation u64 | stage table offset u64
           | data offset u64 | (zeros) | crc32 of bytes 0..119 u32 | (zero) u32
-    128   state, 64 bytes, rewritten by the writer
-          layout u64 (stage count; bit 63 = superseded by a rebuild)
-          | applied_seq u64 | mem_seqnum u64 | disk_seqnum u64 | flags u64
-          | (zero) u64 | crc32 of bytes 128..175 u32 | (zeros)
-    256   stage table: MAX_STAGES entries of 80 bytes
+    128   layout word u64: stage count, bit 63 = superseded by a rebuild
+          | (zeros to 192)
+    192   state slot 0, 64 bytes, and at 256 state slot 1, rewritten by the writer
+          slot seq u64 | stage count u64 | applied_seq u64 | mem_seqnum u64
+          | disk_seqnum u64 | flags u64 | (zero) u64 | crc32 of those 56 bytes u32
+          | (zero) u32
+    320   stage table: MAX_STAGES entries of 80 bytes
           capacity u64 | k u64 | cells per slice u64 | data offset u64
           | error rate f64 | crc32 of those 40 bytes u32 | (zero) u32
           | count u64 | first id i64 | last id i64 | (zero) u64
@@ -24,6 +26,18 @@ appends to the file and never moves data that readers map. The first/last id
 of a stage are the smallest and largest id it ever took (ids may repeat or go
 backwards); they route removals.
 
+State slots (the LMDB/SQLite meta-page technique): the writer never rewrites
+the state a reader may be using. Each update goes to the other slot with the
+next slot seq, body first and checksum last; a reader takes the valid slot with
+the higher seq. A writer killed between any two stores (or within one) leaves
+that slot invalid and the previous state intact. The state written before a
+change's end is the one that opened it (mem_seqnum 0), so falling back to it
+reads as "interrupted": the file is dirty, never silently older. A writer that
+opens a file with one invalid slot marks it dirty too (torn write or bit rot).
+
+Layout word: the one word a reader checks before each answer. It is a single
+aligned 8-byte store, published after the slot that counts the new stage (so
+its stage count is the slot's, or one less after a kill between the two).
 Superseded bit: before a rebuild ``os.replace``s a new file over this one it
 sets bit 63 of the layout word of the file it replaces. Every reader maps that
 old file and checks that one word before each answer, so it notices the
@@ -52,10 +66,11 @@ __all__ = [
     "MAX_STAGES",
     "PAGE",
     "FIXED_SIZE",
-    "STATE_OFFSET",
     "TABLE_OFFSET",
     "ENTRY_SIZE",
     "DATA_OFFSET",
+    "LAYOUT_OFFSET",
+    "SLOT_OFFSETS",
     "SUPERSEDED",
     "FLAG_TORN",
     "Header",
@@ -64,12 +79,18 @@ __all__ = [
     "stage_plan",
     "pack_fixed",
     "read_fixed",
-    "pack_state",
+    "init_state",
+    "write_state",
     "read_state",
+    "read_states",
+    "layout_word",
+    "write_layout_word",
+    "check_layout_word",
     "pack_entry",
     "read_entries",
     "entry_offset",
     "next_offset",
+    "file_size",
     "check_parameters",
     "DYNAMIC",
     "NO_ID_FIRST",
@@ -77,24 +98,27 @@ __all__ = [
 ]
 
 MAGIC = b"FESCBF\x00\x01"
-#: 2: stages planned with the double-hashing floor and even k (hashing.plan_slices),
-#: so a version-1 file's stage geometry would not match; it is refused by version.
-VERSION = 2
+#: 3: two alternating state slots (a torn state write cannot break a file).
+#: 2: stages planned with the double-hashing floor and even k (hashing.plan_slices).
+#: Other versions are refused by version, with the way out: rebuild the file.
+VERSION = 3
 MAX_STAGES = 128
 PAGE = 4096
 
 _FIXED = struct.Struct("<8sHHIII QdddQQQ 40x")  # 120 bytes, crc follows
 FIXED_SIZE = 128
-STATE_OFFSET = 128
-_STATE = struct.Struct("<QQQQQQ")  # 48 bytes at 128, crc at 176
-STATE_CRC_OFFSET = STATE_OFFSET + _STATE.size
-TABLE_OFFSET = 256
+LAYOUT_OFFSET = 128
+SLOT_OFFSETS = (192, 256)
+SLOT_SIZE = 64
+_SLOT = struct.Struct("<QQQQQQQ")  # 56 bytes, crc follows
+TABLE_OFFSET = 320
 ENTRY_SIZE = 80
 _ENTRY_STATIC = struct.Struct("<QQQQd")  # 40 bytes, crc follows
 DYNAMIC = struct.Struct("<Qqq")  # count, first id, last id at entry + 48
 DYNAMIC_OFFSET = 48
 DATA_OFFSET = -(-(TABLE_OFFSET + MAX_STAGES * ENTRY_SIZE) // PAGE) * PAGE
 _CRC = struct.Struct("<I")
+_LAYOUT = struct.Struct("<Q")
 
 #: What the packers write into and the readers read from: a file's bytes or mapping.
 WritableBuffer = bytearray | memoryview
@@ -126,21 +150,15 @@ class Header:
 
 @dataclass(slots=True)
 class State:
-    """The writer-maintained state block."""
+    """The writer-maintained state (one slot's content)."""
 
-    layout: int  # stage count | SUPERSEDED
+    stage_count: int
     applied_seq: int
     mem_seqnum: int
     disk_seqnum: int
     flags: int
-
-    @property
-    def stage_count(self) -> int:
-        return self.layout & ~SUPERSEDED
-
-    @property
-    def superseded(self) -> bool:
-        return bool(self.layout & SUPERSEDED)
+    #: Slot sequence: which of the two slots is newer (write_state advances it).
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +214,19 @@ def stage_plan(header: Header, index: int, offset: int) -> StageEntry:
     return StageEntry(capacity=capacity, k=k, cells=cells, offset=offset, error_rate=rate)
 
 
+def file_size(header: Header, keys: int) -> int:
+    """Bytes of a file whose stages, from the first, hold ``keys`` keys (at least
+    the first stage; at most the stage table's worth)."""
+    offset, held = DATA_OFFSET, 0
+    for index in range(header.max_stages):
+        stage = stage_plan(header, index, offset)
+        held += stage.capacity
+        if held >= keys:
+            break
+        offset = next_offset(stage)
+    return stage.end
+
+
 def next_offset(entry: StageEntry) -> int:
     """Where the stage after ``entry`` starts: the next page boundary."""
     return -(-entry.end // PAGE) * PAGE
@@ -225,12 +256,45 @@ def pack_fixed(h: Header) -> bytes:
     return body + _CRC.pack(zlib.crc32(body)) + bytes(4)
 
 
-def pack_state(buf: WritableBuffer, s: State) -> None:
-    """Write the state block and its checksum into a writable buffer."""
-    _STATE.pack_into(
-        buf, STATE_OFFSET, s.layout, s.applied_seq, s.mem_seqnum, s.disk_seqnum, s.flags, 0
-    )
-    _CRC.pack_into(buf, STATE_CRC_OFFSET, zlib.crc32(buf[STATE_OFFSET:STATE_CRC_OFFSET]))
+def _put(buf: WritableBuffer, offset: int, data: bytes) -> None:
+    """Every store of the state and the layout word goes through here, one call
+    per store, so a test can stop a writer between (or within) any two."""
+    buf[offset : offset + len(data)] = data
+
+
+def _slot_bytes(s: State) -> tuple[bytes, bytes]:
+    body = _SLOT.pack(s.seq, s.stage_count, s.applied_seq, s.mem_seqnum, s.disk_seqnum, s.flags, 0)
+    return body, _CRC.pack(zlib.crc32(body)) + bytes(4)
+
+
+def write_state(buf: WritableBuffer, s: State) -> None:
+    """Advance ``s.seq`` and write ``s`` into the slot readers are not using: the
+    body, then its checksum (which makes the slot the newest valid one)."""
+    s.seq += 1
+    at = SLOT_OFFSETS[s.seq & 1]
+    body, crc = _slot_bytes(s)
+    _put(buf, at, body)
+    _put(buf, at + _SLOT.size, crc)
+
+
+def init_state(buf: WritableBuffer, s: State) -> None:
+    """A new file's state: both slots valid (seq 0 and 1) and the layout word."""
+    for seq in (0, 1):
+        s.seq = seq
+        body, crc = _slot_bytes(s)
+        buf[SLOT_OFFSETS[seq] : SLOT_OFFSETS[seq] + SLOT_SIZE] = body + crc
+    buf[LAYOUT_OFFSET : LAYOUT_OFFSET + 8] = _LAYOUT.pack(s.stage_count)
+
+
+def write_layout_word(buf: WritableBuffer, word: int) -> None:
+    """Publish the layout word (one aligned 8-byte store)."""
+    _put(buf, LAYOUT_OFFSET, _LAYOUT.pack(word))
+
+
+def layout_word(buf: ReadableBuffer) -> int:
+    """The layout word (little-endian, as stored)."""
+    word: int = _LAYOUT.unpack_from(buf, LAYOUT_OFFSET)[0]
+    return word
 
 
 def pack_entry(buf: WritableBuffer, index: int, e: StageEntry) -> None:
@@ -281,7 +345,7 @@ def read_fixed(buf: ReadableBuffer, size: int, path: str) -> Header:
             f"{actual:#010x}",
             "the header is corrupt: rebuild the file",
         )
-    if any(buf[124:128]) or any(buf[STATE_CRC_OFFSET + 4 : TABLE_OFFSET]):
+    if any(buf[124:128]) or any(buf[LAYOUT_OFFSET + 8 : SLOT_OFFSETS[0]]):
         raise _bad(
             path,
             "reserved header bytes",
@@ -328,23 +392,62 @@ def read_fixed(buf: ReadableBuffer, size: int, path: str) -> Header:
     )
 
 
-def read_state(buf: ReadableBuffer, path: str) -> State:
-    """Decode the state block; FilterFileError if its checksum is wrong.
+def read_states(buf: ReadableBuffer) -> tuple[State | None, State | None]:
+    """Both slots decoded; None for a slot whose checksum is wrong."""
+    found: list[State | None] = []
+    for at in SLOT_OFFSETS:
+        (stored,) = _CRC.unpack_from(buf, at + _SLOT.size)
+        if stored != zlib.crc32(buf[at : at + _SLOT.size]) or any(
+            buf[at + _SLOT.size + 4 : at + SLOT_SIZE]
+        ):
+            found.append(None)
+            continue
+        seq, count, applied, mem, disk, flags, reserved = _SLOT.unpack_from(buf, at)
+        found.append(
+            None
+            if reserved
+            else State(
+                stage_count=count,
+                applied_seq=applied,
+                mem_seqnum=mem,
+                disk_seqnum=disk,
+                flags=flags,
+                seq=seq,
+            )
+        )
+    return found[0], found[1]
 
-    A reader can catch the writer between two of its stores, so the caller
-    retries a mismatch a few times before believing it."""
-    (stored,) = _CRC.unpack_from(buf, STATE_CRC_OFFSET)
-    actual = zlib.crc32(buf[STATE_OFFSET:STATE_CRC_OFFSET])
-    if stored != actual:
+
+def read_state(buf: ReadableBuffer, path: str) -> State:
+    """The newest valid state slot; FilterFileError if neither is valid.
+
+    A reader can catch the writer between two of its stores into one slot, but
+    never into both, so the other slot is valid then; the caller retries a
+    failure a few times before believing it."""
+    first, second = read_states(buf)
+    if first is None and second is None:
+        raise FilterFileError(
+            f"{path}: state slots: expected at least one with a valid checksum, found "
+            "none (the state is corrupt: rebuild the file)"
+        )
+    if first is None or (second is not None and second.seq > first.seq):
+        assert second is not None
+        return second
+    return first
+
+
+def check_layout_word(word: int, state: State, path: str) -> None:
+    """The layout word must count the state's stages (or one less: a writer killed
+    between publishing a stage in its slot and in the word), plus the superseded bit."""
+    count = word & ~SUPERSEDED
+    if count not in (state.stage_count, state.stage_count - 1):
         raise _bad(
             path,
-            "state checksum",
-            f"{stored:#010x}",
-            f"{actual:#010x}",
-            "the state block is corrupt: rebuild the file",
+            "layout word",
+            f"stage count {state.stage_count} (or one less), optionally with bit 63",
+            f"{word:#x}",
+            "the header is corrupt: rebuild the file",
         )
-    layout, applied, mem, disk, flags, _ = _STATE.unpack_from(buf, STATE_OFFSET)
-    return State(layout=layout, applied_seq=applied, mem_seqnum=mem, disk_seqnum=disk, flags=flags)
 
 
 def read_entries(

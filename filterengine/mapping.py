@@ -9,22 +9,39 @@ import mmap
 import os
 import struct
 import time
+from typing import NamedTuple
 
 import numpy as np
 
 from . import fileformat as ff
 from .errors import FilterFileError
 
-__all__ = ["FileView", "Probe", "stage_probe"]
+__all__ = ["FileIdentity", "FileView", "Probe", "SIZE_CHECK_SECONDS", "stage_probe"]
 
 #: (first region, the other regions, cells per slice): what the scalar lookup
 #: needs of one stage (see stage_probe).
 Probe = tuple[memoryview, tuple[memoryview, ...], int]
 
+#: How often a reader compares the file's size with what it maps (one fstat): a
+#: file truncated under a mapping would kill the process (SIGBUS) at the first
+#: touch of a missing page. Truncating a live filter file is still unsupported: a
+#: lookup in the window before the next check can fault.
+SIZE_CHECK_SECONDS = 1.0
+
 _STATE_RETRIES = 20  # a reader may catch the writer between two stores
-_NATIVE_Q, _LE_Q = struct.Struct("=Q"), struct.Struct("<Q")
+_NATIVE_Q = struct.Struct("=Q")
 #: Stands in for a header where there is no file (a closed filter).
 _NO_HEADER = ff.Header(seed=0, capacity=1, error_rate=0.5, growth=2.0, tightening=0.5, generation=0)
+
+
+class FileIdentity(NamedTuple):
+    """Which file a filter maps: ``os.stat``'s device and inode of it (compare them
+    with ``os.stat(path)`` to learn whether the path still names it) and the
+    generation in its header (new for every file ``build`` writes)."""
+
+    dev: int
+    ino: int
+    generation: int
 
 
 class FileView:
@@ -32,37 +49,47 @@ class FileView:
     and a replaced file stays mapped), so a thread that is mid-answer keeps using
     the view it started with.
 
-    ``FileView()`` is the placeholder of a closed filter: its layout never matches
-    its word, so every lookup goes to the slow path, which refuses. ``FileView.map``
-    makes a real one."""
+    ``FileView()`` is the placeholder of a closed filter: its size check is always
+    due and its layout never matches its word, so every lookup goes to the slow
+    path, which refuses. ``FileView.map`` makes a real one."""
 
     __slots__ = (
         "array",
         "buf",
+        "check_at",
+        "dev",
         "fd",
         "header",
+        "ino",
         "layout",
+        "limit",
         "mm",
         "probes",
         "seed",
-        "size",
         "stages",
         "state",
+        "torn_slot",
         "word",
     )
 
     def __init__(self) -> None:
         self.fd = -1
         self.mm: mmap.mmap | None = None
-        self.size = 0
+        self.dev = self.ino = 0
+        #: Bytes the stages below need: a file shorter than this was truncated.
+        self.limit = 0
+        #: time.monotonic() from which the next lookup checks the file's size.
+        self.check_at = float("-inf")
         self.buf = memoryview(b"")
         #: The layout word in native byte order: only ever compared with ``layout``.
         self.word = memoryview(bytes(8)).cast("Q")
         self.layout = -1
         self.header = _NO_HEADER
         self.seed = 0
-        #: The state block as it was when the file was mapped.
-        self.state = ff.State(layout=0, applied_seq=0, mem_seqnum=0, disk_seqnum=0, flags=0)
+        #: The newest valid state slot when the file was mapped.
+        self.state = ff.State(stage_count=0, applied_seq=0, mem_seqnum=0, disk_seqnum=0, flags=0)
+        #: Whether one of the two state slots failed its checksum then.
+        self.torn_slot = False
         self.stages: list[ff.StageEntry] = []
         self.array: np.ndarray = np.zeros(0, dtype=np.uint8)
         #: Per stage, newest first (it is the biggest and holds the most recent keys).
@@ -71,6 +98,10 @@ class FileView:
     @property
     def closed(self) -> bool:
         return self.mm is None
+
+    @property
+    def identity(self) -> FileIdentity:
+        return FileIdentity(self.dev, self.ino, self.header.generation)
 
     @classmethod
     def map(cls, fd: int, writable: bool, path: str) -> FileView:
@@ -86,34 +117,75 @@ class FileView:
         return view
 
     def _load(self, writable: bool, path: str) -> None:
-        size = os.fstat(self.fd).st_size
+        fd = self.fd
+        size = os.fstat(fd).st_size
         if size < ff.DATA_OFFSET:
             # Validate before mapping: mmap of an empty file would fail obscurely.
             raise FilterFileError(
                 f"{path}: file size: expected at least {ff.DATA_OFFSET} bytes, found "
                 f"{size} bytes (the file is truncated or not a filter file)"
             )
+        for attempt in range(_STATE_RETRIES):
+            # The word before the slots: a writer publishes a stage in a slot and
+            # then in the word, so a word read first never counts a stage that the
+            # slot read next does not (a view must never settle on a layout that
+            # hides a stage). The size last: the writer reserves a stage's space
+            # before it counts the stage anywhere.
+            word_bytes = os.pread(fd, 8, ff.LAYOUT_OFFSET)
+            head = os.pread(fd, ff.TABLE_OFFSET, 0)
+            stat = os.fstat(fd)
+            header = ff.read_fixed(head, stat.st_size, path)
+            first, second = ff.read_states(head)
+            try:
+                state = ff.read_state(head, path)
+                ff.check_layout_word(int.from_bytes(word_bytes, "little"), state, path)
+                break
+            except FilterFileError:
+                # Caught between the writer's stores (two state writes while we
+                # read); a corrupt state stays corrupt through every retry.
+                if attempt == _STATE_RETRIES - 1:
+                    raise
+                time.sleep(0.0005)
         access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        mm = self.mm = mmap.mmap(self.fd, size, access=access)
-        self.size = size
+        mm = self.mm = mmap.mmap(fd, stat.st_size, access=access)
+        self.dev, self.ino = stat.st_dev, stat.st_ino
         self.buf = memoryview(mm)
-        self.header = ff.read_fixed(self.buf, size, path)
-        self.seed = self.header.seed
-        self.word = self.buf[ff.STATE_OFFSET : ff.STATE_OFFSET + 8].cast("Q")
+        self.header = header
+        self.seed = header.seed
+        self.word = self.buf[ff.LAYOUT_OFFSET : ff.LAYOUT_OFFSET + 8].cast("Q")
+        self.state = state
+        self.torn_slot = first is None or second is None
+        self.layout = _NATIVE_Q.unpack(word_bytes)[0]
+        self.stages = ff.read_entries(self.buf, state.stage_count, header, stat.st_size, path)
+        self.limit = self.stages[-1].end
+        self.check_at = time.monotonic() + SIZE_CHECK_SECONDS
+        self.array = np.frombuffer(mm, dtype=np.uint8)
+        self.probes = tuple(stage_probe(s, self.buf) for s in reversed(self.stages))
+
+    def current_state(self, path: str) -> ff.State:
+        """The newest valid state slot now (retried like the one read at mapping)."""
         for attempt in range(_STATE_RETRIES):
             try:
-                state = ff.read_state(self.buf, path)
-                break
+                return ff.read_state(self.buf, path)
             except FilterFileError:
                 if attempt == _STATE_RETRIES - 1:
                     raise
                 time.sleep(0.0005)
-        self.state = state
-        # The layout the stages below were read under, in the word's byte order.
-        self.layout = _NATIVE_Q.unpack(_LE_Q.pack(state.layout))[0]
-        self.stages = ff.read_entries(self.buf, state.stage_count, self.header, size, path)
-        self.array = np.frombuffer(mm, dtype=np.uint8)
-        self.probes = tuple(stage_probe(s, self.buf) for s in reversed(self.stages))
+        raise AssertionError("not reached")
+
+    def check_size(self, path: str) -> None:
+        """FilterFileError if the file is now shorter than the stages mapped here
+        (truncated under us: touching the missing pages would kill the process);
+        otherwise the next check is due in SIZE_CHECK_SECONDS."""
+        size = os.fstat(self.fd).st_size
+        if size < self.limit:
+            raise FilterFileError(
+                f"{path}: file size: expected at least {self.limit} bytes (the stages "
+                f"this process maps), found {size} bytes: the file was truncated while "
+                "mapped (unsupported: replace a filter file with build(), never "
+                "truncate or overwrite it in place); rebuild it"
+            )
+        self.check_at = time.monotonic() + SIZE_CHECK_SECONDS
 
     def release(self) -> None:
         """Unmap and close the file (idempotent)."""

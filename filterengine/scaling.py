@@ -29,16 +29,22 @@ import contextlib
 import math
 import mmap
 import os
-import struct
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 import numpy as np
 
 from . import fileformat as ff
-from .atomicfile import fsync_dir, generation_of, mark_superseded, open_existing, write_empty
+from .atomicfile import (
+    fsync_dir,
+    generation_of,
+    mark_superseded,
+    open_existing,
+    remove_stale_temps,
+    write_empty,
+)
 from .counters import (
     MAX_COUNT,
     saturated_counters,
@@ -59,7 +65,8 @@ from .hashing import (
 )
 from .ids import checked_id, id_array
 from .locking import acquire_writer_lock, release_writer_lock
-from .mapping import FileView, stage_probe
+from .mapping import FileIdentity, FileView, stage_probe
+from .space import require_free, reserve
 
 __all__ = ["ScalingCountingBloomFilter", "DEFAULT_GROWTH", "DEFAULT_TIGHTENING"]
 
@@ -69,6 +76,7 @@ DEFAULT_GROWTH = 1.4
 DEFAULT_TIGHTENING = 0.8
 
 _BUILD_CHUNK = 65_536
+_clock = time.monotonic
 #: Only what the filter itself may pass to its constructor.
 _PRIVATE = object()
 #: A closed filter's view: every lookup takes the slow path, which refuses.
@@ -126,16 +134,31 @@ class ScalingCountingBloomFilter:
         self._header = self._view.header
         # The writer keeps the state block in memory (it is its only writer) and
         # writes it through, instead of decoding it per change.
-        state = self._st = self._view.state
+        self._st = self._view.state
+        self._seq = 0
+        if not readonly:
+            self._take_over()
+
+    def _take_over(self) -> None:
+        """A writer's first look at the file it mapped: keep an interrupted file
+        dirty, and publish the layout word the state slots count."""
+        view = self._view
+        state = self._st = view.state
         self._seq = max(state.mem_seqnum, state.disk_seqnum)
-        if not readonly and (state.mem_seqnum == 0 or state.mem_seqnum != state.disk_seqnum):
-            # The last writer died mid-change, or before flushing: its counters may
-            # be torn. Keep the file dirty until it is rebuilt, however cleanly
-            # this writer finishes.
+        if view.torn_slot or state.mem_seqnum == 0 or state.mem_seqnum != state.disk_seqnum:
+            # The last writer died mid-change, before flushing or mid state write
+            # (or the state rotted): its counters may be torn. Keep the file dirty
+            # until it is rebuilt, however cleanly this writer finishes.
             state.flags |= ff.FLAG_TORN
             if state.mem_seqnum == 0:
                 state.mem_seqnum = self._seq = self._seq + 1
-            ff.pack_state(self._view.buf, state)
+            # The next seq's slot is the other one: a broken slot is rewritten here.
+            ff.write_state(view.buf, state)
+        word = ff.layout_word(view.buf)
+        if word & ~ff.SUPERSEDED != state.stage_count:
+            # Killed between publishing a stage in its slot and in the word.
+            ff.write_layout_word(view.buf, (word & ff.SUPERSEDED) | state.stage_count)
+            view.layout = view.word[0]
 
     @classmethod
     def _attach(
@@ -164,6 +187,7 @@ class ScalingCountingBloomFilter:
             raise FileExistsError(f"{path}: already exists; open() it, or build() a replacement")
         lock_fd = acquire_writer_lock(path, 0.0)
         try:
+            remove_stale_temps(path)
             header = ff.Header(
                 seed=seed,
                 capacity=capacity,
@@ -255,7 +279,11 @@ class ScalingCountingBloomFilter:
         else:
             lock_fd = acquire_writer_lock(path, lock_timeout)
         tmp = None
+        old_fd = None
         try:
+            # Under the lock no other build of this path runs: every temp file
+            # beside it is left over from a killed one (and may fill the disk).
+            remove_stale_temps(path)
             old_fd = open_existing(path)
             generation = max(time.time_ns() // 1000, generation_of(old_fd) + 1)
             header = ff.Header(
@@ -266,6 +294,8 @@ class ScalingCountingBloomFilter:
                 tightening=float(tightening),
                 generation=generation,
             )
+            keys = len(pairs) if isinstance(pairs, Sized) else 0
+            require_free(path, ff.file_size(header, keys), "rebuild (a new file beside it)")
             tmp = write_empty(path, header, applied_seq=applied_seq)
             fresh = cls._attach(
                 tmp, os.open(tmp, os.O_RDWR | os.O_CLOEXEC), readonly=False, lock_fd=None
@@ -292,16 +322,25 @@ class ScalingCountingBloomFilter:
             fsync_dir(path)
             if old_fd is not None:
                 mark_superseded(old_fd)
+                old_fd = None
             if writer is not None:
                 writer._follow_replacement()
             return generation
         finally:
+            if old_fd is not None:
+                os.close(old_fd)
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
             release_writer_lock(lock_fd)
 
     # -- the mapping ----------------------------------------------------------
+    def _check_size(self, view: FileView) -> None:
+        """The throttled guard before a lookup touches the mapping (mapping.py)."""
+        if view.closed:
+            raise ValueError(f"{self.path}: the filter is closed")
+        view.check_size(self.path)
+
     def _refresh(self) -> FileView:
         """Remap after a new stage or a replacement; returns the current view."""
         with self._remap_lock:
@@ -327,8 +366,7 @@ class ScalingCountingBloomFilter:
         old = self._view
         self._view = FileView.map(os.open(self.path, os.O_RDWR | os.O_CLOEXEC), True, self.path)
         self._header = self._view.header
-        state = self._st = self._view.state
-        self._seq = max(state.mem_seqnum, state.disk_seqnum)
+        self._take_over()
         old.release()
 
     def _writable(self) -> FileView:
@@ -359,20 +397,44 @@ class ScalingCountingBloomFilter:
                 "found the table full; rebuild with a larger capacity"
             )
         entry = ff.stage_plan(self._header, index, ff.next_offset(view.stages[-1]))
-        # Order matters for readers: the file is long enough and the entry is
-        # written before the stage count that makes them look at it.
-        os.ftruncate(view.fd, entry.end)
+        # Order matters for readers: the stage's space is reserved (so writing its
+        # counters can never fault on a full disk) and its entry written before the
+        # state slot and then the layout word count it. A FilterSpaceError here
+        # leaves the file as it was.
+        size = os.fstat(view.fd).st_size
+        reserve(view.fd, size, entry.end - size, self.path, f"new stage {index}")
         fresh = FileView.map(os.dup(view.fd), True, self.path)
         ff.pack_entry(fresh.buf, index, entry)
         state = self._st
-        state.layout = (state.layout & ff.SUPERSEDED) | (index + 1)
-        ff.pack_state(fresh.buf, state)
+        state.stage_count = index + 1
+        ff.write_state(fresh.buf, state)
+        word = ff.layout_word(fresh.buf)
+        ff.write_layout_word(fresh.buf, (word & ff.SUPERSEDED) | (index + 1))
         fresh.stages = [*fresh.stages, entry]
+        fresh.limit = entry.end
         fresh.probes = (stage_probe(entry, fresh.buf), *fresh.probes)
         fresh.layout = fresh.word[0]
         self._view = fresh
         view.release()
         return fresh
+
+    def _reserve_for(self, n: int) -> None:
+        """Reserve the space of every stage that ``n`` more additions will open,
+        before any counter moves: a full disk then refuses the whole batch with
+        FilterSpaceError and the file stays as it was (and clean)."""
+        view = self._view
+        index = len(view.stages) - 1
+        remaining = n - (view.stages[index].capacity - self._dynamic(index)[0])
+        last = view.stages[-1]
+        opened = 0
+        while remaining > 0 and index + opened + 1 < self._header.max_stages:
+            opened += 1
+            last = ff.stage_plan(self._header, index + opened, ff.next_offset(last))
+            remaining -= last.capacity
+        if opened:
+            size = os.fstat(view.fd).st_size
+            what = f"{opened} new stage(s) for {n} additions"
+            reserve(view.fd, size, last.end - size, self.path, what)
 
     def _newest_with_room(self) -> tuple[FileView, int, int]:
         """(view, index, room) of the stage that takes the next addition."""
@@ -408,7 +470,7 @@ class ScalingCountingBloomFilter:
         view = self._writable()
         if self._depth == 0:
             self._st.mem_seqnum = 0
-            ff.pack_state(view.buf, self._st)
+            ff.write_state(view.buf, self._st)
             self._modified = False
         self._depth += 1
 
@@ -420,13 +482,12 @@ class ScalingCountingBloomFilter:
             state.mem_seqnum = self._seq
             if not ok and self._modified:
                 state.flags |= ff.FLAG_TORN  # part of a change is in the counters
-            ff.pack_state(self._view.buf, state)
+            ff.write_state(self._view.buf, state)
 
     @property
     def applied_seq(self) -> int:
         """High-water mark of the change log applied to this file (persisted)."""
-        applied: int = struct.unpack_from("<Q", self._live_view().buf, ff.STATE_OFFSET + 8)[0]
-        return applied
+        return self._live_view().current_state(self.path).applied_seq
 
     @applied_seq.setter
     def applied_seq(self, value: int) -> None:
@@ -449,7 +510,7 @@ class ScalingCountingBloomFilter:
         state = self._st
         if state.mem_seqnum and state.disk_seqnum != state.mem_seqnum:
             state.disk_seqnum = state.mem_seqnum
-            ff.pack_state(view.buf, state)
+            ff.write_state(view.buf, state)
             mm.flush(0, mmap.PAGESIZE)
 
     # -- single key -----------------------------------------------------------
@@ -524,6 +585,8 @@ class ScalingCountingBloomFilter:
     def contains(self, key: str | bytes) -> bool:
         """True if ``key`` may be present, False if it certainly is not."""
         view = self._view
+        if _clock() >= view.check_at:
+            self._check_size(view)
         if view.word[0] != view.layout:
             view = self._refresh()
         # hash_pair inlined: this is the per-redirect hot path.
@@ -564,6 +627,8 @@ class ScalingCountingBloomFilter:
     def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
         """One bool per key, in order (vectorised; each key hashed once)."""
         view = self._view
+        if _clock() >= view.check_at:
+            self._check_size(view)
         if view.word[0] != view.layout:
             view = self._refresh()
         h1, h2 = hash_pairs(keys, view.seed)
@@ -589,6 +654,7 @@ class ScalingCountingBloomFilter:
         self._writable()
         if not len(h1):
             return
+        self._reserve_for(len(h1))
         with self.change():
             pos = 0
             while pos < len(h1):
@@ -689,11 +755,27 @@ class ScalingCountingBloomFilter:
     # -- state and measurements -----------------------------------------------
     def _live_view(self) -> FileView:
         view = self._view
-        if view.closed:
-            raise ValueError(f"{self.path}: the filter is closed")
+        if _clock() >= view.check_at:
+            self._check_size(view)
         if view.word[0] != view.layout:
             view = self._refresh()
         return view
+
+    @property
+    def file_identity(self) -> FileIdentity:
+        """(device, inode, generation) of the file the next answer comes from:
+        compare (dev, ino) with ``os.stat(path)`` to learn whether the path still
+        names it (a removed, moved-over or copied-over file is not followed)."""
+        return self._live_view().identity
+
+    def is_file_at_path(self) -> bool:
+        """Whether ``path`` still names the file mapped here (one ``os.stat``)."""
+        identity = self.file_identity
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (identity.dev, identity.ino)
 
     @property
     def generation(self) -> int:
@@ -721,7 +803,7 @@ class ScalingCountingBloomFilter:
         """False if a writer died mid-change or before flushing (then rebuild).
 
         Also False while a live writer is between a change and its flush()."""
-        return _is_clean(ff.read_state(self._live_view().buf, self.path))
+        return _is_clean(self._live_view().current_state(self.path))
 
     @property
     def count(self) -> int:
@@ -747,7 +829,7 @@ class ScalingCountingBloomFilter:
         """Parameters, state and per-stage figures. Reads every counter to
         measure the fill (O(size), unlike open)."""
         view = self._live_view()
-        state = ff.read_state(view.buf, self.path)
+        state = view.current_state(self.path)
         stages = []
         miss_all = 1.0
         for index, stage in enumerate(view.stages):

@@ -67,17 +67,44 @@ def test_truncated_stage_data(made):
 
 def test_every_header_byte_is_checked(made):
     path, data = made
-    # Every byte of the fixed header, state block and stage 0's entry, except
-    # the writer's live counts and ids (checked for plausibility below).
+    # Every byte of the fixed header, layout word, state slots and stage 0's
+    # entry, except the writer's live counts and ids (checked for plausibility
+    # below). A broken state slot is what a torn write leaves: readers use the
+    # other slot, and a writer marks the file dirty (rebuild).
     dynamic = range(ff.TABLE_OFFSET + 48, ff.TABLE_OFFSET + 72)
+    slots = range(ff.SLOT_OFFSETS[0], ff.SLOT_OFFSETS[1] + ff.SLOT_SIZE)
     for offset in range(ff.TABLE_OFFSET + ff.ENTRY_SIZE):
         if offset in dynamic:
             continue
         flipped = bytearray(data)
         flipped[offset] ^= 0x10
         write(path, bytes(flipped))
-        with pytest.raises(FilterFileError, match="filter.bin"):
-            S.open(path, readonly=True).close()
+        if offset in slots:
+            with S.open(path, readonly=True) as r:
+                assert r.count == 400
+            with S.open(path) as w:
+                assert not w.is_clean, offset
+        else:
+            with pytest.raises(FilterFileError, match="filter.bin"):
+                S.open(path, readonly=True).close()
+
+
+def test_one_broken_slot_falls_back_to_the_other(made):
+    path, data = made
+    state = ff.read_state(data, "x")
+    newest = ff.SLOT_OFFSETS[state.seq & 1]
+    older = ff.SLOT_OFFSETS[(state.seq + 1) & 1]
+    for broken, expected_seq in ((older, state.seq), (newest, state.seq - 1)):
+        flipped = bytearray(data)
+        flipped[broken + 16] ^= 0x01
+        write(path, bytes(flipped))
+        with S.open(path, readonly=True) as r:
+            assert ff.read_state(r._view.buf, path).seq == expected_seq
+    both = bytearray(data)
+    for at in ff.SLOT_OFFSETS:
+        both[at + 16] ^= 0x01
+    write(path, bytes(both))
+    refused(path, "state slots", "rebuild the file")
 
 
 @pytest.mark.parametrize(
@@ -85,7 +112,7 @@ def test_every_header_byte_is_checked(made):
     [
         (3, "magic"),
         (50, "header checksum"),
-        (130, "state checksum"),
+        (130, "layout word"),
         (ff.TABLE_OFFSET + 3, "stage 0 checksum"),
         (125, "reserved"),
     ],
@@ -161,22 +188,38 @@ def test_parameters_that_disagree_with_the_stage_table(made):
 
 
 def _rewrite_state(data, **changes):
+    """The file with its state changed consistently: both slots and the word."""
     state = ff.read_state(data, "x")
     for name, value in changes.items():
         setattr(state, name, value)
     out = bytearray(data)
-    ff.pack_state(out, state)
+    ff.init_state(out, state)
     return bytes(out)
 
 
 def test_stage_count_beyond_the_table(made):
     path, data = made
-    write(path, _rewrite_state(data, layout=5))
+    write(path, _rewrite_state(data, stage_count=5))
     refused(path, "stage 3 checksum")
-    write(path, _rewrite_state(data, layout=0))
+    write(path, _rewrite_state(data, stage_count=0))
     refused(path, "stage count")
-    write(path, _rewrite_state(data, layout=ff.MAX_STAGES + 1))
+    write(path, _rewrite_state(data, stage_count=ff.MAX_STAGES + 1))
     refused(path, "stage count")
+
+
+def test_the_layout_word_may_lag_the_slots_by_one_stage(made):
+    # A writer killed between counting a new stage in its slot and in the word.
+    path, data = made
+    lagging = bytearray(data)
+    lagging[ff.LAYOUT_OFFSET : ff.LAYOUT_OFFSET + 8] = (2).to_bytes(8, "little")
+    write(path, bytes(lagging))
+    with S.open(path, readonly=True) as r:
+        assert r.stage_count == 3 and r.count == 400
+    with S.open(path) as w:  # the next writer publishes the word
+        assert ff.layout_word(w._view.buf) == 3
+    lagging[ff.LAYOUT_OFFSET : ff.LAYOUT_OFFSET + 8] = (1).to_bytes(8, "little")
+    write(path, bytes(lagging))
+    refused(path, "layout word")
 
 
 def test_implausible_stage_counts_and_ids(made):
@@ -196,7 +239,7 @@ def test_missing_file_is_file_not_found(tmp_path):
 
 
 def test_open_is_constant_time(tmp_path):
-    # A 10-million-key filter is ~60 MB of counters (sparse here); opening it
+    # A 10-million-key filter is ~60 MB of counters (reserved, unwritten); opening it
     # must not read them: same order of time as a tiny one.
     big, small = str(tmp_path / "big.bin"), str(tmp_path / "small.bin")
     S.create(big, capacity=10_000_000, error_rate=0.001).close()
@@ -231,7 +274,7 @@ def test_geometry_beyond_4_gib_without_allocating():
     # The entry round-trips through the table with its 64-bit fields intact.
     buf = bytearray(ff.DATA_OFFSET)
     buf[: ff.FIXED_SIZE] = ff.pack_fixed(header)
-    ff.pack_state(buf, ff.State(layout=1, applied_seq=0, mem_seqnum=1, disk_seqnum=1, flags=0))
+    ff.init_state(buf, ff.State(stage_count=1, applied_seq=0, mem_seqnum=1, disk_seqnum=1, flags=0))
     ff.pack_entry(buf, 0, ff.stage_plan(header, 0, ff.DATA_OFFSET))
     first = ff.stage_plan(header, 0, ff.DATA_OFFSET)
     entries = ff.read_entries(buf, 1, ff.read_fixed(buf, first.end, "big"), first.end, "big")
