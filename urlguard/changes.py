@@ -7,22 +7,42 @@ never sees a smaller seq commit later, and a hole in seq can only be a rolled-ba
 transaction, which is safe to skip. The Celery message is only a nudge: a lost one
 is caught up from the log by the periodic catch-up, so a broker that is down never
 loses or refuses an edit.
+
+Every write belongs to a change set (ChangeSet: one admin action, one import, one
+feed refresh, one revert): pass `change_set=`, or open one with `with change_set(...)`
+around the calls, or get a one-off set made for that call. Every rule is listed by
+one or more sources (RuleSource): an addition of a rule already listed only adds the
+source; `withdraw_rules` takes a source's listing away and removes the rule only
+when no source lists it any more; `remove_rule(s)` (the admin's delete) removes the
+rule outright, whoever lists it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from urlguard.importing import ParsedLine
-from urlguard.models import Category, ChangeEvent, SpamRule, now_micros, rule_writes_allowed
+from urlguard.models import (
+    Category,
+    ChangeEvent,
+    ChangeSet,
+    RuleSource,
+    Source,
+    SpamRule,
+    expression_key,
+    now_micros,
+    rule_writes_allowed,
+)
 from urlguard.nudge import send as _nudge
 from urlguard.rules import RuleError, normalize_rule
 
@@ -32,10 +52,16 @@ __all__ = [
     "BulkResult",
     "Refusal",
     "RuleExists",
+    "WithdrawResult",
     "add_rule",
     "add_rules",
+    "change_set",
+    "current_change_set",
+    "record_refused",
     "remove_rule",
     "remove_rules",
+    "source_for",
+    "withdraw_rules",
     "CHUNK_SIZE",
 ]
 
@@ -45,6 +71,12 @@ CHUNK_SIZE = 5000
 # SQLite's historical limit on bound parameters is 999; stay under it for IN (...).
 _IN_BATCH = 900
 _ADD = str(ChangeEvent.Action.ADD.value)
+_REMOVE = str(ChangeEvent.Action.REMOVE.value)
+
+# The change set that writes without an explicit `change_set=` join (see change_set()).
+_current: contextvars.ContextVar[ChangeSet | None] = contextvars.ContextVar(
+    "urlguard_change_set", default=None
+)
 
 
 class RuleExists(RuleError):
@@ -75,6 +107,9 @@ class BulkResult:
     skipped: list[str] = field(default_factory=list)  # already listed, or repeated in the input
     refused: list[Refusal] = field(default_factory=list)
     dry_run: bool = False
+    # Of `skipped`: rules already listed by another source that this source now lists too.
+    gained: int = 0
+    change_set: ChangeSet | None = None
 
     def summary(self) -> str:
         verb = "would be added" if self.dry_run else "added"
@@ -82,6 +117,16 @@ class BulkResult:
             f"{len(self.added)} {verb}, {len(self.skipped)} skipped (already listed), "
             f"{len(self.refused)} refused"
         )
+
+
+@dataclass
+class WithdrawResult:
+    """What withdraw_rules did: listings taken away, and rules removed because no
+    source listed them any more."""
+
+    withdrawn: int = 0
+    removed: int = 0
+    change_set: ChangeSet | None = None
 
 
 @dataclass(frozen=True)
@@ -119,65 +164,201 @@ def _next_added_at() -> int:
     return max(now_micros(), newest + 1)
 
 
+# -- sources and change sets ---------------------------------------------------------
+
+# Where a label given as `source="..."` finds its Source when no Source has that exact
+# name: the part before ':' ("import:list.txt" -> "import"), made a manual source.
+_MANUAL_KINDS = {"admin": ChangeSet.Kind.ADMIN, "import": ChangeSet.Kind.IMPORT}
+
+
+def source_for(source: str | Source) -> Source:
+    """The Source row for `source`: a Source as is; a name of one; otherwise the
+    manual source named by the label's part before ':' (created on first use)."""
+    if isinstance(source, Source):
+        return source
+    name = (source or "admin").strip()[:100] or "admin"
+    found = Source.objects.filter(name=name).first()
+    if found is not None:
+        return found
+    base = name.split(":", 1)[0].strip() or "admin"
+    found, _ = Source.objects.get_or_create(name=base, defaults={"kind": Source.Kind.MANUAL})
+    return found
+
+
+def _label(source: str | Source) -> str:
+    return source.name if isinstance(source, Source) else (source or "admin")[:200]
+
+
+def current_change_set() -> ChangeSet | None:
+    """The change set opened by the innermost `with change_set(...)`, if any."""
+    return _current.get()
+
+
+@contextmanager
+def change_set(
+    *,
+    kind: str = ChangeSet.Kind.OTHER,
+    actor: Any = None,
+    note: str = "",
+    reason: str = "",
+    source: str | Source | None = None,
+    reverts: ChangeSet | None = None,
+) -> Iterator[ChangeSet]:
+    """Open a change set: every write of this module inside the block that is given
+    no `change_set=` belongs to it. The row is written at once (inside the caller's
+    transaction, if any); its counts grow as each chunk commits and are read back
+    into the yielded object when the block ends."""
+    cs = ChangeSet.objects.create(
+        kind=kind,
+        actor=_actor(actor),
+        note=note,
+        reason=reason,
+        source=source_for(source) if source is not None else None,
+        reverts=reverts,
+    )
+    token = _current.set(cs)
+    try:
+        yield cs
+    finally:
+        _current.reset(token)
+        _reload_counts(cs)
+
+
+def _reload_counts(cs: ChangeSet) -> None:
+    row = ChangeSet.objects.filter(pk=cs.pk).values("added", "removed", "refused").first()
+    if row is not None:  # None: the caller's transaction rolled it back
+        cs.added, cs.removed, cs.refused = row["added"], row["removed"], row["refused"]
+
+
+def _one_off(
+    change_set: ChangeSet | None,
+    *,
+    kind: str,
+    user: Any,
+    source: Source | None,
+    note: str = "",
+    reason: str = "",
+) -> ChangeSet:
+    """`change_set`, else the open one, else a new set for this call alone."""
+    if change_set is not None:
+        return change_set
+    current = _current.get()
+    if current is not None:
+        return current
+    return ChangeSet.objects.create(
+        kind=kind, actor=_actor(user), source=source, note=note, reason=reason
+    )
+
+
+def _kind_for(label: str, default: str) -> str:
+    return _MANUAL_KINDS.get(label.split(":", 1)[0], default)
+
+
+def _count(cs: ChangeSet, **deltas: int) -> None:
+    """Add to the set's counts in the caller's transaction (so they count what committed)."""
+    deltas = {name: n for name, n in deltas.items() if n}
+    if not deltas:
+        return
+    ChangeSet.objects.filter(pk=cs.pk).update(**{k: F(k) + n for k, n in deltas.items()})
+    for name, n in deltas.items():
+        setattr(cs, name, getattr(cs, name) + n)
+
+
+def record_refused(cs: ChangeSet, count: int) -> None:
+    """Count `count` entries refused (e.g. by the allowlist) in `cs`."""
+    _count(cs, refused=count)
+
+
+# -- single writes --------------------------------------------------------------------
+
+
 def add_rule(
-    text: str, *, category: str, source: str = "admin", note: str = "", user: Any = None
+    text: str,
+    *,
+    category: str,
+    source: str | Source = "admin",
+    note: str = "",
+    user: Any = None,
+    change_set: ChangeSet | None = None,
 ) -> SpamRule:
-    """Normalize `text` (URL, host or expression) and list it. Raises RuleError (with
-    the reason) if it cannot be a rule, RuleExists if it is already listed."""
+    """Normalize `text` (URL, host or expression) and list it under `source`. Raises
+    RuleError (with the reason) if it cannot be a rule, RuleExists if it is already
+    listed (then nothing is written, the source is not added either)."""
     expression = normalize_rule(text)
     category = _check_category(category)
+    label = _label(source)
     using = router.db_for_write(SpamRule)
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
         existing = SpamRule.objects.filter(expression=expression).first()
         if existing is not None:
             raise RuleExists(expression, existing)
+        lister = source_for(source)
+        # Made inside this transaction: a refused add leaves no empty set behind.
+        cs = _one_off(
+            change_set,
+            kind=_kind_for(label, ChangeSet.Kind.OTHER),
+            user=user,
+            source=lister,
+            note=note,
+        )
         rule = SpamRule(
             expression=expression,
             category=category,
             added_at=_next_added_at(),
-            source=source,
+            source=label,
             note=note,
             added_by=_actor(user),
         )
         rule.save(force_insert=True, using=using)
+        RuleSource.objects.create(rule=rule, source=lister, key=expression_key(expression))
         event = ChangeEvent.objects.create(
             action=ChangeEvent.Action.ADD,
             expression=expression,
             added_at=rule.added_at,
             category=category,
             actor=_actor(user),
-            source=source,
+            source=label,
+            change_set=cs,
+            note=note,
         )
+        _count(cs, added=1)
         transaction.on_commit(partial(_nudge, event.seq), using=using)
     return rule
 
 
-def remove_rule(rule: SpamRule, *, user: Any = None, source: str = "admin") -> None:
-    """Unlist `rule`. Removing a rule that is already gone is a no-op (two people
-    clicking "delete" at once must not fail)."""
+def remove_rule(
+    rule: SpamRule,
+    *,
+    user: Any = None,
+    source: str | Source = "admin",
+    change_set: ChangeSet | None = None,
+    reason: str = "",
+) -> None:
+    """Unlist `rule` outright, whichever sources list it (the admin's delete; a feed
+    uses withdraw_rules). Removing a rule that is already gone is a no-op (two people
+    clicking "delete" at once must not fail). `reason` goes on a one-off change set."""
+    label = _label(source)
     using = router.db_for_write(SpamRule)
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
         # Read the row again under the lock: the caller's copy may be stale.
-        row = (
-            SpamRule.objects.filter(pk=rule.pk).values("expression", "added_at", "category").first()
+        rows = list(
+            SpamRule.objects.filter(pk=rule.pk).values_list(
+                "pk", "expression", "added_at", "category", "note"
+            )
         )
-        if row is None:
+        if not rows:
             logger.info("rule #%s (%s) was already removed", rule.pk, rule.expression)
             return
-        SpamRule.objects.filter(pk=rule.pk).delete()
-        # The removal carries the rule's own added_at: it routes to the stage that
-        # took the addition, however long ago that was.
-        event = ChangeEvent.objects.create(
-            action=ChangeEvent.Action.REMOVE,
-            expression=row["expression"],
-            added_at=row["added_at"],
-            category=row["category"],
-            actor=_actor(user),
-            source=source,
+        cs = _one_off(
+            change_set,
+            kind=_kind_for(label, ChangeSet.Kind.OTHER),
+            user=user,
+            source=source_for(source),
+            reason=reason,
         )
-        transaction.on_commit(partial(_nudge, event.seq), using=using)
+        _remove_rows(using, rows, cs=cs, user=user, label=label)
 
 
 def _coerce(
@@ -239,8 +420,40 @@ def _db_value(using: str, model: Any, name: str, value: Any) -> Any:
     return model._meta.get_field(name).get_db_prep_save(value, connections[using])
 
 
+def _present(expressions: list[str]) -> dict[str, int]:
+    """expression -> rule pk, for those of `expressions` the table lists."""
+    found: dict[str, int] = {}
+    for batch in in_batches(expressions):
+        found.update(SpamRule.objects.filter(expression__in=batch).values_list("expression", "pk"))
+    return found
+
+
+def _list_under(using: str, source: Source, pairs: list[tuple[int, str]], now: Any) -> int:
+    """Record that `source` lists these (pk, expression) rules; pairs it already
+    lists are left as they are. Returns how many listings were new."""
+    if not pairs:
+        return 0
+    connection = connections[using]
+    table = connection.ops.quote_name(RuleSource._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} (rule_id, source_id, {connection.ops.quote_name('key')}, "
+            "created) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            [(pk, source.pk, expression_key(expr), now) for pk, expr in pairs],
+        )
+        # executemany's rowcount is the sum over the statements on both backends.
+        return max(cursor.rowcount, 0)
+
+
 def _add_chunk(
-    chunk: list[_Candidate], result: BulkResult, *, source: str, user: Any, dry_run: bool
+    chunk: list[_Candidate],
+    result: BulkResult,
+    *,
+    source: Source,
+    label: str,
+    user: Any,
+    dry_run: bool,
+    cs: ChangeSet | None,
 ) -> None:
     using = router.db_for_write(SpamRule)
     if dry_run:
@@ -248,17 +461,22 @@ def _add_chunk(
         for c in chunk:
             (result.skipped if c.expression in present else result.added).append(c.expression)
         return
+    assert cs is not None
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
-        present = existing_expressions([c.expression for c in chunk])
+        present = _present([c.expression for c in chunk])
         new = [c for c in chunk if c.expression not in present]
-        result.skipped.extend(c.expression for c in chunk if c.expression in present)
+        now = _db_value(using, SpamRule, "created", timezone.now())
+        if present:
+            result.skipped.extend(c.expression for c in chunk if c.expression in present)
+            result.gained += _list_under(
+                using, source, [(pk, expr) for expr, pk in present.items()], now
+            )
         if not new:
             return
         first_id = _next_added_at()
         actor = _actor(user)
         actor_id = actor.pk if actor is not None else None
-        now = _db_value(using, SpamRule, "created", timezone.now())
         ids = [first_id + i for i in range(len(new))]
         _insert(
             using,
@@ -274,20 +492,40 @@ def _add_chunk(
                 "updated",
             ),
             [
-                (c.expression, c.category, c.note, added_at, source, actor_id, now, now)
+                (c.expression, c.category, c.note, added_at, label, actor_id, now, now)
                 for c, added_at in zip(new, ids, strict=True)
             ],
+        )
+        # The ids are this chunk's alone (all above the newest rule, under the lock).
+        by_id = dict(
+            SpamRule.objects.using(using)
+            .filter(added_at__gte=ids[0], added_at__lte=ids[-1])
+            .values_list("added_at", "pk")
+        )
+        _list_under(
+            using, source, [(by_id[i], c.expression) for c, i in zip(new, ids, strict=True)], now
         )
         # One statement per chunk, rows in added_at order: seq follows added_at.
         _insert(
             using,
             ChangeEvent,
-            ("action", "expression", "added_at", "category", "actor", "source", "created"),
+            (
+                "action",
+                "expression",
+                "added_at",
+                "category",
+                "actor",
+                "source",
+                "created",
+                "change_set",
+                "note",
+            ),
             [
-                (_ADD, c.expression, added_at, c.category, actor_id, source, now)
+                (_ADD, c.expression, added_at, c.category, actor_id, label, now, cs.pk, c.note)
                 for c, added_at in zip(new, ids, strict=True)
             ],
         )
+        _count(cs, added=len(new))
         # Under the change-log lock, the newest seq is this chunk's last event.
         last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
         transaction.on_commit(partial(_nudge, last_seq), using=using)
@@ -297,29 +535,50 @@ def _add_chunk(
 def add_rules(
     items: Iterable[Any],
     *,
-    source: str,
+    source: str | Source,
     user: Any = None,
     category: str = Category.SPAM,
     dry_run: bool = False,
     chunk_size: int = CHUNK_SIZE,
     progress: Callable[[int], None] | None = None,
+    change_set: ChangeSet | None = None,
+    normalized: bool = False,
 ) -> BulkResult:
-    """List many rules, one transaction (and one nudge) per chunk.
+    """List many rules under `source`, one transaction (and one nudge) per chunk.
 
     `items`: strings (listed under `category`), (text, category[, note]) tuples, or
-    importing.ParsedLine objects (their `error` makes a refusal). Already listed or
-    repeated expressions are skipped; bad ones are refused with the reason. With
-    `dry_run` nothing is written. `progress(n)` is called with the number of input
-    items handled so far after each chunk."""
+    importing.ParsedLine objects (their `error` makes a refusal). Repeated
+    expressions are skipped; already listed ones are skipped and gain `source`; bad
+    ones are refused with the reason (and counted in the change set). With `dry_run`
+    nothing is written. `normalized`: the texts are rule expressions already (a
+    feed's parser normalized them), so they are not normalized again.
+    `progress(n)` is called with the number of input items handled so far after
+    each chunk."""
     _check_category(category)
     result = BulkResult(dry_run=dry_run)
     seen: set[str] = set()
     chunk: list[_Candidate] = []
     handled = 0
+    label = _label(source)
+    lister = cs = None
+    if not dry_run:
+        lister = source_for(source)
+        cs = _one_off(
+            change_set, kind=_kind_for(label, ChangeSet.Kind.OTHER), user=user, source=lister
+        )
+        result.change_set = cs
 
     def flush() -> None:
         if chunk:
-            _add_chunk(chunk, result, source=source, user=user, dry_run=dry_run)
+            _add_chunk(
+                chunk,
+                result,
+                source=lister,  # type: ignore[arg-type]  # None only with dry_run
+                label=label,
+                user=user,
+                dry_run=dry_run,
+                cs=cs,
+            )
             chunk.clear()
         if progress is not None:
             progress(handled)
@@ -335,7 +594,10 @@ def add_rules(
         try:
             # parse_rules already ran normalize_rule on its lines; anything else
             # (duck-typed objects included) is normalized here.
-            expression = text if isinstance(item, ParsedLine) else normalize_rule(text)
+            if normalized or isinstance(item, ParsedLine):
+                expression = text
+            else:
+                expression = normalize_rule(text)
             cat = _check_category(cat)
         except RuleError as exc:
             result.refused.append(Refusal(text, str(exc), lineno))
@@ -348,6 +610,8 @@ def add_rules(
         if len(chunk) >= chunk_size:
             flush()
     flush()
+    if cs is not None and result.refused:
+        _count(cs, refused=len(result.refused))
     return result
 
 
@@ -359,45 +623,113 @@ def _pks(rules: Iterable[Any]) -> Iterator[int]:
         yield rule if isinstance(rule, int) else rule.pk
 
 
-def remove_rules(
-    rules: Iterable[Any], *, user: Any = None, source: str = "admin", chunk_size: int = CHUNK_SIZE
-) -> int:
-    """Unlist many rules (a QuerySet, SpamRule objects or primary keys), one
-    transaction per chunk. Returns how many were removed (already gone: not counted)."""
-    pks = list(_pks(rules))
-    using = router.db_for_write(SpamRule)
+def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Any, label: str) -> int:
+    """Delete these (pk, expression, added_at, category, note) rules and log their
+    removals in `cs`, inside the caller's locked transaction. Their listings go with
+    them (RuleSource rows cascade)."""
+    if not rows:
+        return 0
+    rows = sorted(rows, key=lambda r: r[2])
+    for batch in in_batches(rows):
+        SpamRule.objects.filter(pk__in=[r[0] for r in batch]).delete()
     actor = _actor(user)
+    now = _db_value(using, ChangeEvent, "created", timezone.now())
+    # The removal carries the rule's own added_at: it routes to the stage that took
+    # the addition, however long ago that was; the note lets a revert bring it back.
+    _insert(
+        using,
+        ChangeEvent,
+        (
+            "action",
+            "expression",
+            "added_at",
+            "category",
+            "actor",
+            "source",
+            "created",
+            "change_set",
+            "note",
+        ),
+        [
+            (_REMOVE, expr, added_at, cat, actor.pk if actor else None, label, now, cs.pk, note)
+            for _, expr, added_at, cat, note in rows
+        ],
+    )
+    _count(cs, removed=len(rows))
+    last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
+    transaction.on_commit(partial(_nudge, last_seq), using=using)
+    return len(rows)
+
+
+_ROW = ("pk", "expression", "added_at", "category", "note")
+
+
+def remove_rules(
+    rules: Iterable[Any],
+    *,
+    user: Any = None,
+    source: str | Source = "admin",
+    chunk_size: int = CHUNK_SIZE,
+    change_set: ChangeSet | None = None,
+    reason: str = "",
+) -> int:
+    """Unlist many rules outright (a QuerySet, SpamRule objects or primary keys),
+    whichever sources list them, one transaction per chunk. Returns how many were
+    removed (already gone: not counted). `reason` goes on a one-off change set."""
+    pks = list(_pks(rules))
+    label = _label(source)
+    using = router.db_for_write(SpamRule)
+    cs = _one_off(
+        change_set,
+        kind=ChangeSet.Kind.BULK_DELETE,
+        user=user,
+        source=source_for(source),
+        reason=reason,
+    )
     removed = 0
     for part in in_batches(pks, chunk_size):
         with transaction.atomic(using=using), rule_writes_allowed():
             _lock_change_log(using)
-            rows = []
+            rows: list[tuple] = []
             for batch in in_batches(part):
-                rows.extend(
-                    SpamRule.objects.filter(pk__in=batch)
-                    .order_by("added_at")
-                    .values_list("pk", "expression", "added_at", "category")
-                )
-            if not rows:
-                continue
-            for batch in in_batches(rows):
-                SpamRule.objects.filter(pk__in=[r[0] for r in batch]).delete()
-            events = ChangeEvent.objects.using(using).bulk_create(
-                [
-                    ChangeEvent(
-                        action=ChangeEvent.Action.REMOVE,
-                        expression=expr,
-                        added_at=added_at,
-                        category=cat,
-                        actor=actor,
-                        source=source,
-                    )
-                    for _, expr, added_at, cat in rows
-                ]
-            )
-            last_seq = max((e.seq for e in events if e.seq is not None), default=None)
-            if last_seq is None:
-                last_seq = ChangeEvent.objects.aggregate(m=Max("seq"))["m"]
-            transaction.on_commit(partial(_nudge, last_seq), using=using)
-            removed += len(rows)
+                rows.extend(SpamRule.objects.filter(pk__in=batch).values_list(*_ROW))
+            removed += _remove_rows(using, rows, cs=cs, user=user, label=label)
     return removed
+
+
+def withdraw_rules(
+    source: str | Source,
+    rules: Iterable[Any],
+    *,
+    user: Any = None,
+    chunk_size: int = CHUNK_SIZE,
+    change_set: ChangeSet | None = None,
+    reason: str = "",
+) -> WithdrawResult:
+    """`source` no longer lists these rules (a QuerySet, SpamRule objects or primary
+    keys): its listings go, and each rule that no other source lists any more is
+    removed (one transaction per chunk, under the change-log lock, so an addition
+    that makes another source list the rule at the same moment is never lost).
+    Rules the source did not list are left alone."""
+    lister = source_for(source)
+    label = _label(source)
+    pks = list(_pks(rules))
+    using = router.db_for_write(SpamRule)
+    cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, user=user, source=lister, reason=reason)
+    result = WithdrawResult(change_set=cs)
+    for part in in_batches(pks, chunk_size):
+        with transaction.atomic(using=using), rule_writes_allowed():
+            _lock_change_log(using)
+            orphans: list[tuple] = []
+            for batch in in_batches(part):
+                listed = RuleSource.objects.filter(source=lister, rule_id__in=batch)
+                ids = list(listed.values_list("rule_id", flat=True))
+                if not ids:
+                    continue
+                listed.delete()
+                result.withdrawn += len(ids)
+                orphans.extend(
+                    SpamRule.objects.filter(pk__in=ids, listings__isnull=True).values_list(*_ROW)
+                )
+            result.removed += _remove_rows(using, orphans, cs=cs, user=user, label=label)
+    return result

@@ -1,5 +1,6 @@
-"""The spam table (source of truth), its change log, short links and their clicks,
-and what each node reports of its filter file."""
+"""The spam table (source of truth), who lists each rule (sources and provenance),
+its change log grouped in change sets, short links and their clicks, and what each
+node reports of its filter file."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import mmh3
 from django.conf import settings
 from django.db import connections, models
 from django.db.models import Max
@@ -15,6 +17,14 @@ from django.db.models import Max
 
 def now_micros() -> int:
     return time.time_ns() // 1000
+
+
+def expression_key(expression: str) -> int:
+    """A signed 64-bit digest of a rule expression (MurmurHash3). RuleSource keeps it
+    so that a refresh diffs a million entries as integers, never as a million strings
+    loaded from the table (a collision, ~1e-8 at a million entries, would make one new
+    entry look already listed by that source)."""
+    return int(mmh3.hash64(expression, signed=True)[0])
 
 
 class Category(models.TextChoices):
@@ -129,6 +139,138 @@ class SpamRule(models.Model):
         return super().delete(*args, **kwargs)
 
 
+class Source(models.Model):
+    """Who lists rules: a subscribed feed (refreshed from `url`) or a manual source
+    ("admin", "import", ...) whose rules a person added. A rule stays listed while any
+    source lists it (RuleSource)."""
+
+    class Kind(models.TextChoices):
+        MANUAL = "manual", "Manual"
+        FEED = "feed", "Feed"
+
+    class Format(models.TextChoices):
+        AUTO = "auto", "Detect"
+        URLS = "urls", "Plain list (URLs, hosts, expressions)"
+        HOSTS = "hosts", "Hosts file"
+        ADBLOCK = "adblock", "AdBlock domain list"
+        URLHAUS_CSV = "urlhaus-csv", "URLhaus CSV"
+        PHISHTANK_CSV = "phishtank-csv", "PhishTank CSV"
+        PHISHTANK_JSON = "phishtank-json", "PhishTank JSON"
+
+    class Status(models.TextChoices):
+        NEVER = "never", "Never refreshed"
+        OK = "ok", "OK"
+        NOT_MODIFIED = "not-modified", "Not modified"
+        FAILED = "failed", "Failed"
+        HELD = "held", "Shrink held"
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.FEED)
+    url = models.CharField(max_length=2000, blank=True, default="")
+    format = models.CharField(max_length=16, choices=Format.choices, default=Format.AUTO)
+    category = models.CharField(max_length=16, choices=Category.choices, default=Category.SPAM)
+    interval = models.PositiveIntegerField(default=3600, help_text="Refresh interval, seconds.")
+    enabled = models.BooleanField(default=True)
+    is_allowlist = models.BooleanField(
+        default=False, help_text="Names hosts that feeds may never block as a whole."
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    # The last refresh, whatever its outcome.
+    last_refresh_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_status = models.CharField(max_length=16, choices=Status.choices, default=Status.NEVER)
+    last_http_status = models.IntegerField(null=True, blank=True)
+    last_bytes = models.BigIntegerField(null=True, blank=True)
+    last_entries = models.BigIntegerField(null=True, blank=True)
+    last_added = models.BigIntegerField(null=True, blank=True)
+    last_removed = models.BigIntegerField(null=True, blank=True)
+    last_unchanged = models.BigIntegerField(null=True, blank=True)
+    last_refused = models.BigIntegerField(null=True, blank=True)
+    last_duration = models.FloatField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    failures = models.PositiveIntegerField(
+        default=0, help_text="Failed refreshes in a row (0 after a success)."
+    )
+    # Validators of the last body applied, sent back for a conditional GET.
+    etag = models.CharField(max_length=500, blank=True, default="")
+    last_modified = models.CharField(max_length=100, blank=True, default="")
+    # A refresh that would have removed too much: nothing was applied; these are its
+    # numbers until an admin accepts it (or a later refresh no longer shrinks).
+    held_at = models.DateTimeField(null=True, blank=True)
+    held_entries = models.BigIntegerField(null=True, blank=True)
+    held_added = models.BigIntegerField(null=True, blank=True)
+    held_removed = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_feed(self) -> bool:
+        return self.kind == self.Kind.FEED
+
+
+class RuleSource(models.Model):
+    """Provenance: `source` lists `rule`. `key` is expression_key(rule.expression)."""
+
+    rule = models.ForeignKey(SpamRule, on_delete=models.CASCADE, related_name="listings")
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="listings")
+    key = models.BigIntegerField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "rule"], name="urlguard_rulesource_unique")
+        ]
+        indexes = [models.Index(fields=["source", "key"], name="urlguard_rulesource_key")]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} lists {self.rule_id}"
+
+
+class ChangeSet(models.Model):
+    """One action's worth of change-log rows: an admin edit, an import, a feed
+    refresh, a revert, a bulk delete. Counts are of what committed."""
+
+    class Kind(models.TextChoices):
+        ADMIN = "admin", "Admin edit"
+        IMPORT = "import", "Import"
+        REFRESH = "refresh", "Feed refresh"
+        REVERT = "revert", "Revert"
+        BULK_DELETE = "bulk-delete", "Bulk delete"
+        OTHER = "other", "Other"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.OTHER)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    note = models.TextField(blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    source = models.ForeignKey(
+        Source, null=True, blank=True, on_delete=models.SET_NULL, related_name="change_sets"
+    )
+    added = models.BigIntegerField(default=0)
+    removed = models.BigIntegerField(default=0)
+    refused = models.BigIntegerField(default=0)
+    reverts = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reverted_by"
+    )
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk}"
+
+
 # pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
 CHANGE_LOG_LOCK = 0x75726C67
 
@@ -171,6 +313,11 @@ class ChangeEvent(models.Model):
     )
     source = models.CharField(max_length=200, blank=True, default="")
     created = models.DateTimeField(auto_now_add=True)
+    change_set = models.ForeignKey(
+        ChangeSet, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    # The rule's note, so that a removed rule can come back with it.
+    note = models.TextField(blank=True, default="")
 
     objects = ChangeEventManager()
 

@@ -176,7 +176,15 @@ def test_filter_and_table_counts_side_by_side(editor, build_filter):
     build_filter()
     # A row deleted around urlguard.changes (raw SQL, no ChangeEvent): the log says
     # "up to date", only the counts show that the filter holds a rule too many.
+    from urlguard.models import RuleSource
+
     with connection.cursor() as cursor:
+        # Its provenance row too, or the foreign key would dangle.
+        cursor.execute(
+            f"DELETE FROM {RuleSource._meta.db_table} WHERE rule_id IN (SELECT id FROM "
+            f"{SpamRule._meta.db_table} WHERE expression = %s)",
+            ["c0.example.com/"],
+        )
         cursor.execute(
             f"DELETE FROM {SpamRule._meta.db_table} WHERE expression = %s", ["c0.example.com/"]
         )
