@@ -17,7 +17,22 @@ around:
   `http:\\\\x`, `http:///x` all go to x, as in every browser); a backslash in
   the path is a slash. A backslash that unescaping reveals in the path stays
   escaped as `%5C` (what the browser sends).
-* `a/b/..` resolves to `a/` (RFC 3986 and browsers), not `a`.
+* Dot segments are resolved as the browser resolves them, first in the raw path
+  (where `%2e` is a dot) and again after unescaping: `a/b/..` is `a/`, and `..`
+  after an empty segment removes that empty segment (`/a//../b` is `/a/b`,
+  where the browser goes), before runs of slashes collapse.
+* Hosts are read as the WHATWG URL Standard reads them: a host whose last label
+  is a number is an IPv4 address, in any radix, with a bare `0x` meaning 0; if
+  it is not a valid one (a part out of range, too many parts, `08`) the browser
+  refuses the URL, and so do we, because the wrapped address we would otherwise
+  compute is a key the browser never reaches. IPv4-mapped (`::ffff:0:0/96`) and
+  NAT64 well-known-prefix (`64:ff9b::/96`) IPv6 addresses are the IPv4 host
+  they carry.
+* A host no DNS name can have (longer than 253 characters; a non-ASCII label
+  longer than 63 once IDNA-mapped) is refused: no browser reaches it, and
+  refusing bounds the Punycode work, quadratic in a label's length.
+* Text without a scheme needs a plausible host (a dot or an IP address, no
+  spaces): `not a url` is not `http://not%20a%20url/`.
 * Ports and userinfo are dropped; only http and https are accepted; input
   without a scheme is taken as http (`www.google.com/`).
 
@@ -26,8 +41,9 @@ stand for the bytes 0x80-0x9F: they never occur in text a person types, and do
 occur where bytes were decoded as Latin-1 (WSGI, or the reference list's
 `"http://\\x01\\x80.com/"`). `bytes` are taken as they are.
 
-Work is linear in the input: repeated unescaping finishes in one pass however
-deeply `%25` is nested, and input longer than MAX_URL_LENGTH is refused.
+Work is linear in the input: no regular expression here can backtrack more
+than a bounded amount, repeated unescaping finishes in one pass however deeply
+`%25` is nested, and input longer than MAX_URL_LENGTH is refused.
 """
 
 from __future__ import annotations
@@ -45,6 +61,7 @@ __all__ = [
     "MAX_URL_LENGTH",
     "MAX_HOST_LABELS",
     "MAX_PATH_PREFIXES",
+    "browser_url",
     "canonicalize",
     "expressions",
     "CanonicalURL",
@@ -52,11 +69,17 @@ __all__ = [
     "split_expression",
 ]
 
-# Chrome's own limit on the URLs it will navigate to. Anything a browser would
-# follow is checked (a guard that refused long URLs could be passed by padding a
-# listed one); anything longer is refused with a ValueError. The work is linear,
-# so even the limit costs milliseconds, not seconds.
-MAX_URL_LENGTH = 2 * 1024 * 1024
+# Longer input is refused with a ValueError. Browsers follow longer URLs (Chrome up
+# to 2 MiB), but no common server takes a request line this long (Apache and nginx
+# stop at 8 KB, IIS at 16 KB), so no real destination is lost; and a refusal cannot
+# pass a listed URL padded past the limit: the middleware shows the warning page
+# for a destination it cannot read. It bounds the work of every entry point (the
+# redirect, /api/check, imports, previews) to milliseconds.
+MAX_URL_LENGTH = 32 * 1024
+
+# DNS limits (RFC 1035): a longer host or label is no name any browser can reach.
+MAX_HOST_NAME = 253
+MAX_HOST_LABEL = 63
 
 # Expressions: the exact host plus suffixes made from at most its last 5 labels,
 # and at most 4 path prefixes ("/" and up to 3 directories).
@@ -83,8 +106,20 @@ _LEADING_SCHEME_ESCAPED_RE = re.compile(rb"https?(?:%3[aA]|:)", re.IGNORECASE)
 # A host name needing no work but lower-casing: letters, digits, '-' and '_' in
 # labels, single dots between them, a last label that does not start with a digit.
 _PLAIN_HOST_RE = re.compile(rb"(?:[A-Za-z0-9_\-]+\.)*[A-Za-z_\-][A-Za-z0-9_\-]*")
-# IPv4 in any form the reference accepts: decimal, octal, hex, 1 to 4 parts.
-_POSSIBLE_IPV4_RE = re.compile(rb"(?:0[xX][0-9A-Fa-f]+|[0-9.])+")
+# One part of an IPv4 host as the WHATWG URL Standard reads it: hex after "0x" (a
+# bare "0x" is 0), octal after a leading "0", else decimal. The alternatives
+# cannot overlap, so matching never backtracks.
+_IPV4_NUMBER_RE = re.compile(rb"0[xX]([0-9A-Fa-f]*)|0([0-7]*)|([1-9][0-9]*)")
+_IPV4_TOO_BIG = 1 << 40
+# IPv6 prefixes that carry an IPv4 destination in their last 32 bits: mapped
+# addresses (the OS connects to the IPv4 host), and NAT64's well-known prefix
+# (RFC 6052; on an IPv6-only network it reaches the IPv4 host, elsewhere
+# nothing). The network-specific 64:ff9b:1::/48 is not translated everywhere
+# and 6to4 embeds a gateway, not the destination: those stay IPv6.
+_IPV4_IN_IPV6 = (
+    ipaddress.IPv6Network("::ffff:0:0/96"),
+    ipaddress.IPv6Network("64:ff9b::/96"),
+)
 # The Windows resolver takes "10.192.95.89 xy" as 10.192.95.89 (up to 15 chars).
 _IPV4_TRAILING_JUNK_RE = re.compile(rb"([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}) ")
 _DIGITS = frozenset(b"0123456789")
@@ -106,6 +141,19 @@ def _escape_table(extra: bytes) -> tuple[tuple[bytes, ...], re.Pattern[bytes]]:
     return table, re.compile(b"[" + chars + b"]")
 
 
+def _url_table(extra: bytes) -> tuple[tuple[bytes, ...], re.Pattern[bytes]]:
+    """Like _escape_table for browser_url: what the URL Standard percent-encodes in
+    a part (controls, space, non-ASCII and `extra`), leaving '%' and every escape
+    as written."""
+    special = set(range(0x21)) | set(range(0x7F, 0x100)) | set(extra)
+    table = tuple(b"%%%02X" % b if b in special else bytes([b]) for b in range(256))
+    chars = b"".join(b"\\x%02x" % b for b in sorted(special))
+    return table, re.compile(b"[" + chars + b"]")
+
+
+_URL_PATH_TABLE, _URL_PATH_NEEDS_ESCAPE = _url_table(b'"#<>?`{}')
+_URL_QUERY_TABLE, _URL_QUERY_NEEDS_ESCAPE = _url_table(b'"#<>')
+_URL_FRAGMENT_TABLE, _URL_FRAGMENT_NEEDS_ESCAPE = _url_table(b'"<>`')
 _QUERY_TABLE, _QUERY_NEEDS_ESCAPE = _escape_table(b"")
 _PATH_TABLE, _PATH_NEEDS_ESCAPE = _escape_table(b"\\")
 _HOST_TABLE, _HOST_NEEDS_ESCAPE = _escape_table(b"/?@\\:[]")
@@ -182,6 +230,7 @@ def split_expression(expression: str) -> tuple[str, str]:
 # An OrderedDict: dropping the oldest entry of a plain dict gets slower with every
 # deletion (its iterator walks over the holes left at the front).
 _cache: OrderedDict[object, CanonicalURL] = OrderedDict()
+_browser_cache: OrderedDict[str, str] = OrderedDict()
 
 
 def canonical_url(url: str | bytes) -> CanonicalURL:
@@ -191,18 +240,22 @@ def canonical_url(url: str | bytes) -> CanonicalURL:
         parts = _cache.get(url)
         if parts is not None:
             return parts
-    parts = _canonical_parts(url)
+    parts = _canonical_parts(_read(url))
     if cacheable:
-        # Make room for two entries, oldest out first (another thread may empty the
-        # cache meanwhile: then there is nothing left to drop).
-        with contextlib.suppress(KeyError):
-            while len(_cache) > _CACHE_ENTRIES - 2:
-                _cache.popitem(last=False)
-        _cache[url] = parts
-        # canonicalize() is idempotent: its output has the same parts, and it is
-        # what the guard asks about next.
-        _cache[str(parts)] = parts
+        _remember(url, parts)
     return parts
+
+
+def _remember(url: str, parts: CanonicalURL) -> None:
+    # Make room for two entries, oldest out first (another thread may empty the
+    # cache meanwhile: then there is nothing left to drop).
+    with contextlib.suppress(KeyError):
+        while len(_cache) > _CACHE_ENTRIES - 2:
+            _cache.popitem(last=False)
+    _cache[url] = parts
+    # canonicalize() is idempotent: its output has the same parts, and it is what
+    # the guard asks about next.
+    _cache[str(parts)] = parts
 
 
 def _short(data: bytes) -> str:
@@ -221,27 +274,61 @@ def _to_bytes(url: str | bytes) -> bytes:
     raise TypeError(f"a URL must be str or bytes, not {type(url).__name__}")
 
 
-def _canonical_parts(url: str | bytes) -> CanonicalURL:
+class _Reading(NamedTuple):
+    """A URL as the browser reads it, before Safe Browsing's unescaping: the
+    canonical host, the port's digits (b"" for none), the path with backslashes
+    as slashes and dot segments resolved, the query and fragment as written."""
+
+    scheme: str
+    host: str
+    is_ip: bool
+    port: bytes
+    path: bytes
+    query: bytes | None
+    fragment: bytes | None
+
+
+def _read(url: str | bytes) -> _Reading:
     if len(url) > MAX_URL_LENGTH:
         raise ValueError(
             f"URL is {len(url):,} characters long; the limit is {MAX_URL_LENGTH:,} "
-            "(no browser follows a longer one)"
+            "(no web server takes a longer one)"
         )
     raw = _to_bytes(url)
-    data = raw.translate(None, b"\t\r\n").partition(b"#")[0]
+    data, hash_mark, fragment = raw.translate(None, b"\t\r\n").partition(b"#")
     # Leading and trailing C0 controls and spaces, as browsers strip them.
     data = data.strip(_C0_AND_SPACE)
     if not data:
         raise ValueError("empty URL" if not raw.strip() else f"no host in {_short(raw)}")
 
-    scheme, rest = _split_scheme(data, raw)
+    scheme, rest, explicit = _split_scheme(data, raw)
     authority, path, query = _PARTS_RE.fullmatch(rest).groups()  # type: ignore[union-attr]
 
-    host_text, is_ip = _canonical_host(authority, raw)
+    host, is_ip, port = _canonical_host(authority, raw)
+    if not explicit and not is_ip and (b" " in authority or "." not in host):
+        # Without a scheme only something that looks like a web address is one.
+        raise ValueError(f"{_short(raw)} is not a URL: no scheme and no plausible host")
 
+    if b"\\" in path:
+        path = path.replace(b"\\", b"/")
+    if b"/." in path or b"/%2" in path:
+        # The browser resolves dot segments before anything is unescaped, so
+        # "/a/..%2Fb/../c" goes to /a/c (not /c).
+        path = _browser_dot_segments(path, escaped=True)
+    return _Reading(
+        scheme,
+        host,
+        is_ip,
+        port,
+        path,
+        query,
+        fragment.rstrip(_C0_AND_SPACE) if hash_mark else None,
+    )
+
+
+def _canonical_parts(reading: _Reading) -> CanonicalURL:
+    path, query = reading.path, reading.query
     if path:
-        if b"\\" in path:
-            path = path.replace(b"\\", b"/")
         if b"%" in path:
             path = _unescape(path)
             if b"?" in path:
@@ -250,7 +337,7 @@ def _canonical_parts(url: str | bytes) -> CanonicalURL:
                 path, _, revealed = path.partition(b"?")
                 query = revealed if query is None else revealed + b"?" + query
         if b"/." in path or b"//" in path:
-            path = _remove_dot_segments(path)
+            path = _collapse_slashes(_browser_dot_segments(path, escaped=False))
         path_text = _escape(path, _PATH_TABLE, _PATH_NEEDS_ESCAPE)
     else:
         path_text = "/"
@@ -261,16 +348,65 @@ def _canonical_parts(url: str | bytes) -> CanonicalURL:
             query = _unescape(query)
         query_text = _escape(query, _QUERY_TABLE, _QUERY_NEEDS_ESCAPE)
 
-    return CanonicalURL(scheme, host_text, path_text, query_text, is_ip)
+    return CanonicalURL(reading.scheme, reading.host, path_text, query_text, reading.is_ip)
 
 
-def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes]:
-    """-> (scheme, the text after "scheme:" and its slashes)."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def browser_url(url: str | bytes) -> str:
+    """The absolute URL to send a browser in place of `url`: it goes exactly where
+    canonicalize(url) says, so that no difference between our reading and a
+    browser's can remain. Scheme and host are the canonical ones (an IPv4 address
+    as a dotted quad, a name in IDNA form); the port stays unless it is the
+    default; userinfo goes; the path has its dot segments resolved as the browser
+    would and keeps its escapes (the server gets what the link meant); query and
+    fragment stay as written. Characters a browser would escape are escaped.
+    canonicalize(browser_url(url)) == canonicalize(url). Raises ValueError like
+    canonicalize, and for a port beyond 65535 (a browser refuses it)."""
+    cacheable = isinstance(url, str) and len(url) <= _CACHE_MAX_URL
+    if cacheable:
+        cached = _browser_cache.get(url)
+        if cached is not None:
+            return cached
+    reading = _read(url)
+    netloc = reading.host
+    if reading.port:
+        port = int(reading.port) if len(reading.port) <= 6 else 1 << 20
+        if port > 65535:
+            raise ValueError(f"port {reading.port.decode('ascii')} is out of range")
+        if port != _DEFAULT_PORTS[reading.scheme]:
+            netloc += f":{port}"
+    parts = [
+        reading.scheme,
+        "://",
+        netloc,
+        _escape(reading.path, _URL_PATH_TABLE, _URL_PATH_NEEDS_ESCAPE) if reading.path else "/",
+    ]
+    if reading.query is not None:
+        parts += ["?", _escape(reading.query, _URL_QUERY_TABLE, _URL_QUERY_NEEDS_ESCAPE)]
+    if reading.fragment is not None:
+        parts += ["#", _escape(reading.fragment, _URL_FRAGMENT_TABLE, _URL_FRAGMENT_NEEDS_ESCAPE)]
+    result = "".join(parts)
+    if cacheable:
+        with contextlib.suppress(KeyError):
+            while len(_browser_cache) > _CACHE_ENTRIES - 1:
+                _browser_cache.popitem(last=False)
+        _browser_cache[url] = result
+        if len(result) <= _CACHE_MAX_URL and result not in _cache:
+            # The guard checks this URL next: its parts come from the same reading.
+            _remember(result, _canonical_parts(reading))
+    return result
+
+
+def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes, bool]:
+    """-> (scheme, the text after "scheme:" and its slashes, whether a scheme or
+    "//" was written)."""
     # The common spellings first: no regex, and nothing after "//" can be a port.
     if data.startswith(b"https://"):
-        return "https", data[8:].lstrip(b"/\\")
+        return "https", data[8:].lstrip(b"/\\"), True
     if data.startswith(b"http://"):
-        return "http", data[7:].lstrip(b"/\\")
+        return "http", data[7:].lstrip(b"/\\"), True
     match = _SCHEME_RE.match(data)
     if match is not None and _PORT_RE.match(data, match.end() - 1) is None:
         scheme = match.group(1).lower()
@@ -279,10 +415,10 @@ def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes]:
                 f"{_short(raw)} uses the {scheme.decode('ascii', 'replace')}: scheme; "
                 "only http and https URLs can be checked"
             )
-        return scheme.decode("ascii"), data[match.end() :].lstrip(b"/\\")
+        return scheme.decode("ascii"), data[match.end() :].lstrip(b"/\\"), True
     if data[:1] in (b"/", b"\\"):
         if data[1:2] in (b"/", b"\\"):  # "//host/path": scheme-relative
-            return "http", data.lstrip(b"/\\")
+            return "http", data.lstrip(b"/\\"), True
         raise ValueError(f"no host in {_short(raw)}: it is only a path")
     if b"%" in data and _LEADING_SCHEME_ESCAPED_RE.match(data):
         # "http%3A%2F%2Fhost/" (a pasted, fully escaped URL): read it unescaped,
@@ -291,14 +427,15 @@ def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes]:
         unescaped = _unescape(data)
         if unescaped[:7].lower() == b"http://" or unescaped[:8].lower() == b"https://":
             return _split_scheme(unescaped, raw)
-    return "http", data
+    return "http", data, False
 
 
-def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool]:
-    if _PLAIN_HOST_RE.fullmatch(authority) is not None:
+def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool, bytes]:
+    """-> (canonical host, whether it is an IP address, the port's digits)."""
+    if len(authority) <= MAX_HOST_NAME and _PLAIN_HOST_RE.fullmatch(authority) is not None:
         # The usual case, a plain name: nothing to strip, unescape, map or escape,
         # and it cannot be an IPv4 address (its last label starts with no digit).
-        return authority.lower().decode("ascii"), False
+        return authority.lower().decode("ascii"), False, b""
     host = authority.rpartition(b"@")[2]  # userinfo is dropped
     if host[:1] == b"[":
         close = host.find(b"]")
@@ -314,11 +451,17 @@ def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool]:
             port = colon + port
     if port and (port[:1] != b":" or not all(c in _DIGITS for c in port[1:])):
         raise ValueError(f"invalid port {port[1:].decode('utf-8', 'replace')!r} in {_short(raw)}")
+    port = port[1:]
 
     if b"%" in host:
         host = _unescape(host)
     if not host.isascii():
         host = _idna_host(host)
+        if b"%" in host:
+            # IDNA moved or dropped characters around a '%' (Punycode gathers the
+            # ASCII ones), which could make a new escape: no browser takes a '%'
+            # in a host it decoded, and our output would read back differently.
+            raise ValueError(f"the host in {_short(raw)} has a '%' that is no escape")
     if host[:1] == b"." or host[-1:] == b"." or b".." in host:
         host = b".".join(label for label in host.split(b".") if label)
     if not host:
@@ -330,13 +473,19 @@ def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool]:
             address = ipaddress.IPv6Address(host[1:-1].decode("ascii"))
         except (ValueError, UnicodeDecodeError):
             raise ValueError(f"invalid IPv6 address in {_short(raw)}") from None
+        for network in _IPV4_IN_IPV6:
+            if address in network:
+                return str(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)), True, port
         text = f"[{address.compressed}]".encode("ascii")
-        return _escape(text, _IPV6_TABLE, _IPV6_NEEDS_ESCAPE), True
-    if host[:1] in _DIGITS_BYTES:
-        ipv4 = _parse_ipv4(host)
+        return _escape(text, _IPV6_TABLE, _IPV6_NEEDS_ESCAPE), True, port
+    last_label = host[host.rfind(b".") + 1 :]
+    if last_label[:1] in _DIGITS_BYTES:  # only then can it end in a number
+        ipv4 = _parse_ipv4(host, raw)
         if ipv4 is not None:
-            return ipv4, True
-    return _escape(host.lower(), _HOST_TABLE, _HOST_NEEDS_ESCAPE), False
+            return ipv4, True, port
+    if len(host) > MAX_HOST_NAME:
+        raise ValueError(f"the host in {_short(raw)} is longer than any DNS name can be")
+    return _escape(host.lower(), _HOST_TABLE, _HOST_NEEDS_ESCAPE), False, port
 
 
 _DIGITS_BYTES = frozenset(bytes([c]) for c in b"0123456789")
@@ -378,72 +527,96 @@ def _unescape_linear(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _remove_dot_segments(path: bytes) -> bytes:
-    """Resolve "." and "..", collapse "//"; a path ending in a directory (or in "."
-    or "..") keeps its trailing slash."""
+def _dot_segment(segment: bytes, escaped: bool) -> int:
+    """2 for "..", 1 for ".", 0 otherwise; with `escaped`, "%2e" is a dot too (as the
+    browser reads a raw path)."""
+    if len(segment) > 6 or not segment:
+        return 0
+    if escaped and b"%" in segment:
+        segment = segment.lower().replace(b"%2e", b".")
+    if segment == b"..":
+        return 2
+    return 1 if segment == b"." else 0
+
+
+def _browser_dot_segments(path: bytes, *, escaped: bool) -> bytes:
+    """Resolve "." and ".." segments as the URL Standard does: ".." removes the
+    segment before it even when that one is empty ("/a//.." is "/a/"), and a path
+    ending in "." or ".." ends in a slash. Empty segments are kept."""
     segments = path.split(b"/")
     out: list[bytes] = []
-    for segment in segments:
-        if segment == b"" or segment == b".":
-            continue
-        if segment == b"..":
+    for segment in segments[1:]:
+        kind = _dot_segment(segment, escaped)
+        if kind == 2:
             if out:
                 out.pop()
-            continue
-        out.append(segment)
-    result = b"/" + b"/".join(out)
-    if out and segments[-1] in (b"", b".", b".."):
+        elif kind == 0:
+            out.append(segment)
+    if _dot_segment(segments[-1], escaped):
+        out.append(b"")
+    return b"/" + b"/".join(out)
+
+
+def _collapse_slashes(path: bytes) -> bytes:
+    """Runs of "/" as one (Safe Browsing), keeping the trailing slash."""
+    if b"//" not in path:
+        return path
+    segments = path.split(b"/")
+    result = b"/" + b"/".join(segment for segment in segments if segment)
+    if segments[-1] == b"" and result != b"/":
         result += b"/"
     return result
 
 
-def _parse_ipv4(host: bytes) -> str | None:
-    """Dotted-quad form of an IPv4 host in any legal encoding (decimal, octal, hex,
-    fewer than 4 parts: "3279880203" -> "195.127.0.11"), or None if it is a name.
-    Follows the Safe Browsing reference implementation, quirks included."""
+def _parse_ipv4(host: bytes, raw: bytes) -> str | None:
+    """Dotted-quad form of a host whose last label is a number, read as browsers
+    read it (WHATWG URL Standard: decimal, octal, hex, a bare "0x" is 0, 1 to 4
+    parts, "3279880203" -> "195.127.0.11"); None if the last label is no number
+    (then it is a name). Raises ValueError where the browser refuses the URL: a
+    part that is no number, more than 4 parts, a part out of range. Works part by
+    part, in linear time."""
     if _DOTTED_QUAD_RE.fullmatch(host) is not None:  # already canonical: the usual case
         return host.decode("ascii")
     if len(host) <= 15:
+        # The Windows resolver takes "10.192.95.89 xy" as 10.192.95.89 (Safe
+        # Browsing reads it so; browsers refuse or never reach such a host).
         match = _IPV4_TRAILING_JUNK_RE.match(host)
         if match is not None:
             host = match.group(1)
-    if _POSSIBLE_IPV4_RE.fullmatch(host) is None:
-        return None
     parts = host.split(b".")
-    if len(parts) > 4:
+    last = parts[-1]
+    if not last.isdigit() and _ipv4_number(last) is None:
         return None
-    values = []
-    for part in parts:
-        value = _parse_ip_number(part)
-        if value is None:
-            return None
-        values.append(value)
-    # Every part but the last gives one byte; the last fills the remaining bytes.
-    octets = [v & 0xFF for v in values[:-1]]
-    last = values[-1]
-    width = 5 - len(parts)
-    octets.extend((last >> (8 * shift)) & 0xFF for shift in range(width - 1, -1, -1))
-    return ".".join(map(str, octets))
+    numbers = [_ipv4_number(part) for part in parts]
+    if len(parts) > 4 or None in numbers:
+        raise ValueError(f"the host in {_short(raw)} is not a valid IPv4 address")
+    values: list[int] = numbers  # type: ignore[assignment]
+    if max(values[:-1], default=0) > 255 or values[-1] >= 256 ** (5 - len(values)):
+        raise ValueError(f"the host in {_short(raw)} is an IPv4 address with a part out of range")
+    address = values[-1]
+    for shift, value in enumerate(values[:-1]):
+        address += value << (8 * (3 - shift))
+    return str(ipaddress.IPv4Address(address))
 
 
-def _parse_ip_number(part: bytes) -> int | None:
-    # _POSSIBLE_IPV4_RE has already limited the characters to digits and "0x" + hex
-    # digits, so int() sees no sign, space or underscore; it refuses the rest
-    # ("08", "10x1", "0x").
-    if part[:2] in (b"0x", b"0X"):
-        digits, base = part[2:], 16
-    elif len(part) > 1 and part[:1] == b"0":
-        digits, base = part[1:], 8
-    else:
-        digits, base = part, 10
-    digits = digits.lstrip(b"0") or (b"0" if digits else b"")
-    if not digits or len(digits) > 11:  # > 32 bits in any base; no huge int parse
+def _ipv4_number(part: bytes) -> int | None:
+    match = _IPV4_NUMBER_RE.fullmatch(part)
+    if match is None:
         return None
-    try:
-        value = int(digits, base)
-    except ValueError:
-        return None
-    return value if value <= 0xFFFFFFFF else None
+    hexadecimal, octal, decimal = match.groups()
+    digits, base = (
+        (hexadecimal, 16)
+        if hexadecimal is not None
+        else (octal, 8)
+        if octal is not None
+        else (decimal, 10)
+    )
+    digits = digits.lstrip(b"0")
+    if not digits:
+        return 0  # "0", "00", "0x"
+    if len(digits) > 11:  # > 32 bits in any base; no huge int to parse
+        return _IPV4_TOO_BIG
+    return int(digits, base)
 
 
 def _idna_host(host: bytes) -> bytes:
@@ -465,6 +638,10 @@ def _idna_label(label: str) -> bytes:
         mapped = idna.uts46_remap(label, std3_rules=False, transitional=False)
     except idna.IDNAError:
         mapped = label.lower()
+    if len(mapped) > MAX_HOST_LABEL:
+        # Its Punycode is longer still, so no browser reaches it; and Punycode
+        # takes time quadratic in the label.
+        raise ValueError(f"a host label of {len(mapped):,} characters is longer than DNS allows")
     if mapped.isascii():
         return mapped.encode("ascii")
     try:
@@ -484,7 +661,10 @@ def _idna_text(text: str) -> bytes:
         mapped = idna.uts46_remap(text, std3_rules=False, transitional=False)
     except idna.IDNAError:
         mapped = text  # map label by label below; a bad label falls back alone
-    result = b".".join(_idna_label(label) for label in _IDN_DOTS_RE.split(mapped) if label)
+    labels = [label for label in _IDN_DOTS_RE.split(mapped) if label]
+    if sum(map(len, labels)) + len(labels) - 1 > MAX_HOST_NAME:
+        raise ValueError(f"a host of {len(mapped):,} characters is longer than DNS allows")
+    result = b".".join(_idna_label(label) for label in labels)
     if len(_idna_cache) >= _CACHE_ENTRIES:
         _idna_cache.clear()
     if len(text) <= _CACHE_MAX_URL:
