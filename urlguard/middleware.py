@@ -1,6 +1,11 @@
 """RedirectGuardMiddleware: every redirect this site sends is checked before it
 leaves, and a blocked one is replaced by the warning page.
 
+An off-site redirect leaves with its Location rewritten to exactly the absolute
+URL that was checked (urlguard.canonical.browser_url): scheme, host and path are
+spelled so that a browser cannot read them differently from the guard, whatever
+the page's own scheme or the quirks of either parser.
+
 It must be first in MIDDLEWARE so that it sees the final response, whatever
 the view or the inner middleware did. It only looks at 3xx responses with a
 Location header; everything else passes untouched at the cost of one integer
@@ -22,10 +27,17 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.cache import patch_cache_control
 from django.utils.encoding import iri_to_uri
 
+from urlguard.canonical import browser_url
 from urlguard.conf import conf
 from urlguard.guard import InvalidURL, get_guard
 from urlguard.ratelimitedlog import log_limited
-from urlguard.warning import CONFIRMED_ATTR, WEB_SCHEMES, mark_confirmed, warning_response
+from urlguard.warning import (
+    CONFIRMED_ATTR,
+    WEB_SCHEMES,
+    mark_confirmed,
+    protect_page,
+    warning_response,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +50,10 @@ _C0_OR_SPACE = "".join(chr(c) for c in range(0x21))
 _TAB_NEWLINE = str.maketrans("", "", "\t\r\n")
 # The common case, an absolute http(s) URL whose host follows "//" directly and
 # with nothing a browser would rewrite (controls, spaces, backslashes): it
-# means exactly what it says and needs no resolving.
+# means exactly what it says and needs no resolving. The host's class excludes
+# '?' and '#' so that the pattern has one way to match (no backtracking).
 _PLAIN_ABSOLUTE = re.compile(
-    r"(https?)://[^/\\\x00-\x20\x7f]+(?:[/?#][^\\\x00-\x20\x7f]*)?\Z", re.ASCII
+    r"(https?)://[^/?#\\\x00-\x20\x7f]+(?:[/?#][^\\\x00-\x20\x7f]*)?\Z", re.ASCII
 )
 
 
@@ -132,12 +145,13 @@ class RedirectGuardMiddleware:
                 return warning_response(request, destination=location, kind="unchecked")
             except Exception:
                 logger.exception("urlguard: rendering the warning page failed")
-                return HttpResponse(
+                fallback = HttpResponse(
                     "This link could not be checked right now. Please try again later.",
                     status=503,
                     content_type="text/plain; charset=utf-8",
-                    headers={"Cache-Control": "no-store", "Retry-After": "60"},
+                    headers={"Retry-After": "60"},
                 )
+                return protect_page(fallback)
 
     def _guard(
         self, request: HttpRequest, response: HttpResponseBase, location: str
@@ -148,17 +162,29 @@ class RedirectGuardMiddleware:
             if scheme in policy.allowed_other_schemes:
                 return response
             return warning_response(request, destination=destination, kind="scheme")
-        if not policy.check_internal and _is_internal(request, destination):
-            return response
         try:
-            verdict = get_guard().check(destination)
+            target = browser_url(destination)
+        except ValueError as exc:
+            reason = f"not a usable http(s) URL: {exc}"
+            return warning_response(request, destination=destination, kind="invalid", reason=reason)
+        send = target
+        if _is_internal(request, target):
+            if not _SCHEME.match(location.lstrip(_C0_OR_SPACE)):
+                # A reference without a scheme stays on this site in any browser:
+                # left as written, it keeps the page's scheme even where a proxy
+                # hides it from Django.
+                send = location
+            if not policy.check_internal:
+                _send_to(response, send)
+                return response
+        try:
+            verdict = get_guard().check(target)
         except InvalidURL as exc:
-            return warning_response(
-                request, destination=destination, kind="invalid", reason=str(exc)
-            )
+            return warning_response(request, destination=target, kind="invalid", reason=str(exc))
         if verdict.blocked:
             kind = "unchecked" if verdict.rule is None else "rule"
-            return warning_response(request, destination=destination, verdict=verdict, kind=kind)
+            return warning_response(request, destination=target, verdict=verdict, kind=kind)
+        _send_to(response, send)
         if verdict.degraded:
             response["X-URLGuard"] = "degraded"
             # An answer given without the filter must not stick in a browser cache.
@@ -174,6 +200,11 @@ class RedirectGuardMiddleware:
                 # lifetime would keep this redirect past a later block.
                 patch_cache_control(response, private=True, max_age=policy.max_age)
         return response
+
+
+def _send_to(response: HttpResponseBase, target: str) -> None:
+    if response["Location"] != target:
+        response["Location"] = target
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,13 @@ from urlguard.clicks import record_click, visitor_id
 from urlguard.conf import conf
 from urlguard.guard import InvalidURL, get_guard
 from urlguard.models import ShortLink
-from urlguard.warning import WEB_SCHEMES, continue_signer, mark_confirmed, no_cache, scheme_and_host
+from urlguard.warning import (
+    WEB_SCHEMES,
+    continue_signer,
+    mark_confirmed,
+    protect_page,
+    scheme_and_host,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +61,7 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
             "Open the original link again."
         )
     if problem:
-        return no_cache(
+        return protect_page(
             render(request, "urlguard/bad_token.html", {"problem": problem}, status=400)
         )
     response = HttpResponseRedirect(iri_to_uri(destination))

@@ -8,6 +8,9 @@ Both the middleware (which shows the page) and the views (which honour its
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -31,7 +34,7 @@ __all__ = [
     "continue_signer",
     "continue_token",
     "mark_confirmed",
-    "no_cache",
+    "protect_page",
     "report_mistake_url",
     "scheme_and_host",
     "warning_response",
@@ -64,12 +67,27 @@ LEVEL_WORDS = {
     "page": "one page on {host}",
 }
 
-_NO_CACHE_HEADERS = {
+# The guard's own pages answer in place of a redirect, outside the middleware
+# that would add these to a view's page (the guard runs first).
+PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "X-Robots-Tag": "noindex, nofollow",
     # The page and the continue link must not leak to the site we warn about.
     "Referrer-Policy": "no-referrer",
+    # Framed invisibly by another site, two clicks would follow "continue anyway".
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    # A site that opened the link keeps no handle on the page (window.opener).
+    "Cross-Origin-Opener-Policy": "same-origin",
 }
+# Nothing but the page's own inline style (by hash) and same-origin images,
+# links and forms: the page runs no script, and a destination shown on it can
+# inject nothing that loads.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src {styles}; img-src 'self'; form-action 'self'; "
+    "base-uri 'none'; frame-ancestors 'none'"
+)
+_STYLE_RE = re.compile(r"<style>(.*?)</style>", re.DOTALL)
 
 
 def mark_confirmed(response: HttpResponseBase) -> HttpResponseBase:
@@ -78,9 +96,20 @@ def mark_confirmed(response: HttpResponseBase) -> HttpResponseBase:
     return response
 
 
-def no_cache(response: HttpResponse) -> HttpResponse:
-    for name, value in _NO_CACHE_HEADERS.items():
+def protect_page(response: HttpResponse) -> HttpResponse:
+    """Headers for a page the guard shows itself: never cached, never framed, no
+    script, its inline style allowed by hash."""
+    for name, value in PAGE_HEADERS.items():
         response[name] = value
+    styles = [
+        "'sha256-{}'".format(
+            base64.b64encode(hashlib.sha256(style.encode("utf-8")).digest()).decode("ascii")
+        )
+        for style in _STYLE_RE.findall(response.content.decode(response.charset or "utf-8"))
+    ]
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.format(
+        styles=" ".join(dict.fromkeys(styles)) or "'none'"
+    )
     return response
 
 
@@ -166,7 +195,7 @@ def warning_response(
             + urlencode({"token": continue_token(destination, visitor_id(request))})
         )
     status = 503 if kind == "unchecked" else 403
-    response = no_cache(render(request, "urlguard/warning.html", context, status=status))
+    response = protect_page(render(request, "urlguard/warning.html", context, status=status))
     if kind == "unchecked":
         response["Retry-After"] = "60"
     if verdict is not None and verdict.degraded:

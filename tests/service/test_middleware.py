@@ -4,6 +4,7 @@ scheme policy, the cache header, and that it never turns a failure into a 500.""
 
 from __future__ import annotations
 
+import time
 from urllib.parse import urlencode
 
 import pytest
@@ -167,6 +168,91 @@ def test_internal_redirects_are_checked_only_when_configured(client, filt, setti
     install(monkeypatch, filt)  # a URLGUARD change rebuilds the process-wide guard
     assert client.get("/raw?to=free/x", HTTP_HOST="site.example").status_code == 403
     assert client.get("/raw?to=/recipes/", HTTP_HOST="site.example").status_code == 302
+
+
+@pytest.mark.parametrize(
+    ("to", "sent"),
+    [
+        ("HTTP://WWW.Python.ORG:80/a/./b/../c?q=1#top", "http://www.python.org/a/c?q=1#top"),
+        ("https://user:pw@docs.python.org:8443/3/", "https://docs.python.org:8443/3/"),
+        ("http://B\u00fccher.example/caf\u00e9", "http://xn--bcher-kva.example/caf%C3%A9"),
+        ("//www.python.org\\a\\b", "http://www.python.org/a/b"),
+        ("http://0x7f.1/x", "http://127.0.0.1/x"),
+        ("http://site.example/x//../y", "http://site.example/x/y"),
+    ],
+)
+def test_an_allowed_redirect_leaves_as_exactly_the_url_that_was_checked(client, filt, to, sent):
+    response = redirect(client, to)
+    assert response.status_code == 302
+    assert response["Location"] == sent
+
+
+def test_a_scheme_relative_to_the_page_cannot_be_read_differently_by_the_browser(
+    client, filt, settings
+):
+    # Behind a proxy that ends TLS, Django sees http while the browser is on https:
+    # Django reads "http:evil.example/x" as a path on this site, the browser as
+    # http://evil.example/x. The Location leaves as the absolute URL the guard
+    # read, so the browser goes where the guard looked.
+    settings.ALLOWED_HOSTS = ["site.example"]
+    response = client.get("/raw?to=http:evil.example/x", HTTP_HOST="site.example")
+    assert response.status_code == 302
+    assert response["Location"] == "http://site.example/evil.example/x"
+    # With the proxy's header trusted (README, "Deploying safely") Django knows
+    # the page is https, and the Location is read as the browser reads it.
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    response = client.get(
+        "/raw?to=http:evil.example/x", HTTP_HOST="site.example", HTTP_X_FORWARDED_PROTO="https"
+    )
+    assert response.status_code == 403
+
+
+def test_a_relative_reference_to_this_site_is_left_as_written(client, filt, settings):
+    # It keeps the page's scheme in every browser, proxy or not.
+    settings.ALLOWED_HOSTS = ["site.example"]
+    for to in ("/recipes/?page=2", "../up", "?q=1"):
+        response = client.get("/raw?" + urlencode({"to": to}), HTTP_HOST="site.example")
+        assert response.status_code == 302 and response["Location"] == to
+
+
+@pytest.mark.parametrize(
+    ("to", "rule"),
+    [
+        ("http://203.0x.113.7/", "203.0.113.7/"),  # a bare 0x part is 0
+        ("http://[::ffff:203.0.113.7]/", "203.0.113.7/"),  # IPv4-mapped IPv6
+        ("http://[::ffff:cb00:7107]/x", "203.0.113.7/"),
+        ("http://bad.example/malware//../payload.exe", "bad.example/malware/"),
+        ("http://bad.example/malware/x/..%2F../../payload.exe", "bad.example/malware/"),
+    ],
+)
+def test_spellings_the_browser_reads_as_a_listed_url_are_blocked(client, filt, to, rule):
+    filt.add(add_rule(rule, category="malware", source="test").expression)
+    assert redirect(client, to).status_code == 403
+
+
+@pytest.mark.parametrize("to", ["http://0x100.0/", "http://276.2.3/x", "http://1.2.3.256/"])
+def test_hosts_a_browser_refuses_get_the_invalid_address_page(client, filt, to):
+    response = redirect(client, to)
+    assert response.status_code == 403
+    assert "not valid" in response.content.decode()
+
+
+def test_a_hostile_location_is_read_in_linear_time(rf):
+    # One pattern could match "http://a???...?\\" in many ways and tried them all.
+    request = rf.get("/raw", HTTP_HOST="testserver")
+
+    def best(location):
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            resolve_location(request, location)
+            timings.append(time.perf_counter() - started)
+        return min(timings)
+
+    n = 20_000
+    hostile = best("http://a" + "?" * n + "\\")
+    plain = best("http://a" + "b" * n + "\\")
+    assert hostile < 20 * plain + 0.005, (hostile, plain)
 
 
 @pytest.mark.parametrize(
