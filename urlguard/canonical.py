@@ -28,11 +28,11 @@ around:
   compute is a key the browser never reaches. IPv4-mapped (`::ffff:0:0/96`) and
   NAT64 well-known-prefix (`64:ff9b::/96`) IPv6 addresses are the IPv4 host
   they carry.
-* A host no DNS name can have (longer than 253 characters; a non-ASCII label
-  longer than 63 once IDNA-mapped) is refused: no browser reaches it, and
-  refusing bounds the Punycode work, quadratic in a label's length.
-* Text without a scheme needs a plausible host (a dot or an IP address, no
-  spaces): `not a url` is not `http://not%20a%20url/`.
+* A non-ASCII host longer than DNS allows once IDNA-mapped (253 characters, 63
+  in a label) is refused: no browser reaches it, and refusing bounds the
+  Punycode work, quadratic in a label's length.
+* Text without a scheme needs a plausible host, one without spaces: `not a url`
+  is not `http://not%20a%20url/`.
 * Ports and userinfo are dropped; only http and https are accepted; input
   without a scheme is taken as http (`www.google.com/`).
 
@@ -305,8 +305,10 @@ def _read(url: str | bytes) -> _Reading:
     authority, path, query = _PARTS_RE.fullmatch(rest).groups()  # type: ignore[union-attr]
 
     host, is_ip, port = _canonical_host(authority, raw)
-    if not explicit and not is_ip and (b" " in authority or "." not in host):
-        # Without a scheme only something that looks like a web address is one.
+    if not explicit and b" " in authority:
+        # Without a scheme, words are words ("not a url"), not the host
+        # "not%20a%20url". (With one, "http:// leadingspace.com/" is still read
+        # as Safe Browsing reads it.)
         raise ValueError(f"{_short(raw)} is not a URL: no scheme and no plausible host")
 
     if b"\\" in path:
@@ -432,7 +434,7 @@ def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes, bool]:
 
 def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool, bytes]:
     """-> (canonical host, whether it is an IP address, the port's digits)."""
-    if len(authority) <= MAX_HOST_NAME and _PLAIN_HOST_RE.fullmatch(authority) is not None:
+    if _PLAIN_HOST_RE.fullmatch(authority) is not None:
         # The usual case, a plain name: nothing to strip, unescape, map or escape,
         # and it cannot be an IPv4 address (its last label starts with no digit).
         return authority.lower().decode("ascii"), False, b""
@@ -483,8 +485,6 @@ def _canonical_host(authority: bytes, raw: bytes) -> tuple[str, bool, bytes]:
         ipv4 = _parse_ipv4(host, raw)
         if ipv4 is not None:
             return ipv4, True, port
-    if len(host) > MAX_HOST_NAME:
-        raise ValueError(f"the host in {_short(raw)} is longer than any DNS name can be")
     return _escape(host.lower(), _HOST_TABLE, _HOST_NEEDS_ESCAPE), False, port
 
 
@@ -589,10 +589,16 @@ def _parse_ipv4(host: bytes, raw: bytes) -> str | None:
         return None
     numbers = [_ipv4_number(part) for part in parts]
     if len(parts) > 4 or None in numbers:
-        raise ValueError(f"the host in {_short(raw)} is not a valid IPv4 address")
+        raise ValueError(
+            f"the host in {_short(raw)} ends in a number but is not a valid IPv4 address "
+            "(browsers refuse it)"
+        )
     values: list[int] = numbers  # type: ignore[assignment]
     if max(values[:-1], default=0) > 255 or values[-1] >= 256 ** (5 - len(values)):
-        raise ValueError(f"the host in {_short(raw)} is an IPv4 address with a part out of range")
+        raise ValueError(
+            f"the host in {_short(raw)} ends in a number but is not a valid IPv4 address: "
+            "a part is out of range (browsers refuse it)"
+        )
     address = values[-1]
     for shift, value in enumerate(values[:-1]):
         address += value << (8 * (3 - shift))
@@ -641,7 +647,9 @@ def _idna_label(label: str) -> bytes:
     if len(mapped) > MAX_HOST_LABEL:
         # Its Punycode is longer still, so no browser reaches it; and Punycode
         # takes time quadratic in the label.
-        raise ValueError(f"a host label of {len(mapped):,} characters is longer than DNS allows")
+        raise ValueError(
+            f"a host label is {len(mapped):,} characters long; DNS allows at most {MAX_HOST_LABEL}"
+        )
     if mapped.isascii():
         return mapped.encode("ascii")
     try:
@@ -663,7 +671,9 @@ def _idna_text(text: str) -> bytes:
         mapped = text  # map label by label below; a bad label falls back alone
     labels = [label for label in _IDN_DOTS_RE.split(mapped) if label]
     if sum(map(len, labels)) + len(labels) - 1 > MAX_HOST_NAME:
-        raise ValueError(f"a host of {len(mapped):,} characters is longer than DNS allows")
+        raise ValueError(
+            f"the host is {len(mapped):,} characters long; DNS allows at most {MAX_HOST_NAME}"
+        )
     result = b".".join(_idna_label(label) for label in labels)
     if len(_idna_cache) >= _CACHE_ENTRIES:
         _idna_cache.clear()

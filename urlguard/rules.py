@@ -203,7 +203,17 @@ def _parse(text: str) -> CanonicalURL:
     if ":" in stripped and "/" not in stripped and "[" not in stripped:
         with contextlib.suppress(ValueError):  # a bare IPv6 address: bracket it
             stripped = f"[{ipaddress.IPv6Address(stripped)}]"
-    parts = _canonical(stripped, stripped)
+    try:
+        parts = _canonical(stripped, stripped)
+    except RuleError:
+        # "*.2.1": a browser refuses the host "*.2.1" (it ends in a number but is no
+        # IPv4 address); what follows "*." is read alone below anyway.
+        scheme, sep, rest = (
+            ("", "", stripped) if stripped[:2] == "*." else stripped.partition("://")
+        )
+        if rest[:2] != "*.":
+            raise
+        parts = _canonical(f"{scheme}{sep}{rest[2:]}", stripped)
     # Blocklists write "all of example.com" as *.example.com (or .example.com, which
     # canonicalization already strips), and a directory as example.com/dir/*: both
     # mean what our host and directory rules do.
