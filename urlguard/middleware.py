@@ -18,7 +18,7 @@ import logging
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.core.signals import setting_changed
@@ -63,7 +63,10 @@ def resolve_location(request: HttpRequest, location: str) -> tuple[str, str]:
     Django's build_absolute_uri follows RFC 3986, but browsers follow WHATWG,
     which differs exactly where attackers aim: `/\\evil.com`, `///evil.com` and
     `https:evil.com` all lead a browser to evil.com. So we read the Location as
-    the browser will, and check where the browser will really go.
+    the browser will, and check where the browser will really go. A relative
+    path is joined to the page's directory as written: its dot segments are
+    left to canonical.browser_url, which resolves them the browser's way
+    (urljoin's RFC 3986 way differs after an empty segment).
     """
     plain = _PLAIN_ABSOLUTE.match(location)
     if plain and location.isascii():
@@ -82,14 +85,21 @@ def resolve_location(request: HttpRequest, location: str) -> tuple[str, str]:
             return scheme, iri_to_uri(f"{scheme}://{rest.lstrip('/')}")
         # `http:/x` or `http:x` on an http page: relative to the page, and the
         # browser reads what follows as a path even if it looks like another URL
-        # (`http:evil.example:80/` or `http:http://[`): urljoin must too.
-        loc = "./" + rest if _SCHEME.match(rest) else rest
+        # (`http:evil.example:80/` or `http:http://[`).
+        loc = rest
     else:
         loc = loc.replace("\\", "/")
         if loc.startswith("//"):
             return base_scheme, iri_to_uri(f"{base_scheme}://{loc.lstrip('/')}")
-    base = request.build_absolute_uri(request.path)
-    return base_scheme, iri_to_uri(urljoin(base, loc))
+    if loc.startswith("/"):
+        joined = loc
+    elif loc.startswith("?"):
+        joined = request.path + loc
+    elif not loc or loc.startswith("#"):
+        joined = request.get_full_path() + loc
+    else:
+        joined = request.path[: request.path.rfind("/") + 1] + loc
+    return base_scheme, iri_to_uri(f"{base_scheme}://{request.get_host()}{joined}")
 
 
 class RedirectGuardMiddleware:

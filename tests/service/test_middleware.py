@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.service.webfakes import SetFilter
 from urlguard import guard as guard_module
-from urlguard.canonical import canonical_url
+from urlguard.canonical import browser_url, canonical_url
 from urlguard.changes import add_rule
 from urlguard.guard import Guard
 from urlguard.middleware import RedirectGuardMiddleware, mark_confirmed, resolve_location
@@ -134,7 +134,10 @@ def test_relative_location_is_resolved_against_the_request(rf, settings):
     settings.ALLOWED_HOSTS = ["shop.example"]
     request = rf.get("/a/b/c", HTTP_HOST="shop.example")
     assert resolve_location(request, "d?x=1") == ("http", "http://shop.example/a/b/d?x=1")
-    assert resolve_location(request, "../up") == ("http", "http://shop.example/a/up")
+    # Dot segments are left to browser_url, which resolves them the browser's way.
+    assert resolve_location(request, "../up") == ("http", "http://shop.example/a/b/../up")
+    assert browser_url(resolve_location(request, "../up")[1]) == "http://shop.example/a/up"
+    assert browser_url(resolve_location(request, "x//../y")[1]) == "http://shop.example/a/b/x/y"
     assert resolve_location(request, "http:same-scheme") == (
         "http",
         "http://shop.example/a/b/same-scheme",
@@ -143,8 +146,14 @@ def test_relative_location_is_resolved_against_the_request(rf, settings):
         "http",
         "http://shop.example/a/b/evil.example:80/x",
     )
-    # (urljoin drops the empty segment of `//`; canonicalization would anyway.)
-    assert resolve_location(request, "http:http://[") == ("http", "http://shop.example/a/b/http:/[")
+    assert resolve_location(request, "http:http://[") == (
+        "http",
+        "http://shop.example/a/b/http://[",
+    )
+    # An empty reference or a fragment keeps the page's query, as in the browser.
+    request = rf.get("/a/b/c?page=2", HTTP_HOST="shop.example")
+    assert resolve_location(request, "#top")[1] == "http://shop.example/a/b/c?page=2#top"
+    assert resolve_location(request, "?page=3")[1] == "http://shop.example/a/b/c?page=3"
     assert resolve_location(request, "MAILTO:x@y") == ("mailto", "MAILTO:x@y")
     # Plain absolute URLs mean what they say; anything a browser rewrites is rewritten.
     assert resolve_location(request, "https://a.example/x?y=1#z") == (
