@@ -5,15 +5,19 @@ realistic URLs, cold (nothing cached: every URL new) and warm (a destination see
 before), in the call pattern of Guard.check: `expressions(canonicalize(url))`.
 Beside it, in the same run, a floor that is not a peer in what it does:
 `urllib.parse.urlsplit` plus lower-casing the host (no unescaping, no IPv4 or IDNA
-handling, no expressions). Then the hostile inputs of issue 3 (a 100 KB URL,
-10,000 nested %25) as one-off timings.
+handling, no expressions). Then hostile input as one-off timings (a 100 KB URL,
+10,000 nested %25), and the worst host of each shape at 60 and 10,000
+characters beside a plain host of the same length, each in a forked child with
+a time limit (an exponential case would never finish).
 
-    .venv/bin/python bench/canonical.py [--urls 5000] [--repeat 20]
+    .venv/bin/python bench/canonical.py [--urls 5000] [--repeat 20] [--limit 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import random
 import statistics
 import sys
@@ -129,9 +133,81 @@ def once_millis(fn: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def refused_or_ms(fn: Callable[[], object]) -> str:
+    try:
+        return f"{once_millis(fn):.1f} ms"
+    except ValueError as exc:
+        return f"refused in {once_millis(lambda: _refused(fn)):.1f} ms ({str(exc)[-30:]})"
+
+
+def _refused(fn: Callable[[], object]) -> None:
+    with contextlib.suppress(ValueError):
+        fn()
+
+
+# The worst host of each shape, n characters long ("hex parts" is the one that
+# made a regular expression backtrack exponentially: 0x10 repeated, then a "g").
+WORST_HOSTS = {
+    "plain (a...a)": lambda n: "a" * n,
+    "hex parts": lambda n: ("0x10" * n)[: n - 1] + "g",
+    "hex parts and dots": lambda n: ("0x10." * n)[: n - 1] + "g",
+    "zeros, then no octal digit": lambda n: "0" * (n - 1) + "8",
+    "0x, zeros, then no hex digit": lambda n: "0x" + "0" * (n - 3) + "g",
+    "dots": lambda n: "." * (n - 1) + "1",
+    "digits": lambda n: "1" * n,
+    "percent-escapes": lambda n: ("%31%2e" * n)[: n - 1] + "g",
+    "nested %25": lambda n: "%" + "25" * ((n - 3) // 2) + "41",
+    "distinct non-ASCII (Punycode)": lambda n: "".join(chr(0x4E00 + i % 20_000) for i in range(n)),
+}
+
+
+def _time_in_child(url: str, limit: float) -> str:
+    """Best of 3 canonicalize(url) in a forked child, or '> limit' if it ran out."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: time it, report, exit
+        os.close(reader)
+        best = float("inf")
+        outcome = "ok"
+        for _ in range(3):
+            canonical._cache.clear()
+            start = time.perf_counter()
+            try:
+                canonicalize(url)
+            except ValueError:
+                outcome = "refused"
+            best = min(best, time.perf_counter() - start)
+        os.write(writer, f"{best * 1000:.3f} ms ({outcome})".encode())
+        os._exit(0)
+    os.close(writer)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            with os.fdopen(reader) as pipe:
+                return pipe.read()
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    os.close(reader)
+    return f"> {limit:.0f} s (stopped)"
+
+
+def worst_hosts(limit: float) -> None:
+    print(f"\nworst host of each shape, canonicalize, best of 3 (limit {limit:.0f} s each):")
+    print(f"| {'host shape':<32} | {'60 chars':>22} | {'10,000 chars':>22} |")
+    print(f"|{'-' * 34}|{'-' * 24}|{'-' * 24}|")
+    for name, make in WORST_HOSTS.items():
+        cells = [_time_in_child(f"http://{make(n)}/", limit) for n in (60, 10_000)]
+        print(f"| {name:<32} | {cells[0]:>22} | {cells[1]:>22} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--urls", type=int, default=5000)
+    parser.add_argument(
+        "--limit", type=float, default=10.0, help="seconds per worst-host timing (default 10)"
+    )
     parser.add_argument(
         "--repeat", type=int, default=20, help="calls per URL; the best one counts (default 20)"
     )
@@ -182,17 +258,30 @@ def main() -> None:
     clear()
     hundred_kb = "http://Sub.Example.com/" + "abc%2Fdef/./../%41%25%32%35/" * 3600 + "?q=1"
     nested = "http://example.com/%" + "25" * 10_000 + "41"
-    print("\nhostile input, one call each (ms):")
+    print(
+        f"\nhostile input, one call each, with MAX_URL_LENGTH "
+        f"({getattr(canonical, 'MAX_URL_LENGTH', 0):,}) and with it lifted to 2 MiB:"
+    )
+    limit = canonical.MAX_URL_LENGTH
     print(
         f"  100 KB URL ({len(hundred_kb):,} chars), canonicalize + expressions: "
-        f"{once_millis(lambda: expressions(canonicalize(hundred_kb))):.1f} ms"
+        f"{refused_or_ms(lambda: expressions(canonicalize(hundred_kb)))}"
     )
-    print(f"  10,000 nested %25, canonicalize: {once_millis(lambda: canonicalize(nested)):.1f} ms")
+    print(f"  10,000 nested %25, canonicalize: {refused_or_ms(lambda: canonicalize(nested))}")
     huge_host = "http://" + "a." * 50_000 + "com/"
     print(
         f"  100 KB host of 50,000 labels, canonicalize + expressions: "
-        f"{once_millis(lambda: expressions(canonicalize(huge_host))):.1f} ms"
+        f"{refused_or_ms(lambda: expressions(canonicalize(huge_host)))}"
     )
+    canonical.MAX_URL_LENGTH = 2 * 1024 * 1024
+    print(
+        f"  lifted: 100 KB URL {refused_or_ms(lambda: expressions(canonicalize(hundred_kb)))}, "
+        f"100 KB host {refused_or_ms(lambda: expressions(canonicalize(huge_host)))}"
+    )
+    canonical.MAX_URL_LENGTH = limit
+
+    worst_hosts(args.limit)
+    print(f"\nload average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
