@@ -1,0 +1,386 @@
+"""Fault injection, end to end: the filter file and its upkeep under the faults of
+the "filter file under faults" report, replayed against gunicorn (2 workers) on the
+embedded default (SQLite, Celery in-process), plus a Celery worker on a redis-server
+of its own for the broker outage. Prints one row per scenario: what clients saw and
+how long until every answer was right again.
+
+    .venv/bin/python bench/faults.py [--rules 2000] [--port 18300] [--catchup 5]
+
+On demand, not a test. Everything runs in a throw-away var dir; the shared
+PostgreSQL/Redis are never touched (the broker scenarios use their own sockets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SETTINGS = """
+from urlguard.settings import *  # noqa: F403
+URLGUARD = {{**URLGUARD, "CATCHUP_INTERVAL": {catchup}, "VERIFY_INTERVAL": 0}}
+"""
+
+rows: list[tuple[str, str, str]] = []
+
+
+def row(scenario: str, seen: str, outcome: str) -> None:
+    rows.append((scenario, seen, outcome))
+    print(f"  {scenario}: {seen} | {outcome}", flush=True)
+
+
+class Site:
+    """gunicorn with 2 workers on the throw-away var dir."""
+
+    def __init__(self, env: dict[str, str], port: int, log: Path) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self._log = open(log, "w")  # noqa: SIM115 (closed in stop())
+        self.proc = subprocess.Popen(
+            [
+                str(ROOT / ".venv/bin/gunicorn"),
+                "urlguard.wsgi",
+                "-w",
+                "2",
+                "-b",
+                f"127.0.0.1:{port}",
+                "--timeout",
+                "30",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.check("http://warm-up.example/")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+        for _ in range(20):  # both workers have served (and started their upkeep thread)
+            self.check("http://warm-up.example/")
+
+    def check(self, url: str) -> dict:
+        query = urllib.parse.urlencode({"url": url})
+        try:
+            with urllib.request.urlopen(f"{self.base}/api/check?{query}", timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 429:  # a rate limit: wait as told
+                time.sleep(float(exc.headers.get("Retry-After", "1")))
+                return self.check(url)
+            return {"status": exc.code, "blocked": None, "degraded": None}
+
+    def every_worker(self, url: str, want: Callable[[dict], bool], n: int = 20) -> bool:
+        """`n` answers in a row (spread over both workers) satisfy `want`."""
+        return all(want(self.check(url)) for _ in range(n))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        self._log.close()
+
+
+def until(predicate: Callable[[], bool], timeout: float) -> float | None:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if predicate():
+            return time.monotonic() - started
+        time.sleep(0.05)
+    return None
+
+
+def seconds(value: float | None, timeout: float) -> str:
+    return f"{value:.2f} s" if value is not None else f"not within {timeout:g} s"
+
+
+def blocked(answer: dict) -> bool:
+    return answer.get("blocked") is True and answer.get("degraded") is False
+
+
+def blocked_any(answer: dict) -> bool:
+    return answer.get("blocked") is True
+
+
+def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rules", type=int, default=2000)
+    parser.add_argument("--port", type=int, default=18300)
+    parser.add_argument("--catchup", type=float, default=5.0, help="CATCHUP_INTERVAL, s")
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="urlguard-faults-"))
+    var = tmp / "var"
+    var.mkdir()
+    (tmp / "faults_settings.py").write_text(SETTINGS.format(catchup=args.catchup))
+    path = var / "filter.bin"
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")},
+        "PYTHONPATH": f"{tmp}:{ROOT}",
+        "DJANGO_SETTINGS_MODULE": "faults_settings",
+        "URLGUARD_VAR_DIR": str(var),
+        "URLGUARD_FILTER_PATH": str(path),
+    }
+    os.environ.update(env)
+    sys.path.insert(0, str(tmp))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from filterengine import ScalingCountingBloomFilter, fileformat
+    from urlguard import changes, sync
+    from urlguard.celery import app as celery_app
+
+    call_command("migrate", verbosity=0)
+    listed = [f"listed{i}.example.net" for i in range(args.rules)]
+    changes.add_rules(listed, source="bench")
+    sync.rebuild(str(path))
+    site = Site(env, args.port, tmp / "gunicorn.log")
+    print(f"gunicorn -w 2 on {site.base}, {args.rules:,} rules, CATCHUP_INTERVAL={args.catchup:g}")
+    probe = f"http://{listed[7]}/x"
+    assert site.every_worker(probe, blocked), "the listed probe is not blocked at start"
+    counter = 0
+
+    def new_rule() -> str:
+        nonlocal counter
+        counter += 1
+        return changes.add_rule(f"new{counter}.example.org", category="spam").expression
+
+    try:
+        # 1. The file removed, moved over, its magic corrupted; then rebuilt.
+        for name, damage in (
+            ("rm filter.bin; rebuild_filter", lambda: path.unlink()),
+            (
+                "mv another filter over it; rebuild_filter",
+                lambda: (
+                    ScalingCountingBloomFilter.build(
+                        str(var / "other.bin"), [], capacity=1000, error_rate=0.01
+                    ),
+                    os.replace(var / "other.bin", path),
+                ),
+            ),
+            ("magic corrupted in place; rebuild_filter", lambda: _corrupt_magic(path)),
+        ):
+            damage()
+            call_command("rebuild_filter", verbosity=0)
+            rule = new_rule()
+            url = f"http://{rule.rstrip('/')}/x"
+            first = site.check(url)
+            took = until(lambda url=url: site.every_worker(url, blocked), 10)
+            row(
+                name,
+                f"a rule added afterwards: first answer blocked={first['blocked']}, "
+                f"degraded={first['degraded']}",
+                f"blocked in every worker after {seconds(took, 10)}",
+            )
+
+        # 2. A writer killed mid-change (a dirty file).
+        subprocess.run([sys.executable, "-c", _DIES_MID_CHANGE, str(path)], env=env, check=False)
+        rule = changes.add_rule("after-crash.example.org", category="spam").expression
+        url = f"http://{rule.rstrip('/')}/x"
+        degraded = until(lambda: site.every_worker(url, blocked_any), 10)
+        repaired = until(lambda: site.every_worker(url, blocked), 20)
+        row(
+            "writer killed mid-change (dirty file)",
+            f"a rule committed after the crash blocked (degraded) after {seconds(degraded, 10)}",
+            f"rebuilt, answered from the file again after {seconds(repaired, 20)}",
+        )
+
+        # 3. Counters zeroed in place (tampering, bit rot): header intact, is_clean.
+        with open(path, "r+b") as f:
+            f.seek(fileformat.DATA_OFFSET)
+            f.write(bytes(os.path.getsize(path) - fileformat.DATA_OFFSET))
+        passed = 0 if site.check(probe)["blocked"] else 1
+        took = until(lambda: site.every_worker(probe, blocked), 4 * args.catchup + 10)
+        row(
+            "all counters zeroed in place",
+            f"listed rules passed ({passed}/1 probe) until the catch-up's spot check",
+            f"found, rebuilt, blocked again after {seconds(took, 4 * args.catchup + 10)}",
+        )
+
+        # 4. Two processes facing an unreadable file.
+        _corrupt_magic(path)
+        both = [
+            subprocess.Popen(
+                [sys.executable, "manage.py", "sync_filter"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [p.communicate(timeout=120)[0] for p in both]
+        rebuilds = sum("Rebuilt" in out for out in outputs)
+        row("two sync_filter on an unreadable file", "-", f"{rebuilds} rebuild(s)")
+
+        # 5. Read-only diagnostics where the filter directory cannot be written.
+        blocker = tmp / "not-a-directory"
+        blocker.write_text("")
+        ro_env = {**env, "URLGUARD_FILTER_PATH": str(blocker / "filter.bin")}
+        results = {
+            name: manage(ro_env, *cmd)
+            for name, cmd in (
+                ("filter_info", ["filter_info"]),
+                ("check_url", ["check_url", probe]),
+                ("sync_filter", ["sync_filter"]),
+            )
+        }
+        row(
+            "filter dir not writable: diagnostics",
+            ", ".join(
+                f"{name} {'E001' if 'urlguard.E001' in r.stderr else 'ran'} (exit {r.returncode})"
+                for name, r in results.items()
+            ),
+            "read-only diagnostics run; commands that write refuse",
+        )
+
+        # 6. A broker that takes connections and never answers.
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
+        try:
+            celery_app.conf.update(
+                task_always_eager=False,
+                broker_url=f"redis://127.0.0.1:{listener.getsockname()[1]}/0",
+            )
+            started = time.monotonic()
+            new_rule()
+            took = time.monotonic() - started
+            from urlguard import nudge
+
+            words = nudge.when_applied()
+        finally:
+            celery_app.conf.update(saved)
+            listener.close()
+        row(
+            "hung broker (accepts, never answers)",
+            f"add_rule returned after {took:.2f} s, edit saved",
+            f"admin says: {words[:60]}...",
+        )
+
+        # 7. The broker stopped and started again under a real worker.
+        row(*_broker_outage(env, tmp, path, changes))
+    finally:
+        site.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print()
+    width = max(len(r[0]) for r in rows)
+    seen_w = max(len(r[1]) for r in rows)
+    print(f"| {'scenario':<{width}} | {'what clients saw':<{seen_w}} | outcome |")
+    print(f"|{'-' * (width + 2)}|{'-' * (seen_w + 2)}|---------|")
+    for scenario, seen, outcome in rows:
+        print(f"| {scenario:<{width}} | {seen:<{seen_w}} | {outcome} |")
+    print(f"\nload average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def _corrupt_magic(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.write(b"XXXXXXXX")
+
+
+_DIES_MID_CHANGE = textwrap.dedent("""
+    import os, sys
+    from filterengine import ScalingCountingBloomFilter
+    f = ScalingCountingBloomFilter.open(sys.argv[1], readonly=False)
+    with f.change():
+        f.add("torn.example/", 1)
+        os._exit(9)
+""")
+
+
+def _broker_outage(env: dict[str, str], tmp: Path, path: Path, changes) -> tuple[str, str, str]:
+    name = "broker stopped, rule added, broker back"
+    if not shutil.which("redis-server"):
+        return name, "-", "skipped: no redis-server"
+    from urlguard import registry
+    from urlguard.celery import app as celery_app
+
+    port = 18311
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def redis() -> subprocess.Popen:
+        proc = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+            stdout=subprocess.DEVNULL,
+        )
+        until(lambda: _reachable(port), 10)
+        return proc
+
+    server = redis()
+    log = open(tmp / "worker.log", "w")  # noqa: SIM115
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "urlguard", "worker", "-Q"]
+        + ["urlguard.broadcast,celery", "--concurrency", "1", "-l", "INFO"]
+        + ["--schedule", str(tmp / "beat"), "-B"],
+        cwd=ROOT,
+        env={**env, "CELERY_BROKER_URL": url},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        until(lambda: " ready." in (tmp / "worker.log").read_text(), 60)
+        server.terminate()
+        server.wait(10)
+        saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
+        celery_app.conf.update(task_always_eager=False, broker_url=url)
+        try:
+            rule = changes.add_rule("outage.example.org", category="spam").expression
+        finally:
+            celery_app.conf.update(saved)
+        server = redis()
+        took = until(lambda: rule in (registry.get_filter(str(path)) or ()), 60)
+        return (
+            name,
+            "edit saved; nudge refused",
+            f"applied {seconds(took, 60)} after the broker came back "
+            "(Celery's reconnect back-off; CATCHUP_INTERVAL not waited for)",
+        )
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(20)
+        log.close()
+        server.terminate()
+        server.wait(10)
+
+
+def _reachable(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    main()
