@@ -31,7 +31,9 @@ __all__ = [
     "WriterBusy",
     "file_written",
     "forget",
+    "clear_behind",
     "get_filter",
+    "mark_behind",
     "open_writer",
     "problem",
     "reset",
@@ -45,6 +47,9 @@ RETRY_SECONDS = 1.0
 # A mapping checks at most this often that it is still the (clean) file at its path:
 # a rule added after the file was removed and rebuilt blocks within this time.
 CHECK_SECONDS = 1.0
+# Beside the file: present while the node's file is behind committed changes it
+# could not take (see mark_behind).
+BEHIND_SUFFIX = ".behind"
 
 _lock = threading.Lock()
 _filters: dict[str, ScalingCountingBloomFilter] = {}
@@ -140,6 +145,9 @@ def _failed(path: str, reason: str, previous: tuple[float, str] | None) -> None:
 
 # path -> (st_dev, st_ino) of the file the mapping was opened on
 _identities: dict[str, tuple[int, int]] = {}
+# (st_dev, st_ino) of files found dirty with no writer alive: they stay dirty until a
+# rebuild replaces them, even while the writer repairing them holds the lock.
+_dirty: set[tuple[int, int]] = set()
 
 
 def _identity(st: os.stat_result) -> tuple[int, int]:
@@ -150,6 +158,9 @@ def _mapped_identity(filt: ScalingCountingBloomFilter) -> tuple[int, int] | None
     """(device, inode) of the file `filt` maps now, after following a rebuild (which
     replaces the inode at the path): None if the engine does not say."""
     try:
+        identity = getattr(filt, "file_identity", None)
+        if identity is not None:
+            return (identity.dev, identity.ino)
         filt.stage_count  # noqa: B018  (remaps first if the file was superseded)
         fd = filt._view.fd
         return _identity(os.fstat(fd)) if isinstance(fd, int) and fd >= 0 else None
@@ -202,18 +213,59 @@ def _drop(path: str) -> None:
 
 def _unusable(path: str, filt: ScalingCountingBloomFilter) -> str:
     """Why an open mapping must not answer checks ("" if it may)."""
+    behind = _behind(path)
+    if behind:
+        return behind
     try:
         if filt.is_clean:
             return ""
     except Exception as exc:
         return f"unreadable: {exc}"
     # Not clean: a writer is in the middle of a change (normal), or one died there.
-    if _torn(path) or not _writer_active(path):
+    identity = _mapped_identity(filt)
+    if identity in _dirty or _torn(path) or not _writer_active(path):
+        if identity is not None:
+            _dirty.add(identity)
         return (
             "dirty (a writer died in the middle of a change, so counters may be "
             "missing; the next catch-up rebuilds it)"
         )
     return ""
+
+
+def _behind(path: str) -> str:
+    try:
+        with open(path + BEHIND_SUFFIX, encoding="utf-8", errors="replace") as f:
+            why = f.read(2000).strip() or "the file could not take changes"
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        why = str(exc)
+    return f"behind the change log ({why}; the next catch-up retries)"
+
+
+def mark_behind(path: str, why: str) -> None:
+    """The node's file could not take committed changes (e.g. the disk is full): every
+    process of the node stops answering from it (ON_FILTER_ERROR applies, so the
+    table answers and nothing listed passes) until a sync succeeds. Best effort."""
+    marker = path + BEHIND_SUFFIX
+    try:
+        with open(marker, "w", encoding="utf-8") as f:
+            f.write(why[:2000])
+    except OSError:
+        # A full disk may refuse the text but still take the empty file.
+        try:
+            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        except OSError:
+            logger.exception("could not mark filter %s as behind the change log", path)
+    with _lock:
+        _next_check.pop(path, None)
+
+
+def clear_behind(path: str) -> None:
+    """A sync brought `path` up to date: forget mark_behind()."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path + BEHIND_SUFFIX)
 
 
 def _writer_active(path: str) -> bool:

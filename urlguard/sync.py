@@ -9,6 +9,7 @@ commands all call in here, and a duplicate, late or lost nudge is harmless.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -23,6 +24,7 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.db.models import Max, Min
 
+import filterengine
 from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter
 from urlguard import nodestatus, registry
 from urlguard.conf import conf
@@ -291,7 +293,19 @@ def sync(
     # Under the node's sync lock, so that two processes facing a missing or
     # unreadable file decide one after the other, and the second finds it rebuilt.
     with registry.sync_lock(path, timeout=lock_timeout):
-        _sync_locked(path, result, force_rebuild, compact, progress, lock_timeout)
+        try:
+            _sync_locked(path, result, force_rebuild, compact, progress, lock_timeout)
+        except Exception as exc:
+            if _out_of_space(exc):
+                logger.error(
+                    "filter %s cannot take the committed changes (%s): this node answers "
+                    "from the spam table until a catch-up succeeds",
+                    path,
+                    exc,
+                )
+                registry.mark_behind(path, f"{type(exc).__name__}: {exc}")
+            raise
+        registry.clear_behind(path)
     registry.file_written(path)
     if result.applied:
         logger.info(
@@ -341,6 +355,13 @@ def _sync_locked(
     finally:
         if filt is not None:
             filt.close()  # flushes: durable, and marked clean
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    space_error = getattr(filterengine, "FilterSpaceError", None)
+    if space_error is not None and isinstance(exc, space_error):
+        return True
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _logged_rebuild(

@@ -274,3 +274,20 @@ def test_a_live_writer_mid_change_is_not_dirty(filter_path):
         registry._next_check[str(filter_path)] = 0.0  # the once-a-second check is due
         assert registry.get_filter() is filt
     assert registry.problem() == ""
+
+
+def test_a_dirty_file_stays_degraded_while_a_writer_repairs_it(filter_path, monkeypatch):
+    build(filter_path, [("old.example/", 1)])
+    assert registry.get_filter() is not None
+    died = subprocess.run([sys.executable, "-c", DIES_MID_CHANGE, str(filter_path)])
+    assert died.returncode == 9
+    monkeypatch.setattr(registry, "_torn", lambda path: False)  # whatever the format says
+    registry._next_check[str(filter_path)] = 0.0
+    assert registry.get_filter() is None and "dirty" in registry.problem()
+    # The catch-up's writer now holds the lock while it rebuilds: still dirty.
+    with registry.writer():
+        monkeypatch.setattr(registry, "_failures", {})  # the retry is due
+        assert registry.get_filter() is None
+    build(filter_path, [("old.example/", 1)])  # the rebuild replaces it
+    monkeypatch.setattr(registry, "_failures", {})
+    assert registry.get_filter() is not None

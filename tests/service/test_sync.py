@@ -4,6 +4,7 @@ spot check and the scheduled full verify."""
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
@@ -262,3 +263,31 @@ def test_a_catch_up_that_failed_on_the_database_runs_as_soon_as_it_answers(
     # Back: at once, not after the back-off or the hour's CATCHUP_INTERVAL.
     assert upkeep.tick(3.0) == (True, False)
     assert runs == ["failed", "caught up"] and not upkeep.database_down
+
+
+def test_a_file_that_cannot_take_changes_degrades_the_node_until_a_sync_succeeds(
+    quiet, filter_path, sync_filter, monkeypatch, fresh_guard, caplog
+):
+    sync_filter()
+    listed = add("full-disk.example.org")
+    url = f"http://{listed}x"
+
+    def no_space(self, keys, ids):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ScalingCountingBloomFilter, "add_many", no_space)
+        with pytest.raises(OSError), caplog.at_level(logging.ERROR, logger="urlguard.sync"):
+            sync_filter()
+    assert "cannot take the committed changes" in caplog.text
+    registry._next_check.clear()  # every process's once-a-second check is due
+    assert "behind the change log" in registry.problem()
+    verdict = get_guard().check(url)
+    assert verdict.blocked and verdict.degraded  # the table answers: nothing listed passes
+
+    sync_filter()  # space again
+    registry._next_check.clear()
+    registry._failures.clear()
+    verdict = get_guard().check(url)
+    assert verdict.blocked and not verdict.degraded
+    assert not os.path.exists(str(filter_path) + registry.BEHIND_SUFFIX)

@@ -62,7 +62,7 @@ def write_errors(path: str) -> Iterator[None]:
         yield
     except registry.WriterBusy as exc:
         raise CommandError(str(exc)) from exc
-    except OSError as exc:  # a rebuild could not write the file (directory, disk)
+    except (OSError, FilterFileError) as exc:  # the directory, a full disk
         raise CommandError(f"could not write {path}: {exc}") from exc
 
 
