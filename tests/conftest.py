@@ -11,6 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# Hypothesis profiles. `ci` gives the same answer on every run (a fixed seed per test,
+# no example database carried between runs, no deadline a busy machine can miss) and
+# prints the blob that reproduces a failure: `make test` and .ci/run use it, as does
+# any run with CI set. `dev` explores new examples each run and remembers failures
+# in .hypothesis/; pin every example it finds with @example.
+hypothesis_settings.register_profile(
+    "ci", derandomize=True, database=None, print_blob=True, deadline=None
+)
+hypothesis_settings.register_profile("dev", derandomize=False, print_blob=True)
+hypothesis_settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 process at start-up."""
 
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 
 
 class UrlguardConfig(AppConfig):
@@ -17,6 +18,11 @@ class UrlguardConfig(AppConfig):
         from urlguard import checks, embedded, registry, tasks  # noqa: F401
         from urlguard.conf import conf
 
+        try:
+            catch_up = conf.EMBEDDED_CATCH_UP
+            conf.FILTER_PATH  # noqa: B018  (the start-up mapping below reads it)
+        except ImproperlyConfigured:
+            return  # the system checks name the wrong value; start-up work must not crash first
         registry.open_at_startup()
-        if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) and conf.EMBEDDED_CATCH_UP:
+        if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) and catch_up:
             embedded.install()

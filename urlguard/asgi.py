@@ -1,4 +1,4 @@
-"""ASGI entry point."""
+"""ASGI entry point. A wrong setting stops the boot here, as it stops `runserver`."""
 
 import os
 
@@ -6,3 +6,7 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
 application = get_asgi_application()
+
+from urlguard.checks import refuse_to_start  # noqa: E402  (needs the apps loaded)
+
+refuse_to_start()

@@ -1,88 +1,360 @@
-"""App settings under the one URLGUARD namespace, read at access time so that
-override_settings just works. Defaults are documented here and in README.md."""
+"""App settings under the one URLGUARD namespace: one table (the class body of
+`Settings`) gives each setting its default, type, validation, check id and hint;
+the typed accessors on `conf` and the system checks (urlguard/checks.py) follow
+from it. Values are read at access time, so override_settings just works."""
 
 from __future__ import annotations
 
+import math
+import re
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+T = TypeVar("T")
 
 # The values ON_FILTER_ERROR may take (the system check and Guard both refuse others).
 ON_FILTER_ERROR_POLICIES = ("database", "open", "closed")
 
-DEFAULTS: dict[str, Any] = {
-    # The scaling counting Bloom filter file (one per node).
-    "FILTER_PATH": None,  # None: <VAR_DIR>/filter.bin
-    # The smallest first stage. A rebuild sizes the first stage to the rules it holds
-    # times REBUILD_HEADROOM (never below this); later stages grow as rules arrive.
-    "FILTER_CAPACITY": 100_000,
-    # Compounded false-positive bound over all stages. Each clean URL probes ~10
-    # expressions, so 0.001 keeps the share of clean redirects that cost a confirming
-    # query near 1% (0.01 would make it ~10%) for ~2.4 more bytes per rule.
-    "FILTER_ERROR_RATE": 0.001,
-    "REBUILD_HEADROOM": 1.5,
-    # Every stage costs each lookup a few probes: the periodic catch-up rebuilds
-    # (compacts into one right-sized stage) a file that has grown more stages than this.
-    "FILTER_MAX_STAGES": 4,
-    # What Guard.check does when the filter cannot be read:
-    # "database" answers every check from the spam table (correct, slower),
-    # "open" lets redirects through, "closed" warns on every redirect. Always logged.
-    "ON_FILTER_ERROR": "database",
-    # Check redirects to this site's own hosts too (off: only off-site destinations).
-    "CHECK_INTERNAL_REDIRECTS": False,
-    # Location schemes other than http(s) that pass unchecked; any other scheme
-    # (javascript:, data:, ...) gets the warning page.
-    "ALLOWED_OTHER_SCHEMES": ("mailto", "tel"),
-    # Lifetime of the signed "continue anyway" token on the warning page.
-    "CONTINUE_TOKEN_MAX_AGE": 15 * 60,
-    # Allowed redirects are cacheable this long, so a later block reaches returning visitors.
-    "REDIRECT_MAX_AGE": 90,
-    # Rules on addresses outside the public internet (private, loopback, link-local)
-    # are refused unless this is on: from outside they block nothing.
-    "ALLOW_PRIVATE_ADDRESS_RULES": False,
-    # Popular hosts a whole-host rule needs an explicit confirmation for (None: the
-    # shipped list, urlguard.safety.DEFAULT_PROTECTED_HOSTS); likewise link shorteners.
-    "PROTECTED_HOSTS": None,
-    "LINK_SHORTENERS": None,
-    # A rule that would block more short links than this needs a confirmation (0: never).
-    "CONFIRM_IMPACT_LINKS": 100,
-    # Where "report a mistake" on the warning page points (mailto: or a URL).
-    "REPORT_MISTAKE_URL": "mailto:abuse@localhost",
-    # This node's name in NodeStatus (one filter file per node).
-    "NODE_NAME": None,  # None: the host name
-    # Periodic catch-up for a node that missed a broadcast (Celery beat), seconds.
-    "CATCHUP_INTERVAL": 60,
-    # With no broker (Celery in-process), each serving process runs that periodic
-    # catch-up in a daemon thread instead of beat.
-    "EMBEDDED_CATCH_UP": True,
-    "BROADCAST_QUEUE": "urlguard.broadcast",
-    # Rules of the table the periodic catch-up (and `sync_filter`) probes in the file,
-    # drawn at random; a miss (damaged counters) rebuilds the file. 0: off.
-    "SPOT_CHECK_SAMPLE": 200,
-    # Seconds between full verifies of the file against the table (about 1 s per
-    # million rules), by the worker or the embedded catch-up thread; a miss
-    # rebuilds the file. 0: off.
-    "VERIFY_INTERVAL": 3600,
-    # How long a change-applying process waits for another one holding the filter's
-    # writer lock (e.g. during a rebuild) before giving up and retrying later, seconds.
-    "WRITER_LOCK_TIMEOUT": 30,
-}
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+class Setting(Generic[T]):
+    """One row of the settings table. As a class attribute of `Settings` it is the
+    typed accessor: reading it returns the checked, resolved value, and a value the
+    system check would refuse raises ImproperlyConfigured with the check's words (so
+    no caller ever sees a value of the wrong type)."""
+
+    __slots__ = ("check_id", "default", "hint", "must_be", "name", "resolve", "valid")
+
+    def __init__(
+        self,
+        default: Any,
+        *,
+        must_be: str,
+        valid: Callable[[Any], bool],
+        resolve: Callable[[Any], T],
+        check_id: str,
+        hint: str,
+    ) -> None:
+        self.name = ""
+        self.default = default
+        self.must_be = must_be
+        self.valid = valid
+        self.resolve = resolve
+        self.check_id = check_id
+        self.hint = hint
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def raw(self) -> Any:
+        """The configured value (or the default), unchecked."""
+        namespace = getattr(settings, "URLGUARD", {})
+        if not isinstance(namespace, dict):
+            raise ImproperlyConfigured("settings.URLGUARD must be a dict.")
+        return namespace.get(self.name, self.default)
+
+    def problem(self, value: Any) -> str:
+        """ "" if `value` is acceptable, else the sentence the system check prints."""
+        try:
+            if self.valid(value):
+                return ""
+        except (TypeError, ValueError):
+            pass
+        return f"URLGUARD['{self.name}'] must be {self.must_be}; got {value!r}."
+
+    def full_hint(self) -> str:
+        return f"{self.hint} The default is {self.default!r}."
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Setting[T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> T: ...
+
+    def __get__(self, obj: object | None, owner: type) -> Setting[T] | T:
+        if obj is None:
+            return self
+        value = self.raw()
+        problem = self.problem(value)
+        if problem:
+            raise ImproperlyConfigured(f"{problem} {self.full_hint()} ({self.check_id})")
+        return self.resolve(value)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _names(value: Any) -> bool:
+    """A list, tuple or set of non-empty strings: a bare string is refused, or "mailto"
+    would be read as the letters m, a, i, l, t, o."""
+    return isinstance(value, (list, tuple, set, frozenset)) and all(_text(v) for v in value)
+
+
+def _filter_path(value: str | Path | None) -> str:
+    return str(Path(settings.VAR_DIR) / "filter.bin") if value is None else str(value)
+
+
+def _node_name(value: str | None) -> str:
+    return socket.gethostname() if value is None else value
+
+
+def _schemes(value: Any) -> frozenset[str]:
+    return frozenset(s.lower() for s in value)
+
+
+def _host_names(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
 
 
 class Settings:
-    """Reads settings.URLGUARD[name], falling back to DEFAULTS, on every access."""
+    # How to add a setting: add one row below (a Setting with its default, what a
+    # value must be, the test of it, how it is resolved, a new check id and a hint
+    # that says what to write instead), then one line in README.md's settings table.
+    # Read it as `conf.NAME` (typed by `resolve`). The system check, the typed
+    # accessor and the tests (tests/service/test_checks.py walks this table) follow.
+    # Check ids: E001-E099 for rows and URLGUARD itself, E1xx for Django's settings.
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in DEFAULTS:
-            raise AttributeError(f"unknown URLGUARD setting {name!r}")
-        value = getattr(settings, "URLGUARD", {}).get(name, DEFAULTS[name])
-        if name == "FILTER_PATH" and value is None:
-            value = str(Path(settings.VAR_DIR) / "filter.bin")
-        elif name == "NODE_NAME" and value is None:
-            value = socket.gethostname()
-        return value
+    # The scaling counting Bloom filter file (one per node). None: <VAR_DIR>/filter.bin.
+    FILTER_PATH = Setting(
+        None,
+        must_be="a file path (a string) or None",
+        valid=lambda v: v is None or _text(v) or isinstance(v, Path),
+        resolve=_filter_path,
+        check_id="urlguard.E010",
+        hint="e.g. '/var/lib/urlguard/filter.bin' (its directory must be writable).",
+    )
+    # The smallest first stage. A rebuild sizes the first stage to the rules it holds
+    # times REBUILD_HEADROOM (never below this); later stages grow as rules arrive.
+    FILTER_CAPACITY = Setting(
+        100_000,
+        must_be="a positive integer",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E003",
+        hint="The capacity of the first stage, e.g. 100000; later stages grow.",
+    )
+    # Compounded false-positive bound over all stages. Each clean URL probes ~10
+    # expressions, so 0.001 keeps the share of clean redirects that cost a confirming
+    # query near 1% (0.01 would make it ~10%) for ~2.4 more bytes per rule.
+    FILTER_ERROR_RATE = Setting(
+        0.001,
+        must_be="a number between 0 and 1 (exclusive)",
+        valid=lambda v: _number(v) and 0 < v < 1,
+        resolve=float,
+        check_id="urlguard.E002",
+        hint="e.g. 0.01 for a 1% false-positive rate (false positives only cost a "
+        "database query; they never warn a user).",
+    )
+    REBUILD_HEADROOM = Setting(
+        1.5,
+        must_be="a number of at least 1",
+        valid=lambda v: _number(v) and v >= 1,
+        resolve=float,
+        check_id="urlguard.E008",
+        hint="A rebuild sizes the first stage to the rules times this, e.g. 1.5.",
+    )
+    # Every stage costs each lookup a few probes: the periodic catch-up rebuilds
+    # (compacts into one right-sized stage) a file that has grown more stages than this.
+    FILTER_MAX_STAGES = Setting(
+        4,
+        must_be="a positive integer",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E009",
+        hint="A file with more stages is compacted by the periodic catch-up, e.g. 4.",
+    )
+    # What Guard.check does when the filter cannot be read: "database" answers every
+    # check from the spam table (correct, slower), "open" lets redirects through,
+    # "closed" warns on every redirect. Always logged.
+    ON_FILTER_ERROR = Setting(
+        "database",
+        must_be=f"one of {', '.join(ON_FILTER_ERROR_POLICIES)}",
+        valid=lambda v: v in ON_FILTER_ERROR_POLICIES,
+        resolve=str,
+        check_id="urlguard.E005",
+        hint="'database' answers from the spam table when the filter cannot be read; "
+        "'open' lets redirects through; 'closed' warns on every redirect.",
+    )
+    # Check redirects to this site's own hosts too (off: only off-site destinations).
+    CHECK_INTERNAL_REDIRECTS = Setting(
+        False,
+        must_be="True or False",
+        valid=lambda v: isinstance(v, bool),
+        resolve=bool,
+        check_id="urlguard.E011",
+        hint="e.g. True to check redirects to this site's own hosts too.",
+    )
+    # Location schemes other than http(s) that pass unchecked; any other scheme
+    # (javascript:, data:, ...) gets the warning page.
+    ALLOWED_OTHER_SCHEMES = Setting(
+        ("mailto", "tel"),
+        must_be="a list of URL schemes other than http and https",
+        valid=lambda v: (
+            _names(v)
+            and all(_SCHEME.fullmatch(s) and s.lower() not in ("http", "https") for s in v)
+        ),
+        resolve=_schemes,
+        check_id="urlguard.E012",
+        hint="e.g. ['mailto', 'tel'] (a list, not a string; http and https are always checked).",
+    )
+    # Lifetime of the signed "continue anyway" token on the warning page, seconds.
+    CONTINUE_TOKEN_MAX_AGE = Setting(
+        15 * 60,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E013",
+        hint="e.g. 900 (15 minutes).",
+    )
+    # Allowed redirects are cacheable this long (seconds), so a later block reaches
+    # returning visitors.
+    REDIRECT_MAX_AGE = Setting(
+        90,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E014",
+        hint="e.g. 90 (a number, not '90s'); 0 makes allowed redirects uncacheable.",
+    )
+    # Rules on addresses outside the public internet (private, loopback, link-local)
+    # are refused unless this is on: from outside they block nothing.
+    ALLOW_PRIVATE_ADDRESS_RULES = Setting(
+        False,
+        must_be="True or False",
+        valid=lambda v: isinstance(v, bool),
+        resolve=bool,
+        check_id="urlguard.E015",
+        hint="e.g. True to accept rules on private and loopback addresses.",
+    )
+    # Popular hosts a whole-host rule needs an explicit confirmation for (None: the
+    # shipped list, urlguard.safety.DEFAULT_PROTECTED_HOSTS); likewise link shorteners.
+    PROTECTED_HOSTS = Setting(
+        None,
+        must_be="None or a list of host names",
+        valid=lambda v: v is None or _names(v),
+        resolve=_host_names,
+        check_id="urlguard.E016",
+        hint="e.g. ['example.com', 'example.org'] (a list, not a string); None keeps "
+        "the shipped list.",
+    )
+    LINK_SHORTENERS = Setting(
+        None,
+        must_be="None or a list of host names",
+        valid=lambda v: v is None or _names(v),
+        resolve=_host_names,
+        check_id="urlguard.E017",
+        hint="e.g. ['bit.ly', 't.co'] (a list, not a string); None keeps the shipped list.",
+    )
+    # A rule that would block more short links than this needs a confirmation (0: never).
+    CONFIRM_IMPACT_LINKS = Setting(
+        100,
+        must_be="a whole number, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E018",
+        hint="e.g. 100; 0 never asks.",
+    )
+    # Where "report a mistake" on the warning page points.
+    REPORT_MISTAKE_URL = Setting(
+        "mailto:abuse@localhost",
+        must_be="a mailto: address or an http(s):// or /site-relative URL",
+        valid=lambda v: (
+            isinstance(v, str)
+            and v.startswith(("mailto:", "http://", "https://", "/"))
+            and not v.startswith("//")
+        ),
+        resolve=str,
+        check_id="urlguard.E019",
+        hint="e.g. 'mailto:abuse@example.com' or 'https://example.com/report'.",
+    )
+    # This node's name in NodeStatus (one filter file per node). None: the host name.
+    NODE_NAME = Setting(
+        None,
+        must_be="None or a non-empty string",
+        valid=lambda v: v is None or _text(v),
+        resolve=_node_name,
+        check_id="urlguard.E020",
+        hint="e.g. 'web-1'; None uses the host name.",
+    )
+    # Periodic catch-up for a node that missed a broadcast (Celery beat), seconds.
+    CATCHUP_INTERVAL = Setting(
+        60,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E006",
+        hint="e.g. 60.",
+    )
+    # With no broker (Celery in-process), each serving process runs that periodic
+    # catch-up in a daemon thread instead of beat.
+    EMBEDDED_CATCH_UP = Setting(
+        True,
+        must_be="True or False",
+        valid=lambda v: isinstance(v, bool),
+        resolve=bool,
+        check_id="urlguard.E021",
+        hint="e.g. False when something else runs the catch-up.",
+    )
+    BROADCAST_QUEUE = Setting(
+        "urlguard.broadcast",
+        must_be="a non-empty string",
+        valid=_text,
+        resolve=str,
+        check_id="urlguard.E022",
+        hint="The fanout queue every node's worker listens on, e.g. 'urlguard.broadcast'.",
+    )
+    # Rules of the table the periodic catch-up (and `sync_filter`) probes in the file,
+    # drawn at random; a miss (damaged counters) rebuilds the file. 0: off.
+    SPOT_CHECK_SAMPLE = Setting(
+        200,
+        must_be="a whole number, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E023",
+        hint="e.g. 200; 0 turns the spot check off.",
+    )
+    # Seconds between full verifies of the file against the table (about 1 s per
+    # million rules), by the worker or the embedded catch-up thread; a miss
+    # rebuilds the file. 0: off.
+    VERIFY_INTERVAL = Setting(
+        3600,
+        must_be="a number of seconds, 0 or more",
+        valid=lambda v: _number(v) and v >= 0,
+        resolve=float,
+        check_id="urlguard.E024",
+        hint="e.g. 3600; 0 turns the full verify off.",
+    )
+    # How long a change-applying process waits for another one holding the filter's
+    # writer lock (e.g. during a rebuild) before giving up and retrying later, seconds.
+    WRITER_LOCK_TIMEOUT = Setting(
+        30,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E007",
+        hint="e.g. 30.",
+    )
 
+
+# The table, in order: name -> row.
+SETTINGS: dict[str, Setting[Any]] = {
+    name: row for name, row in vars(Settings).items() if isinstance(row, Setting)
+}
+DEFAULTS: dict[str, Any] = {name: row.default for name, row in SETTINGS.items()}
 
 conf = Settings()

@@ -235,10 +235,10 @@ def _policy() -> _Policy:
     global _resolved
     policy = _resolved
     if policy is None:
-        max_age = int(conf.REDIRECT_MAX_AGE)
+        max_age = conf.REDIRECT_MAX_AGE
         policy = _resolved = _Policy(
-            check_internal=bool(conf.CHECK_INTERNAL_REDIRECTS),
-            allowed_other_schemes=frozenset(s.lower() for s in conf.ALLOWED_OTHER_SCHEMES),
+            check_internal=conf.CHECK_INTERNAL_REDIRECTS,
+            allowed_other_schemes=conf.ALLOWED_OTHER_SCHEMES,
             max_age=max_age,
             cache_control=f"private, max-age={max_age}",
         )

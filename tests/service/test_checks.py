@@ -1,14 +1,27 @@
-"""urlguard.checks: every id fires on its misconfiguration, and only then."""
+"""urlguard.checks and the settings table (urlguard.conf): every id fires on its
+misconfiguration, and only then; a wrong value stops `check`, runserver and the
+WSGI/ASGI boot; the typed accessors never hand out a value of the wrong type."""
 
 from __future__ import annotations
 
 import io
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 
-from urlguard.checks import MIDDLEWARE_PATH, check_settings
+from urlguard.checks import MIDDLEWARE_PATH, check_settings, refuse_to_start
+from urlguard.conf import DEFAULTS, SETTINGS, conf
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def ids() -> list[str]:
@@ -38,6 +51,134 @@ def test_no_warning_once_the_file_exists(filter_path):
     assert check_settings() == []
 
 
+# -- the table itself ----------------------------------------------------------------
+
+
+def test_each_row_has_its_own_check_id_and_a_hint():
+    check_ids = [row.check_id for row in SETTINGS.values()]
+    assert len(set(check_ids)) == len(check_ids)
+    assert all(re.fullmatch(r"urlguard\.E0\d\d", i) for i in check_ids)
+    assert all(row.hint and row.must_be for row in SETTINGS.values())
+    assert {name: row.default for name, row in SETTINGS.items()} == DEFAULTS
+
+
+def test_every_setting_is_documented_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", readme, re.MULTILINE))
+    assert set(SETTINGS) <= documented
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_every_default_passes_and_reads_back_typed(name):
+    row = SETTINGS[name]
+    assert row.problem(row.default) == ""
+    getattr(conf, name)  # no ImproperlyConfigured
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_every_row_refuses_a_value_of_another_type(settings, name):
+    """One test per row's check id: the error names the setting, what it must be,
+    the wrong value and (in the hint) what to write instead."""
+    row = SETTINGS[name]
+    wrong = object()
+    set_urlguard(settings, **{name: wrong})
+    (error,) = [m for m in check_settings() if m.id == row.check_id]
+    assert error.level == checks.ERROR
+    assert f"URLGUARD['{name}'] must be {row.must_be}" in error.msg and repr(wrong) in error.msg
+    assert row.hint in error.hint and repr(row.default) in error.hint
+    with pytest.raises(ImproperlyConfigured, match=re.escape(row.check_id)):
+        getattr(conf, name)
+
+
+# Values each row must refuse beyond a wrong type: out of range, bool for a number,
+# a string where a number or list is meant. (name, bad values)
+REFUSED = {
+    "FILTER_PATH": ["", 5],
+    "FILTER_CAPACITY": [0, -5, 1.5, "1000", True, None],
+    "FILTER_ERROR_RATE": [0, 1, 1.5, -0.1, "0.01", True, None, math.nan],
+    "REBUILD_HEADROOM": [0.5, 0, "2", None, math.inf],
+    "FILTER_MAX_STAGES": [0, -1, 2.5, "4", True],
+    "ON_FILTER_ERROR": ["maybe", "", None, "Database"],
+    "CHECK_INTERNAL_REDIRECTS": ["yes", 1, None],
+    "ALLOWED_OTHER_SCHEMES": ["mailto", ["http"], ["HTTPS"], ["mail to"], [""], [5], None],
+    "CONTINUE_TOKEN_MAX_AGE": [0, -1, "900", None],
+    "REDIRECT_MAX_AGE": ["90s", "90", -1, 1.5, True, None],
+    "ALLOW_PRIVATE_ADDRESS_RULES": ["no", 0],
+    "PROTECTED_HOSTS": ["example.com", [""], [1]],
+    "LINK_SHORTENERS": ["bit.ly", ["bit.ly", None]],
+    "CONFIRM_IMPACT_LINKS": [-1, 1.5, "100", None, False],
+    "REPORT_MISTAKE_URL": ["abuse@example.com", "javascript:alert(1)", "//evil", "", None],
+    "NODE_NAME": ["", "  ", 7],
+    "CATCHUP_INTERVAL": [0, -1, "60", None],
+    "EMBEDDED_CATCH_UP": ["false", 0],
+    "BROADCAST_QUEUE": ["", None],
+    "SPOT_CHECK_SAMPLE": [-1, 0.5, "200", None],
+    "VERIFY_INTERVAL": [-1, "3600", None, math.nan],
+    "WRITER_LOCK_TIMEOUT": [0, -1, "60", None],
+}
+# Values that look odd but are right.
+ACCEPTED = {
+    "FILTER_PATH": [None, "/srv/urlguard/filter.bin", Path("/srv/urlguard/filter.bin")],
+    "REDIRECT_MAX_AGE": [0, 3600],
+    "ALLOWED_OTHER_SCHEMES": [[], ("mailto",), {"tel", "sms"}, ["MAILTO"], ["web+app"]],
+    "PROTECTED_HOSTS": [None, [], ["example.com"]],
+    "REPORT_MISTAKE_URL": ["https://example.com/report?x=1", "/report/", "mailto:a@b.c"],
+    "VERIFY_INTERVAL": [0, 0.5],
+    "SPOT_CHECK_SAMPLE": [0],
+    "CONFIRM_IMPACT_LINKS": [0],
+    "REBUILD_HEADROOM": [1, 2.5],
+}
+
+
+def test_every_row_has_refused_examples():
+    assert set(REFUSED) == set(SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [(n, v) for n, values in REFUSED.items() for v in values]
+)
+def test_refused_values(settings, name, value):
+    set_urlguard(settings, **{name: value})
+    assert SETTINGS[name].check_id in ids()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [(n, v) for n, values in ACCEPTED.items() for v in values]
+)
+def test_accepted_values(settings, name, value):
+    set_urlguard(settings, **{name: value})
+    assert SETTINGS[name].check_id not in ids()
+
+
+# -- typed accessors -----------------------------------------------------------------
+
+
+def test_accessors_return_the_documented_types(settings, filter_path):
+    assert conf.REDIRECT_MAX_AGE == 90 and type(conf.REDIRECT_MAX_AGE) is int
+    assert str(filter_path) == conf.FILTER_PATH
+    assert frozenset({"mailto", "tel"}) == conf.ALLOWED_OTHER_SCHEMES
+    set_urlguard(settings, ALLOWED_OTHER_SCHEMES=["MAILTO", "Sms"], FILTER_PATH=None)
+    assert frozenset({"mailto", "sms"}) == conf.ALLOWED_OTHER_SCHEMES
+    assert str(Path(settings.VAR_DIR) / "filter.bin") == conf.FILTER_PATH
+    assert type(conf.CATCHUP_INTERVAL) is float
+    assert conf.NODE_NAME  # None: the host name
+
+
+def test_a_wrong_value_is_never_handed_out(settings):
+    set_urlguard(settings, REDIRECT_MAX_AGE="90s")
+    with pytest.raises(ImproperlyConfigured, match=r"REDIRECT_MAX_AGE.*'90s'.*not '90s'"):
+        conf.REDIRECT_MAX_AGE  # noqa: B018
+
+
+def test_allowed_other_schemes_as_a_string_is_refused_not_read_as_letters(settings):
+    set_urlguard(settings, ALLOWED_OTHER_SCHEMES="mailto")
+    (error,) = [m for m in check_settings() if m.id == "urlguard.E012"]
+    assert "'mailto'" in error.msg and "['mailto', 'tel']" in error.hint
+
+
+# -- the checks that look at more than one row -----------------------------------------
+
+
 def test_e001_filter_directory_unusable(settings, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -52,16 +193,9 @@ def test_e001_not_raised_for_a_directory_that_can_be_created(settings, tmp_path)
     assert ids() == ["urlguard.W001"]
 
 
-@pytest.mark.parametrize("rate", [0, 1, 1.5, -0.1, "0.01", True, None])
-def test_e002_bad_error_rate(settings, rate):
-    set_urlguard(settings, FILTER_ERROR_RATE=rate)
-    assert "urlguard.E002" in ids()
-
-
-@pytest.mark.parametrize("capacity", [0, -5, 1.5, "1000", True, None])
-def test_e003_bad_capacity(settings, capacity):
-    set_urlguard(settings, FILTER_CAPACITY=capacity)
-    assert "urlguard.E003" in ids()
+def test_a_wrong_filter_path_is_reported_once(settings):
+    set_urlguard(settings, FILTER_PATH=5)
+    assert ids() == ["urlguard.E010"]
 
 
 def test_e004_middleware_missing(settings):
@@ -70,32 +204,10 @@ def test_e004_middleware_missing(settings):
     assert errors and MIDDLEWARE_PATH in errors[0].hint
 
 
-def test_e005_bad_policy(settings):
+def test_e005_bad_policy_names_the_choices(settings):
     set_urlguard(settings, ON_FILTER_ERROR="maybe")
     (error,) = [m for m in check_settings() if m.id == "urlguard.E005"]
     assert "'maybe'" in error.msg and "database" in error.msg
-
-
-@pytest.mark.parametrize(
-    ("name", "check_id"),
-    [("CATCHUP_INTERVAL", "urlguard.E006"), ("WRITER_LOCK_TIMEOUT", "urlguard.E007")],
-)
-@pytest.mark.parametrize("value", [0, -1, "60", None])
-def test_e006_e007_bad_durations(settings, name, check_id, value):
-    set_urlguard(settings, **{name: value})
-    assert check_id in ids()
-
-
-@pytest.mark.parametrize("value", [0.5, 0, "2", None])
-def test_e008_bad_rebuild_headroom(settings, value):
-    set_urlguard(settings, REBUILD_HEADROOM=value)
-    assert "urlguard.E008" in ids()
-
-
-@pytest.mark.parametrize("value", [0, -1, 2.5, "4", True])
-def test_e009_bad_max_stages(settings, value):
-    set_urlguard(settings, FILTER_MAX_STAGES=value)
-    assert "urlguard.E009" in ids()
 
 
 def test_e000_namespace_not_a_dict(settings):
@@ -103,10 +215,16 @@ def test_e000_namespace_not_a_dict(settings):
     assert ids() == ["urlguard.E000"]
 
 
-def test_w002_unknown_setting(settings):
+def test_w002_unknown_setting_says_did_you_mean(settings):
     set_urlguard(settings, FILTER_CAPACTIY=10)
     (warning,) = [m for m in check_settings() if m.id == "urlguard.W002"]
-    assert "FILTER_CAPACTIY" in warning.msg and "FILTER_CAPACITY" in warning.hint
+    assert "FILTER_CAPACTIY" in warning.msg and "Did you mean 'FILTER_CAPACITY'?" in warning.hint
+
+
+def test_w002_unknown_setting_with_nothing_close_lists_the_known_ones(settings):
+    set_urlguard(settings, COLOUR="blue")
+    (warning,) = [m for m in check_settings() if m.id == "urlguard.W002"]
+    assert "'COLOUR'" in warning.msg and "REDIRECT_MAX_AGE" in warning.hint
 
 
 @pytest.mark.django_db
@@ -114,3 +232,52 @@ def test_missing_file_does_not_block_the_command_that_fixes_it(filter_path):
     call_command("rebuild_filter", skip_checks=False, stdout=io.StringIO())
     assert filter_path.exists()
     assert check_settings() == []
+
+
+# -- a wrong value stops the start, not every redirect --------------------------------
+
+
+def test_manage_py_check_stops_on_a_wrong_value(settings):
+    set_urlguard(settings, REDIRECT_MAX_AGE="90s")
+    with pytest.raises(SystemCheckError, match="urlguard.E014"):
+        call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+    with pytest.raises(SystemCheckError, match="REDIRECT_MAX_AGE"):
+        refuse_to_start()
+
+
+def test_refuse_to_start_lets_warnings_through(filter_path):
+    refuse_to_start()  # W001 (no filter file yet) is only a warning
+
+
+def _boot(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `args` with settings whose URLGUARD has REDIRECT_MAX_AGE='90s'."""
+    (tmp_path / "wrong_settings.py").write_text(
+        "from urlguard.settings import *  # noqa: F403\n"
+        "URLGUARD = {**URLGUARD, 'REDIRECT_MAX_AGE': '90s'}  # noqa: F405\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        "DJANGO_SETTINGS_MODULE": "wrong_settings",
+        "URLGUARD_VAR_DIR": str(tmp_path / "var"),
+        "URLGUARD_FILTER_PATH": str(tmp_path / "var" / "filter.bin"),
+    }
+    env.pop("DATABASE_URL", None)
+    env.pop("CELERY_BROKER_URL", None)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("entry_point", ["urlguard.wsgi", "urlguard.asgi"])
+def test_wsgi_and_asgi_boot_stop_on_a_wrong_value(tmp_path, entry_point):
+    """What gunicorn (or an ASGI server) does first: import the application."""
+    done = _boot(tmp_path, "-c", f"import {entry_point}")
+    assert done.returncode != 0
+    assert "urlguard.E014" in done.stderr and "'90s'" in done.stderr
+
+
+def test_runserver_stops_on_a_wrong_value(tmp_path):
+    done = _boot(tmp_path, "manage.py", "runserver", "--noreload", "127.0.0.1:18401")
+    assert done.returncode != 0
+    assert "urlguard.E014" in done.stderr

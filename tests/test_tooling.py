@@ -1,0 +1,71 @@
+"""The test tooling itself: the Hypothesis profiles and the commands that pick them,
+so that `make test` and CI give the same answer on every run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = (
+    "import tests.conftest; from hypothesis import settings as s; "
+    "print(s.get_current_profile_name(), s.default.derandomize, s.default.database is None)"
+)
+
+
+def _profile(**env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in ("CI", "HYPOTHESIS_PROFILE")}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "dev False False"),
+        ({"CI": "1"}, "ci True True"),
+        ({"HYPOTHESIS_PROFILE": "ci"}, "ci True True"),
+        ({"CI": "1", "HYPOTHESIS_PROFILE": "dev"}, "dev False"),
+    ],
+)
+def test_hypothesis_profile_ci_is_deterministic_and_chosen_by_ci(env, expected):
+    # (under CI, Hypothesis's own defaults keep no example database for `dev` either)
+    assert _profile(**env).startswith(expected)
+
+
+def test_make_test_and_ci_use_the_ci_profile():
+    done = subprocess.run(
+        ["make", "-n", "-o", "install", "-o", ".venv/.installed", "test"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    runs = [line for line in done.stdout.splitlines() if "-m pytest" in line]
+    assert len(runs) == 2 and all("--hypothesis-profile=ci" in line for line in runs)
+    assert 'export CI="${CI:-1}"' in (ROOT / ".ci" / "run").read_text()
+
+
+def test_make_test_installs_no_benchmark_peers():
+    done = subprocess.run(
+        ["make", "-n", "-B", "install"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert "pip install" in done.stdout and "bench" not in done.stdout
+    bench = subprocess.run(
+        ["make", "-n", "-B", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert ".[bench]" in bench.stdout
