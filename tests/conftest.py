@@ -58,7 +58,7 @@ def _reset_registry() -> None:
 def filter_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
     """This test's filter file (tmp_path/var/filter.bin; not created)."""
     var = tmp_path / "var"
-    var.mkdir()
+    var.mkdir(mode=0o700)
     path = var / "filter.bin"
     settings = request.getfixturevalue("settings")  # pytest-django: undone after the test
     settings.VAR_DIR = var

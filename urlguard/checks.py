@@ -107,6 +107,66 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return messages
 
 
+# The key of `settings.py` when none is given, and Django's own marker of a generated
+# development key: either one is known to anyone who has read the source.
+_KNOWN_KEYS = ("dev-only-insecure-key-change-me-in-production",)
+_KNOWN_KEY_PREFIX = "django-insecure-"
+
+
+def _weak_secret_key(key: object) -> str:
+    """Why `key` must not sign anything in production, or ""."""
+    if not isinstance(key, str) or key in _KNOWN_KEYS or key.startswith(_KNOWN_KEY_PREFIX):
+        return "is the shipped default, known to anyone who has read the source"
+    # Django's own bar for check --deploy (security.W009).
+    if len(key) < 50 or len(set(key)) < 5:
+        return f"is too short ({len(key)} characters, {len(set(key))} distinct; at least 50 and 5)"
+    return ""
+
+
+@register("urlguard")
+def check_secret_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """With DEBUG off, refuse the default or a short SECRET_KEY: whoever knows it can
+    sign a "continue anyway" link to any URL (/continue then redirects unchecked)
+    and reverse the visitor hashes of the click table to addresses."""
+    if settings.DEBUG:
+        return []
+    weakness = _weak_secret_key(getattr(settings, "SECRET_KEY", None))
+    if not weakness:
+        return []
+    return [
+        Error(
+            f"SECRET_KEY {weakness}, and DEBUG is off.",
+            hint="Set the environment variable DJANGO_SECRET_KEY to a long random value, the "
+            "same on every node, e.g. the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`. (The embedded "
+            f"demo, without DATABASE_URL, makes one in {settings.VAR_DIR}/secret_key; if it "
+            "could not, that directory is not writable.)",
+            id="urlguard.E100",
+        )
+    ]
+
+
+@register("urlguard")
+def check_var_dir(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The var directory holds the SQLite database (sessions, password hashes) and the
+    demo's secret key: nobody but its owner may read it."""
+    var = str(settings.VAR_DIR)
+    try:
+        mode = os.stat(var).st_mode & 0o777
+    except OSError:
+        return []  # not there yet (E001 says so if it cannot be made)
+    if not mode & 0o077:
+        return []
+    return [
+        Warning(
+            f"The var directory {var} can be read by other users (mode {mode:o}); it "
+            "holds the database and the secret key.",
+            hint=f"chmod 700 {var}  (and chmod 600 the files in it)",
+            id="urlguard.W003",
+        )
+    ]
+
+
 def refuse_to_start() -> None:
     """Raise SystemCheckError if the system checks find an error, as `runserver` does
     before it serves: gunicorn and ASGI servers run no checks of their own, and a

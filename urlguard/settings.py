@@ -7,15 +7,32 @@ from pathlib import Path
 
 import dj_database_url
 
+from urlguard.vardir import demo_secret_key, make_private_dir, make_private_file
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("URLGUARD_VAR_DIR", BASE_DIR / "var"))
+# The embedded demo: no DATABASE_URL, so SQLite under VAR_DIR (`make run`).
+EMBEDDED_DEMO = not os.environ.get("DATABASE_URL")
 # A fresh clone has no var/ (it is git-ignored) and SQLite will not create the
 # directory of its database file. If this fails, system check urlguard.E001 says why.
 # WhiteNoise likewise wants STATIC_ROOT to exist (empty until `collectstatic`).
+# var/ holds the database (sessions, password hashes) and the demo's secret key:
+# owner only (0700, files 0600).
 with contextlib.suppress(OSError):
+    make_private_dir(VAR_DIR)
     (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)
+    if EMBEDDED_DEMO:
+        make_private_file(VAR_DIR / "urlguard.sqlite3")
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production")
+# Whoever knows the key can sign a "continue anyway" link to any URL and reverse the
+# visitor hashes: with DEBUG off, system check urlguard.E100 refuses to start on this
+# default or a short key. The embedded demo makes a random one in var/ on first run.
+INSECURE_SECRET_KEY = "dev-only-insecure-key-change-me-in-production"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY and EMBEDDED_DEMO:
+    with contextlib.suppress(OSError):
+        SECRET_KEY = demo_secret_key(VAR_DIR / "secret_key")
+SECRET_KEY = SECRET_KEY or INSECURE_SECRET_KEY
 # Off unless asked for: a debug page is a traceback page (DJANGO_DEBUG=1 for development).
 DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")

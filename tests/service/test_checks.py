@@ -281,3 +281,41 @@ def test_runserver_stops_on_a_wrong_value(tmp_path):
     done = _boot(tmp_path, "manage.py", "runserver", "--noreload", "127.0.0.1:18401")
     assert done.returncode != 0
     assert "urlguard.E014" in done.stderr
+
+
+# -- SECRET_KEY and the var directory -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "dev-only-insecure-key-change-me-in-production",
+        "django-insecure-" + "x1y2z3" * 10,
+        "short-but-random-9f8e7d",
+        "a" * 60,
+    ],
+)
+def test_e100_a_known_or_short_secret_key_with_debug_off(settings, key):
+    settings.DEBUG = False
+    settings.SECRET_KEY = key
+    errors = [m for m in checks.run_checks(tags=["urlguard"]) if m.id == "urlguard.E100"]
+    assert len(errors) == 1 and "DJANGO_SECRET_KEY" in errors[0].hint
+    with pytest.raises(SystemCheckError, match="urlguard.E100"):
+        refuse_to_start()
+
+
+def test_e100_not_raised_for_a_long_random_key_or_with_debug_on(settings):
+    settings.DEBUG = False
+    settings.SECRET_KEY = "k3J9-x" * 10
+    assert "urlguard.E100" not in {m.id for m in checks.run_checks(tags=["urlguard"])}
+    settings.DEBUG = True
+    settings.SECRET_KEY = "dev-only-insecure-key-change-me-in-production"
+    assert "urlguard.E100" not in {m.id for m in checks.run_checks(tags=["urlguard"])}
+
+
+def test_w003_var_dir_readable_by_others(settings, filter_path):
+    var = filter_path.parent
+    assert "urlguard.W003" not in {m.id for m in checks.run_checks(tags=["urlguard"])}
+    var.chmod(0o755)
+    (warning,) = [m for m in checks.run_checks(tags=["urlguard"]) if m.id == "urlguard.W003"]
+    assert "755" in warning.msg and f"chmod 700 {var}" in warning.hint
