@@ -109,15 +109,29 @@ def test_disable_selected_hits(link_admin, links, committed):
     assert not ShortLink.objects.get(slug="s2").disabled
 
 
-def test_disabling_needs_change_permission(make_staff, links, committed):
+def test_disabling_needs_change_permission(make_staff, links, committed, link_admin):
     reader = make_staff("view_shortlink")
     with committed():
-        reader.post(RESCAN)
+        link_admin.post(RESCAN)
     job = AdminJob.objects.get(kind="rescan")
     page = reader.get(f"{RESCAN}?job={job.pk}").content.decode()
     assert 'value="Disable selected links"' not in page
     assert reader.post(DISABLE, {"job": job.pk, "link": [links["spam"].pk]}).status_code == 403
     assert not ShortLink.objects.get(slug="s1").disabled
+
+
+def test_starting_a_rescan_needs_change_permission(make_staff, committed):
+    reader = make_staff("view_shortlink")
+    with committed():
+        assert reader.post(RESCAN).status_code == 403
+    assert not AdminJob.objects.filter(kind="rescan").exists()
+    page = reader.get(RESCAN).content.decode()
+    assert page and 'value="Rescan all short links now"' not in page
+    changer = make_staff("view_shortlink", "change_shortlink")
+    assert 'value="Rescan all short links now"' in changer.get(RESCAN).content.decode()
+    with committed():
+        assert changer.post(RESCAN).status_code == 302
+    assert AdminJob.objects.get(kind="rescan").created_by == changer.user
 
 
 def test_rescan_needs_view_permission(viewer):

@@ -246,10 +246,14 @@ class ShortLinkAdmin(admin.ModelAdmin):
 
 def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpResponse:
     """GET: the latest rescan (running: its progress; done: the links that point to
-    spam). POST: start a new rescan."""
+    spam). POST: start a new rescan (needs the change permission)."""
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     if request.method == "POST":
+        # Starting one is a change: the job first applies pending changes to the filter
+        # file and then writes its findings, so viewing is not enough.
+        if not model_admin.has_change_permission(request):
+            raise PermissionDenied
         job = jobs.start_rescan(user=request.user)
         report_job_outcome(request, job, "Rescan queued; this page shows its progress.")
         return HttpResponseRedirect(reverse("admin:urlguard_shortlink_rescan") + f"?job={job.pk}")
