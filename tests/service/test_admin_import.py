@@ -10,6 +10,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from tests.service.conftest import RULE_EDITOR
 from urlguard import changes
 from urlguard.models import AdminJob, ChangeEvent, ShortLink, SpamRule
 
@@ -90,6 +91,21 @@ def test_commit_adds_through_the_change_log_then_rescans(editor, committed, filt
     html = editor.get(_job_page(job)).content.decode()
     assert "Rescan after the import" in html and "1 link points to spam" in html
     assert f"rescan/?job={rescan.pk}" in html  # the way to disable it
+
+
+def test_the_import_is_recorded_under_who_commits_it(make_staff, committed):
+    uploader, committer = make_staff(*RULE_EDITOR), make_staff(*RULE_EDITOR)
+    _upload(uploader, b"one.example.com\ntwo.example.com\n")
+    job = AdminJob.objects.get(kind="import")
+    with committed():
+        committer.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]))
+    job.refresh_from_db()
+    assert job.state == "done", job.message
+    assert set(ChangeEvent.objects.values_list("actor", flat=True)) == {committer.user.pk}
+    assert job.created_by == committer.user
+    assert job.params["uploaded_by"] == uploader.user.get_username()
+    rescan = AdminJob.objects.get(pk=job.result["rescan_job"])
+    assert rescan.created_by == committer.user
 
 
 def test_commit_twice_imports_once(editor, committed):

@@ -85,7 +85,7 @@ def commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
     elif job.total == 0:
         messages.info(request, "Nothing to import: every line is already present or refused.")
     else:
-        jobs.start_import(job)
+        jobs.start_import(job, user=request.user)
         report_job_outcome(
             request, job, f"Import #{job.pk} is queued; this page shows its progress."
         )

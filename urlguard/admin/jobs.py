@@ -93,12 +93,18 @@ def refused_entry(lineno: int, raw: str, error: str) -> str:
     return f"# line {lineno}: {reason}\n{raw}\n"
 
 
-def start_import(job: AdminJob) -> None:
-    """Queue a previewed import (once: a second click finds it no longer previewed)."""
+def start_import(job: AdminJob, *, user) -> None:
+    """Queue a previewed import (once: a second click finds it no longer previewed).
+    `user`, who commits it, is its actor from here on (the rules, the change log and
+    the rescan are theirs), not whoever uploaded the file; the uploader stays in
+    params["uploaded_by"]."""
+    uploader = job.created_by
+    params = {**job.params, "uploaded_by": uploader.get_username() if uploader else None}
     claimed = AdminJob.objects.filter(pk=job.pk, state=AdminJob.State.PREVIEWED).update(
-        state=AdminJob.State.QUEUED, message="Waiting for a worker."
+        state=AdminJob.State.QUEUED, message="Waiting for a worker.", created_by=user, params=params
     )
     if claimed:
+        job.created_by, job.params = user, params
         # After commit, or a worker could look for the row before it is visible.
         transaction.on_commit(lambda: import_rules_job.delay(job.pk))
 
