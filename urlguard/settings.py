@@ -3,6 +3,7 @@ DATABASE_URL and CELERY_BROKER_URL in the environment switch to real services.""
 
 import contextlib
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -44,6 +45,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
     "urlguard.apps.UrlguardConfig",
 ]
 
@@ -57,7 +59,22 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Admin logins are rate-limited by django-axes: after AXES_FAILURE_LIMIT failed
+# attempts from one address (REMOTE_ADDR: behind a proxy, make it the visitor's, see
+# README "Deploying safely") that address is refused (429) for AXES_COOLOFF_TIME.
+# Per address, not per user name: a stranger cannot lock the real admin out.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = 10
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "urlguard.urls"
 WSGI_APPLICATION = "urlguard.wsgi.application"

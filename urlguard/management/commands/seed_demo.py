@@ -3,12 +3,16 @@
 A few rules, one at each roll-up level, added through the one write path; short
 links to clean pages and to listed ones (with a clean neighbour beside each
 listed one, so the demo shows what a rule does *not* block); the filter brought
-up to date; a demo superuser if there is none. Prints the links to click."""
+up to date; a demo superuser admin/admin if there is none and the database is the
+embedded SQLite demo (anywhere else a known password is a way in: it says how to
+create one instead). Prints the links to click."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
 from urlguard import sync
 from urlguard.changes import RuleExists, add_rule
@@ -45,7 +49,8 @@ class Command(BaseCommand):
     help = (
         "Load the demo data for `make run` (idempotent): rules at each level (domain, "
         "subdomain, path, page), short links to clean and listed pages, the filter brought "
-        "up to date, and a demo superuser admin/admin if no superuser exists."
+        "up to date, and a demo superuser admin/admin if no superuser exists and the "
+        "database is the embedded SQLite demo (no DATABASE_URL)."
     )
 
     def add_arguments(self, parser):
@@ -119,10 +124,24 @@ class Command(BaseCommand):
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists():
             return
+        if not embedded_demo_database():
+            self.stdout.write(
+                "No superuser exists, and this is not the embedded SQLite demo "
+                f"({connection.vendor}, DATABASE_URL set), so none is made with a known "
+                "password. Create one with:  python manage.py createsuperuser"
+            )
+            return
         User.objects.create_superuser("admin", "admin@localhost", "admin")
         self.stdout.write(
             self.style.WARNING(
-                "created the demo superuser  admin / admin  for /admin/ "
-                "(demo only: change the password or delete it before real use)"
+                "created the demo superuser  admin / admin  for /admin/, because the "
+                "database is the embedded SQLite demo (no DATABASE_URL); it is never made "
+                "on any other database. Change the password or delete it before real use."
             )
         )
+
+
+def embedded_demo_database() -> bool:
+    """The database is the embedded demo's SQLite file (settings.EMBEDDED_DEMO: no
+    DATABASE_URL in the environment), not a deployment's."""
+    return bool(getattr(settings, "EMBEDDED_DEMO", False)) and connection.vendor == "sqlite"
