@@ -76,7 +76,6 @@ DEFAULT_GROWTH = 1.4
 DEFAULT_TIGHTENING = 0.8
 
 _BUILD_CHUNK = 65_536
-_clock = time.monotonic
 #: Only what the filter itself may pass to its constructor.
 _PRIVATE = object()
 #: A closed filter's view: every lookup takes the slow path, which refuses.
@@ -585,7 +584,7 @@ class ScalingCountingBloomFilter:
     def contains(self, key: str | bytes) -> bool:
         """True if ``key`` may be present, False if it certainly is not."""
         view = self._view
-        if _clock() >= view.check_at:
+        if view.due:
             self._check_size(view)
         if view.word[0] != view.layout:
             view = self._refresh()
@@ -627,7 +626,7 @@ class ScalingCountingBloomFilter:
     def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
         """One bool per key, in order (vectorised; each key hashed once)."""
         view = self._view
-        if _clock() >= view.check_at:
+        if view.due:
             self._check_size(view)
         if view.word[0] != view.layout:
             view = self._refresh()
@@ -755,7 +754,7 @@ class ScalingCountingBloomFilter:
     # -- state and measurements -----------------------------------------------
     def _live_view(self) -> FileView:
         view = self._view
-        if _clock() >= view.check_at:
+        if view.due:
             self._check_size(view)
         if view.word[0] != view.layout:
             view = self._refresh()

@@ -7,6 +7,8 @@ import errno
 import multiprocessing
 import os
 import subprocess
+import threading
+import time
 import zlib
 
 import pytest
@@ -254,6 +256,37 @@ def test_a_reader_survives_a_file_truncated_under_it(path, keep):
         assert path in got[attempt] and f"found {keep} bytes" in got[attempt]
 
 
+def _truncate_when_due(path, answers):
+    mapping.SIZE_CHECK_SECONDS = 0.2
+    with S.open(path, readonly=True) as r:
+        assert "k1" in r
+        for _ in range(100):  # the ticker marks the view due within ~0.3 s
+            if r._view.due:
+                break
+            time.sleep(0.01)
+        answers.put(("due", r._view.due))
+        os.truncate(path, 0)
+        try:
+            r.contains("k1")
+        except FilterFileError as exc:
+            answers.put(("contains", str(exc)))
+        else:
+            answers.put(("contains", "answered"))
+
+
+def test_the_ticker_makes_a_reader_check_its_file(path):
+    with S.create(path, capacity=100, error_rate=0.01) as f:
+        f.add("k1", 1)
+    answers = fork.Queue()
+    child = fork.Process(target=_truncate_when_due, args=(path, answers))
+    child.start()
+    child.join(20)
+    assert child.exitcode == 0, f"exit code {child.exitcode} (-7 is SIGBUS)"
+    got = dict(answers.get(timeout=5) for _ in range(2))
+    assert got["due"] is True
+    assert "truncated while mapped" in got["contains"]
+
+
 def test_the_size_check_costs_one_fstat_a_second(path, monkeypatch):
     S.create(path, capacity=100, error_rate=0.01).close()
     with S.open(path, readonly=True) as r:
@@ -265,9 +298,12 @@ def test_the_size_check_costs_one_fstat_a_second(path, monkeypatch):
             r.contains(key)
             r.contains_many([key])
         assert len(calls) <= 1  # 4,000 lookups well inside a second
-        r._view.check_at = 0.0  # the second is over
+        mapping.mark_due()  # what the ticker does once a second
         r.contains("x")
-        assert len(calls) <= 2 and calls[-1] == r._view.fd
+        r.contains("y")
+        assert 1 <= len(calls) <= 2 and calls[-1] == r._view.fd
+    ticker = [t for t in threading.enumerate() if t.name == "filterengine-size-check"]
+    assert len(ticker) == 1 and ticker[0].daemon
 
 
 # -- a writer stopped at any store of its state ------------------------------------------
