@@ -56,7 +56,10 @@ def test_missing_filter_file_is_explained(viewer):
     assert "could not be opened" in page.context["report"]["filter_error"]
 
 
-@pytest.mark.parametrize("bad", ["mailto:someone@example.com", "http://", "javascript:x()"])
+@pytest.mark.parametrize(
+    "bad",
+    ["mailto:someone@example.com", "http://", "javascript:x()", "not a url", "http://0x100.0/"],
+)
 def test_malformed_url_is_a_form_error(viewer, bad):
     page = viewer.get(CHECK, {"url": bad})
     assert page.status_code == 200

@@ -55,7 +55,17 @@ def test_missing_url_is_a_400(client, db, query):
     assert "missing query parameter 'url'" in response.json()["error"]
 
 
-@pytest.mark.parametrize("url", ["javascript:alert(1)", "http://", "mailto:a@b.example"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "javascript:alert(1)",
+        "http://",
+        "mailto:a@b.example",
+        "not a url",  # no scheme and no plausible host
+        "http://1.2.3.256/",  # a browser refuses it
+        "http://example.com/" + "a" * 40_000,  # longer than canonical.MAX_URL_LENGTH
+    ],
+)
 def test_malformed_url_is_a_400(client, db, url):
     response = client.get("/api/check", {"url": url})
     assert response.status_code == 400
