@@ -80,11 +80,11 @@ PAGE_HEADERS = {
     # A site that opened the link keeps no handle on the page (window.opener).
     "Cross-Origin-Opener-Policy": "same-origin",
 }
-# Nothing but the page's own inline style (by hash) and same-origin images,
-# links and forms: the page runs no script, and a destination shown on it can
-# inject nothing that loads.
+# Nothing but the page's own inline style (by hash), same-origin and data: images
+# (the icon) and same-origin forms: the page runs no script, and a destination
+# shown on it can inject nothing that loads.
 CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; style-src {styles}; img-src 'self'; form-action 'self'; "
+    "default-src 'none'; style-src {styles}; img-src 'self' data:; form-action 'self'; "
     "base-uri 'none'; frame-ancestors 'none'"
 )
 _STYLE_RE = re.compile(r"<style>(.*?)</style>", re.DOTALL)
