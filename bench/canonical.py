@@ -219,6 +219,16 @@ def main() -> None:
     def guard_pattern(url: str) -> list[str]:
         return expressions(canonicalize(url))
 
+    browser_url = getattr(canonical, "browser_url", None)
+
+    def middleware_pattern(url: str) -> list[str]:
+        # The middleware's: the Location to send, then the guard's check of it.
+        return expressions(canonicalize(browser_url(url)))  # type: ignore[misc]
+
+    def clear_both() -> None:
+        clear()
+        getattr(canonical, "_browser_cache", {}).clear()
+
     def floor(url: str) -> str:
         parts = urlsplit(url)
         return (parts.hostname or "") + parts.path
@@ -242,6 +252,20 @@ def main() -> None:
             per_url_micros(guard_pattern, urls, args.repeat),
         )
     )
+    if browser_url is not None:
+        print(
+            row(
+                "expressions(canonicalize(browser_url(url))), cold",
+                per_url_micros(middleware_pattern, urls, args.repeat, before=clear_both),
+            )
+        )
+        clear_both()
+        print(
+            row(
+                "expressions(canonicalize(browser_url(url))), warm",
+                per_url_micros(middleware_pattern, urls, args.repeat),
+            )
+        )
     print(
         row(
             "canonicalize(url) alone, cold",
