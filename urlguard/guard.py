@@ -123,6 +123,7 @@ class Guard:
         on_filter_error: str = "database",
         clean_cache: CleanCache | None = None,
         discard_filter: Callable[[], None] | None = None,
+        why_unavailable: Callable[[], str] | None = None,
     ) -> None:
         if on_filter_error not in POLICIES:
             raise ValueError(
@@ -132,6 +133,9 @@ class Guard:
         self.get_filter = get_filter
         # Called after the filter raised, so that the next check maps it afresh.
         self._discard_filter = discard_filter
+        # Says why get_filter() returned None (missing, dirty, behind...): degraded
+        # path only.
+        self._why_unavailable = why_unavailable
         self.on_filter_error = on_filter_error
         self.clean_cache: CleanCache = clean_cache if clean_cache is not None else LRUCleanCache()
         # (generation, applied_seq) of the filter the clean cache was filled under.
@@ -149,7 +153,7 @@ class Guard:
 
         filt = self.get_filter()
         if filt is None:
-            return self._degraded(url, canonical, exprs, "the filter file could not be opened")
+            return self._degraded(url, canonical, exprs, self._unavailable())
         try:
             # One scalar probe per expression, not contains_many: for the ~10
             # keys of one URL the vectorised path costs more in numpy set-up
@@ -197,6 +201,17 @@ class Guard:
             reason=_describe(rule),
             maybe=maybe,
         )
+
+    def _unavailable(self) -> str:
+        why = ""
+        if self._why_unavailable is not None:
+            try:
+                why = self._why_unavailable()
+            except Exception:
+                logger.debug("asking why the filter is unavailable failed", exc_info=True)
+        if why:
+            return f"the filter file could not be opened or used: it is {why}"
+        return "the filter file could not be opened"
 
     def _discard(self) -> None:
         if self._discard_filter is not None:
@@ -274,7 +289,7 @@ class Guard:
         maybe_set: set[str] = set()
         filt = self.get_filter()
         if filt is None:
-            degraded_why = "the filter file could not be opened"
+            degraded_why = self._unavailable()
         elif unique:
             try:
                 hits = filt.contains_many(unique)
@@ -358,6 +373,7 @@ def get_guard() -> Guard:
                     partial(registry.get_filter, path),
                     on_filter_error=conf.ON_FILTER_ERROR,
                     discard_filter=partial(registry.forget, path),
+                    why_unavailable=partial(registry.problem, path),
                 )
             guard = _guard
     return guard

@@ -109,6 +109,7 @@ def test_a_dirty_file_is_degraded_and_the_table_answers(
     with caplog.at_level(logging.WARNING, logger="urlguard.registry"):
         verdict = get_guard().check(f"http://{listed}x")
     assert verdict.blocked and verdict.degraded
+    assert "could not be opened or used: it is dirty" in verdict.reason
     assert "dirty" in caplog.text
     assert "dirty" in registry.problem()
     result = sync_filter()
