@@ -14,6 +14,8 @@ __all__ = ["free_bytes", "reserve", "require_free"]
 
 #: The errors that mean "no room", whatever the limit was (space, quota, size).
 _NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+#: The errors that mean "this file system or platform cannot reserve".
+_UNSUPPORTED = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
 def free_bytes(path: str) -> int | None:
@@ -40,9 +42,17 @@ def reserve(fd: int, offset: int, length: int, path: str, what: str) -> None:
     file system has no room. The file's visible content is unchanged."""
     if length <= 0:
         return
+    fallocate = getattr(os, "posix_fallocate", None)
     try:
-        os.posix_fallocate(fd, offset, length)
+        if fallocate is None:
+            raise OSError(errno.ENOSYS, "posix_fallocate is not available")
+        fallocate(fd, offset, length)
     except OSError as exc:
         if exc.errno in _NO_ROOM:
             raise FilterSpaceError(path, length, free_bytes(path), what) from None
-        raise
+        if exc.errno not in _UNSUPPORTED:
+            raise
+        # A platform or file system that cannot reserve: grow the file sparse, as
+        # before reservations existed (a full disk can then still fault a writer).
+        if os.fstat(fd).st_size < offset + length:
+            os.ftruncate(fd, offset + length)

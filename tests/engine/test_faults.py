@@ -124,6 +124,21 @@ def test_a_rebuild_that_runs_out_while_it_grows_leaves_no_temp(path, monkeypatch
         assert "old" in r
 
 
+def test_a_file_system_that_cannot_reserve_still_works(path, monkeypatch):
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    with S.create(path, capacity=100, error_rate=0.01) as f:
+        f.add_many(keys(500), range(500))
+        assert f.stage_count > 1
+    S.build(path, [("k", 1)], capacity=100, error_rate=0.01)
+    with S.open(path, readonly=True) as r:
+        assert "k" in r
+    monkeypatch.delattr(os, "posix_fallocate")  # a platform without it
+    S.build(path, [("k2", 1)], capacity=100, error_rate=0.01)
+
+
 class _TinyFs:
     f_bavail, f_frsize = 10, 4096
 
