@@ -43,8 +43,10 @@ def _no_embedded_catch_up_thread(django_db_setup: None) -> None:
     """AppConfig.ready installed the embedded catch-up on the first request; tests
     that want it (test_embedded.py) install it themselves."""
     from urlguard import embedded
+    from urlguard.feeds import runner
 
     embedded.stop()
+    runner.stop()
 
 
 def _reset_registry() -> None:

@@ -26,3 +26,7 @@ class UrlguardConfig(AppConfig):
         registry.open_at_startup()
         if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) and catch_up:
             embedded.install()
+        if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) and conf.FEED_EMBEDDED_REFRESH:
+            from urlguard.feeds import runner
+
+            runner.install()

@@ -25,7 +25,7 @@ VERIFY_FILTER_TASK = "urlguard.tasks.verify_filter"
 
 app = Celery("urlguard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["urlguard"])
+app.autodiscover_tasks(["urlguard", "urlguard.feeds"])
 
 
 def _urlguard_defaults() -> dict:
@@ -53,6 +53,11 @@ def _urlguard_defaults() -> dict:
     }
     schedule = {
         "urlguard-catch-up": {"task": CATCH_UP_TASK, "schedule": float(conf.CATCHUP_INTERVAL)},
+        # Queues each due feed on the ordinary queue: one worker refreshes it.
+        "urlguard-feeds": {
+            "task": "urlguard.feeds.refresh_due_feeds",
+            "schedule": float(conf.FEED_CHECK_INTERVAL),
+        },
     }
     if float(conf.VERIFY_INTERVAL) > 0:
         schedule["urlguard-verify"] = {

@@ -550,8 +550,9 @@ def add_rules(
     importing.ParsedLine objects (their `error` makes a refusal). Repeated
     expressions are skipped; already listed ones are skipped and gain `source`; bad
     ones are refused with the reason (and counted in the change set). With `dry_run`
-    nothing is written. `normalized`: the texts are rule expressions already (a
-    feed's parser normalized them), so they are not normalized again.
+    nothing is written. `normalized`: the texts are distinct rule expressions
+    already (a feed refresh normalized and deduplicated them), so they are neither
+    normalized again nor remembered to spot repeats (a million would cost ~100 MB).
     `progress(n)` is called with the number of input items handled so far after
     each chunk."""
     _check_category(category)
@@ -602,10 +603,11 @@ def add_rules(
         except RuleError as exc:
             result.refused.append(Refusal(text, str(exc), lineno))
             continue
-        if expression in seen:
-            result.skipped.append(expression)
-            continue
-        seen.add(expression)
+        if not normalized:
+            if expression in seen:
+                result.skipped.append(expression)
+                continue
+            seen.add(expression)
         chunk.append(_Candidate(expression, cat, note, lineno))
         if len(chunk) >= chunk_size:
             flush()

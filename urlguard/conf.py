@@ -350,6 +350,106 @@ class Settings:
         hint="e.g. 30.",
     )
 
+    # Feeds. A refresh that would remove more than this share of a source's entries is
+    # held until accepted (admin action or `refresh_feeds NAME --accept-shrink`).
+    FEED_SHRINK_THRESHOLD = Setting(
+        0.5,
+        must_be="a share above 0 and at most 1",
+        valid=lambda v: _number(v) and 0 < v <= 1,
+        resolve=float,
+        check_id="urlguard.E040",
+        hint="e.g. 0.5 (hold a refresh that removes over half of a source); 1 never holds.",
+    )
+    # Largest feed body accepted, downloaded and again once decompressed, bytes.
+    FEED_MAX_BYTES = Setting(
+        512 * 1024 * 1024,
+        must_be="a positive whole number of bytes",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E041",
+        hint="e.g. 536870912 (512 MiB).",
+    )
+    # Seconds: to connect, between two reads, and for the whole transfer (a server
+    # that trickles bytes under the read timeout still ends).
+    FEED_CONNECT_TIMEOUT = Setting(
+        10,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E042",
+        hint="e.g. 10.",
+    )
+    FEED_READ_TIMEOUT = Setting(
+        30,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E043",
+        hint="e.g. 30.",
+    )
+    FEED_DEADLINE = Setting(
+        300,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E044",
+        hint="e.g. 300.",
+    )
+    FEED_MAX_REDIRECTS = Setting(
+        5,
+        must_be="a whole number, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E045",
+        hint="e.g. 5; 0 follows none.",
+    )
+    # Failed refreshes in a row after which a source shows as failing (its rules stay).
+    FEED_UNHEALTHY_FAILURES = Setting(
+        3,
+        must_be="a whole number of at least 1",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E046",
+        hint="e.g. 3.",
+    )
+    # How often due sources are looked for (beat, or the embedded runner), seconds.
+    FEED_CHECK_INTERVAL = Setting(
+        60,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E047",
+        hint="e.g. 60.",
+    )
+    # Retries of a transient refresh failure (network, timeout, 5xx) by the Celery
+    # task, with exponential backoff; the next due refresh tries again anyway.
+    FEED_RETRIES = Setting(
+        3,
+        must_be="a whole number, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E048",
+        hint="e.g. 3; 0 never retries.",
+    )
+    # A refresh claim older than this (a worker died mid-refresh) is taken over, seconds.
+    FEED_CLAIM_TIMEOUT = Setting(
+        3600,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E049",
+        hint="e.g. 3600 (longer than the slowest refresh).",
+    )
+    # With no broker, a daemon thread of each serving process refreshes due sources.
+    FEED_EMBEDDED_REFRESH = Setting(
+        True,
+        must_be="True or False",
+        valid=lambda v: isinstance(v, bool),
+        resolve=bool,
+        check_id="urlguard.E050",
+        hint="e.g. False when something else runs refresh_feeds.",
+    )
+
 
 # The table, in order: name -> row.
 SETTINGS: dict[str, Setting[Any]] = {

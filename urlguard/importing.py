@@ -27,8 +27,12 @@ __all__ = [
     "CSV_CATEGORY_COLUMNS",
     "CSV_NOTE_COLUMNS",
     "CSV_URL_COLUMNS",
+    "HOSTS_FILE_SELF_NAMES",
     "ParsedLine",
+    "entry",
+    "is_ip_address",
     "parse_rules",
+    "without_comment",
 ]
 
 # Header names (case-insensitive) recognised in a CSV file, first match wins.
@@ -41,7 +45,7 @@ _COMMENT_RE = re.compile(r"(?:^|(?<=\s))#")
 
 # Names every hosts file maps to loopback or broadcast: they describe the machine
 # itself, not something to block.
-_HOSTS_FILE_SELF_NAMES = frozenset(
+HOSTS_FILE_SELF_NAMES = frozenset(
     {
         "localhost",
         "localhost.localdomain",
@@ -131,15 +135,15 @@ def _line_entries(numbered: Iterable[tuple[int, str]], category: str) -> Iterato
     for lineno, text in numbered:
         if _is_blank_or_comment(text):
             continue
-        tokens = _without_comment(text).split()
+        tokens = without_comment(text).split()
         if not tokens:
             continue
-        if len(tokens) > 1 and _is_ip_address(tokens[0]):
+        if len(tokens) > 1 and is_ip_address(tokens[0]):
             # hosts file: "0.0.0.0 evil.example other.example"
             for name in tokens[1:]:
-                if name.lower() in _HOSTS_FILE_SELF_NAMES:
+                if name.lower() in HOSTS_FILE_SELF_NAMES:
                     continue
-                yield _entry(lineno, text, name, category)
+                yield entry(lineno, text, name, category)
         elif len(tokens) > 1:
             yield ParsedLine(
                 lineno,
@@ -151,10 +155,12 @@ def _line_entries(numbered: Iterable[tuple[int, str]], category: str) -> Iterato
                 "as %20)",
             )
         else:
-            yield _entry(lineno, text, tokens[0], category)
+            yield entry(lineno, text, tokens[0], category)
 
 
-def _entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
+def entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
+    """One entry of a list: `text` normalized to a rule expression, or refused with
+    the reason in `error`."""
     if text.startswith("||"):
         # Adblock syntax: "||example.com^" is the domain and its subdomains; options
         # after '$' ("third-party", ...) do not change what is blocked here.
@@ -167,7 +173,7 @@ def _entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> P
 
 
 @functools.lru_cache(maxsize=256)  # a hosts file repeats one or two addresses
-def _is_ip_address(token: str) -> bool:
+def is_ip_address(token: str) -> bool:
     try:
         ipaddress.ip_address(token.split("%", 1)[0])  # "fe80::1%lo0"
     except ValueError:
@@ -175,7 +181,7 @@ def _is_ip_address(token: str) -> bool:
     return True
 
 
-def _without_comment(text: str) -> str:
+def without_comment(text: str) -> str:
     # A comment starts at a '#' that begins a word; a '#' inside a URL is a fragment.
     match = _COMMENT_RE.search(text)
     return text if match is None else text[: match.start()]
@@ -286,7 +292,7 @@ def _csv_entries(
                 error=f"the {header.url_name!r} column is empty",
             )
         else:
-            yield _entry(lineno, raw, url, category, note)
+            yield entry(lineno, raw, url, category, note)
 
 
 def _cell(row: list[str], index: int | None) -> str:

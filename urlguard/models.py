@@ -201,6 +201,9 @@ class Source(models.Model):
     held_entries = models.BigIntegerField(null=True, blank=True)
     held_added = models.BigIntegerField(null=True, blank=True)
     held_removed = models.BigIntegerField(null=True, blank=True)
+    # Set while a refresh runs (claimed by an UPDATE), so that two at once do not
+    # both fetch and diff; a claim older than FEED_CLAIM_TIMEOUT is taken over.
+    refreshing_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -211,6 +214,57 @@ class Source(models.Model):
     @property
     def is_feed(self) -> bool:
         return self.kind == self.Kind.FEED
+
+
+class FeedRefresh(models.Model):
+    """One refresh of a feed, whatever came of it: the source's history page."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="refreshes")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    status = models.CharField(max_length=16, choices=Source.Status.choices)
+    http_status = models.IntegerField(null=True, blank=True)
+    bytes = models.BigIntegerField(default=0)
+    format = models.CharField(max_length=16, blank=True, default="")
+    entries = models.BigIntegerField(default=0)
+    added = models.BigIntegerField(default=0)
+    removed = models.BigIntegerField(default=0)
+    unchanged = models.BigIntegerField(default=0)
+    refused = models.BigIntegerField(default=0)
+    # Rows written: rules new to the table, rules no source lists any more.
+    rules_added = models.BigIntegerField(default=0)
+    rules_removed = models.BigIntegerField(default=0)
+    duration = models.FloatField(default=0)
+    error = models.TextField(blank=True, default="")
+    change_set = models.ForeignKey(
+        "ChangeSet", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # A sample of the refused entries: [line, text, reason].
+    refusals = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} {self.at:%Y-%m-%d %H:%M} {self.status}"
+
+
+class AllowedHost(models.Model):
+    """A host an allowlist source names: feeds may not block it, or a parent domain of
+    it, as a whole (rules on a path or page of it are still accepted)."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="allowed_hosts")
+    host = models.CharField(max_length=255)
+    note = models.CharField(max_length=200, blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["host"]
+        constraints = [
+            models.UniqueConstraint(fields=["source", "host"], name="urlguard_allowedhost_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.host
 
 
 class RuleSource(models.Model):
@@ -389,6 +443,7 @@ class AdminJob(models.Model):
     class Kind(models.TextChoices):
         IMPORT = "import", "Import"
         RESCAN = "rescan", "Rescan"
+        REFRESH = "refresh", "Feed refresh"
 
     class State(models.TextChoices):
         PREVIEWED = "previewed", "Previewed (dry run)"

@@ -1,0 +1,96 @@
+"""A local HTTP server in the test process that serves feed fixtures: a route is a
+(status, headers, body) answer, or a function of the request handler for the odd
+ones (never answering, cutting a body short). Requests are recorded with their
+headers, so conditional GETs can be checked."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+FIXTURES = Path(__file__).parent / "fixtures" / "feeds"
+# The feeds helper's port range; the first free one is taken.
+PORTS = range(18500, 18560)
+
+Answer = tuple[int, dict[str, str], bytes]
+
+
+class FeedServer:
+    def __init__(self, server: ThreadingHTTPServer):
+        self._server = server
+        self.routes: dict[str, Answer | Callable[[BaseHTTPRequestHandler], None]] = {}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.release = threading.Event()  # lets handlers that never answer go
+
+    def url(self, path: str) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}{path}"
+
+    def serve(self, path: str, body: bytes, status: int = 200, **headers: str) -> str:
+        self.routes[path] = (status, {k.replace("_", "-"): v for k, v in headers.items()}, body)
+        return self.url(path)
+
+
+def fixture(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+@contextmanager
+def feed_server() -> Iterator[FeedServer]:
+    holder: dict[str, FeedServer] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802
+            feeds = holder["server"]
+            feeds.requests.append((self.path, dict(self.headers.items())))
+            route = feeds.routes.get(self.path)
+            if route is None:
+                self._answer(404, {}, b"not found")
+            elif callable(route):
+                route(self)
+            else:
+                status, headers, body = route
+                etag = headers.get("ETag")
+                if etag and self.headers.get("If-None-Match") == etag:
+                    self._answer(304, {"ETag": etag}, b"")
+                else:
+                    self._answer(status, headers, body)
+
+        def _answer(self, status: int, headers: dict[str, str], body: bytes) -> None:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            if "Content-Length" not in headers and status != 304:
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = None
+    for port in PORTS:
+        try:
+            server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+            break
+        except OSError:
+            continue
+    assert server is not None, f"no free port in {PORTS}"
+    server.daemon_threads = True
+    feeds = FeedServer(server)
+    holder["server"] = feeds
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield feeds
+    finally:
+        feeds.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -1,0 +1,365 @@
+"""urlguard.feeds.refresh against a local HTTP server: the first refresh lists
+everything, later ones apply exactly the difference, a rule stays while any source
+lists it, a conditional GET costs nothing, a broken upstream changes nothing, a big
+shrink is held until accepted, the allowlist refuses whole-host rules, concurrent
+refreshes do not double-apply, and the filter agrees with the table after it all."""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import pytest
+from django.core.management import call_command
+
+from tests.service.feedserver import feed_server, fixture
+from urlguard import changes
+from urlguard.feeds import refresh as refreshing
+from urlguard.feeds.refresh import refresh_source
+from urlguard.models import (
+    AllowedHost,
+    ChangeEvent,
+    ChangeSet,
+    FeedRefresh,
+    RuleSource,
+    Source,
+    SpamRule,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch, settings):
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
+
+
+@pytest.fixture
+def server():
+    with feed_server() as feeds:
+        yield feeds
+
+
+def lines(*hosts: str) -> bytes:
+    return "".join(f"{h}\n" for h in hosts).encode()
+
+
+def make_feed(url: str, name: str = "feed-a", **fields) -> Source:
+    return Source.objects.create(name=name, kind=Source.Kind.FEED, url=url, **fields)
+
+
+def listed(source: Source) -> set[str]:
+    return set(RuleSource.objects.filter(source=source).values_list("rule__expression", flat=True))
+
+
+def rules() -> set[str]:
+    return set(SpamRule.objects.values_list("expression", flat=True))
+
+
+def test_first_refresh_lists_everything(server):
+    feed = make_feed(server.serve("/openphish.txt", fixture("openphish.txt")))
+    result = refresh_source(feed)
+    assert result.status == "ok", result.error
+    assert (result.entries, result.added, result.removed, result.refused) == (8, 8, 0, 1)
+    assert result.rules_added == 8 and len(rules()) == 8 and listed(feed) == rules()
+    feed.refresh_from_db()
+    assert (feed.last_status, feed.last_entries, feed.last_http_status) == ("ok", 8, 200)
+    assert feed.last_success_at is not None and feed.failures == 0
+    cs = ChangeSet.objects.get(pk=result.change_set)
+    assert (cs.kind, cs.source, cs.added, cs.removed, cs.refused) == ("refresh", feed, 8, 0, 1)
+    history = FeedRefresh.objects.get()
+    assert history.refusals[0][0] == 10 and "one URL per line" in history.refusals[0][2]
+
+
+def test_second_version_applies_exactly_the_difference(server):
+    url = server.serve("/list.txt", lines("a.example", "b.example", "c.example", "d.example"))
+    feed = make_feed(url)
+    refresh_source(feed)
+    first_seq = ChangeEvent.objects.head()
+    server.serve("/list.txt", lines("a.example", "b.example", "c.example", "e.example"))
+    result = refresh_source(feed)
+    assert (result.added, result.removed, result.unchanged) == (1, 1, 3)
+    events = ChangeEvent.objects.filter(seq__gt=first_seq).order_by("seq")
+    assert [(e.action, e.expression) for e in events] == [
+        ("add", "e.example/"),
+        ("remove", "d.example/"),
+    ]
+    assert rules() == {"a.example/", "b.example/", "c.example/", "e.example/"}
+
+
+def test_a_rule_listed_elsewhere_survives_when_one_source_drops_it(server):
+    changes.add_rule("hand.example/", category="spam", note="mine")
+    a = make_feed(server.serve("/a", lines("hand.example", "both.example", "a-only.example")))
+    b = make_feed(server.serve("/b", lines("both.example")), name="feed-b")
+    refresh_source(a)
+    refresh_source(b)
+    assert ChangeEvent.objects.filter(expression="both.example/").count() == 1
+    server.serve("/a", lines("other.example"))
+    # Dropping three of three is over the shrink threshold: accept it.
+    result = refresh_source(a, accept_shrink=True)
+    assert result.removed == 3 and result.rules_removed == 1
+    assert rules() == {"hand.example/", "both.example/", "other.example/"}
+    hand = SpamRule.objects.get(expression="hand.example/")
+    assert hand.note == "mine"
+    assert set(hand.listings.values_list("source__name", flat=True)) == {"admin"}
+
+
+def test_conditional_get_and_not_modified(server):
+    feed = make_feed(server.serve("/l", lines("a.example", "b.example"), ETag='"v1"'))
+    refresh_source(feed)
+    feed.refresh_from_db()
+    assert feed.etag == '"v1"'
+    before = ChangeEvent.objects.head()
+    result = refresh_source(feed)
+    assert result.status == "not-modified" and result.http_status == 304
+    assert server.requests[-1][1].get("If-None-Match") == '"v1"'
+    assert ChangeEvent.objects.head() == before and len(rules()) == 2
+    feed.refresh_from_db()
+    assert feed.last_status == "not-modified" and feed.last_entries == 2
+
+
+def test_last_modified_is_sent_back(server):
+    stamp = "Sun, 22 Nov 2026 04:05:03 GMT"
+    feed = make_feed(server.serve("/l", lines("a.example"), Last_Modified=stamp))
+    refresh_source(feed)
+    refresh_source(feed)
+    assert server.requests[-1][1].get("If-Modified-Since") == stamp
+
+
+def never_answer(server):
+    def handler(request):
+        server.release.wait(10)
+
+    return handler
+
+
+def cut_short(request):
+    # Promises more than it sends, then closes the connection.
+    request.send_response(200)
+    request.send_header("Content-Length", "100000")
+    request.end_headers()
+    request.wfile.write(b"a.example\n")
+    request.close_connection = True
+
+
+@pytest.mark.parametrize(
+    ("case", "match"),
+    [
+        ("500", "HTTP 500"),
+        ("404", "HTTP 404"),
+        ("timeout", "timed out|Read timed out"),
+        ("truncated-gzip", "truncated"),
+        ("cut-short", "cut short"),
+        ("empty", "no entries"),
+        ("only-bad-lines", "no entries"),
+        ("html", "HTML"),
+        ("binary", "not UTF-8"),
+        ("refused", "cannot fetch"),
+    ],
+)
+def test_a_broken_upstream_changes_nothing(server, case, match):
+    feed = make_feed(server.serve("/l", lines("a.example", "b.example", "c.example")))
+    refresh_source(feed)
+    before = (rules(), ChangeEvent.objects.head())
+    big = gzip.compress(lines(*(f"h{i}.example" for i in range(5000))))
+    answers = {
+        "500": (500, {}, b"oops"),
+        "404": (404, {}, b"gone"),
+        "timeout": never_answer(server),
+        "truncated-gzip": (200, {}, big[: len(big) // 2]),
+        "cut-short": cut_short,
+        "empty": (200, {}, b""),
+        "only-bad-lines": (200, {}, b"# nothing\nnot a url at all\ncom\n"),
+        "html": (200, {}, b"<!doctype html>\n<html><body>Maintenance</body></html>\n"),
+        "binary": (200, {}, b"\xff\xfe\x00\x01" * 100),
+    }
+    if case == "refused":
+        feed.url = "http://127.0.0.1:1/l"  # nothing listens there
+        feed.save()
+    else:
+        server.routes["/l"] = answers[case]
+    result = refresh_source(feed)
+    assert result.status == "failed"
+    assert __import__("re").search(match, result.error), result.error
+    assert (rules(), ChangeEvent.objects.head()) == before
+    feed.refresh_from_db()
+    assert feed.last_status == "failed" and feed.failures == 1 and match.split("|")[0][:4]
+    assert feed.last_entries == 3  # the last good refresh's figures stay
+    assert FeedRefresh.objects.filter(status="failed").count() == 1
+    assert result.transient == (case in ("500", "timeout", "cut-short", "refused"))
+
+
+def test_a_big_shrink_is_held_until_accepted(server):
+    hosts = [f"h{i}.example" for i in range(10)]
+    feed = make_feed(server.serve("/l", lines(*hosts)))
+    refresh_source(feed)
+    server.serve("/l", lines(hosts[0]))  # 90% gone
+    before = ChangeEvent.objects.head()
+    held = refresh_source(feed)
+    assert held.status == "held" and held.removed == 9
+    assert ChangeEvent.objects.head() == before and len(rules()) == 10
+    feed.refresh_from_db()
+    assert (feed.last_status, feed.held_removed, feed.held_entries) == ("held", 9, 1)
+    assert feed.etag == "" and feed.held_at is not None
+    # Held again on the next refresh: nothing is applied by waiting.
+    assert refresh_source(feed).status == "held"
+    accepted = refreshing.accept_held(feed)
+    assert accepted.status == "ok" and accepted.rules_removed == 9
+    assert rules() == {"h0.example/"}
+    feed.refresh_from_db()
+    assert feed.held_at is None and feed.last_status == "ok"
+    assert "shrink accepted" in ChangeSet.objects.get(pk=accepted.change_set).reason
+
+
+def test_shrink_threshold_is_a_setting(server, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_SHRINK_THRESHOLD": 0.95}
+    hosts = [f"h{i}.example" for i in range(10)]
+    feed = make_feed(server.serve("/l", lines(*hosts)))
+    refresh_source(feed)
+    server.serve("/l", lines(hosts[0]))
+    assert refresh_source(feed).status == "ok"
+
+
+def test_allowlist_refuses_whole_host_rules_but_not_narrower_ones(server):
+    allow = make_feed(
+        server.serve("/allow", lines("www.bigplatform.example", "docs.example.org")),
+        name="allow",
+        is_allowlist=True,
+    )
+    assert refresh_source(allow).status == "ok"
+    assert set(AllowedHost.objects.values_list("host", flat=True)) == {
+        "www.bigplatform.example",
+        "docs.example.org",
+    }
+    assert not SpamRule.objects.exists()  # an allowlist lists no rules
+    feed = make_feed(
+        server.serve(
+            "/feed",
+            lines(
+                "www.bigplatform.example",  # the allowlisted host: refused
+                "bigplatform.example",  # a parent of it: refused
+                "www.bigplatform.example/user/evil/",  # a path on it: accepted
+                "docs.example.org/d/phish",  # a page: accepted
+                "evil.docs.example.org",  # a child host is narrower: accepted
+                "evil.example",
+            ),
+        )
+    )
+    result = refresh_source(feed)
+    assert result.refused == 2
+    assert rules() == {
+        "www.bigplatform.example/user/evil/",
+        "docs.example.org/d/phish",
+        "evil.docs.example.org/",
+        "evil.example/",
+    }
+    reasons = [r[2] for r in result.refusals]
+    assert all("allowlist" in r for r in reasons)
+    assert ChangeSet.objects.get(pk=result.change_set).refused == 2
+
+
+def test_a_host_allowlisted_later_leaves_the_feed_at_its_next_refresh(server):
+    feed = make_feed(server.serve("/feed", lines("a.example", "b.example", "c.example")))
+    refresh_source(feed)
+    allow = Source.objects.create(name="allowlist", kind="manual", is_allowlist=True)
+    AllowedHost.objects.create(source=allow, host="a.example")
+    server.serve("/feed", lines("a.example", "b.example", "c.example", "d.example"))
+    result = refresh_source(feed)
+    assert (result.refused, result.removed) == (1, 1)
+    assert "a.example/" not in rules()
+
+
+def test_admin_warning_for_an_allowlisted_host():
+    from urlguard.feeds.allowlist import warning
+
+    allow = Source.objects.create(name="allowlist", kind="manual", is_allowlist=True)
+    AllowedHost.objects.create(source=allow, host="www.example.com")
+    assert "allowlisted" in warning("example.com/")
+    assert warning("example.com/some/page") is None
+    allow.enabled = False
+    allow.save()
+    assert warning("example.com/") is None
+
+
+def test_a_second_refresh_while_one_runs_does_nothing(server):
+    feed = make_feed(server.serve("/l", lines("a.example")))
+    Source.objects.filter(pk=feed.pk).update(
+        refreshing_since=__import__("django").utils.timezone.now()
+    )
+    result = refresh_source(feed)
+    assert result.status == "busy" and not SpamRule.objects.exists()
+    assert not server.requests
+
+
+def test_two_refreshes_from_the_same_old_state_do_not_double_apply(server, monkeypatch):
+    feed = make_feed(server.serve("/l", lines("a.example", "b.example", "c.example")))
+    refresh_source(feed)
+    stale = refreshing._listed_now(feed)
+    server.serve("/l", lines("a.example", "b.example", "d.example"))
+    # Both refreshes diff against the state before either applied.
+    monkeypatch.setattr(refreshing, "_listed_now", lambda source: stale)
+    first = refresh_source(feed)
+    second = refresh_source(feed)
+    assert (first.added, first.removed, second.added, second.removed) == (1, 1, 1, 1)
+    assert second.rules_added == 0 and second.rules_removed == 0
+    assert ChangeEvent.objects.filter(expression="d.example/").count() == 1
+    assert ChangeEvent.objects.filter(expression="c.example/").count() == 2  # add, remove
+    assert rules() == {"a.example/", "b.example/", "d.example/"}
+
+
+def test_dry_run_writes_nothing(server):
+    feed = make_feed(server.serve("/l", lines("a.example", "b.example")))
+    result = refresh_source(feed, dry_run=True)
+    assert (result.status, result.added) == ("dry-run", 2)
+    assert not SpamRule.objects.exists() and not FeedRefresh.objects.exists()
+    feed.refresh_from_db()
+    assert feed.last_status == "never"
+
+
+def test_file_url_and_unchanged_file(tmp_path):
+    path = tmp_path / "list.txt"
+    path.write_bytes(lines("a.example", "b.example"))
+    feed = make_feed(f"file://{path}")
+    assert refresh_source(feed).added == 2
+    assert refresh_source(feed).status == "not-modified"
+    path.write_bytes(lines("a.example", "b.example", "c.example"))
+    import os
+
+    os.utime(path, (1, 1))
+    assert refresh_source(feed).added == 1
+
+
+def test_redirects_are_followed_but_bounded(server, settings):
+    server.serve("/final", lines("a.example"))
+    server.serve("/hop", b"", status=302, Location="/final")
+    feed = make_feed(server.url("/hop"))
+    assert refresh_source(feed).status == "ok"
+    server.serve("/loop", b"", status=302, Location="/loop")
+    feed.url = server.url("/loop")
+    feed.save()
+    result = refresh_source(feed)
+    assert result.status == "failed" and "redirects" in result.error
+
+
+def test_size_limit(server, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_MAX_BYTES": 1000}
+    feed = make_feed(server.serve("/l", lines(*(f"h{i}.example" for i in range(500)))))
+    result = refresh_source(feed)
+    assert result.status == "failed" and "FEED_MAX_BYTES" in result.error
+
+
+def test_verify_filter_passes_after_refreshes(server, sync_filter):
+    a = make_feed(server.serve("/a", lines(*(f"h{i}.example" for i in range(40)))))
+    b = make_feed(server.serve("/b", lines(*(f"h{i}.example" for i in range(30, 60)))), name="b")
+    refresh_source(a)
+    refresh_source(b)
+    sync_filter()
+    server.serve("/a", lines(*(f"h{i}.example" for i in range(20, 50))))
+    refresh_source(a)
+    server.routes["/b"] = (500, {}, b"")
+    refresh_source(b)
+    sync_filter()
+    out = io.StringIO()
+    call_command("verify_filter", stdout=out)
+    assert out.getvalue().startswith("OK: all 40 rules")

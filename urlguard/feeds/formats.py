@@ -1,0 +1,379 @@
+"""Reading a feed's entries as their publishers ship them, one parser per format,
+each a generator over a text stream (nothing holds the whole list):
+
+- ``urls``: one URL, host or expression per line, ``#`` comments (OpenPhish and most
+  "URL list" feeds);
+- ``hosts``: ``0.0.0.0 evil.example other.example``, the machine's own names ignored;
+- ``adblock``: ``||evil.example^`` domain rules; ``!`` comments and the
+  ``[Adblock Plus 2.0]`` header skipped; options, exceptions, cosmetic and pattern
+  rules refused with the reason (never guessed into something broader or narrower);
+- ``urlhaus-csv``: ``#`` comment lines, the last of which is the header
+  ``# id,dateadded,url,url_status,...``, then quoted rows (category: malware);
+- ``phishtank-csv`` and ``phishtank-json``: ``phish_id,url,...`` (category: phishing;
+  rows not verified are refused).
+
+``detect`` names the format from the first lines. Every parser yields
+importing.ParsedLine objects: an expression, or an error saying why the entry is
+refused."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain, islice
+from typing import TextIO
+
+from urlguard.feeds.decoding import FeedError
+from urlguard.importing import (
+    HOSTS_FILE_SELF_NAMES,
+    ParsedLine,
+    entry,
+    is_ip_address,
+    without_comment,
+)
+
+__all__ = ["FORMATS", "detect", "parse"]
+
+URLHAUS_HEADER = ("id", "dateadded", "url", "url_status")
+PHISHTANK_HEADER = ("phish_id", "url")
+_DETECT_LINES = 200
+_JSON_READ = 1 << 16
+
+
+def parse_urls(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+    for lineno, text in _significant(lines, comments=("#",)):
+        tokens = without_comment(text).split()
+        if not tokens:
+            continue
+        if len(tokens) > 1:
+            yield _refused(
+                lineno,
+                text,
+                category,
+                f"{len(tokens)} items on one line; this format is one "
+                "URL per line (a URL cannot contain a space)",
+            )
+            continue
+        yield entry(lineno, text, tokens[0], category)
+
+
+def parse_hosts(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+    for lineno, text in _significant(lines, comments=("#",)):
+        tokens = without_comment(text).split()
+        if not tokens:
+            continue
+        if is_ip_address(tokens[0]):
+            names = tokens[1:]
+            if not names:
+                yield _refused(lineno, text, category, "an address with no host name after it")
+        else:
+            names = tokens  # some "hosts" lists leave the address out
+        for name in names:
+            if name.lower() in HOSTS_FILE_SELF_NAMES or is_ip_address(name):
+                continue
+            yield entry(lineno, text, name, category)
+
+
+_ADBLOCK_DOMAIN_RE = re.compile(r"\|\|([^/^$|*]+)\^\|?")
+
+
+def parse_adblock(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+    for lineno, text in _significant(lines, comments=("!",)):
+        rule = text.strip()
+        if rule.startswith("[") and rule.endswith("]"):  # [Adblock Plus 2.0]
+            continue
+        reason = _adblock_refusal(rule)
+        if reason is not None:
+            yield _refused(lineno, text, category, reason)
+            continue
+        match = _ADBLOCK_DOMAIN_RE.fullmatch(rule)
+        if match is None:
+            yield _refused(
+                lineno,
+                text,
+                category,
+                "not a domain rule of the form ||host^ (pattern rules are not understood "
+                "here, and are refused rather than guessed)",
+            )
+            continue
+        yield entry(lineno, text, match.group(1), category)
+
+
+def _adblock_refusal(rule: str) -> str | None:
+    if rule.startswith("@@"):
+        return "an exception rule (@@) allows, it does not block"
+    if "##" in rule or "#@#" in rule or "#?#" in rule or "#$#" in rule:
+        return "a cosmetic (element hiding) rule: nothing to block at the URL level"
+    if "$" in rule:
+        options = rule.partition("$")[2]
+        return (
+            f"has options (${options}): they narrow the rule to some requests, which a "
+            "redirect check cannot honour, so it is refused rather than broadened"
+        )
+    if rule.startswith("/") and rule.endswith("/") and len(rule) > 1:
+        return "a regular-expression rule: not understood here"
+    return None
+
+
+def parse_urlhaus_csv(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+    del category  # URLhaus lists malware distribution
+    header: list[str] | None = None
+    numbered = enumerate(lines, start=1)
+    rows_start = 0
+    for lineno, text in numbered:
+        stripped = text.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            cells = [c.strip().lower() for c in next(csv.reader([stripped.lstrip("#")]))]
+            if tuple(cells[: len(URLHAUS_HEADER)]) == URLHAUS_HEADER:
+                header = cells
+            continue
+        rows_start = lineno
+        first = text
+        break
+    else:
+        return
+    if header is None:
+        raise FeedError(
+            "not a URLhaus CSV dump: no '# id,dateadded,url,url_status,...' header line"
+        )
+    url_col = header.index("url")
+    threat_col = header.index("threat") if "threat" in header else None
+    yield from _csv_rows(
+        chain([(rows_start, first)], numbered),
+        lambda lineno, raw, row: _urlhaus_row(lineno, raw, row, url_col, threat_col),
+        skip_comments=True,
+    )
+
+
+def _urlhaus_row(
+    lineno: int, raw: str, row: list[str], url_col: int, threat_col: int | None
+) -> ParsedLine:
+    if url_col >= len(row) or not row[url_col].strip():
+        return _refused(lineno, raw, "malware", f"{len(row)} column(s) and no URL")
+    note = row[threat_col].strip() if threat_col is not None and threat_col < len(row) else ""
+    return entry(lineno, raw, row[url_col].strip(), "malware", note)
+
+
+def parse_phishtank_csv(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+    del category  # PhishTank lists phishing
+    numbered = enumerate(lines, start=1)
+    for lineno, text in numbered:
+        if not text.strip():
+            continue
+        header = [c.strip().lower() for c in next(csv.reader([text.lstrip("\ufeff")]))]
+        if not all(name in header for name in PHISHTANK_HEADER):
+            raise FeedError(
+                f"not a PhishTank CSV file: line {lineno} is not a header naming phish_id and url"
+            )
+        break
+    else:
+        return
+    yield from _csv_rows(
+        numbered, lambda lineno, raw, row: _phish(lineno, raw, dict(zip(header, row, strict=False)))
+    )
+
+
+def parse_phishtank_json(stream: TextIO, category: str) -> Iterator[ParsedLine]:
+    del category
+    for index, item in enumerate(_json_array(stream), start=1):
+        raw = json.dumps(item)[:300]
+        if not isinstance(item, dict):
+            yield _refused(index, raw, "phishing", "an array item that is not an object")
+            continue
+        yield _phish(index, raw, item)
+
+
+def _phish(lineno: int, raw: str, item: dict) -> ParsedLine:
+    url = str(item.get("url") or "").strip()
+    if not url:
+        return _refused(lineno, raw, "phishing", "no url")
+    verified = str(item.get("verified", "yes")).strip().lower()
+    if verified in ("no", "false", "0"):
+        return _refused(lineno, raw, "phishing", "not verified by PhishTank")
+    note = str(item.get("target") or "").strip()
+    return entry(lineno, raw, url, "phishing", note)
+
+
+# -- detection ------------------------------------------------------------------------
+
+
+def detect(head: list[str]) -> str:
+    """The format of a body whose first lines are `head`."""
+    text = "".join(head).lstrip("\ufeff").lstrip()
+    if text.startswith(("[", "{")) and '"phish_id"' in text:
+        return "phishtank-json"
+    significant = [line.strip() for line in head if line.strip()]
+    if not significant:
+        return "urls"
+    lowered = significant[0].lower().lstrip("\ufeff")
+    if lowered.startswith(("<!doctype html", "<html", "<?xml", "<head")):
+        raise FeedError("the body is an HTML or XML page, not a list: wrong content")
+    if lowered.startswith("phish_id,") or lowered.startswith('"phish_id"'):
+        return "phishtank-csv"
+    for line in significant:
+        if line.startswith("#"):
+            cells = line.lstrip("#").replace('"', "").replace(" ", "").lower()
+            if cells.startswith("id,dateadded,url"):
+                return "urlhaus-csv"
+    if lowered.startswith("[adblock") or any(line.startswith(("||", "@@")) for line in significant):
+        return "adblock"
+    for line in significant:
+        if line.startswith(("#", "!")):
+            continue
+        tokens = line.split()
+        if len(tokens) > 1 and is_ip_address(tokens[0]):
+            return "hosts"
+        return "urls"
+    return "urls"
+
+
+LineParser = Callable[[Iterable[str], str], Iterator[ParsedLine]]
+
+FORMATS: dict[str, LineParser] = {
+    "urls": parse_urls,
+    "hosts": parse_hosts,
+    "adblock": parse_adblock,
+    "urlhaus-csv": parse_urlhaus_csv,
+    "phishtank-csv": parse_phishtank_csv,
+}
+STREAM_FORMATS = {"phishtank-json": parse_phishtank_json}
+NAMES = (*FORMATS, *STREAM_FORMATS)
+
+
+def parse(stream: TextIO, fmt: str, category: str) -> tuple[str, Iterator[ParsedLine]]:
+    """(the format read, its entries) for the text `stream`; `fmt` "auto" detects."""
+    if fmt == "auto" or not fmt:
+        head = list(islice(stream, _DETECT_LINES)) if fmt != "phishtank-json" else []
+        fmt = detect(head)
+        if fmt in STREAM_FORMATS:
+            return fmt, STREAM_FORMATS[fmt](_Rewound("".join(head), stream), category)  # type: ignore[arg-type]
+        return fmt, FORMATS[fmt](chain(head, stream), category)
+    if fmt in STREAM_FORMATS:
+        return fmt, STREAM_FORMATS[fmt](stream, category)
+    if fmt not in FORMATS:
+        raise FeedError(f"unknown format {fmt!r}; use one of auto, {', '.join(NAMES)}")
+    return fmt, FORMATS[fmt](stream, category)
+
+
+# -- shared ---------------------------------------------------------------------------
+
+
+def _significant(lines: Iterable[str], *, comments: tuple[str, ...]) -> Iterator[tuple[int, str]]:
+    for lineno, line in enumerate(lines, start=1):
+        text = line.rstrip("\r\n")
+        if lineno == 1:
+            text = text.lstrip("\ufeff")
+        stripped = text.strip()
+        if stripped and not stripped.startswith(comments):
+            yield lineno, text
+
+
+def _refused(lineno: int, raw: str, category: str, reason: str) -> ParsedLine:
+    return ParsedLine(lineno, raw.rstrip("\r\n"), None, category, error=reason)
+
+
+def _csv_rows(
+    numbered: Iterator[tuple[int, str]],
+    make: Callable[[int, str, list[str]], ParsedLine],
+    *,
+    skip_comments: bool = False,
+) -> Iterator[ParsedLine]:
+    """Rows of a CSV body, each numbered by the line it starts on (a quoted field may
+    span lines); an unreadable row is refused and reading goes on."""
+    linenos: list[int] = []
+    consumed: list[str] = []
+
+    def texts() -> Iterator[str]:
+        for lineno, text in numbered:
+            linenos.append(lineno)
+            consumed.append(text.rstrip("\r\n"))
+            yield text if text.endswith("\n") else text + "\n"
+
+    reader = csv.reader(texts())
+    while True:
+        del linenos[:], consumed[:]
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            if not linenos:
+                return
+            yield _refused(linenos[0], "\n".join(consumed), "", f"unreadable CSV row: {exc}")
+            continue
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if skip_comments and row[0].lstrip().startswith("#"):
+            continue
+        yield make(linenos[0] if linenos else 0, "\n".join(consumed), row)
+
+
+class _Rewound:
+    """A stream whose first characters were already read for detection."""
+
+    def __init__(self, head: str, rest: TextIO):
+        self._head = head
+        self._rest = rest
+
+    def read(self, size: int = -1) -> str:
+        if self._head:
+            out = self._head if size < 0 else self._head[:size]
+            self._head = self._head[len(out) :]
+            return out
+        return self._rest.read(size)
+
+
+def _json_array(stream: TextIO) -> Iterator[object]:
+    """The items of a top-level JSON array, decoded one at a time from a stream."""
+    decoder = json.JSONDecoder()
+    buffer = ""
+    position = 0
+    eof = False
+
+    def fill() -> bool:
+        nonlocal buffer, position, eof
+        if eof:
+            return False
+        data = stream.read(_JSON_READ)
+        if not data:
+            eof = True
+            return False
+        buffer = buffer[position:] + data
+        position = 0
+        return True
+
+    def skip_space() -> None:
+        nonlocal position
+        while True:
+            while position < len(buffer) and buffer[position] in " \t\r\n,":
+                position += 1
+            if position < len(buffer) or not fill():
+                return
+
+    skip_space()
+    if position >= len(buffer) or buffer[position] != "[":
+        raise FeedError("not a JSON array: wrong content for the phishtank-json format")
+    position += 1
+    while True:
+        skip_space()
+        if position >= len(buffer):
+            raise FeedError("the JSON array is truncated (no closing ']')")
+        if buffer[position] == "]":
+            return
+        while True:
+            try:
+                item, end = decoder.raw_decode(buffer, position)
+            except json.JSONDecodeError as exc:
+                if fill():
+                    continue
+                raise FeedError(f"the JSON body is truncated or malformed: {exc}") from exc
+            # An item that ends exactly at the buffer's end may be a number cut short.
+            if end == len(buffer) and fill():
+                continue
+            break
+        position = end
+        yield item

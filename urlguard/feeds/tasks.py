@@ -1,0 +1,81 @@
+"""Celery tasks for feeds, thin wrappers of urlguard.feeds.refresh: refresh one
+source (retrying a transient failure with exponential backoff, reporting progress
+to an AdminJob when the admin started it) and, from beat, queue every due source."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from celery import shared_task
+from celery.utils.time import get_exponential_backoff_interval
+from django.utils import timezone
+
+from urlguard.conf import conf
+from urlguard.feeds.refresh import due_sources, refresh_source
+from urlguard.models import AdminJob, Source
+
+logger = logging.getLogger(__name__)
+
+REFRESH_FEED_TASK = "urlguard.feeds.refresh_feed"
+REFRESH_DUE_TASK = "urlguard.feeds.refresh_due_feeds"
+_PROGRESS_EVERY = 0.5
+
+
+def _job_progress(job_id: int | None):  # type: ignore[no-untyped-def]
+    last = [0.0]
+
+    def report(stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if job_id is None or (now - last[0] < _PROGRESS_EVERY and stage != "done"):
+            return
+        last[0] = now
+        AdminJob.objects.filter(pk=job_id).update(
+            done=done, total=total, message=f"{stage.capitalize()}…"
+        )
+
+    return report
+
+
+@shared_task(bind=True, name=REFRESH_FEED_TASK, ignore_result=True)
+def refresh_feed(
+    self: Any, source_id: int, accept_shrink: bool = False, job_id: int | None = None
+) -> dict[str, Any] | None:
+    source = Source.objects.filter(pk=source_id).first()
+    if source is None:
+        logger.warning("feed source #%s no longer exists; nothing to refresh", source_id)
+        return None
+    if job_id is not None:
+        AdminJob.objects.filter(pk=job_id).update(
+            state=AdminJob.State.RUNNING, started=timezone.now(), message="Fetching…"
+        )
+    result = refresh_source(source, accept_shrink=accept_shrink, progress=_job_progress(job_id))
+    retries = int(conf.FEED_RETRIES)
+    if result.transient and not self.request.is_eager and self.request.retries < retries:
+        countdown = get_exponential_backoff_interval(
+            factor=30, retries=self.request.retries, maximum=900, full_jitter=True
+        )
+        logger.info("feed %s: retrying in %s s (%s)", source.name, countdown, result.error)
+        raise self.retry(countdown=countdown, max_retries=retries)
+    if job_id is not None:
+        failed = result.status == Source.Status.FAILED
+        AdminJob.objects.filter(pk=job_id).update(
+            state=AdminJob.State.FAILED if failed else AdminJob.State.DONE,
+            finished=timezone.now(),
+            message=result.summary(),
+            result=result.as_dict(),
+            done=result.added + result.removed,
+            total=result.added + result.removed,
+        )
+    return result.as_dict()
+
+
+@shared_task(name=REFRESH_DUE_TASK, ignore_result=True)
+def refresh_due_feeds() -> list[str]:
+    """Queue a refresh of every enabled feed whose interval has passed."""
+    names = []
+    for source in due_sources():
+        refresh_feed.delay(source.pk)
+        names.append(source.name)
+    return names

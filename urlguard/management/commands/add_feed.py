@@ -1,0 +1,80 @@
+"""`manage.py add_feed NAME URL`: subscribe to a feed (or an allowlist)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from django.core.management.base import BaseCommand, CommandError
+
+from urlguard.feeds.formats import NAMES
+from urlguard.models import Category, Source
+
+
+class Command(BaseCommand):
+    help = (
+        "Subscribe to a feed: NAME (unique) and URL (http, https, or file:///path on this "
+        "server). The format is detected unless --format names it; its entries become rules "
+        "of --category (URLhaus and PhishTank name their own) and it is refreshed every "
+        "--interval seconds (by Celery beat, or the embedded runner without a broker). "
+        "--allowlist makes it an allowlist: hosts that feeds may never block whole. "
+        "Run `refresh_feeds NAME` to fetch it now."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+        parser.add_argument("url")
+        parser.add_argument(
+            "--format", default="auto", choices=("auto", *NAMES), help="default: detect"
+        )
+        parser.add_argument(
+            "--category", default=Category.SPAM, choices=Category.values, help="default: spam"
+        )
+        parser.add_argument(
+            "--interval", type=int, default=3600, help="seconds between refreshes (default 3600)"
+        )
+        parser.add_argument("--allowlist", action="store_true", help="an allowlist source")
+        parser.add_argument("--refresh", action="store_true", help="refresh it once now")
+
+    def handle(self, *args, name, url, format, category, interval, allowlist, refresh, **opts):
+        name = name.strip()
+        if not name or len(name) > 100:
+            raise CommandError("NAME must be 1 to 100 characters")
+        scheme = urlsplit(url).scheme.lower()
+        if scheme not in ("http", "https", "file"):
+            raise CommandError(
+                f"{url!r}: the URL must be http://, https:// or file:///path (got {scheme!r})"
+            )
+        if interval < 60:
+            raise CommandError(f"--interval {interval}: at least 60 seconds")
+        existing = Source.objects.filter(name=name).first()
+        if existing is not None:
+            raise CommandError(
+                f"a source named {name!r} already exists ({existing.kind}, "
+                f"{existing.url or 'no URL'}); edit it in the admin or pick another name"
+            )
+        source = Source.objects.create(
+            name=name,
+            kind=Source.Kind.FEED,
+            url=url,
+            format=format,
+            category=category,
+            interval=interval,
+            is_allowlist=allowlist,
+        )
+        what = "allowlist" if allowlist else "feed"
+        self.stdout.write(
+            f"Added {what} {name!r}: {url} (format {format}, category {category}, "
+            f"every {interval} s)."
+        )
+        if refresh:
+            from urlguard.feeds.refresh import refresh_source
+
+            result = refresh_source(source)
+            self.stdout.write(result.summary())
+            if result.status == Source.Status.FAILED:
+                raise CommandError(f"the first refresh of {name!r} failed: {result.error}")
+        else:
+            self.stdout.write(
+                f"It is due now: `manage.py refresh_feeds {name}` fetches it at once; otherwise "
+                "the next periodic check does."
+            )

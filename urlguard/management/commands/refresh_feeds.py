@@ -1,0 +1,65 @@
+"""`manage.py refresh_feeds [NAME ...] [--dry-run] [--accept-shrink]`."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from urlguard.feeds.refresh import refresh_source
+from urlguard.models import Source
+
+
+class Command(BaseCommand):
+    help = (
+        "Refresh feeds now: the named sources (whether enabled or not), or every enabled "
+        "feed. Each is fetched (a conditional GET: unchanged costs nothing), diffed against "
+        "what it listed last time, and only the difference is written. A failed refresh "
+        "changes nothing; a refresh that would remove more than FEED_SHRINK_THRESHOLD of a "
+        "source's entries is held unless --accept-shrink. --dry-run prints the numbers and "
+        "writes nothing. Exits non-zero if any refresh failed."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("names", nargs="*", metavar="NAME")
+        parser.add_argument("--dry-run", action="store_true", help="write nothing")
+        parser.add_argument(
+            "--accept-shrink", action="store_true", help="apply a shrink that would be held"
+        )
+
+    def handle(self, *args, names, dry_run, accept_shrink, **options):
+        if names:
+            found = {s.name: s for s in Source.objects.filter(name__in=names)}
+            missing = [n for n in names if n not in found]
+            if missing:
+                known = ", ".join(Source.objects.filter(kind="feed").values_list("name", flat=True))
+                raise CommandError(
+                    f"no source named {', '.join(map(repr, missing))} (feeds: {known or 'none'})"
+                )
+            not_feeds = [n for n in names if not found[n].is_feed]
+            if not_feeds:
+                raise CommandError(
+                    f"{', '.join(map(repr, not_feeds))}: a manual source has nothing to fetch"
+                )
+            sources = [found[n] for n in dict.fromkeys(names)]
+        else:
+            sources = list(Source.objects.filter(kind=Source.Kind.FEED, enabled=True))
+            if not sources:
+                self.stdout.write("No enabled feeds: add one with `manage.py add_feed NAME URL`.")
+                return
+        failed = []
+        for source in sources:
+            result = refresh_source(source, dry_run=dry_run, accept_shrink=accept_shrink)
+            self.stdout.write(result.summary())
+            for lineno, raw, reason in result.refusals[:5]:
+                self.stdout.write(f"  refused line {lineno}: {raw[:80]!r}: {reason}")
+            if result.status == Source.Status.HELD:
+                self.stdout.write(
+                    f"  held: it would remove {result.removed:,} of its entries; to apply it: "
+                    f"`manage.py refresh_feeds {source.name} --accept-shrink`"
+                )
+            if result.status == Source.Status.FAILED:
+                failed.append(source.name)
+        if failed:
+            raise CommandError(
+                f"{len(failed)} of {len(sources)} refresh(es) failed ({', '.join(failed)}); "
+                "their rules are unchanged"
+            )
