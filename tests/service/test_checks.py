@@ -115,6 +115,17 @@ REFUSED = {
     "SPOT_CHECK_SAMPLE": [-1, 0.5, "200", None],
     "VERIFY_INTERVAL": [-1, "3600", None, math.nan],
     "WRITER_LOCK_TIMEOUT": [0, -1, "60", None],
+    "FEED_SHRINK_THRESHOLD": [0, 1.5, -0.5, "0.5", None, True],
+    "FEED_MAX_BYTES": [0, -1, 1.5, "1000", None],
+    "FEED_CONNECT_TIMEOUT": [0, -1, "10", None],
+    "FEED_READ_TIMEOUT": [0, -1, "30", None],
+    "FEED_DEADLINE": [0, "300", None],
+    "FEED_MAX_REDIRECTS": [-1, 2.5, "5", True],
+    "FEED_UNHEALTHY_FAILURES": [0, "3", 1.5],
+    "FEED_CHECK_INTERVAL": [0, -60, "60", None],
+    "FEED_RETRIES": [-1, "3", 0.5],
+    "FEED_CLAIM_TIMEOUT": [0, "3600", None],
+    "FEED_EMBEDDED_REFRESH": ["yes", 1, None],
 }
 # Values that look odd but are right.
 ACCEPTED = {
@@ -127,6 +138,9 @@ ACCEPTED = {
     "SPOT_CHECK_SAMPLE": [0],
     "CONFIRM_IMPACT_LINKS": [0],
     "REBUILD_HEADROOM": [1, 2.5],
+    "FEED_SHRINK_THRESHOLD": [1, 0.9],
+    "FEED_MAX_REDIRECTS": [0],
+    "FEED_RETRIES": [0],
 }
 
 
