@@ -38,6 +38,25 @@ SECRET_KEY = SECRET_KEY or INSECURE_SECRET_KEY
 DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 
+# HTTPS (README "Deploying safely"). DJANGO_HTTPS=1 where visitors reach the site
+# over HTTPS: plain-HTTP requests are redirected (the health and metrics paths
+# excepted: load balancers probe them over HTTP), cookies are sent over HTTPS only,
+# and browsers are told to keep to HTTPS (HSTS) for DJANGO_HSTS_SECONDS.
+HTTPS = os.environ.get("DJANGO_HTTPS", "0") == "1"
+SECURE_SSL_REDIRECT = HTTPS
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", 31_536_000 if HTTPS else 0))
+# Both bind every subdomain of the site's domain (preload: for good, in the browsers'
+# shipped lists): a decision for the whole domain, so only on request.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = os.environ.get("DJANGO_HSTS_INCLUDE_SUBDOMAINS", "0") == "1"
+SECURE_HSTS_PRELOAD = os.environ.get("DJANGO_HSTS_PRELOAD", "0") == "1"
+# Behind a proxy that ends TLS: the header it sets to "https" (e.g. X-Forwarded-Proto;
+# the proxy must overwrite whatever a client sent in it).
+if _proxy_header := os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", ""):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https")
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",

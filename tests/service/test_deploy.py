@@ -1,0 +1,93 @@
+"""The deployment settings README.md's "Deploying safely" describes: with a real key
+and DJANGO_HTTPS=1, `manage.py check --deploy` reports only the two HSTS choices the
+README explains; without DJANGO_HTTPS, exactly what it turns on; the proxy header
+and the health paths a load balancer probes over plain HTTP."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "k3J9-xQ7_p" * 6
+
+
+def _run(tmp_path: Path, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    var = tmp_path / "deploy-var"
+    var.mkdir(mode=0o700, exist_ok=True)
+    (var / "filter.bin").touch()  # W001 (no filter file yet) is not a deployment matter
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "URLGUARD_")) and k not in ("DATABASE_URL",)
+    }
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env={
+            **base,
+            "URLGUARD_VAR_DIR": str(var),
+            "URLGUARD_FILTER_PATH": str(var / "filter.bin"),
+            "DJANGO_SECRET_KEY": KEY,
+            "DJANGO_ALLOWED_HOSTS": "go.example.com",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _check_ids(done: subprocess.CompletedProcess[str]) -> set[str]:
+    return set(re.findall(r"^\?: \(([\w.]+)\)", done.stderr + done.stdout, re.MULTILINE))
+
+
+def test_check_deploy_is_clean_apart_from_what_the_readme_explains(tmp_path):
+    done = _run(tmp_path, ["manage.py", "check", "--deploy"], DJANGO_HTTPS="1")
+    assert done.returncode == 0, done.stderr
+    explained = {"security.W005", "security.W021"}  # HSTS for subdomains, preload
+    assert _check_ids(done) == explained
+    readme = (ROOT / "README.md").read_text()
+    assert all(check_id in readme for check_id in explained)
+
+
+def test_without_https_check_deploy_names_what_django_https_turns_on(tmp_path):
+    done = _run(tmp_path, ["manage.py", "check", "--deploy"])
+    assert _check_ids(done) == {"security.W004", "security.W008", "security.W012", "security.W016"}
+
+
+SHOW = (
+    "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'urlguard.settings'; "
+    "django.setup(); from django.conf import settings as s; "
+    "print(s.SECURE_PROXY_SSL_HEADER, s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, "
+    "s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE)"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "None False 0 False False"),
+        ({"DJANGO_HTTPS": "1"}, "None True 31536000 True True"),
+        (
+            {"DJANGO_HTTPS": "1", "DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto"},
+            "('HTTP_X_FORWARDED_PROTO', 'https') True 31536000 True True",
+        ),
+    ],
+)
+def test_https_settings_from_the_environment(tmp_path, env, expected):
+    done = _run(tmp_path, ["-c", SHOW], **env)
+    assert done.stdout.strip() == expected, done.stderr
+
+
+@pytest.mark.django_db
+def test_health_paths_are_not_redirected_to_https(client, settings):
+    settings.SECURE_SSL_REDIRECT = True
+    assert client.get("/admin/")["Location"] == "https://testserver/admin/"
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert client.get(path).status_code != 301, path
