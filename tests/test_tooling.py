@@ -69,3 +69,32 @@ def test_make_test_installs_no_benchmark_peers():
         ["make", "-n", "-B", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert ".[bench]" in bench.stdout
+
+
+def _make_n(*targets: str) -> list[str]:
+    done = subprocess.run(
+        ["make", "-n", "-o", "install", "-o", ".venv/.installed", *targets],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [line for line in done.stdout.splitlines() if not line.startswith("#")]
+
+
+def test_make_test_lints_checks_format_and_types_before_the_suite():
+    lines = _make_n("test")
+    first_pytest = next(i for i, line in enumerate(lines) if "-m pytest" in line)
+    before = "\n".join(lines[:first_pytest])
+    assert "ruff check ." in before and "ruff format --check ." in before
+    assert "mypy filterengine" in before
+
+
+def test_pre_commit_runs_the_same_checks():
+    config = (ROOT / ".pre-commit-config.yaml").read_text()
+    for hook in ("id: ruff\n", "id: ruff-format\n", "id: mypy\n"):
+        assert hook in config
+    assert "typecheck" in config and _make_n("typecheck") == [
+        line for line in _make_n("test") if "mypy" in line
+    ]
