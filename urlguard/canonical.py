@@ -235,14 +235,14 @@ _browser_cache: OrderedDict[str, str] = OrderedDict()
 
 def canonical_url(url: str | bytes) -> CanonicalURL:
     """canonicalize(url), in parts."""
-    cacheable = isinstance(url, str) and len(url) <= _CACHE_MAX_URL
-    if cacheable:
-        parts = _cache.get(url)
+    key = url if isinstance(url, str) and len(url) <= _CACHE_MAX_URL else None
+    if key is not None:
+        parts = _cache.get(key)
         if parts is not None:
             return parts
     parts = _canonical_parts(_read(url))
-    if cacheable:
-        _remember(url, parts)
+    if key is not None:
+        _remember(key, parts)
     return parts
 
 
@@ -366,9 +366,9 @@ def browser_url(url: str | bytes) -> str:
     fragment stay as written. Characters a browser would escape are escaped.
     canonicalize(browser_url(url)) == canonicalize(url). Raises ValueError like
     canonicalize, and for a port beyond 65535 (a browser refuses it)."""
-    cacheable = isinstance(url, str) and len(url) <= _CACHE_MAX_URL
-    if cacheable:
-        cached = _browser_cache.get(url)
+    key = url if isinstance(url, str) and len(url) <= _CACHE_MAX_URL else None
+    if key is not None:
+        cached = _browser_cache.get(key)
         if cached is not None:
             return cached
     reading = _read(url)
@@ -390,11 +390,11 @@ def browser_url(url: str | bytes) -> str:
     if reading.fragment is not None:
         parts += ["#", _escape(reading.fragment, _URL_FRAGMENT_TABLE, _URL_FRAGMENT_NEEDS_ESCAPE)]
     result = "".join(parts)
-    if cacheable:
+    if key is not None:
         with contextlib.suppress(KeyError):
             while len(_browser_cache) > _CACHE_ENTRIES - 1:
                 _browser_cache.popitem(last=False)
-        _browser_cache[url] = result
+        _browser_cache[key] = result
         if len(result) <= _CACHE_MAX_URL and result not in _cache:
             # The guard checks this URL next: its parts come from the same reading.
             _remember(result, _canonical_parts(reading))
