@@ -49,6 +49,20 @@ def _no_embedded_catch_up_thread(django_db_setup: None) -> None:
     runner.stop()
 
 
+@pytest.fixture(autouse=True)
+def _stats_flushed_by_the_test() -> Iterator[None]:
+    """No background statistics thread in tests (it would write outside the test's
+    transaction): a test that wants its clicks written calls stats.flush()."""
+    stats = sys.modules.get("urlguard.stats")
+    if stats is None:
+        yield
+        return
+    stats.set_background(False)
+    stats.discard()
+    yield
+    stats.discard()
+
+
 def _reset_registry() -> None:
     # Only if something imported it: engine tests need no Django app state.
     registry = sys.modules.get("urlguard.registry")

@@ -1,5 +1,5 @@
 """The urlguard AppConfig: registers the system checks and maps the filter once per
-process at start-up."""
+process at start-up, and has buffered statistics flushed at exit."""
 
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
@@ -24,6 +24,10 @@ class UrlguardConfig(AppConfig):
         except ImproperlyConfigured:
             return  # the system checks name the wrong value; start-up work must not crash first
         registry.open_at_startup()
+        # A graceful stop writes the buffered statistics (clicks, rule hits).
+        from urlguard import stats
+
+        stats.install_exit_hooks()
         if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) and catch_up:
             embedded.install()
         if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) and conf.FEED_EMBEDDED_REFRESH:

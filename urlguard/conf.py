@@ -349,6 +349,36 @@ class Settings:
         check_id="urlguard.E007",
         hint="e.g. 30.",
     )
+    # Statistics (clicks, rule hits ...) are buffered per process and written by a
+    # background thread this often, seconds: also the most a kill -9 loses, and how
+    # far the admin's counts may lag.
+    STATS_FLUSH_INTERVAL = Setting(
+        1.0,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E040",
+        hint="e.g. 1: the admin's counts lag by at most this, and kill -9 loses at most this.",
+    )
+    # Pending entries per kind of statistic (keys of a counter, rows otherwise) while
+    # the database is slow or down; beyond it the oldest are dropped and counted.
+    STATS_BUFFER_MAX = Setting(
+        100_000,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E041",
+        hint="e.g. 100000 (a pending click costs ~200 bytes).",
+    )
+    # How long a graceful stop keeps retrying the last flush, seconds.
+    STATS_STOP_TIMEOUT = Setting(
+        5.0,
+        must_be="a number of seconds, 0 or more",
+        valid=lambda v: _number(v) and v >= 0,
+        resolve=float,
+        check_id="urlguard.E042",
+        hint="e.g. 5; keep it below gunicorn's --graceful-timeout.",
+    )
 
     # Feeds. A refresh that would remove more than this share of a source's entries is
     # held until accepted (admin action or `refresh_feeds NAME --accept-shrink`).

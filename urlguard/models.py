@@ -435,6 +435,22 @@ class Click(models.Model):
         return f"{self.link_id} {self.visitor} {self.at:%Y-%m-%d %H:%M}"
 
 
+class StatsLoss(models.Model):
+    """Statistics a node dropped because its buffer was full (urlguard.stats), per
+    kind: the loss the admin and the metrics show."""
+
+    kind = models.CharField(max_length=100)
+    node = models.CharField(max_length=200)
+    lost = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "node"], name="statsloss_kind_node")]
+        verbose_name_plural = "statistics losses"
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.node}: {self.lost} lost"
+
+
 class AdminJob(models.Model):
     """A long admin operation (an import, a rescan) and its progress and result, so a
     request can hand the work to a Celery worker and a page can poll it; the uploaded
