@@ -57,10 +57,16 @@ def _stats_flushed_by_the_test() -> Iterator[None]:
     if stats is None:
         yield
         return
+    from urlguard import linkcache
+
     stats.set_background(False)
     stats.discard()
+    # Nor the link cache's poller; and no test sees links cached by another.
+    linkcache.set_background(False)
+    linkcache.reset()
     yield
     stats.discard()
+    linkcache.reset()
 
 
 def _reset_registry() -> None:

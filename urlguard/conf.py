@@ -379,6 +379,35 @@ class Settings:
         check_id="urlguard.E042",
         hint="e.g. 5; keep it below gunicorn's --graceful-timeout.",
     )
+    # Short links each process keeps in memory (urlguard.linkcache), so that a
+    # redirect reads no row and survives the database going away.
+    LINK_CACHE_SIZE = Setting(
+        50_000,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E043",
+        hint="e.g. 50000 (a cached link costs ~300 bytes plus its destination).",
+    )
+    # A cached link is read again after this long, seconds: a backstop for writes
+    # that bypass the ORM (any ORM change reaches the caches within LINK_CACHE_POLL).
+    LINK_CACHE_TTL = Setting(
+        60.0,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E044",
+        hint="e.g. 60.",
+    )
+    # How often each process asks whether a link changed (one one-row query), seconds.
+    LINK_CACHE_POLL = Setting(
+        0.5,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E045",
+        hint="e.g. 0.5: an edit or a disable reaches every process within this.",
+    )
 
     # Feeds. A refresh that would remove more than this share of a source's entries is
     # held until accepted (admin action or `refresh_feeds NAME --accept-shrink`).

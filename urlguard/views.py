@@ -15,10 +15,12 @@ from django.http import (
     JsonResponse,
 )
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import Resolver404, resolve
 from django.utils.encoding import iri_to_uri
 from django.views.decorators.http import require_GET
 
+from urlguard import linkcache
 from urlguard.clicks import record_click, visitor_id
 from urlguard.conf import conf
 from urlguard.guard import InvalidURL, get_guard
@@ -77,12 +79,15 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def short_link(request: HttpRequest, slug: str) -> HttpResponse:
-    """`/<slug>` → 302 to the destination. The middleware checks it on the way out."""
-    link = (
-        ShortLink.objects.filter(slug=slug)
-        .only("id", "destination", "disabled", "disabled_reason")
-        .first()
-    )
+    """`/<slug>` → 302 to the destination. The middleware checks it on the way out.
+
+    The link comes from this process's cache (urlguard.linkcache) and the click goes
+    to a buffer (urlguard.clicks): a cached link is answered without the database,
+    also while it is down; an uncached one then gets a 503 asking to retry."""
+    try:
+        link = linkcache.get(slug)
+    except linkcache.LinkUnavailable:
+        return _link_unavailable(slug)
     if link is None:
         # `/admin` (no slash) looks like a slug; APPEND_SLASH never sees it
         # because this pattern matched. Send it where it was meant to go.
@@ -94,12 +99,23 @@ def short_link(request: HttpRequest, slug: str) -> HttpResponse:
         return render(request, "urlguard/link_not_found.html", {"slug": slug}, status=404)
     if link.disabled:
         return render(request, "urlguard/link_disabled.html", {"link": link}, status=410)
-    record_click(request, link)  # never raises for a database error: the redirect comes first
+    record_click(request, link)  # a buffer append: the database is written later
     # A bare 302 rather than HttpResponseRedirect: that one raises on a
     # javascript:/data: destination, and such a destination deserves the
     # middleware's scheme policy (a warning page), not a 400.
     response = HttpResponse(status=302)
     response["Location"] = iri_to_uri(link.destination)
+    return response
+
+
+def _link_unavailable(slug: str) -> HttpResponse:
+    # Rendered without the request: its context processors (the user, messages)
+    # may need the very database that is away.
+    response = HttpResponse(
+        render_to_string("urlguard/link_unavailable.html", {"slug": slug}), status=503
+    )
+    response["Retry-After"] = "30"
+    response["Cache-Control"] = "no-store"
     return response
 
 

@@ -129,6 +129,9 @@ REFUSED = {
     "STATS_FLUSH_INTERVAL": [0, -1, "1", None, True, math.nan],
     "STATS_BUFFER_MAX": [0, -1, 1.5, "100000", None, True],
     "STATS_STOP_TIMEOUT": [-1, "5", None, math.inf],
+    "LINK_CACHE_SIZE": [0, -1, 1.5, "50000", None, True],
+    "LINK_CACHE_TTL": [0, -1, "60", None],
+    "LINK_CACHE_POLL": [0, -1, "0.5", None],
 }
 # Values that look odd but are right.
 ACCEPTED = {

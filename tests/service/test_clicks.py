@@ -1,19 +1,32 @@
-"""Click accounting: every click counted, at least one raw row per (link, visitor,
-hour) with close duplicates dropped, unique visitors per 24 h never overcounted
-(also across processes), the visitor never stored raw, database errors contained."""
+"""Click accounting: every click counted (buffered, written by a flush: exactly N
+from many threads, and from a real gunicorn stopped with SIGTERM), at least one raw
+row per (link, visitor, hour) with close duplicates dropped, unique visitors per
+24 h never overcounted (also across processes), the visitor never stored raw,
+database errors kept and retried."""
 
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
 import threading
-from datetime import timedelta
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import DatabaseError, connection, connections
+from django.db import OperationalError, connection, connections, transaction
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from filterengine import OppositeBloomFilter, RotatingBloomFilter
-from urlguard import clicks
+from urlguard import clicks, stats
 from urlguard.clicks import record_click, visitor_id
 from urlguard.models import Click, ShortLink
 
@@ -47,14 +60,9 @@ def link():
 def visit(link, ip="203.0.113.7", agent="Mozilla/5.0 test"):
     request = RequestFactory().get(f"/{link.slug}", REMOTE_ADDR=ip, HTTP_USER_AGENT=agent)
     record_click(request, link)
+    assert stats.flush() == {}
     link.refresh_from_db()
     return link
-
-
-def age_rows(hours: float) -> None:
-    """Move every click row into the past, as if the clicks happened `hours` ago."""
-    for click in Click.objects.all():
-        Click.objects.filter(pk=click.pk).update(at=click.at - timedelta(hours=hours))
 
 
 def test_first_click_counts_writes_a_row_and_a_unique_visitor(clock, link):
@@ -73,26 +81,84 @@ def test_close_duplicates_are_counted_but_not_written(clock, link):
     assert Click.objects.count() == 1
 
 
-def test_a_repeat_click_is_one_update_and_no_lookup(clock, link):
-    visit(link)
+def test_a_click_is_only_buffered(clock, link):
     with CaptureQueriesContext(connection) as queries:
-        visit(link, ip="203.0.113.7")
-    sql = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
-    # The UPDATE, then the test's own refresh_from_db SELECT of the link.
-    assert len(sql) == 2 and sql[0].startswith("UPDATE"), sql
+        record_click(RequestFactory().get("/abc"), link)
+    assert queries.captured_queries == []
+    assert stats.pending()["clicks"] == 1
+    link.refresh_from_db()
+    assert link.click_count == 0
+
+
+def flush_sql() -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        assert stats.flush() == {}
+    return [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+
+
+def test_a_repeat_click_flushes_as_one_update_and_no_lookup(clock, link):
+    visit(link)
+    record_click(
+        RequestFactory().get("/abc", REMOTE_ADDR="203.0.113.7", HTTP_USER_AGENT="Mozilla/5.0 test"),
+        link,
+    )
+    sql = flush_sql()
+    # The links' row lock, then the counters' UPDATE: no click lookup, no row.
+    assert len(sql) == 2, sql
+    assert 'FROM "urlguard_shortlink"' in sql[0] and 'UPDATE "urlguard_shortlink" SET' in sql[1]
     assert "urlguard_click" not in " ".join(sql)
+    link.refresh_from_db()
+    assert link.click_count == 2
 
 
 def test_the_unique_visitor_lookup_runs_under_the_links_row_lock(clock, link):
-    # Two workers counting one new visitor at the same moment must not both count
-    # it: the UPDATE that locks the link's row has to come before the lookup.
-    with CaptureQueriesContext(connection) as queries:
-        visit(link)
-    sql = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
-    lock = next(i for i, q in enumerate(sql) if q.startswith("UPDATE"))
+    # Two processes flushing one new visitor at the same moment must not both count
+    # it: the links' rows are locked before the lookup, until the commit.
+    record_click(RequestFactory().get("/abc"), link)
+    sql = flush_sql()
+    lock = next(i for i, q in enumerate(sql) if 'FROM "urlguard_shortlink"' in q)
     lookup = next(i for i, q in enumerate(sql) if 'FROM "urlguard_click"' in q)
-    assert lock < lookup, sql
+    update = next(i for i, q in enumerate(sql) if 'UPDATE "urlguard_shortlink" SET' in q)
+    assert lock < lookup < update, sql
+    if connection.vendor == "postgresql":
+        assert "FOR UPDATE" in sql[lock]
+    link.refresh_from_db()
     assert (link.click_count, link.unique_visitors) == (1, 1)
+
+
+def test_many_threads_and_visitors_count_exactly(clock, link):
+    other = ShortLink.objects.create(slug="xyz", destination="https://example.org/")
+
+    def click(thread: int) -> None:
+        for i in range(500):
+            ip = f"198.51.100.{(thread * 500 + i) % 40}"
+            record_click(RequestFactory().get("/", REMOTE_ADDR=ip), (link, other)[i % 2])
+
+    threads = [threading.Thread(target=click, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert stats.flush() == {}
+    link.refresh_from_db()
+    other.refresh_from_db()
+    assert (link.click_count, other.click_count) == (1500, 1500)
+    # 40 addresses: even ones clicked `link`, odd ones `other`, 20 each.
+    assert (link.unique_visitors, other.unique_visitors) == (20, 20)
+
+
+def test_a_row_keeps_the_time_of_its_click(clock, link):
+    record_click(RequestFactory().get("/abc"), link)
+    clock.now += 2 * HOUR  # e.g. the database was away meanwhile
+    assert stats.flush() == {}
+    assert Click.objects.get().at == datetime.fromtimestamp(1_800_000_000.0, UTC)
+
+
+def test_clicks_of_a_deleted_link_are_dropped_quietly(clock, link):
+    record_click(RequestFactory().get("/abc"), link)
+    ShortLink.objects.filter(pk=link.pk).delete()
+    assert stats.flush() == {}
+    assert Click.objects.count() == 0 and stats.lost() == {}
 
 
 def test_at_least_one_row_per_visitor_and_hour(clock, link):
@@ -117,8 +183,7 @@ def test_distinct_visitors(clock, link):
 def test_a_visitor_is_unique_again_after_24_hours(clock, link):
     visit(link)
     for _ in range(3):
-        clock.now += 26 * HOUR
-        age_rows(26)
+        clock.now += 26 * HOUR  # rows carry their click's time: the fake clock's
         visit(link)
     assert link.unique_visitors == 4
 
@@ -128,7 +193,6 @@ def test_not_unique_again_within_24_hours_even_when_the_filter_forgot(clock, lin
     # 23 hours later the filter may or may not still hold the visitor; another
     # worker process (fresh filters) certainly does not. The table decides.
     clock.now += 23 * HOUR
-    age_rows(23)
     clicks.reset()
     visit(link)
     assert link.unique_visitors == 1
@@ -156,29 +220,36 @@ def test_missing_headers_still_identify_a_visitor(clock, link):
     request = RequestFactory().get("/")
     request.META.pop("REMOTE_ADDR", None)
     record_click(request, link)
+    stats.flush()
     link.refresh_from_db()
     assert link.click_count == 1
 
 
-def test_a_database_error_is_logged_and_the_row_retried(clock, link, monkeypatch, caplog):
-    real_create = Click.objects.create
+def test_a_database_error_keeps_the_clicks_for_the_next_flush(clock, link, monkeypatch, caplog):
+    real_create = Click.objects.bulk_create
 
-    def broken(**kwargs):
-        raise DatabaseError("disk full")
+    def broken(*args, **kwargs):
+        raise OperationalError("database is locked")
 
-    monkeypatch.setattr(Click.objects, "create", broken)
-    visit(link)  # must not raise: the redirect matters more
-    assert "could not record a click" in caplog.text
-    assert Click.objects.count() == 0 and link.click_count == 0
-    monkeypatch.setattr(Click.objects, "create", real_create)
-    visit(link)
-    assert Click.objects.count() == 1, "the dropped row is written by the next click"
-    assert link.click_count == 1
+    monkeypatch.setattr(Click.objects, "bulk_create", broken)
+    record_click(
+        RequestFactory().get("/abc", REMOTE_ADDR="203.0.113.7", HTTP_USER_AGENT="Mozilla/5.0 test"),
+        link,
+    )
+    assert stats.flush() == {"clicks": 1}
+    assert "flush failed (database is locked); keeping 1" in caplog.text
+    link.refresh_from_db()
+    assert Click.objects.count() == 0 and link.click_count == 0, "rolled back as a whole"
+    monkeypatch.setattr(Click.objects, "bulk_create", real_create)
+    link = visit(link)  # the next flush writes both clicks
+    assert Click.objects.count() == 1
+    assert (link.click_count, link.unique_visitors) == (2, 1)
 
 
 def test_following_a_short_link_records_the_click(client, clock, link):
     response = client.get("/abc", REMOTE_ADDR="192.0.2.1", HTTP_USER_AGENT="UA")
     assert response.status_code == 302
+    assert stats.flush() == {}
     link.refresh_from_db()
     assert (link.click_count, link.unique_visitors) == (1, 1)
     assert Click.objects.filter(link=link, at__gte=timezone.now() - timedelta(minutes=5)).exists()
@@ -190,29 +261,124 @@ def test_following_a_short_link_records_the_click(client, clock, link):
     reason="needs PostgreSQL (SQLite serializes every write): run `make test-services`",
 )
 @pytest.mark.django_db(transaction=True)
-def test_one_new_visitor_clicking_on_four_workers_at_once_counts_once(monkeypatch):
+def test_one_new_visitor_flushed_by_four_workers_at_once_counts_once():
     link = ShortLink.objects.create(slug="race", destination="https://example.com/")
-    per_thread = threading.local()
-
-    def own_filters():  # each thread is a worker process with its own filters
-        if not hasattr(per_thread, "filters"):
-            per_thread.filters = (OppositeBloomFilter(1024), RotatingBloomFilter(1000, 0.01, 3600))
-        return per_thread.filters
-
-    monkeypatch.setattr(clicks, "_filters", own_filters)
     start = threading.Barrier(4)
 
-    def click():
+    def worker():
+        # A worker process of its own: own filters (each sees a new visitor), own
+        # buffer, own flush transaction, all four at the same moment.
+        recent, unique = OppositeBloomFilter(1024), RotatingBloomFilter(1000, 0.01, 3600)
+        visitor = visitor_id(RequestFactory().get("/race", REMOTE_ADDR="192.0.2.7"))
+        now = time.time()
+        click = clicks.PendingClick(
+            link.pk,
+            visitor,
+            now,
+            not recent.contains_and_add(f"{link.pk}:{visitor}:{int(now // 3600)}"),
+            unique.add(f"{link.pk}:{visitor}"),
+        )
         start.wait()
         try:
-            record_click(RequestFactory().get("/race", REMOTE_ADDR="192.0.2.7"), link)
+            with transaction.atomic():
+                clicks.write_clicks([click])
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=click) for _ in range(4)]
+    threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     link.refresh_from_db()
     assert (link.click_count, link.unique_visitors) == (4, 1)
+
+
+# -- a real gunicorn, stopped gracefully under load ---------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+GUNICORN = Path(sys.executable).with_name("gunicorn")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.build_opener(_NoRedirect).open(url, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.timeout(180)
+def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(
+        URLGUARD_VAR_DIR=str(tmp_path),
+        URLGUARD_FILTER_PATH=str(tmp_path / "filter.bin"),
+        DJANGO_SETTINGS_MODULE="urlguard.settings",
+        DJANGO_ALLOWED_HOSTS="127.0.0.1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    for command in (["migrate", "--noinput", "-v", "0"], ["rebuild_filter"]):
+        subprocess.run(
+            [sys.executable, "manage.py", *command],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    db = sqlite3.connect(tmp_path / "urlguard.sqlite3")
+    db.execute(
+        "INSERT INTO urlguard_shortlink (slug, destination, created, disabled, "
+        "disabled_reason, click_count, unique_visitors) "
+        "VALUES ('g', 'https://example.com/', '2026-01-01', 0, '', 0, 0)"
+    )
+    db.commit()
+    # A flush interval longer than the test: only the graceful stop writes.
+    (tmp_path / "slow_flush.py").write_text(
+        "from urlguard.settings import *  # noqa: F403\n"
+        "URLGUARD = {**URLGUARD, 'STATS_FLUSH_INTERVAL': 3600}  # noqa: F405\n"
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = (tmp_path / "gunicorn.log").open("w")
+    proc = subprocess.Popen(
+        [str(GUNICORN), "urlguard.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+        cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "slow_flush", "PYTHONPATH": f"{tmp_path}:{ROOT}"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (
+                    tmp_path / "gunicorn.log"
+                ).read_text()
+                time.sleep(0.1)
+        sent = 0
+        with ThreadPoolExecutor(4) as pool:
+            for status in pool.map(_status, [f"http://127.0.0.1:{port}/g"] * 200):
+                assert status == 302
+                sent += 1
+        stored = db.execute("SELECT click_count FROM urlguard_shortlink").fetchone()[0]
+        assert stored == 0, "written before the stop: the test would prove nothing"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    stored = db.execute("SELECT click_count, unique_visitors FROM urlguard_shortlink").fetchone()
+    assert stored == (sent, 1), (tmp_path / "gunicorn.log").read_text()

@@ -215,5 +215,4 @@ def test_real_filter_false_positive_never_warns(client, links, filter_path):
     # Confirmed clean once; the next redirect does not ask the spam table again.
     with CaptureQueriesContext(connection) as queries:
         assert client.get("/clean").status_code == 302
-    assert queries.captured_queries
     assert not [q for q in queries.captured_queries if "urlguard_spamrule" in q["sql"]]

@@ -1,0 +1,249 @@
+"""The short-link cache: a hit reads no row, every change to what a redirect reads
+(save, update, bulk_update, delete) reaches the cache at the next poll, and with
+the database gone cached links keep redirecting while uncached ones get a 503."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import OperationalError, connection, connections
+from django.test.utils import CaptureQueriesContext
+
+from urlguard import linkcache, stats
+from urlguard.models import Click, ShortLink, ShortLinkGeneration
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    linkcache.set_background(False)
+    linkcache.reset()
+    linkcache.poll()
+    yield
+    linkcache.reset()
+
+
+@pytest.fixture
+def link():
+    return ShortLink.objects.create(slug="abc", destination="https://example.com/")
+
+
+@pytest.fixture
+def database_down(monkeypatch):
+    """Every query on the default connection fails as if the server were gone."""
+
+    def down():
+        monkeypatch.setattr(
+            connections["default"],
+            "cursor",
+            lambda *a, **k: (_ for _ in ()).throw(OperationalError("connection refused")),
+        )
+
+    return down
+
+
+def test_a_cached_link_reads_no_row(link):
+    assert linkcache.get("abc").destination == "https://example.com/"
+    with CaptureQueriesContext(connection) as queries:
+        got = linkcache.get("abc")
+    assert got == (link.pk, "abc", "https://example.com/", False, "")
+    assert queries.captured_queries == []
+
+
+def test_an_unknown_slug_is_none_and_not_cached(db):
+    assert linkcache.get("nope") is None
+    ShortLink.objects.create(slug="nope", destination="https://example.org/")
+    assert linkcache.get("nope").destination == "https://example.org/"
+
+
+def change_by_save(link):
+    link.destination = "https://changed.example/"
+    link.save()
+
+
+def change_by_update(link):
+    ShortLink.objects.filter(pk=link.pk).update(destination="https://changed.example/")
+
+
+def change_by_bulk_update(link):
+    link.destination = "https://changed.example/"
+    ShortLink.objects.bulk_update([link], ["destination"])
+
+
+def disable_by_update(link):
+    ShortLink.objects.filter(pk=link.pk).update(disabled=True, disabled_reason="spam")
+
+
+def delete_row(link):
+    link.delete()
+
+
+def delete_by_queryset(link):
+    ShortLink.objects.filter(pk=link.pk).delete()
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (change_by_save, "https://changed.example/"),
+        (change_by_update, "https://changed.example/"),
+        (change_by_bulk_update, "https://changed.example/"),
+        (disable_by_update, "disabled"),
+        (delete_row, None),
+        (delete_by_queryset, None),
+    ],
+)
+def test_every_change_reaches_the_cache_at_the_next_poll(link, change, expected):
+    assert linkcache.get("abc").destination == "https://example.com/"
+    change(link)
+    # Another process's cache: still the old answer until its poller runs ...
+    assert linkcache.get("abc").destination == "https://example.com/"
+    assert linkcache.poll() is True
+    got = linkcache.get("abc")
+    if expected is None:
+        assert got is None
+    elif expected == "disabled":
+        assert got.disabled and got.disabled_reason == "spam"
+    else:
+        assert got.destination == expected
+
+
+def test_counters_do_not_invalidate(link):
+    linkcache.get("abc")
+    ShortLink.objects.filter(pk=link.pk).update(click_count=5)
+    link.click_count = 6
+    link.save(update_fields=["click_count"])
+    stats.counter("test.links", ShortLink, fields=("click_count",)).add(link.pk)
+    stats.flush()
+    Click.objects.create(link=link, visitor="v")
+    assert linkcache.poll() is False
+
+
+def test_a_row_read_before_a_change_is_not_kept_after_it(link, monkeypatch):
+    # The change commits between this process's query and its insert into the
+    # cache: the entry carries the generation read before the query, so the poll
+    # that sees the change makes it stale.
+    real = ShortLink.objects.filter
+
+    def read_then_change(*args, **kwargs):
+        result = list(
+            real(*args, **kwargs).values_list(
+                "pk", "slug", "destination", "disabled", "disabled_reason"
+            )
+        )
+        ShortLink.objects.all().filter(pk=link.pk).update(destination="https://changed.example/")
+        linkcache.poll()
+
+        class Stale:
+            def values_list(self, *a, **k):
+                return self
+
+            def first(self):
+                return result[0]
+
+        return Stale()
+
+    monkeypatch.setattr(ShortLink.objects, "filter", read_then_change)
+    assert linkcache.get("abc").destination == "https://example.com/"
+    monkeypatch.undo()
+    assert linkcache.get("abc").destination == "https://changed.example/"
+
+
+def test_the_ttl_rereads(link, monkeypatch, settings):
+    now = [1000.0]
+    monkeypatch.setattr(linkcache, "_clock", lambda: now[0])
+    linkcache.get("abc")
+    # A write that bypassed the ORM (no generation bump): the TTL still catches it.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE urlguard_shortlink SET destination = 'https://raw.example/' WHERE id = %s",
+            [link.pk],
+        )
+    now[0] += settings.URLGUARD.get("LINK_CACHE_TTL", 60) - 1
+    assert linkcache.get("abc").destination == "https://example.com/"
+    now[0] += 2
+    assert linkcache.get("abc").destination == "https://raw.example/"
+
+
+def test_with_the_database_down_a_cached_link_is_served_even_past_its_ttl(
+    link, monkeypatch, database_down
+):
+    now = [1000.0]
+    monkeypatch.setattr(linkcache, "_clock", lambda: now[0])
+    linkcache.get("abc")
+    database_down()
+    now[0] += 3600
+    assert linkcache.get("abc").destination == "https://example.com/"
+    with pytest.raises(OperationalError):
+        linkcache.poll()  # the poller's failure leaves the cache as it is
+    assert linkcache.get("abc").destination == "https://example.com/"
+    with pytest.raises(linkcache.LinkUnavailable):
+        linkcache.get("other")
+
+
+def test_the_cache_is_bounded(db, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "LINK_CACHE_SIZE": 3}
+    for i in range(5):
+        ShortLink.objects.create(slug=f"s{i}", destination=f"https://example.com/{i}")
+        linkcache.get(f"s{i}")
+    assert list(linkcache._entries) == ["s2", "s3", "s4"]
+
+
+def test_generation_row_recreated_after_a_flush(link):
+    ShortLinkGeneration.objects.all().delete()
+    link.destination = "https://changed.example/"
+    link.save()
+    assert ShortLinkGeneration.objects.get(pk=1).value == 1
+
+
+# -- the redirect view ------------------------------------------------------------------
+
+
+@pytest.fixture
+def served(link, build_filter, client):
+    build_filter()
+    assert client.get("/abc").status_code == 302  # now cached
+    return client
+
+
+def test_a_cached_redirect_reads_and_writes_nothing(served):
+    with CaptureQueriesContext(connection) as queries:
+        response = served.get("/abc", REMOTE_ADDR="192.0.2.1")
+    assert response.status_code == 302 and response["Location"] == "https://example.com/"
+    assert queries.captured_queries == []
+    assert stats.pending()["clicks"] == 2
+
+
+def test_with_the_database_down_cached_links_redirect_and_others_get_a_503(served, database_down):
+    database_down()
+    for _ in range(3):
+        response = served.get("/abc")
+        assert response.status_code == 302
+        assert response["Location"] == "https://example.com/"
+    response = served.get("/not-cached")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "30"
+    assert response["Cache-Control"] == "no-store"
+    assert "try again" in response.content.decode()
+    assert stats.pending()["clicks"] == 4  # written once the database is back
+
+
+def test_a_disabled_link_is_answered_from_the_cache(link, build_filter, client):
+    build_filter()
+    ShortLink.objects.filter(pk=link.pk).update(disabled=True, disabled_reason="reported")
+    assert client.get("/abc").status_code == 410
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get("/abc")
+    assert response.status_code == 410 and "reported" in response.content.decode()
+    assert "/abc" in response.content.decode()
+    assert queries.captured_queries == []
+
+
+def test_saving_a_link_never_writes_back_stale_counters(link):
+    loaded = ShortLink.objects.get(pk=link.pk)  # e.g. the admin's change form
+    stats.counter("test.links", ShortLink, fields=("click_count",)).add(link.pk, 7)
+    stats.flush()
+    loaded.destination = "https://changed.example/"
+    loaded.save()
+    link.refresh_from_db()
+    assert (link.destination, link.click_count) == ("https://changed.example/", 7)
