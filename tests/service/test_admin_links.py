@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from urlguard import changes
 from urlguard.guard import Guard
-from urlguard.models import AdminJob, ShortLink
+from urlguard.models import AdminJob, ShortLink, StatsLoss
 from urlguard.rescan import rescan_links
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
@@ -279,3 +279,14 @@ def test_a_link_editor_without_view_permission_can_follow_a_rescan(make_staff):
         editor.get(reverse("admin:urlguard_spamrule_job_status", args=[imported.pk])).status_code
         == 403
     )
+
+
+def test_changelist_says_the_counts_may_lag_and_shows_lost_clicks(link_admin, links):
+    html = link_admin.get(LINKS).content.decode()
+    assert "may lag behind the latest clicks by up to 1.0 s" in html
+    assert "could not be recorded" not in html
+    StatsLoss.objects.create(kind="clicks", node="n1", lost=2)
+    StatsLoss.objects.create(kind="clicks", node="n2", lost=1)
+    StatsLoss.objects.create(kind="rule_hits", node="n1", lost=50)
+    html = link_admin.get(LINKS).content.decode()
+    assert "3 clicks could not be recorded" in html

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils import formats, timezone
@@ -24,9 +25,10 @@ from urlguard.admin.pages import (
     report_job_outcome,
     tool_urls,
 )
+from urlguard.conf import conf
 from urlguard.forms import ShortLinkForm
 from urlguard.guard import get_guard
-from urlguard.models import AdminJob, Category, ShortLink
+from urlguard.models import AdminJob, Category, ShortLink, StatsLoss
 from urlguard.rescan import was_checked
 from urlguard.slugs import SlugError, create_short_link
 
@@ -229,6 +231,13 @@ class ShortLinkAdmin(admin.ModelAdmin):
             self.message_user(
                 request, f"{counted(clean, 'destination')} {_is(clean)} clean.", messages.SUCCESS
             )
+
+    def changelist_view(self, request, extra_context=None):
+        # Clicks are written in batches (urlguard.stats): say how far the counts may
+        # lag, and any clicks a node had to drop while its database was away.
+        lost = StatsLoss.objects.filter(kind="clicks").aggregate(n=Sum("lost"))["n"] or 0
+        context = {"clicks_lag": conf.STATS_FLUSH_INTERVAL, "clicks_lost": lost}
+        return super().changelist_view(request, {**(extra_context or {}), **context})
 
     # --- the rescan page -------------------------------------------------------------
     def get_urls(self):
