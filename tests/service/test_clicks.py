@@ -305,6 +305,15 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+def _location(url: str) -> str:
+    try:
+        urllib.request.build_opener(_NoRedirect).open(url, timeout=30)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 302, exc.code
+        return exc.headers["Location"]
+    raise AssertionError("not a redirect")
+
+
 def _status(url: str) -> int:
     try:
         with urllib.request.build_opener(_NoRedirect).open(url, timeout=30) as response:
@@ -315,6 +324,8 @@ def _status(url: str) -> int:
 
 @pytest.mark.timeout(180)
 def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
+    """Two real workers: an edit reaches both caches, SIGTERM writes every click, and
+    the visitor both workers saw as new is counted once."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env.update(
         URLGUARD_VAR_DIR=str(tmp_path),
@@ -373,6 +384,19 @@ def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
                 sent += 1
         stored = db.execute("SELECT click_count FROM urlguard_shortlink").fetchone()[0]
         assert stored == 0, "written before the stop: the test would prove nothing"
+        # An edit committed elsewhere (what the ORM writes: the row and the generation,
+        # in one transaction) reaches both workers' cached copies.
+        db.execute("UPDATE urlguard_shortlink SET destination = 'https://example.org/new'")
+        db.execute("UPDATE urlguard_shortlinkgeneration SET value = value + 1")
+        db.commit()
+        deadline = time.monotonic() + 30
+        fresh = 0
+        while fresh < 20:
+            assert time.monotonic() < deadline, "the edit never reached the workers"
+            location = _location(f"http://127.0.0.1:{port}/g")
+            sent += 1
+            fresh = fresh + 1 if location == "https://example.org/new" else 0
+            time.sleep(0.01)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:
