@@ -357,7 +357,7 @@ class Settings:
         must_be="a positive number of seconds",
         valid=lambda v: _number(v) and v > 0,
         resolve=float,
-        check_id="urlguard.E040",
+        check_id="urlguard.E090",
         hint="e.g. 1: the admin's counts lag by at most this, and kill -9 loses at most this.",
     )
     # Pending entries per kind of statistic (keys of a counter, rows otherwise) while
@@ -367,7 +367,7 @@ class Settings:
         must_be="a whole number, 1 or more",
         valid=lambda v: _integer(v) and v >= 1,
         resolve=int,
-        check_id="urlguard.E041",
+        check_id="urlguard.E091",
         hint="e.g. 100000 (a pending click costs ~200 bytes).",
     )
     # How long a graceful stop keeps retrying the last flush, seconds.
@@ -376,7 +376,7 @@ class Settings:
         must_be="a number of seconds, 0 or more",
         valid=lambda v: _number(v) and v >= 0,
         resolve=float,
-        check_id="urlguard.E042",
+        check_id="urlguard.E092",
         hint="e.g. 5; keep it below gunicorn's --graceful-timeout.",
     )
     # Short links each process keeps in memory (urlguard.linkcache), so that a
@@ -386,7 +386,7 @@ class Settings:
         must_be="a whole number, 1 or more",
         valid=lambda v: _integer(v) and v >= 1,
         resolve=int,
-        check_id="urlguard.E043",
+        check_id="urlguard.E093",
         hint="e.g. 50000 (a cached link costs ~300 bytes plus its destination).",
     )
     # A cached link is read again after this long, seconds: a backstop for writes
@@ -396,7 +396,7 @@ class Settings:
         must_be="a positive number of seconds",
         valid=lambda v: _number(v) and v > 0,
         resolve=float,
-        check_id="urlguard.E044",
+        check_id="urlguard.E094",
         hint="e.g. 60.",
     )
     # How often each process asks whether a link changed (one one-row query), seconds.
@@ -405,7 +405,7 @@ class Settings:
         must_be="a positive number of seconds",
         valid=lambda v: _number(v) and v > 0,
         resolve=float,
-        check_id="urlguard.E045",
+        check_id="urlguard.E095",
         hint="e.g. 0.5: an edit or a disable reaches every process within this.",
     )
 
