@@ -13,6 +13,7 @@ Runs on a throw-away var dir (SQLite + filter file), never on var/.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import os
 import shutil
@@ -156,6 +157,9 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         cold = timed(guard.check, urls)
         fp_urls = sum(1 for u in urls if guard.check(u).maybe)
         guard.clean_cache.clear()
+        # The same checks without urlguard.metrics' decorator: what the metrics cost.
+        bare = timed(functools.partial(Guard.check.__wrapped__, guard), urls)
+        guard.clean_cache.clear()
         hot = timed(guard.check, popular)
         contains = filt.contains
         scalar = timed(lambda es, contains=contains: [e for e in es if contains(e)], exprs)
@@ -168,6 +172,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
                 cold,
                 f"{fp_urls / len(urls):.1%} of URLs: 1 DB query",
             ),
+            row("  the same without its metrics (Guard.check.__wrapped__)", bare),
             row(f"Guard.check, 200 popular URLs [{label}]", hot, "canonical + clean caches warm"),
             row("  filter.contains x 10 (what check uses)", scalar),
             row("  filter.contains_many(10 expressions)", vector, "numpy set-up per call"),

@@ -4,8 +4,11 @@ the rules a test has written."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,12 @@ hypothesis_settings.register_profile("dev", derandomize=False, print_blob=True)
 hypothesis_settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
+
+# Metric files of this test run (urlguard.metrics), not in var/ of the checkout; set
+# before anything imports prometheus_client.
+_metrics_dir = tempfile.mkdtemp(prefix="urlguard-test-metrics-")
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
+atexit.register(shutil.rmtree, _metrics_dir, True)
 
 
 @pytest.fixture(scope="session")
@@ -88,6 +97,19 @@ def filter_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
     _reset_registry()
     yield path
     _reset_registry()
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache(filter_path: Path) -> None:
+    """Each test starts with an empty cache: rate-limit counts (the check API's) of
+    earlier tests must not refuse its requests."""
+    from django.core.cache import caches
+    from django.core.cache.backends.locmem import LocMemCache
+
+    cache = caches["default"]
+    # Only this process's own memory: clear() of a shared Redis would flush it.
+    if isinstance(cache, LocMemCache):
+        cache.clear()
 
 
 @pytest.fixture

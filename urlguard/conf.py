@@ -5,6 +5,7 @@ from it. Values are read at access time, so override_settings just works."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import socket
@@ -119,6 +120,22 @@ def _schemes(value: Any) -> frozenset[str]:
 
 def _host_names(value: Any) -> tuple[str, ...] | None:
     return None if value is None else tuple(value)
+
+
+def _metrics_dir(value: str | Path | None) -> str:
+    return str(Path(settings.VAR_DIR) / "metrics") if value is None else str(value)
+
+
+def _network(value: str) -> bool:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+# django-ratelimit's rates: requests / [count] unit, e.g. "120/m", "100/5m".
+_RATE = re.compile(r"[0-9]+/[0-9]*[smhd]")
 
 
 class Settings:
@@ -407,6 +424,97 @@ class Settings:
         resolve=float,
         check_id="urlguard.E095",
         hint="e.g. 0.5: an edit or a disable reaches every process within this.",
+    )
+    # GET /readyz answers 503 while this node's filter is more than this many changes,
+    # or its oldest unapplied change more than this many seconds, behind the change log.
+    READY_MAX_LAG_CHANGES = Setting(
+        1000,
+        must_be="a whole number of changes, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E070",
+        hint="e.g. 1000; 0 means ready only when every change is applied.",
+    )
+    READY_MAX_LAG_SECONDS = Setting(
+        120,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E071",
+        hint="e.g. 120: an unapplied change older than this makes the node not ready.",
+    )
+    # Prometheus metric files of this node's processes (None: <VAR_DIR>/metrics; the
+    # environment's PROMETHEUS_MULTIPROC_DIR wins).
+    METRICS_DIR = Setting(
+        None,
+        must_be="a directory path (a string) or None",
+        valid=lambda v: v is None or _text(v) or isinstance(v, Path),
+        resolve=_metrics_dir,
+        check_id="urlguard.E072",
+        hint="e.g. '/run/urlguard/metrics' (one per node, writable by every process).",
+    )
+    # GET /metrics answers these networks, and any address that sends
+    # "Authorization: Bearer <METRICS_TOKEN>" when that is set.
+    METRICS_ALLOWED_NETWORKS = Setting(
+        ("127.0.0.0/8", "::1/128"),
+        must_be="a list of IP networks (CIDR), e.g. ['10.0.0.0/8']",
+        valid=lambda v: _names(v) and all(_network(n) for n in v),
+        resolve=lambda v: tuple(ipaddress.ip_network(n, strict=False) for n in v),
+        check_id="urlguard.E073",
+        hint="e.g. ['127.0.0.0/8', '::1/128', '10.0.0.0/8'] (a list, not a string); [] "
+        "leaves only METRICS_TOKEN.",
+    )
+    METRICS_TOKEN = Setting(
+        "",
+        must_be="a string ('' for none)",
+        valid=lambda v: isinstance(v, str),
+        resolve=str,
+        check_id="urlguard.E074",
+        hint="e.g. a long random string the scraper sends as 'Authorization: Bearer ...'.",
+    )
+    # The check API: URLs in one POST /api/check, and the largest body it reads.
+    API_MAX_URLS = Setting(
+        1000,
+        must_be="a positive whole number",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E075",
+        hint="e.g. 1000.",
+    )
+    API_MAX_BODY_BYTES = Setting(
+        2_000_000,
+        must_be="a positive whole number of bytes",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E076",
+        hint="e.g. 2000000 (about 1,000 URLs of 2,000 characters).",
+    )
+    # Requests per API key (POST), and per client address for the open GET, in the
+    # cache's window: "<n>/<s|m|h|d>" (django-ratelimit's notation, e.g. "100/5m").
+    API_KEY_RATE = Setting(
+        "120/m",
+        must_be="a rate like '120/m' (requests / s, m, h or d, e.g. '100/5m')",
+        valid=lambda v: isinstance(v, str) and bool(_RATE.fullmatch(v)),
+        resolve=str,
+        check_id="urlguard.E077",
+        hint="e.g. '120/m' per API key.",
+    )
+    API_OPEN_RATE = Setting(
+        "60/m",
+        must_be="a rate like '60/m' (requests / s, m, h or d, e.g. '100/5m')",
+        valid=lambda v: isinstance(v, str) and bool(_RATE.fullmatch(v)),
+        resolve=str,
+        check_id="urlguard.E078",
+        hint="e.g. '60/m' per client address.",
+    )
+    # Log lines as JSON objects, one per line, with the node name (for log shippers).
+    LOG_JSON = Setting(
+        False,
+        must_be="True or False",
+        valid=lambda v: isinstance(v, bool),
+        resolve=bool,
+        check_id="urlguard.E079",
+        hint="e.g. True (or URLGUARD_LOG_JSON=1 in the environment).",
     )
 
     # Feeds. A refresh that would remove more than this share of a source's entries is

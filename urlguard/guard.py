@@ -19,7 +19,7 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from urlguard import registry
+from urlguard import metrics, registry
 from urlguard.canonical import canonicalize, expressions
 from urlguard.cleancache import CleanCache, LRUCleanCache
 from urlguard.conf import ON_FILTER_ERROR_POLICIES as POLICIES
@@ -143,6 +143,7 @@ class Guard:
 
     # -- the hot path -----------------------------------------------------------
 
+    @metrics.timed_check
     def check(self, url: str) -> Verdict:
         """Return the verdict for `url`; raise InvalidURL if it is not a usable http(s) URL."""
         try:
@@ -267,6 +268,7 @@ class Guard:
 
     # -- batches (rescans) ------------------------------------------------------
 
+    @metrics.counted_checks
     def check_many(self, urls: Sequence[str]) -> list[Verdict]:
         """Verdicts for many URLs: one `contains_many` call for all their
         expressions and one table query per QUERY_CHUNK filter hits.

@@ -70,6 +70,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "urlguard.middleware.RedirectGuardMiddleware",
+    "urlguard.health.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -147,12 +148,35 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"max_retries": 2, "interval_start": 0, "inter
 
 URLGUARD = {
     "FILTER_PATH": os.environ.get("URLGUARD_FILTER_PATH", str(VAR_DIR / "filter.bin")),
+    "LOG_JSON": os.environ.get("URLGUARD_LOG_JSON", "0") == "1",
+}
+
+# The cache keeps the API's rate-limit counters: per process by default, shared by
+# every process and node with CACHE_URL=redis://host:6379/N.
+CACHE_URL = os.environ.get("CACHE_URL", "")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
 }
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"urlguard": {"handlers": ["console"], "level": "INFO"}},
+    "formatters": {
+        # Plain lines, or JSON objects with the node name when URLGUARD LOG_JSON is on.
+        "urlguard": {
+            "()": "urlguard.logformat.Formatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        }
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "urlguard"}},
+    "loggers": {
+        "urlguard": {"handlers": ["console"], "level": "INFO"},
+        # Every 5xx with its traceback. With DEBUG off Django sends these only to
+        # mail_admins, i.e. nowhere; 4xx are WARNING and stay out of the log.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
 }

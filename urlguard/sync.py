@@ -26,7 +26,7 @@ from django.db.models import Max, Min
 
 import filterengine
 from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter
-from urlguard import nodestatus, registry
+from urlguard import metrics, nodestatus, registry
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, SpamRule
 
@@ -136,6 +136,7 @@ def _apply_pending(filt: ScalingCountingBloomFilter, result: SyncResult) -> None
                     filt.remove_many(keys, ids)
             filt.applied_seq = events[-1][0]
         result.applied += len(events)
+        metrics.changes_applied(len(events))
     result.applied_seq = filt.applied_seq
 
 
@@ -381,6 +382,7 @@ def _logged_rebuild(
     result.rules, snapshot = rebuild(path, writer=writer, progress=progress)
     result.rebuild_seconds = time.perf_counter() - started
     result.rebuilt = reason
+    metrics.rebuilt(reason)
     logger.log(
         level,
         "rebuilt filter %s: %d rules up to change #%d in %.2f s",

@@ -6,11 +6,15 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from urlguard import views
+from urlguard import api, health, metrics, views
 
 site_patterns = [
     path("", views.home, name="home"),
-    path("api/check", views.api_check, name="api-check"),
+    path("api/check", api.check, name="api-check"),
+    # Also answered by health.ProbeMiddleware, before host validation and sessions.
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("continue", views.continue_anyway, name="continue"),
     path("<slug:slug>", views.short_link, name="short-link"),
 ]

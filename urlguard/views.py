@@ -1,6 +1,6 @@
 """Pages and endpoints of the service: the home page, short links, the signed
-"continue anyway" step of the warning page (urlguard.warning), and the JSON
-check API for other services."""
+"continue anyway" step of the warning page (urlguard.warning). The JSON check API
+is in urlguard.api."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from django.http import (
     HttpResponse,
     HttpResponsePermanentRedirect,
     HttpResponseRedirect,
-    JsonResponse,
 )
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -20,10 +19,9 @@ from django.urls import Resolver404, resolve
 from django.utils.encoding import iri_to_uri
 from django.views.decorators.http import require_GET
 
-from urlguard import linkcache
+from urlguard import linkcache, metrics
 from urlguard.clicks import record_click, visitor_id
 from urlguard.conf import conf
-from urlguard.guard import InvalidURL, get_guard
 from urlguard.models import ShortLink
 from urlguard.warning import (
     WEB_SCHEMES,
@@ -70,6 +68,7 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"
     mark_confirmed(response)
+    metrics.continued()
     return response
 
 
@@ -116,53 +115,4 @@ def _link_unavailable(slug: str) -> HttpResponse:
     )
     response["Retry-After"] = "30"
     response["Cache-Control"] = "no-store"
-    return response
-
-
-def _json_error(message: str, status: int, **headers: str) -> JsonResponse:
-    response = JsonResponse({"error": message}, status=status)
-    for name, value in headers.items():
-        response[name] = value
-    return response
-
-
-def api_check(request: HttpRequest) -> JsonResponse:
-    """`GET /api/check?url=...` → the guard's verdict as JSON."""
-    if request.method not in ("GET", "HEAD"):
-        return _json_error(
-            f"method {request.method} not allowed; use GET /api/check?url=...",
-            405,
-            Allow="GET, HEAD",
-        )
-    url = request.GET.get("url", "")
-    if not url.strip():
-        return _json_error(
-            "missing query parameter 'url', e.g. /api/check?url=https://example.com/", 400
-        )
-    try:
-        verdict = get_guard().check(url)
-    except InvalidURL as exc:
-        return _json_error(str(exc), 400)
-    except Exception:
-        # E.g. the database is down while confirming a filter hit: say so in
-        # JSON, which is what the caller parses, rather than an HTML 500.
-        logger.exception("urlguard: /api/check failed for %r", url)
-        return _json_error(
-            "the check could not be completed; try again shortly", 503, **{"Retry-After": "30"}
-        )
-    response = JsonResponse(
-        {
-            "url": verdict.url,
-            "canonical": verdict.canonical,
-            "blocked": verdict.blocked,
-            "category": verdict.category or None,
-            "rule": verdict.rule.expression if verdict.rule is not None else None,
-            "reason": verdict.reason,
-            "degraded": verdict.degraded,
-        }
-    )
-    # The answer changes whenever the list does.
-    response["Cache-Control"] = "no-store"
-    if verdict.degraded:
-        response["X-URLGuard"] = "degraded"
     return response

@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
 
+from urlguard import metrics
 from urlguard.clicks import visitor_id
 from urlguard.conf import conf
 from urlguard.guard import Verdict
@@ -198,6 +199,9 @@ def warning_response(
     response = protect_page(render(request, "urlguard/warning.html", context, status=status))
     if kind == "unchecked":
         response["Retry-After"] = "60"
+        # The guard logged why (rate-limited); django.request would log every one.
+        response._has_been_logged = True  # type: ignore[attr-defined]
     if verdict is not None and verdict.degraded:
         response["X-URLGuard"] = "degraded"
+    metrics.warned(kind, verdict)
     return response

@@ -1,4 +1,5 @@
-"""GET /api/check?url=: the verdict as JSON, clear 400s, 405 for other methods."""
+"""/api/check: GET one URL (open, rate-limited per address), POST a batch (API key,
+rate-limited per key, at most API_MAX_URLS), JSON refusals with the right status."""
 
 from __future__ import annotations
 
@@ -72,11 +73,11 @@ def test_malformed_url_is_a_400(client, db, url):
     assert "not a usable http(s) URL" in response.json()["error"]
 
 
-@pytest.mark.parametrize("method", ["post", "put", "delete", "patch"])
+@pytest.mark.parametrize("method", ["put", "delete", "patch"])
 def test_other_methods_are_a_405(client, db, method):
     response = getattr(client, method)("/api/check?url=http://a.example/")
     assert response.status_code == 405
-    assert response["Allow"] == "GET, HEAD"
+    assert response["Allow"] == "GET, HEAD, POST"
     assert "not allowed" in response.json()["error"]
 
 
@@ -99,3 +100,34 @@ def test_a_crash_is_a_json_503(client, db, monkeypatch):
     response = client.get("/api/check", {"url": "http://evil.example/"})
     assert response.status_code == 503
     assert "try again" in response.json()["error"]
+
+
+# -- rate limit of the open GET --------------------------------------------------
+
+
+def test_the_open_get_is_rate_limited_per_address(client, db, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "API_OPEN_RATE": "2/m"}
+    url = {"url": "https://example.com/"}
+    for _ in range(2):
+        assert client.get("/api/check", url, REMOTE_ADDR="198.51.100.1").status_code == 200
+    refused = client.get("/api/check", url, REMOTE_ADDR="198.51.100.1")
+    assert refused.status_code == 429
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert refused.json()["error"].startswith("rate limit of 2/m requests reached for this address")
+    assert client.get("/api/check", url, REMOTE_ADDR="198.51.100.2").status_code == 200
+
+
+def test_a_failing_cache_lets_requests_through(client, db, settings, monkeypatch, caplog):
+    from django_ratelimit import core
+
+    settings.URLGUARD = {**settings.URLGUARD, "API_OPEN_RATE": "1/m"}
+
+    def broken(*args, **kwargs):
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(core.caches["default"].__class__, "add", broken)
+    for _ in range(3):
+        assert client.get("/api/check", {"url": "https://example.com/"}).status_code == 200
+    assert [r.getMessage() for r in caplog.records if r.name == "urlguard.api"] == [
+        "rate limits not applied: the cache failed"
+    ]

@@ -132,6 +132,16 @@ REFUSED = {
     "LINK_CACHE_SIZE": [0, -1, 1.5, "50000", None, True],
     "LINK_CACHE_TTL": [0, -1, "60", None],
     "LINK_CACHE_POLL": [0, -1, "0.5", None],
+    "READY_MAX_LAG_CHANGES": [-1, 1.5, "1000", None],
+    "READY_MAX_LAG_SECONDS": [0, -1, "120", None],
+    "METRICS_DIR": ["", 5],
+    "METRICS_ALLOWED_NETWORKS": ["127.0.0.0/8", ["localhost"], ["10.0.0.0/33"], [""], None],
+    "METRICS_TOKEN": [None, 5],
+    "API_MAX_URLS": [0, -1, "1000", 1.5, None],
+    "API_MAX_BODY_BYTES": [0, "2MB", None],
+    "API_KEY_RATE": ["120", "120/minute", "fast", 120, None],
+    "API_OPEN_RATE": ["60 per minute", "/m", None],
+    "LOG_JSON": ["yes", 1, None],
 }
 # Values that look odd but are right.
 ACCEPTED = {
@@ -147,6 +157,9 @@ ACCEPTED = {
     "FEED_SHRINK_THRESHOLD": [1, 0.9],
     "FEED_MAX_REDIRECTS": [0],
     "FEED_RETRIES": [0],
+    "READY_MAX_LAG_CHANGES": [0],
+    "METRICS_ALLOWED_NETWORKS": [[], ["10.0.0.1"], ("10.1.2.0/24", "fd00::/8")],
+    "API_KEY_RATE": ["100/5m", "1/s", "10000/d"],
 }
 
 

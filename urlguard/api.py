@@ -1,0 +1,207 @@
+"""The JSON check API for other services (mail link rewriters, link gateways):
+
+- `GET /api/check?url=` (open) answers one URL, rate-limited per client address
+  (API_OPEN_RATE);
+- `POST /api/check` with `{"urls": [...]}` (an API key: `Authorization: Bearer <key>`)
+  answers up to API_MAX_URLS URLs in order through Guard.check_many (one filter probe
+  for all, one table query per chunk of hits), rate-limited per key (API_KEY_RATE).
+  An unusable entry gets {"url", "error"} in its slot; the batch still answers.
+
+Every refusal is a JSON body {"error": ...} with the status that names it (400, 401,
+405, 413, 429 with Retry-After, 503 with Retry-After); the schema is docs/openapi.yaml.
+Rate limits count in Django's cache (django-ratelimit): per process with the default
+local-memory cache, per deployment with Redis (CACHE_URL).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db import DatabaseError
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django_ratelimit.core import get_usage
+
+from urlguard import apikeys
+from urlguard.conf import conf
+from urlguard.guard import InvalidURL, Verdict, get_guard
+from urlguard.ratelimitedlog import RateLimitedLog
+
+logger = logging.getLogger(__name__)
+log_limited = RateLimitedLog(logger)
+
+__all__ = ["check", "verdict_json"]
+
+ALLOW = "GET, HEAD, POST"
+
+
+def json_error(message: str, status: int, **headers: str) -> JsonResponse:
+    response = JsonResponse({"error": message}, status=status)
+    response["Cache-Control"] = "no-store"
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+def verdict_json(verdict: Verdict) -> dict[str, Any]:
+    """One verdict as the API answers it (an unusable URL: {"url", "error"})."""
+    if verdict.error:
+        return {"url": verdict.url, "error": verdict.error}
+    return {
+        "url": verdict.url,
+        "canonical": verdict.canonical,
+        "blocked": verdict.blocked,
+        "category": verdict.category or None,
+        "rule": verdict.rule.expression if verdict.rule is not None else None,
+        "reason": verdict.reason,
+        "degraded": verdict.degraded,
+    }
+
+
+def _answer(data: dict[str, Any], degraded: bool) -> JsonResponse:
+    response = JsonResponse(data)
+    # The answer changes whenever the list does.
+    response["Cache-Control"] = "no-store"
+    if degraded:
+        response["X-URLGuard"] = "degraded"
+    return response
+
+
+def _unavailable(what: str) -> JsonResponse:
+    # E.g. the database is down while confirming a filter hit: say so in JSON, which
+    # is what the caller parses, rather than an HTML 500.
+    logger.exception("urlguard: %s failed", what)
+    response = json_error(
+        "the check could not be completed; try again shortly", 503, **{"Retry-After": "30"}
+    )
+    response._has_been_logged = True  # type: ignore[attr-defined]  # with its traceback, above
+    return response
+
+
+def _rate_limited(
+    request: HttpRequest, group: str, key: Callable[[str, HttpRequest], str], rate: str, who: str
+) -> JsonResponse | None:
+    """429 once `key` made more than `rate` requests in the current window, else None.
+    A cache that fails lets the request through (logged): the limit protects the
+    service, it must not take the API down with the cache."""
+    try:
+        usage = get_usage(request, group=group, key=key, rate=rate, increment=True)
+    except Exception:
+        usage = {"limit": 0, "time_left": -1}
+    if usage is None:  # RATELIMIT_ENABLE = False
+        return None
+    if usage["time_left"] == -1:
+        log_limited("cache", logging.WARNING, "rate limits not applied: the cache failed")
+        return None
+    if not usage["should_limit"]:
+        return None
+    retry = max(1, int(usage["time_left"]))
+    return json_error(
+        f"rate limit of {rate} requests reached for {who}; retry in {retry} s",
+        429,
+        **{"Retry-After": str(retry)},
+    )
+
+
+def _client_address(group: str, request: HttpRequest) -> str:
+    return str(request.META.get("REMOTE_ADDR") or "unknown")
+
+
+@csrf_exempt  # authenticated by a header, not a cookie: no cross-site request can forge it
+def check(request: HttpRequest) -> JsonResponse:
+    """`/api/check`: GET one URL, POST a batch."""
+    if request.method in ("GET", "HEAD"):
+        return _check_one(request)
+    if request.method == "POST":
+        return _check_batch(request)
+    return json_error(
+        f"method {request.method} not allowed; use GET /api/check?url=... or POST "
+        '{"urls": [...]}',
+        405,
+        Allow=ALLOW,
+    )
+
+
+def _check_one(request: HttpRequest) -> JsonResponse:
+    refused = _rate_limited(
+        request, "urlguard.api.open", _client_address, conf.API_OPEN_RATE, "this address"
+    )
+    if refused is not None:
+        return refused
+    url = request.GET.get("url", "")
+    if not url.strip():
+        return json_error(
+            "missing query parameter 'url', e.g. /api/check?url=https://example.com/", 400
+        )
+    try:
+        verdict = get_guard().check(url)
+    except InvalidURL as exc:
+        return json_error(str(exc), 400)
+    except Exception:
+        return _unavailable(f"/api/check of {url!r}")
+    return _answer(verdict_json(verdict), verdict.degraded)
+
+
+def _urls_of(request: HttpRequest) -> list[Any] | JsonResponse:
+    """The "urls" list of the request body, or the refusal to send instead."""
+    limit = int(conf.API_MAX_BODY_BYTES)
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return json_error("the Content-Length header is not a number", 400)
+    too_big = json_error(f"the request body is larger than {limit} bytes", 413)
+    if declared > limit:
+        return too_big
+    body = request.read(limit + 1)  # bounded even without a Content-Length
+    if len(body) > limit:
+        return too_big
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return json_error(f'the body is not JSON ({exc}); send {{"urls": [...]}}', 400)
+    urls = data.get("urls") if isinstance(data, dict) else None
+    if not isinstance(urls, list):
+        return json_error('the body must be a JSON object {"urls": [...]} with a list', 400)
+    most = int(conf.API_MAX_URLS)
+    if len(urls) > most:
+        return json_error(f"{len(urls)} URLs in one request; at most {most} are allowed", 413)
+    return urls
+
+
+def _check_batch(request: HttpRequest) -> JsonResponse:
+    header = request.headers.get("Authorization", "")
+    try:
+        key = apikeys.authenticate(header)
+    except DatabaseError:
+        return _unavailable("looking up an API key")
+    if key is None:
+        why = "unknown or revoked API key" if apikeys.bearer(header) else "an API key is required"
+        return json_error(
+            f"{why}: send 'Authorization: Bearer <key>' (manage.py create_api_key NAME)",
+            401,
+            **{"WWW-Authenticate": 'Bearer realm="urlguard"'},
+        )
+    refused = _rate_limited(
+        request, "urlguard.api.key", lambda g, r: str(key.pk), conf.API_KEY_RATE, "this API key"
+    )
+    if refused is not None:
+        return refused
+    urls = _urls_of(request)
+    if isinstance(urls, JsonResponse):
+        return urls
+    # A non-string entry gets its error in its slot like any unusable URL.
+    strings = [u if isinstance(u, str) else "" for u in urls]
+    try:
+        verdicts = get_guard().check_many(strings)
+    except Exception:
+        return _unavailable(f"a batch check of {len(urls)} URLs for key {key.name!r}")
+    results = []
+    for given, verdict in zip(urls, verdicts, strict=True):
+        if not isinstance(given, str):
+            results.append({"url": given, "error": "not a string"})
+        else:
+            results.append(verdict_json(verdict))
+    return _answer({"results": results}, any(v.degraded for v in verdicts))

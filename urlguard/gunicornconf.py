@@ -1,0 +1,74 @@
+"""gunicorn server hooks for urlguard's Prometheus metrics (multiprocess mode):
+
+    gunicorn -c python:urlguard.gunicornconf urlguard.wsgi -w 4
+
+- `on_starting` (the master, before any worker): removes the metric files of
+  processes that no longer run, so a restarted server does not add a dead worker's
+  counts to a new one that happens to get its pid, and the directory does not grow
+  with every restart. Files of live processes (a Celery worker on this node writes
+  its rebuild and change counts to the same directory) are kept.
+- `child_exit` (the master, after a worker exited): marks it dead for the live*
+  gauge modes (prometheus_client's mark_process_dead).
+
+Another config file can take these over: `from urlguard.gunicornconf import
+on_starting, child_exit`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from typing import Any
+
+__all__ = ["child_exit", "clear_dead_processes", "on_starting"]
+
+_PID = re.compile(r"_(\d+)\.db$")
+
+
+def _metrics_dir() -> str:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+    # Settings only, no app registry: the master must not open database connections
+    # its workers would inherit.
+    from urlguard.metrics import multiprocess_dir
+
+    return multiprocess_dir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def clear_dead_processes(directory: str) -> list[str]:
+    """Remove the metric files in `directory` whose process is gone; returns them."""
+    removed = []
+    for path in glob.glob(os.path.join(directory, "*.db")):
+        match = _PID.search(path)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def on_starting(server: Any) -> None:
+    directory = _metrics_dir()
+    removed = clear_dead_processes(directory)
+    server.log.info(
+        "urlguard metrics in %s (%d file(s) of dead processes removed)", directory, len(removed)
+    )
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid, _metrics_dir())

@@ -1,0 +1,442 @@
+"""Prometheus metrics of this node, served at `GET /metrics` (access-limited).
+
+prometheus_client runs in multiprocess mode: every process (gunicorn workers, the
+Celery worker, a management command) writes its counters to its own memory-mapped
+files in one directory per node (METRICS_DIR, default <VAR_DIR>/metrics; the
+environment's PROMETHEUS_MULTIPROC_DIR wins), and a scrape sums them. Figures of the
+filter file itself are read from this node's file when scraped, not counted.
+
+gunicorn: `-c python:urlguard.gunicornconf` clears the files of dead processes at
+start and marks an exited worker dead (see that module).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import hmac
+import ipaddress
+import logging
+import os
+import re
+import threading
+import time
+from bisect import bisect_left
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from urlguard.conf import conf
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "changes_applied",
+    "continued",
+    "counted_checks",
+    "metrics_view",
+    "multiprocess_dir",
+    "rebuilt",
+    "timed_check",
+    "warned",
+]
+
+
+def multiprocess_dir() -> str:
+    """This node's directory of metric files (created if missing)."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or conf.METRICS_DIR
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+VERDICTS = ("clean", "blocked", "false_positive", "degraded", "invalid")
+# Check times from a filter-only answer (~10 µs) to one waiting on the database.
+CHECK_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.1, 1.0)
+
+
+class _Metrics:
+    """The metric objects of this process. Made on first use, not at import: a value
+    opens its process's file in the directory the environment names at that moment,
+    and Django imports this module before a test run (or a deployment) names it."""
+
+    def __init__(self) -> None:
+        try:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiprocess_dir()
+        except OSError as exc:
+            logger.error("metrics: no directory for metric files (%s); counting per process", exc)
+        from prometheus_client import Counter, Histogram, values
+
+        # prometheus_client picks its value class from the environment when first
+        # imported: pick again in case something imported it before the line above.
+        values.ValueClass = values.get_value_class()
+        self.checks = Counter(
+            "urlguard_checks_total",
+            "URLs checked by the guard (redirects, the API, rescans), by verdict",
+            ["verdict"],
+        )
+        # Children resolved once: a labelled lookup per check costs more than the count.
+        self.by_verdict = {verdict: self.checks.labels(verdict=verdict) for verdict in VERDICTS}
+        self.check_seconds = Histogram(
+            "urlguard_check_seconds",
+            "Time of one Guard.check: canonicalization, filter probe, a confirming query on a hit",
+            buckets=CHECK_BUCKETS,
+        )
+        self.warnings = Counter(
+            "urlguard_warnings_total",
+            "Warning pages shown instead of a redirect, by rule category (or why unchecked)",
+            ["category"],
+        )
+        self.continues = Counter(
+            "urlguard_continue_total", "Warned redirects followed through 'continue anyway'"
+        )
+        self.changes_applied = Counter(
+            "urlguard_changes_applied_total", "Change-log rows applied to this node's filter file"
+        )
+        self.rebuilds = Counter(
+            "urlguard_rebuilds_total",
+            "Rebuilds of this node's filter file from the spam table, by reason",
+            ["reason"],
+        )
+
+
+_metrics: _Metrics | None = None
+_lock = threading.Lock()
+
+
+def _made() -> _Metrics:
+    global _metrics
+    with _lock:
+        if _metrics is None:
+            _metrics = _Metrics()
+        return _metrics
+
+
+#: How often the checks counted in memory reach the metric files.
+FLUSH_SECONDS = 1.0
+
+
+class CheckTally:
+    """The checks of this process, counted in memory and added to the metric files by
+    a daemon thread every FLUSH_SECONDS (and at exit). Each increment of a
+    multiprocess value takes a lock and writes a memory-mapped file (~2 µs), and a
+    check would pay for three: a fifth of a whole Guard.check. In memory it is a
+    list increment under a lock; a scrape sees a check within FLUSH_SECONDS, and a
+    process killed with SIGKILL loses at most that much."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts = [0] * len(VERDICTS)
+        self.buckets = [0] * (len(CHECK_BUCKETS) + 1)  # the last one is +Inf
+        self.seconds = 0.0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def add(self, verdict: int, seconds: float) -> None:
+        with self.lock:
+            self.counts[verdict] += 1
+            # bisect_left: the first bound >= seconds, i.e. Prometheus' "le".
+            self.buckets[bisect_left(CHECK_BUCKETS, seconds)] += 1
+            self.seconds += seconds
+        if self._thread is None:
+            self._start()
+
+    def add_untimed(self, verdict: int, n: int) -> None:
+        with self.lock:
+            self.counts[verdict] += n
+        if self._thread is None:
+            self._start()
+
+    def flush(self) -> None:
+        """Add what was counted since the last flush to the metric files."""
+        with self.lock:
+            counts, self.counts = self.counts, [0] * len(VERDICTS)
+            buckets, self.buckets = self.buckets, [0] * (len(CHECK_BUCKETS) + 1)
+            seconds, self.seconds = self.seconds, 0.0
+        if not any(counts):
+            return
+        m = _metrics or _made()
+        for label, n in zip(VERDICTS, counts, strict=True):
+            if n:
+                m.by_verdict[label].inc(n)
+        # Histogram.observe() one by one is what this avoids; these are its own values
+        # (prometheus_client pinned; tests/service/test_metrics.py reads them back).
+        for value, n in zip(m.check_seconds._buckets, buckets, strict=True):
+            if n:
+                value.inc(n)
+        m.check_seconds._sum.inc(seconds)
+
+    def _start(self) -> None:
+        _metrics or _made()  # this process's metric files exist from its first check on
+        with _lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="urlguard-metrics", daemon=True)
+            self._thread.start()
+            atexit.register(self.flush)
+
+    def _run(self) -> None:
+        while not self._stop.wait(FLUSH_SECONDS):
+            try:
+                self.flush()
+            except Exception:
+                logger.exception("metrics: writing the check counts failed")
+
+
+_tally = CheckTally()
+
+
+def _after_fork() -> None:
+    # The parent flushes what it counted; the child starts empty, with its own thread.
+    global _tally
+    _tally = CheckTally()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def flush() -> None:
+    """Write the checks counted in memory now (tests; a process about to exit)."""
+    _tally.flush()
+
+
+def verdict_label(verdict: Any) -> str:
+    """The `verdict` label of a guard.Verdict."""
+    if verdict.error:
+        return "invalid"
+    if verdict.degraded:
+        return "degraded"
+    if verdict.blocked:
+        return "blocked"
+    return "false_positive" if verdict.maybe else "clean"
+
+
+def _verdict_index(verdict: Any) -> int:
+    # verdict_label's order of VERDICTS, without the dict lookup on the hot path.
+    if verdict.error:
+        return 4
+    if verdict.degraded:
+        return 3
+    if verdict.blocked:
+        return 1
+    return 2 if verdict.maybe else 0
+
+
+def timed_check(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    """Decorates Guard.check: counts each verdict and its time. A ValueError is the
+    guard's InvalidURL (this module cannot import the guard)."""
+    clock = time.perf_counter
+
+    @functools.wraps(check)
+    def timed(self: Any, url: str) -> Any:
+        started = clock()
+        try:
+            verdict = check(self, url)
+        except ValueError:
+            _tally.add(4, clock() - started)
+            raise
+        _tally.add(_verdict_index(verdict), clock() - started)
+        return verdict
+
+    return timed
+
+
+def counted_checks(
+    check_many: Callable[[Any, Sequence[str]], list[Any]],
+) -> Callable[[Any, Sequence[str]], list[Any]]:
+    """Decorates Guard.check_many: counts its verdicts (its time is no single check's)."""
+
+    @functools.wraps(check_many)
+    def counted(self: Any, urls: Sequence[str]) -> list[Any]:
+        verdicts = check_many(self, urls)
+        for index, n in Tally(_verdict_index(v) for v in verdicts).items():
+            _tally.add_untimed(index, n)
+        return verdicts
+
+    return counted
+
+
+def warned(kind: str, verdict: Any = None) -> None:
+    """A warning page was shown: `kind` as warning_response takes it."""
+    rule = getattr(verdict, "rule", None)
+    (_metrics or _made()).warnings.labels(category=rule.category if rule else kind).inc()
+
+
+def continued() -> None:
+    """A warned redirect was followed ("continue anyway")."""
+    (_metrics or _made()).continues.inc()
+
+
+def changes_applied(n: int) -> None:
+    """This process applied `n` change-log rows to the node's filter file."""
+    (_metrics or _made()).changes_applied.inc(n)
+
+
+# The rebuild reasons of urlguard.sync, as a label of few values.
+_REBUILD_KINDS = (
+    ("verify", re.compile(r"(full verify|spot check) found")),
+    ("missing", re.compile(r"is missing")),
+    ("dirty", re.compile(r"dirty")),
+    ("unreadable", re.compile(r"unreadable")),
+    ("settings", re.compile(r"was built with")),
+    ("ahead", re.compile(r"applied_seq \d+ but the change log ends")),
+    ("disagrees", re.compile(r"disagrees with the log")),
+    ("compact", re.compile(r"^compacting")),
+    ("requested", re.compile(r"requested|^rebuild ")),
+)
+
+
+def rebuild_kind(reason: str) -> str:
+    for kind, pattern in _REBUILD_KINDS:
+        if pattern.search(reason):
+            return kind
+    return "other"
+
+
+def rebuilt(reason: str) -> None:
+    """This process rebuilt the node's filter file, for `reason` (sync's words)."""
+    (_metrics or _made()).rebuilds.labels(reason=rebuild_kind(reason)).inc()
+
+
+class FilterCollector:
+    """This node's filter file as it is when scraped (any process maps the same file)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from urlguard import registry
+        from urlguard.models import ChangeEvent, NodeStatus
+
+        figures: dict[str, tuple[str, float]] = {}
+        filt = registry.get_filter(conf.FILTER_PATH)
+        try:
+            if filt is not None:
+                figures.update(
+                    applied_seq=("Newest change-log seq applied to the file", filt.applied_seq),
+                    rules=("Rules in this node's filter file", filt.count),
+                    stages=("Stages in this node's filter file", filt.stage_count),
+                )
+        except Exception:
+            logger.warning("metrics: reading filter %s failed", conf.FILTER_PATH, exc_info=True)
+            figures.clear()
+        readable = ("1 if this node's filter file is readable, else 0", float(bool(figures)))
+        figures["readable"] = readable
+        if "applied_seq" in figures:
+            try:
+                head = ChangeEvent.objects.head()
+                info = (
+                    NodeStatus.objects.filter(node=conf.NODE_NAME)
+                    .values_list("info", flat=True)
+                    .first()
+                )
+            except Exception:
+                logger.warning("metrics: the database did not answer", exc_info=True)
+            else:
+                figures["lag_changes"] = (
+                    "Change-log rows this node's filter file has not applied yet",
+                    max(0, head - figures["applied_seq"][1]),
+                )
+                fpr = (info or {}).get("estimated_fpr")
+                if isinstance(fpr, (int, float)):
+                    figures["estimated_fpr"] = (
+                        "False-positive rate of the file, measured at its last full status report",
+                        fpr,
+                    )
+        for name, (doc, value) in figures.items():
+            yield GaugeMetricFamily(f"urlguard_filter_{name}", doc, value=float(value))
+
+
+class FeedCollector:
+    """The subscribed feeds' last refresh, from their Source rows when scraped (one
+    query; the rows are shared by every node, so any node reports the same)."""
+
+    FIELDS = (
+        "name",
+        "enabled",
+        "last_status",
+        "last_refresh_at",
+        "last_success_at",
+        "failures",
+        "last_entries",
+        "last_duration",
+        "held_at",
+    )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from urlguard.models import Source
+
+        try:
+            feeds = list(Source.objects.filter(kind=Source.Kind.FEED).values(*self.FIELDS))
+        except Exception:
+            logger.warning("metrics: the feeds could not be read", exc_info=True)
+            return
+
+        def family(name: str, doc: str, labels: tuple[str, ...] = ("feed",)) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"urlguard_feed_{name}", doc, labels=list(labels))
+
+        success = family("last_success_timestamp_seconds", "End of the feed's last good refresh")
+        refresh = family("last_refresh_timestamp_seconds", "End of the feed's last refresh")
+        failures = family("failures", "Refreshes of the feed failed in a row")
+        entries = family("entries", "Entries the feed listed at its last refresh")
+        duration = family("last_refresh_seconds", "How long the feed's last refresh took")
+        status = family(
+            "status", "1 for the outcome of the feed's last refresh", ("feed", "status")
+        )
+        held = family("held", "1 while a suspiciously shrunken refresh waits to be accepted")
+        enabled = family("enabled", "1 if the feed is refreshed")
+        for feed in feeds:
+            name = [feed["name"]]
+            for metric, value in (
+                (success, feed["last_success_at"]),
+                (refresh, feed["last_refresh_at"]),
+            ):
+                if value is not None:
+                    metric.add_metric(name, value.timestamp())
+            failures.add_metric(name, feed["failures"])
+            if feed["last_entries"] is not None:
+                entries.add_metric(name, feed["last_entries"])
+            if feed["last_duration"] is not None:
+                duration.add_metric(name, feed["last_duration"])
+            status.add_metric([feed["name"], feed["last_status"]], 1)
+            held.add_metric(name, float(feed["held_at"] is not None))
+            enabled.add_metric(name, float(feed["enabled"]))
+        yield from (success, refresh, failures, entries, duration, status, held, enabled)
+
+
+def _allowed(request: HttpRequest) -> bool:
+    token = str(conf.METRICS_TOKEN or "")
+    if token:
+        given = request.headers.get("Authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return True
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(address in network for network in conf.METRICS_ALLOWED_NETWORKS)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """`GET /metrics`: the Prometheus text format, for allowed addresses or the token."""
+    if not _allowed(request):
+        response: HttpResponse = JsonResponse(
+            {"error": "metrics are not served to this address (METRICS_ALLOWED_NETWORKS)"},
+            status=403,
+        )
+    else:
+        _metrics or _made()  # the environment names the directory from here on
+        flush()  # this process's own checks, up to now
+        registry = CollectorRegistry()
+        multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ
+        if multiprocess:
+            MultiProcessCollector(registry)
+        registry.register(FilterCollector())  # type: ignore[arg-type]
+        registry.register(FeedCollector())  # type: ignore[arg-type]
+        body = generate_latest(registry)
+        if not multiprocess:
+            body = generate_latest(REGISTRY) + body
+        response = HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+    response["Cache-Control"] = "no-store"
+    return response
