@@ -97,6 +97,16 @@ class _Metrics:
         self.changes_applied = Counter(
             "urlguard_changes_applied_total", "Change-log rows applied to this node's filter file"
         )
+        self.stats_written = Counter(
+            "urlguard_stats_written_total",
+            "Statistics (clicks, ...) written by this node's flushes, by kind",
+            ["kind"],
+        )
+        self.stats_failures = Counter(
+            "urlguard_stats_flush_failures_total",
+            "Flushes of statistics the database refused (kept and retried), by kind",
+            ["kind"],
+        )
         self.rebuilds = Counter(
             "urlguard_rebuilds_total",
             "Rebuilds of this node's filter file from the spam table, by reason",
@@ -271,6 +281,16 @@ def continued() -> None:
     (_metrics or _made()).continues.inc()
 
 
+def stats_written(kind: str, n: int) -> None:
+    """A flush of urlguard.stats wrote `n` entries of `kind`."""
+    (_metrics or _made()).stats_written.labels(kind=kind).inc(n)
+
+
+def stats_failed(kind: str) -> None:
+    """A flush of urlguard.stats could not write `kind` (kept for the next one)."""
+    (_metrics or _made()).stats_failures.labels(kind=kind).inc()
+
+
 def changes_applied(n: int) -> None:
     """This process applied `n` change-log rows to the node's filter file."""
     (_metrics or _made()).changes_applied.inc(n)
@@ -405,6 +425,28 @@ class FeedCollector:
         yield from (success, refresh, failures, entries, duration, status, held, enabled)
 
 
+class StatsLossCollector:
+    """Statistics dropped because a buffer was full, per kind and node, from the
+    StatsLoss rows when scraped (every node's, like the admin shows them)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from urlguard.models import StatsLoss
+
+        try:
+            rows = list(StatsLoss.objects.values_list("kind", "node", "lost"))
+        except Exception:
+            logger.warning("metrics: the statistics losses could not be read", exc_info=True)
+            return
+        lost = GaugeMetricFamily(
+            "urlguard_stats_lost",
+            "Statistics a node dropped because its buffer was full, by kind and node",
+            labels=["kind", "node"],
+        )
+        for kind, node, n in rows:
+            lost.add_metric([kind, node], n)
+        yield lost
+
+
 def _allowed(request: HttpRequest) -> bool:
     token = str(conf.METRICS_TOKEN or "")
     if token:
@@ -434,6 +476,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             MultiProcessCollector(registry)
         registry.register(FilterCollector())  # type: ignore[arg-type]
         registry.register(FeedCollector())  # type: ignore[arg-type]
+        registry.register(StatsLossCollector())  # type: ignore[arg-type]
         body = generate_latest(registry)
         if not multiprocess:
             body = generate_latest(REGISTRY) + body

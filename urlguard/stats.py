@@ -55,6 +55,7 @@ from django.db import (
     transaction,
 )
 
+from urlguard import metrics
 from urlguard.conf import conf
 
 __all__ = [
@@ -398,6 +399,7 @@ def flush() -> dict[str, int]:
             try:
                 with transaction.atomic(using=kind.using()):
                     kind.write(taken)
+                metrics.stats_written(kind.name, kind.count(taken))
             except (IntegrityError, DataError):
                 n = kind.count(taken)
                 log.exception(
@@ -406,6 +408,7 @@ def flush() -> dict[str, int]:
                 with _lock:
                     _drop(kind, n)
             except DatabaseError as exc:
+                metrics.stats_failed(kind.name)
                 log.warning(
                     "statistics %r: flush failed (%s); keeping %d for the next try",
                     kind.name,

@@ -11,6 +11,7 @@ import sys
 from urllib.parse import urlsplit
 
 import pytest
+from django.db import OperationalError
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.service.webfakes import SetFilter
@@ -256,3 +257,31 @@ def test_feed_figures(client, db):
     assert not [
         k for k in samples if k[0].startswith("urlguard_feed") and ("feed", "admin") in k[1]
     ]
+
+
+def test_statistics_flushes_and_losses(client, db, monkeypatch):
+    from urlguard import stats
+    from urlguard.models import Click, StatsLoss
+
+    link = ShortLink.objects.create(slug="s", destination="https://example.com/")
+    rows = stats.rows("test.metrics", Click)
+    before = scrape(client)
+    for i in range(3):
+        rows.append(Click(link_id=link.pk, visitor=f"v{i}"))
+    stats.flush()
+
+    def refuse(items):
+        raise OperationalError("the database is gone")
+
+    monkeypatch.setattr(rows, "write", refuse)
+    rows.append(Click(link_id=link.pk, visitor="late"))
+    stats.flush()
+    StatsLoss.objects.create(kind="clicks", node="web-9", lost=42)
+    after = scrape(client)
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("urlguard_stats_written_total", kind="test.metrics") == 3
+    assert delta("urlguard_stats_flush_failures_total", kind="test.metrics") == 1
+    assert value(after, "urlguard_stats_lost", kind="clicks", node="web-9") == 42
