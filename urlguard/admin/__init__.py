@@ -4,7 +4,14 @@ and the read-only change log. Every rule write goes through urlguard.changes."""
 
 from django.contrib import admin
 
-from urlguard.admin import apikeys, changelog, jobs, links, rules  # noqa: F401  (registers)
+from urlguard.admin import (  # noqa: F401  (registers)
+    apikeys,
+    changelog,
+    jobs,
+    links,
+    rules,
+    sources,
+)
 
 # The product's name where Django would say "Django administration".
 admin.site.site_header = "URL guard administration"

@@ -16,6 +16,7 @@ from django.urls import reverse
 from urlguard import registry, sync, tasks
 from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
 from urlguard.admin.pages import http_methods, render_tool
+from urlguard.admin.sources import feed_health_rows
 from urlguard.conf import conf
 from urlguard.models import NodeStatus, SpamRule
 
@@ -120,6 +121,7 @@ def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
         can_rebuild=request.user.has_perm("urlguard.rebuild_filter"),
         can_sync=can_sync(model_admin, request),
         status_url=reverse("admin:urlguard_spamrule_dashboard_status"),
+        feeds=feed_health_rows(),
     )
 
 

@@ -16,7 +16,9 @@ from urlguard import changes, nudge
 from urlguard.admin import checkurl, dashboard, imports
 from urlguard.admin.pages import http_methods, render_tool, tool_urls
 from urlguard.admin.preview import rule_preview
+from urlguard.admin.sources import ListedByFilter, listed_by
 from urlguard.canonical import expressions
+from urlguard.feeds import allowlist
 from urlguard.forms import SpamRuleAddForm, SpamRuleChangeForm, proposed_expression
 from urlguard.models import SpamRule
 from urlguard.rules import RuleError, rule_level
@@ -26,7 +28,7 @@ from urlguard.templatetags.urlguard_format import micros_date
 @admin.register(SpamRule)
 class SpamRuleAdmin(admin.ModelAdmin):
     list_display = ("expression", "level", "category", "added", "added_by", "source")
-    list_filter = ("category", "source", "created")
+    list_filter = ("category", ListedByFilter, "source", "created")
     search_fields = ("expression",)
     search_help_text = (
         "Part of an expression (example.com), or a whole URL to find the rules that block it."
@@ -39,6 +41,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
         "level",
         "added_at_text",
         "source",
+        "listed_by",
         "added_by",
         "created",
         "updated",
@@ -50,6 +53,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
         "note",
         "added_at_text",
         "source",
+        "listed_by",
         "added_by",
         "created",
         "updated",
@@ -64,6 +68,10 @@ class SpamRuleAdmin(admin.ModelAdmin):
     def added_at_text(self, obj: SpamRule) -> str:
         # added_at is the rule's filter id in microseconds: shown as the time it is.
         return f"{micros_date(obj.added_at)} (id {obj.added_at})"
+
+    @admin.display(description="listed by")
+    def listed_by(self, obj: SpamRule) -> str:
+        return listed_by(obj)
 
     @admin.display(description="level")
     def level(self, obj: SpamRule) -> str:
@@ -148,6 +156,10 @@ class SpamRuleAdmin(admin.ModelAdmin):
                         ),
                         messages.SUCCESS,
                     )
+                    objection = allowlist.warning(rule.expression)
+                    if objection:
+                        # Feeds are refused such rules; a person is trusted, but told.
+                        self.message_user(request, objection, messages.WARNING)
                     if "_addanother" in request.POST:
                         return HttpResponseRedirect(request.path)
                     # Like the admin's own add view: back to the list if it may be seen.

@@ -1,0 +1,450 @@
+"""Sources admin: feeds, allowlists and the manual sources with their health at a
+glance, add/edit/disable, "refresh now" as an AdminJob with progress, accepting a
+held shrink, each source's refresh history and allowlisted hosts; plus what the
+rules admin and the dashboard show of sources (a rule's sources, the rules-list
+filter by source, the dashboard's feed health panel)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
+from urlguard.feeds.formats import NAMES
+from urlguard.feeds.health import HEALTH_LABELS, health
+from urlguard.models import AdminJob, AllowedHost, FeedRefresh, Source
+from urlguard.rules import RuleError, normalize_rule
+
+HISTORY_SHOWN = 20
+
+
+def age(when) -> str:  # type: ignore[no-untyped-def]
+    if when is None:
+        return "never"
+    seconds = (timezone.now() - when).total_seconds()
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h ago"
+    return f"{seconds / 86400:.0f} d ago"
+
+
+def health_badge(source: Source) -> str:
+    state = health(source)
+    title = source.last_error[:300] if state in ("failing", "stale") else ""
+    return format_html(
+        '<span class="feed-health feed-{}" title="{}">{}</span>', state, title, HEALTH_LABELS[state]
+    )
+
+
+class SourceForm(forms.ModelForm):
+    class Meta:
+        model = Source
+        fields = (
+            "name",
+            "kind",
+            "url",
+            "format",
+            "category",
+            "interval",
+            "enabled",
+            "is_allowlist",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        kind, url = data.get("kind"), (data.get("url") or "").strip()
+        if kind == Source.Kind.FEED:
+            if not url.lower().startswith(("http://", "https://", "file:///")):
+                self.add_error("url", "A feed needs an http://, https:// or file:///path URL.")
+        elif url:
+            self.add_error("url", "A manual source has no URL (its rules are added by hand).")
+        if data.get("format") not in ("auto", *NAMES):
+            self.add_error("format", "Unknown format.")
+        interval = data.get("interval")
+        if interval is not None and interval < 60:
+            self.add_error("interval", "At least 60 seconds.")
+        return data
+
+
+class AllowedHostForm(forms.ModelForm):
+    class Meta:
+        model = AllowedHost
+        fields = ("host", "note")
+
+    def clean_host(self) -> str:
+        text = self.cleaned_data["host"]
+        try:
+            expression = normalize_rule(text)
+        except RuleError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        host, _, path = expression.partition("/")
+        if path:
+            raise forms.ValidationError(
+                "An allowlist names hosts (example.com), not paths or pages."
+            )
+        return host
+
+
+class AllowedHostInline(admin.TabularInline):
+    model = AllowedHost
+    form = AllowedHostForm
+    extra = 1
+    fields = ("host", "note", "created")
+    readonly_fields = ("created",)
+    verbose_name = "allowlisted host"
+
+
+@admin.register(Source)
+class SourceAdmin(admin.ModelAdmin):
+    form = SourceForm
+    change_form_template = "admin/urlguard/source/change_form.html"
+    list_display = (
+        "name",
+        "kind",
+        "health",
+        "last_refresh",
+        "entries",
+        "rules",
+        "last_change",
+        "held",
+        "enabled",
+    )
+    list_filter = ("kind", "enabled", "is_allowlist", "last_status")
+    search_fields = ("name", "url")
+    actions = ["refresh_now", "accept_held_shrink", "disable", "enable"]
+    readonly_fields = (
+        "health",
+        "last_refresh",
+        "last_status",
+        "last_http_status",
+        "last_bytes",
+        "last_entries",
+        "last_added",
+        "last_removed",
+        "last_unchanged",
+        "last_refused",
+        "last_duration",
+        "failures",
+        "last_error",
+        "etag",
+        "last_modified",
+        "held",
+        "history",
+    )
+    fieldsets = (
+        (None, {"fields": ("name", "kind", "url", "format", "category", "interval")}),
+        (None, {"fields": ("enabled", "is_allowlist")}),
+        (
+            "Last refresh",
+            {
+                "fields": (
+                    "health",
+                    "last_refresh",
+                    "last_status",
+                    "last_http_status",
+                    "last_bytes",
+                    "last_entries",
+                    "last_added",
+                    "last_removed",
+                    "last_unchanged",
+                    "last_refused",
+                    "last_duration",
+                    "failures",
+                    "last_error",
+                    "etag",
+                    "last_modified",
+                    "held",
+                )
+            },
+        ),
+        ("Refresh history", {"fields": ("history",)}),
+    )
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(rules_listed=Count("listings"))
+
+    def get_inlines(self, request, obj=None):
+        return [AllowedHostInline] if obj is not None and obj.is_allowlist else []
+
+    def get_fieldsets(self, request, obj=None):
+        # The add form asks only what a new source needs.
+        return self.fieldsets[:2] if obj is None else self.fieldsets
+
+    @admin.display(description="health")
+    def health(self, obj: Source) -> str:
+        return health_badge(obj)
+
+    @admin.display(description="last refresh", ordering="last_refresh_at")
+    def last_refresh(self, obj: Source) -> str:
+        return age(obj.last_refresh_at)
+
+    @admin.display(description="entries", ordering="last_entries")
+    def entries(self, obj: Source) -> str:
+        return "" if obj.last_entries is None else f"{obj.last_entries:,}"
+
+    @admin.display(description="rules listed", ordering="rules_listed")
+    def rules(self, obj: Source):  # type: ignore[no-untyped-def]
+        count = getattr(obj, "rules_listed", None)
+        if count is None:
+            count = obj.listings.count()
+        if obj.is_allowlist:
+            return f"{obj.allowed_hosts.count():,} hosts"
+        url = reverse("admin:urlguard_spamrule_changelist") + f"?listed_by={obj.pk}"
+        return format_html('<a href="{}">{}</a>', url, f"{count:,}")
+
+    @admin.display(description="last change")
+    def last_change(self, obj: Source) -> str:
+        if obj.last_added is None:
+            return ""
+        text = f"+{obj.last_added:,} −{obj.last_removed or 0:,}"
+        return f"{text}, {obj.last_refused:,} refused" if obj.last_refused else text
+
+    @admin.display(description="held shrink")
+    def held(self, obj: Source) -> str:
+        if obj.held_at is None:
+            return ""
+        return format_html(
+            '<strong class="feed-held" title="held {}; leaves {} entries">would remove {}</strong>',
+            age(obj.held_at),
+            f"{obj.held_entries or 0:,}",
+            f"{obj.held_removed or 0:,}",
+        )
+
+    @admin.display(description="recent refreshes")
+    def history(self, obj: Source) -> str:
+        rows = list(obj.refreshes.all()[:HISTORY_SHOWN])
+        if not rows:
+            return "none yet"
+        body = format_html_join(
+            "",
+            "<tr class='refresh-{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    r.status,
+                    timezone.localtime(r.at).strftime("%Y-%m-%d %H:%M:%S"),
+                    r.get_status_display(),
+                    f"{r.entries:,}",
+                    f"+{r.added:,}",
+                    f"-{r.removed:,}",
+                    f"{r.refused:,}",
+                    f"+{r.rules_added:,} / -{r.rules_removed:,}",
+                    f"{r.duration:.2f} s",
+                    _why(r),
+                )
+                for r in rows
+            ),
+        )
+        return format_html(
+            "<table class='feed-history'><thead><tr><th>When</th><th>Status</th><th>Entries"
+            "</th><th>Added</th><th>Removed</th><th>Refused</th><th>Rules written</th>"
+            "<th>Took</th><th>Why / refused samples</th></tr></thead><tbody>{}</tbody></table>",
+            body,
+        )
+
+    # --- actions ----------------------------------------------------------------------
+    @admin.action(description="Refresh selected feeds now", permissions=["change"])
+    def refresh_now(self, request, queryset):
+        feeds = [s for s in queryset if s.is_feed]
+        jobs = [start_refresh(s, user=request.user) for s in feeds]
+        if len(jobs) == 1:
+            return HttpResponseRedirect(
+                reverse("admin:urlguard_source_refresh_job", args=[feeds[0].pk, jobs[0].pk])
+            )
+        self.message_user(request, f"Refreshing {counted(len(jobs), 'feed')}.", messages.INFO)
+        return None
+
+    @admin.action(description="Accept the held shrink of selected feeds", permissions=["change"])
+    def accept_held_shrink(self, request, queryset):
+        held = [s for s in queryset if s.held_at is not None]
+        if not held:
+            self.message_user(request, "None of them has a held shrink.", messages.WARNING)
+            return None
+        jobs = [start_refresh(s, user=request.user, accept_shrink=True) for s in held]
+        if len(jobs) == 1:
+            return HttpResponseRedirect(
+                reverse("admin:urlguard_source_refresh_job", args=[held[0].pk, jobs[0].pk])
+            )
+        self.message_user(request, f"Applying {counted(len(jobs), 'held shrink')}.")
+        return None
+
+    @admin.action(description="Disable selected sources", permissions=["change"])
+    def disable(self, request, queryset):
+        n = queryset.update(enabled=False)
+        self.message_user(request, f"Disabled {counted(n, 'source')}; their rules stay listed.")
+
+    @admin.action(description="Enable selected sources", permissions=["change"])
+    def enable(self, request, queryset):
+        n = queryset.update(enabled=True)
+        self.message_user(request, f"Enabled {counted(n, 'source')}.")
+
+    # --- refresh now with progress ----------------------------------------------------
+    def get_urls(self):
+        return (
+            tool_urls(
+                self,
+                [
+                    ("<int:source_id>/refresh/", refresh_view, "refresh"),
+                    ("<int:source_id>/refresh/<int:job_id>/", refresh_job_view, "refresh_job"),
+                    ("refresh-status/<int:job_id>/", refresh_status_view, "refresh_status"),
+                ],
+            )
+            + super().get_urls()
+        )
+
+
+def _why(refresh: FeedRefresh) -> str:
+    if refresh.error:
+        return refresh.error[:300]
+    samples = "; ".join(f"line {n}: {reason[:120]}" for n, _, reason in refresh.refusals[:3])
+    return samples
+
+
+def start_refresh(source: Source, *, user: Any, accept_shrink: bool = False) -> AdminJob:
+    """Queue a refresh of `source` as an AdminJob (in-process on the embedded default,
+    where it has run by the time the request ends)."""
+    from urlguard.feeds.tasks import refresh_feed
+
+    job = AdminJob.objects.create(
+        kind=AdminJob.Kind.REFRESH,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+        params={"source": source.pk, "name": source.name, "accept_shrink": accept_shrink},
+        message="Waiting for a worker.",
+    )
+    transaction.on_commit(
+        lambda: refresh_feed.delay(source.pk, accept_shrink=accept_shrink, job_id=job.pk)
+    )
+    return job
+
+
+def _source(source_id: int) -> Source:
+    source = Source.objects.filter(pk=source_id).first()
+    if source is None:
+        raise Http404(f"There is no source #{source_id}.")
+    return source
+
+
+@http_methods("POST")
+def refresh_view(model_admin: SourceAdmin, request: HttpRequest, source_id: int) -> HttpResponse:
+    source = _source(source_id)
+    if not model_admin.has_change_permission(request, source):
+        raise PermissionDenied
+    if not source.is_feed:
+        messages.error(request, f"{source.name} is a manual source: there is nothing to fetch.")
+        return HttpResponseRedirect(reverse("admin:urlguard_source_change", args=[source.pk]))
+    job = start_refresh(source, user=request.user, accept_shrink="accept_shrink" in request.POST)
+    return HttpResponseRedirect(
+        reverse("admin:urlguard_source_refresh_job", args=[source.pk, job.pk])
+    )
+
+
+def _job(source: Source, job_id: int) -> AdminJob:
+    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.REFRESH).first()
+    if job is None or job.params.get("source") != source.pk:
+        raise Http404(f"There is no refresh job #{job_id} of {source.name}.")
+    return job
+
+
+@http_methods("GET")
+def refresh_job_view(
+    model_admin: SourceAdmin, request: HttpRequest, source_id: int, job_id: int
+) -> HttpResponse:
+    source = _source(source_id)
+    if not model_admin.has_view_permission(request, source):
+        raise PermissionDenied
+    job = _job(source, job_id)
+    return render_tool(
+        model_admin,
+        request,
+        "admin/urlguard/source/refresh_job.html",
+        title=f"Refresh of {source.name}",
+        source=source,
+        job=job,
+        health=health_badge(source),
+        status_url=reverse("admin:urlguard_source_refresh_status", args=[job.pk]),
+        can_change=model_admin.has_change_permission(request, source),
+    )
+
+
+@http_methods("GET")
+def refresh_status_view(model_admin: SourceAdmin, request: HttpRequest, job_id: int):  # type: ignore[no-untyped-def]
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.REFRESH).first()
+    if job is None:
+        raise Http404(f"There is no refresh job #{job_id}.")
+    return JsonResponse(
+        {
+            "id": job.pk,
+            "kind": job.kind,
+            "state": job.state,
+            "done": job.done,
+            "total": job.total,
+            "message": job.message,
+            "finished": job.state in (AdminJob.State.DONE, AdminJob.State.FAILED),
+        }
+    )
+
+
+# --- what the rules admin and the dashboard show of sources ---------------------------
+
+
+class ListedByFilter(admin.SimpleListFilter):
+    """The rules list filtered by the source that lists them."""
+
+    title = "listed by"
+    parameter_name = "listed_by"
+
+    def lookups(self, request, model_admin):
+        return [(str(pk), name) for pk, name in Source.objects.values_list("pk", "name")]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value and value.isdigit():
+            return queryset.filter(listings__source_id=int(value))
+        return queryset
+
+
+def listed_by(rule: Any) -> str:
+    """A rule's sources, each linked to its page."""
+    sources = list(Source.objects.filter(listings__rule=rule).order_by("name"))
+    if not sources:
+        return "no source (it stays until removed by hand)"
+    return format_html_join(
+        ", ",
+        '<a href="{}">{}</a> <span class="help">({})</span>',
+        (
+            (reverse("admin:urlguard_source_change", args=[s.pk]), s.name, s.get_kind_display())
+            for s in sources
+        ),
+    )
+
+
+def feed_health_rows() -> list[dict[str, Any]]:
+    """The dashboard's feed panel: every feed with its health and last numbers."""
+    rows = []
+    for source in Source.objects.filter(kind=Source.Kind.FEED).annotate(
+        rules_listed=Count("listings")
+    ):
+        rows.append(
+            {
+                "source": source,
+                "health": health_badge(source),
+                "state": health(source),
+                "age": age(source.last_refresh_at),
+                "url": reverse("admin:urlguard_source_change", args=[source.pk]),
+            }
+        )
+    return rows
