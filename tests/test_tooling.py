@@ -48,7 +48,7 @@ def test_hypothesis_profile_ci_is_deterministic_and_chosen_by_ci(env, expected):
 
 def test_make_test_and_ci_use_the_ci_profile():
     done = subprocess.run(
-        ["make", "-n", "-o", "install", "-o", ".venv/.installed", "test"],
+        ["make", "-n", "--no-print-directory", "-o", "install", "-o", ".venv/.installed", "test"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -73,7 +73,7 @@ def test_make_test_installs_no_benchmark_peers():
 
 def _make_n(*targets: str) -> list[str]:
     done = subprocess.run(
-        ["make", "-n", "-o", "install", "-o", ".venv/.installed", *targets],
+        ["make", "-n", "--no-print-directory", "-o", "install", "-o", ".venv/.installed", *targets],
         cwd=ROOT,
         capture_output=True,
         text=True,
