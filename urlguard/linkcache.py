@@ -5,8 +5,9 @@ Each process keeps the links it served (slug -> destination, disabled) for
 LINK_CACHE_TTL seconds. Every change to what a redirect reads (destination,
 disabled, slug, a deletion) bumps ShortLinkGeneration in the same transaction
 (urlguard.models); a thread per process reads that one row every LINK_CACHE_POLL
-seconds and drops every cached link when it moved, so an edit reaches every
-process of every node within a second, from the source of truth, with no broker.
+seconds and, when it moved, reads its cached links again (a few IN queries, off
+the request path), so an edit reaches every process of every node within a
+second, from the source of truth, with no broker.
 
 Why per process and not Redis: a hit here is a dictionary lookup (~0.3 µs), a
 Redis GET a loopback round trip (~60 µs, bench/redirect.py prints both), and
@@ -63,6 +64,16 @@ _background = True
 _poll_failing = False
 
 
+_FIELDS = ("pk", "slug", "destination", "disabled", "disabled_reason")
+#: Slugs per IN (...) list when the cache is read again: under SQLite's parameter limit.
+_REFRESH_BATCH = 500
+
+
+def _read(slug: str) -> CachedLink | None:
+    row = ShortLink.objects.filter(slug=slug).values_list(*_FIELDS).first()
+    return None if row is None else CachedLink(*row)
+
+
 def get(slug: str) -> CachedLink | None:
     """The link named `slug`, or None when there is none; LinkUnavailable when it
     is not cached and the database cannot be read."""
@@ -73,11 +84,7 @@ def get(slug: str) -> CachedLink | None:
     if entry is not None and entry[1] == generation and _clock() < entry[0]:
         return entry[2]
     try:
-        row = (
-            ShortLink.objects.filter(slug=slug)
-            .values_list("pk", "slug", "destination", "disabled", "disabled_reason")
-            .first()
-        )
+        link = _read(slug)
     except DatabaseError as exc:
         if entry is not None and entry[1] == generation:
             # Past its TTL, but no change to it was announced: serve it.
@@ -85,9 +92,8 @@ def get(slug: str) -> CachedLink | None:
         raise LinkUnavailable(
             f"short link /{slug} is not cached and the database failed: {exc}"
         ) from exc
-    if row is None:
+    if link is None:
         return None
-    link = CachedLink(*row)
     with _lock:
         if len(_entries) >= int(conf.LINK_CACHE_SIZE):
             # Oldest first: a hot link evicted this way costs one query to come back.
@@ -99,15 +105,29 @@ def get(slug: str) -> CachedLink | None:
 
 
 def poll() -> bool:
-    """Read the generation once; drop every cached link if it moved. True if it did.
-    Raises DatabaseError (the caller keeps the cache: nothing is known to have changed)."""
+    """Read the generation once; when it moved, read every cached link again (a few
+    IN queries here, off the request path) and keep the fresh copies. True if it
+    moved. Raises DatabaseError, leaving the cache as it was (the next poll retries).
+
+    Refreshed rather than dropped: after one edit, a database that goes away must
+    not take every other cached link with it (they would all answer 503)."""
     global _generation
     value = ShortLinkGeneration.objects.filter(pk=1).values_list("value", flat=True).first() or 0
     if value == _generation:
         return False
+    # Read after the generation: every change up to `value` is committed, so visible.
+    slugs = list(_entries)
+    fresh: dict[str, CachedLink] = {}
+    for start in range(0, len(slugs), _REFRESH_BATCH):
+        rows = ShortLink.objects.filter(slug__in=slugs[start : start + _REFRESH_BATCH])
+        for row in rows.values_list(*_FIELDS):
+            fresh[row[1]] = CachedLink(*row)
+    until = _clock() + float(conf.LINK_CACHE_TTL)
     with _lock:
-        _generation = value
+        # An entry a request added meanwhile carries the old generation: read again.
         _entries.clear()
+        _entries.update((slug, (until, value, link)) for slug, link in fresh.items())
+        _generation = value
     return True
 
 

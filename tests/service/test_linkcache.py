@@ -123,30 +123,29 @@ def test_a_row_read_before_a_change_is_not_kept_after_it(link, monkeypatch):
     # The change commits between this process's query and its insert into the
     # cache: the entry carries the generation read before the query, so the poll
     # that sees the change makes it stale.
-    real = ShortLink.objects.filter
+    real_read = linkcache._read
 
-    def read_then_change(*args, **kwargs):
-        result = list(
-            real(*args, **kwargs).values_list(
-                "pk", "slug", "destination", "disabled", "disabled_reason"
-            )
-        )
-        ShortLink.objects.all().filter(pk=link.pk).update(destination="https://changed.example/")
+    def read_then_change(slug):
+        stale = real_read(slug)
+        ShortLink.objects.filter(pk=link.pk).update(destination="https://changed.example/")
         linkcache.poll()
+        return stale
 
-        class Stale:
-            def values_list(self, *a, **k):
-                return self
-
-            def first(self):
-                return result[0]
-
-        return Stale()
-
-    monkeypatch.setattr(ShortLink.objects, "filter", read_then_change)
+    monkeypatch.setattr(linkcache, "_read", read_then_change)
     assert linkcache.get("abc").destination == "https://example.com/"
     monkeypatch.undo()
     assert linkcache.get("abc").destination == "https://changed.example/"
+
+
+def test_after_an_edit_the_other_cached_links_survive_the_database_going_away(link, database_down):
+    other = ShortLink.objects.create(slug="other", destination="https://example.org/")
+    linkcache.get("abc")
+    linkcache.get("other")
+    ShortLink.objects.filter(pk=other.pk).update(destination="https://changed.example/")
+    assert linkcache.poll() is True
+    database_down()
+    assert linkcache.get("abc").destination == "https://example.com/"
+    assert linkcache.get("other").destination == "https://changed.example/"
 
 
 def test_the_ttl_rereads(link, monkeypatch, settings):
