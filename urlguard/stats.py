@@ -99,12 +99,18 @@ class _Kind:
         self.model = model
         self.bound = int(conf.STATS_BUFFER_MAX)
 
-    # Called with _lock held.
-    def take(self) -> Any: ...
-    def give_back(self, taken: Any) -> None: ...
-    def size(self) -> int: ...
+    # take, give_back and size are called with _lock held; write without it.
+    def take(self) -> Any:
+        raise NotImplementedError
 
-    def write(self, taken: Any) -> None: ...
+    def give_back(self, taken: Any) -> None:
+        raise NotImplementedError
+
+    def size(self) -> int:
+        raise NotImplementedError
+
+    def write(self, taken: Any) -> None:
+        raise NotImplementedError
 
     def count(self, taken: Any) -> int:
         """Events held in `taken` (what a dropped batch loses)."""
@@ -133,8 +139,8 @@ class Counter(_Kind):
     ) -> None:
         super().__init__(name, model)
         opts = model._meta
-        self.key_fields = [opts.get_field(k) for k in keys]
-        self.count_fields = [opts.get_field(f) for f in fields]
+        self.key_fields: list[Any] = [opts.get_field(k) for k in keys]
+        self.count_fields: list[Any] = [opts.get_field(f) for f in fields]
         self.upsert = upsert
         # key -> [events, increment per field]
         self.pending: OrderedDict[Hashable, list[int]] = OrderedDict()
