@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -166,6 +167,7 @@ class PrivatePostgres:
     def __init__(self, base: Path) -> None:
         if PG_BIN is None:
             sys.exit("PostgreSQL server binaries not found under /usr/lib/postgresql")
+        self.base = base
         self.dir = base / "pg"
         self.port = port()
         self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -489,6 +491,8 @@ def main() -> None:
         DJANGO_DEBUG="0",
         DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
         DJANGO_SETTINGS_MODULE="urlguard.settings",
+        # One key for the run (the shipped default is refused off the embedded demo).
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
     )
     pg: PrivatePostgres | None = None
     results: list[tuple[str, dict[str, object]]] = []
@@ -498,10 +502,10 @@ def main() -> None:
             if args.only and args.only != label.lower():
                 continue
             var = tmp / label.lower()
-            var.mkdir()
+            var.mkdir(mode=0o700)
             env = {**base_env, "URLGUARD_VAR_DIR": str(var)}
             if label == "PostgreSQL":
-                pg = PrivatePostgres(tmp)
+                pg = PrivatePostgres(Path(tempfile.mkdtemp(prefix="urlguard-bench-pg-")))
                 env["DATABASE_URL"] = pg.init()
             manage(env, "migrate", "--noinput", "-v", "0")
             manage(env, "seed_demo", "--no-superuser")
@@ -513,6 +517,7 @@ def main() -> None:
         if pg is not None:
             with contextlib.suppress(subprocess.CalledProcessError):
                 pg.stop()
+            shutil.rmtree(pg.base, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(
