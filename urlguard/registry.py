@@ -156,16 +156,12 @@ def _identity(st: os.stat_result) -> tuple[int, int]:
 
 def _mapped_identity(filt: ScalingCountingBloomFilter) -> tuple[int, int] | None:
     """(device, inode) of the file `filt` maps now, after following a rebuild (which
-    replaces the inode at the path): None if the engine does not say."""
+    replaces the inode at the path): None if it cannot say (closed)."""
     try:
-        identity = getattr(filt, "file_identity", None)
-        if identity is not None:
-            return (identity.dev, identity.ino)
-        filt.stage_count  # noqa: B018  (remaps first if the file was superseded)
-        fd = filt._view.fd
-        return _identity(os.fstat(fd)) if isinstance(fd, int) and fd >= 0 else None
+        identity = filt.file_identity
     except Exception:
         return None
+    return (identity.dev, identity.ino)
 
 
 def _recheck(path: str, filt: ScalingCountingBloomFilter) -> ScalingCountingBloomFilter | None:

@@ -24,8 +24,12 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.db.models import Max, Min
 
-import filterengine
-from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter
+from filterengine import (
+    FilterFileError,
+    FilterLockedError,
+    FilterSpaceError,
+    ScalingCountingBloomFilter,
+)
 from urlguard import metrics, nodestatus, registry
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, SpamRule
@@ -359,8 +363,7 @@ def _sync_locked(
 
 
 def _out_of_space(exc: BaseException) -> bool:
-    space_error = getattr(filterengine, "FilterSpaceError", None)
-    if space_error is not None and isinstance(exc, space_error):
+    if isinstance(exc, FilterSpaceError):
         return True
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 

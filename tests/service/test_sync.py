@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.db import OperationalError
 from django.urls import reverse
 
-from filterengine import ScalingCountingBloomFilter, fileformat
+from filterengine import FilterSpaceError, ScalingCountingBloomFilter, fileformat
 from urlguard import changes, embedded, registry, sync
 from urlguard.celery import app as celery_app
 from urlguard.guard import get_guard
@@ -266,19 +266,26 @@ def test_a_catch_up_that_failed_on_the_database_runs_as_soon_as_it_answers(
     assert runs == ["failed", "caught up"] and not upkeep.database_down
 
 
+NO_SPACE = [
+    OSError(errno.ENOSPC, "No space left on device"),
+    FilterSpaceError("filter.bin", 1 << 20, 4096, "a new stage"),
+]
+
+
+@pytest.mark.parametrize("error", NO_SPACE, ids=["ENOSPC", "FilterSpaceError"])
 def test_a_file_that_cannot_take_changes_degrades_the_node_until_a_sync_succeeds(
-    quiet, filter_path, sync_filter, monkeypatch, fresh_guard, caplog
+    quiet, filter_path, sync_filter, monkeypatch, fresh_guard, caplog, error
 ):
     sync_filter()
     listed = add("full-disk.example.org")
     url = f"http://{listed}x"
 
     def no_space(self, keys, ids):
-        raise OSError(errno.ENOSPC, "No space left on device")
+        raise error
 
     with monkeypatch.context() as patched:
         patched.setattr(ScalingCountingBloomFilter, "add_many", no_space)
-        with pytest.raises(OSError), caplog.at_level(logging.ERROR, logger="urlguard.sync"):
+        with pytest.raises(type(error)), caplog.at_level(logging.ERROR, logger="urlguard.sync"):
             sync_filter()
     assert "cannot take the committed changes" in caplog.text
     registry._next_check.clear()  # every process's once-a-second check is due
