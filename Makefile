@@ -52,3 +52,4 @@ lint: install
 # filterengine strictly (it ships py.typed); urlguard with django-stubs.
 typecheck: install
 	$(VENV)/bin/mypy filterengine
+	$(VENV)/bin/mypy urlguard

@@ -471,13 +471,13 @@ def _add_chunk(
     assert cs is not None
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
-        present = _present([c.expression for c in chunk])
-        new = [c for c in chunk if c.expression not in present]
+        listed = _present([c.expression for c in chunk])
+        new = [c for c in chunk if c.expression not in listed]
         now = _db_value(using, SpamRule, "created", timezone.now())
-        if present:
-            result.skipped.extend(c.expression for c in chunk if c.expression in present)
+        if listed:
+            result.skipped.extend(c.expression for c in chunk if c.expression in listed)
             result.gained += _list_under(
-                using, source, [(pk, expr) for expr, pk in present.items()], now
+                using, source, [(pk, expr) for expr, pk in listed.items()], now
             )
         if not new:
             return

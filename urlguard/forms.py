@@ -95,7 +95,7 @@ class SpamRuleAddForm(forms.Form):
         # The radio choices depend on what was pasted, so they are built from the
         # submitted text before validation (ChoiceField checks against them).
         text = (self.data.get("url") or "") if self.is_bound else self.initial.get("url", "")
-        self.fields["expression"].choices = candidate_choices(text) if text else []
+        self.fields["expression"].choices = candidate_choices(text) if text else []  # type: ignore[attr-defined]
         if text and not self.is_bound:
             self.initial.setdefault("expression", proposed_expression(text))
 

@@ -155,7 +155,7 @@ def _pool_size(total: int) -> int:
     from urlguard.models import ShortLink
 
     connection = connections[router.db_for_read(ShortLink)]
-    if connection.vendor == "sqlite" and connection.is_in_memory_db():
+    if connection.vendor == "sqlite" and connection.is_in_memory_db():  # type: ignore[attr-defined]
         return 1  # other processes cannot see an in-memory database (tests)
     return os.cpu_count() or 1
 

@@ -344,7 +344,7 @@ def _is_directory_rule(path: str) -> bool:
 def _directory_prefixes(path: str) -> list[str]:
     """The directories of `path` a rule can cover, shallowest first, including the
     path itself when it is such a directory."""
-    prefixes = []
+    prefixes: list[str] = []
     end = path.find("/", 1)
     while end != -1 and len(prefixes) < MAX_PATH_PREFIXES - 1:
         prefixes.append(path[: end + 1])

@@ -45,7 +45,7 @@ RESERVED = frozenset(
         "logout",
     }
 )
-MAX_DESTINATION = ShortLink._meta.get_field("destination").max_length
+MAX_DESTINATION: int = ShortLink._meta.get_field("destination").max_length or 0
 
 # A length whose every candidate can be probed cheaply is scanned in full, so the
 # shortest free slug is found exactly; longer lengths are sampled at random (a

@@ -26,7 +26,7 @@ class APIKeyAdmin(admin.ModelAdmin):
         # Revoked, not deleted: the name and the last use stay for the record.
         return False
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return ["name"] if obj is None else ["name", *self.readonly_fields]
 
     def save_model(self, request: HttpRequest, obj: APIKey, form: Any, change: bool) -> None:

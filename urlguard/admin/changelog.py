@@ -51,8 +51,8 @@ class ChangeEventAdmin(ReadOnlyAdmin):
     def annotate_page(self, request, events: list[ChangeEvent]) -> None:
         nodes = list(NodeStatus.objects.order_by("node").values_list("node", "applied_seq"))
         for event in events:
-            event.applied_nodes_ = [name for name, seq in nodes if seq >= event.seq]
-            event.pending_nodes_ = [name for name, seq in nodes if seq < event.seq]
+            event.applied_nodes_ = [name for name, seq in nodes if seq >= event.seq]  # type: ignore[attr-defined]
+            event.pending_nodes_ = [name for name, seq in nodes if seq < event.seq]  # type: ignore[attr-defined]
 
     @admin.display(description="when", ordering="created")
     def when(self, obj: ChangeEvent) -> str:
@@ -63,8 +63,8 @@ class ChangeEventAdmin(ReadOnlyAdmin):
         applied = getattr(obj, "applied_nodes_", None)
         if applied is None:  # the detail page: one object, one query is fine
             self.annotate_page(None, [obj])
-            applied = obj.applied_nodes_
-        pending = obj.pending_nodes_
+            applied = obj.applied_nodes_  # type: ignore[attr-defined]
+        pending = obj.pending_nodes_  # type: ignore[attr-defined]
         if not applied and not pending:
             return "no node has reported yet"
         parts = format_html_join(

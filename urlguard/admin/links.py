@@ -105,7 +105,7 @@ class ShortLinkAdmin(admin.ModelAdmin):
     def annotate_page(self, request, links: list[ShortLink]) -> None:
         verdicts = get_guard().check_many([link.destination for link in links])
         for link, verdict in zip(links, verdicts, strict=True):
-            link.verdict_ = verdict
+            link.verdict_ = verdict  # type: ignore[attr-defined]
 
     @admin.display(description="destination", ordering="destination")
     def destination_short(self, obj: ShortLink) -> str:
@@ -263,9 +263,11 @@ def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpRespon
         # file and then writes its findings, so viewing is not enough.
         if not model_admin.has_change_permission(request):
             raise PermissionDenied
-        job = jobs.start_rescan(user=request.user)
-        report_job_outcome(request, job, "Rescan queued; this page shows its progress.")
-        return HttpResponseRedirect(reverse("admin:urlguard_shortlink_rescan") + f"?job={job.pk}")
+        started = jobs.start_rescan(user=request.user)
+        report_job_outcome(request, started, "Rescan queued; this page shows its progress.")
+        return HttpResponseRedirect(
+            reverse("admin:urlguard_shortlink_rescan") + f"?job={started.pk}"
+        )
     rescans = AdminJob.objects.filter(kind=AdminJob.Kind.RESCAN)
     job_id = parse_id(request.GET.get("job"))
     job = (rescans.filter(pk=job_id).first() if job_id else None) or rescans.first()

@@ -63,7 +63,7 @@ class SourceForm(forms.ModelForm):
         )
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         kind, url = data.get("kind"), (data.get("url") or "").strip()
         if kind == Source.Kind.FEED:
             if not url.lower().startswith(("http://", "https://", "file:///")):

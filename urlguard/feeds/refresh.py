@@ -255,7 +255,7 @@ def _stage(body: Any, source: Source, result: RefreshResult) -> _Staged:
     protected = allowlist.load() if not source.is_allowlist else allowlist.Allowlist({})
     try:
         with open_text(body, limit=int(conf.FEED_MAX_BYTES)) as text:
-            result.format, entries = formats.parse(text, source.format, source.category)
+            result.format, entries = formats.parse(text, source.format, source.category)  # type: ignore[arg-type]
             for parsed in entries:
                 reason = parsed.error
                 if reason is None and parsed.expression is not None:

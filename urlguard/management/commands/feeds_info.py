@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db.models import Count
@@ -24,7 +25,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, as_json: bool = False, **options):
-        rows = []
+        rows: list[dict[str, Any]] = []
         sources = Source.objects.annotate(
             listed=Count("listings", distinct=True), allowed=Count("allowed_hosts", distinct=True)
         )
