@@ -126,6 +126,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"}
     )
+elif DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql"):
+    # A database host that drops packets must cost a request (a readiness probe, an
+    # uncached short link's 503) seconds, not the OS's minutes-long connect timeout.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"

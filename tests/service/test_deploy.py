@@ -91,3 +91,14 @@ def test_health_paths_are_not_redirected_to_https(client, settings):
     assert client.get("/admin/")["Location"] == "https://testserver/admin/"
     for path in ("/healthz", "/readyz", "/metrics"):
         assert client.get(path).status_code != 301, path
+
+
+def test_postgresql_connections_give_up_after_a_bounded_wait(tmp_path):
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'urlguard.settings'; "
+        "from django.conf import settings; "
+        "print(settings.DATABASES['default']['OPTIONS'].get('connect_timeout'))"
+    )
+    done = _run(tmp_path, ["-c", code], DATABASE_URL="postgres://postgres@127.0.0.1:5432/unused")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "5"
