@@ -45,6 +45,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import (
     DatabaseError,
     DataError,
@@ -287,6 +288,19 @@ class Batch(_Queue):
 
     def write(self, taken: deque[Any]) -> None:
         self.flush(list(taken))
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    # A kind reads its bound at each flush; an append before the next flush must not
+    # drop against the bound of a setting that no longer holds.
+    if setting == "URLGUARD":
+        bound = int(conf.STATS_BUFFER_MAX)
+        with _lock:
+            for kind in _kinds.values():
+                kind.bound = bound
+
+
+setting_changed.connect(_on_setting_changed)
 
 
 def _register(kind: _Kind) -> Any:

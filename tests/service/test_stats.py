@@ -272,3 +272,16 @@ def test_counters_rows_and_upserts_on_the_services_database(links, clicks_counte
     # The same statements on PostgreSQL (its VALUES list needs casts).
     test_one_statement_per_table_per_flush(links, clicks_counter)
     test_upsert_counter_inserts_then_adds()
+
+
+def test_the_bound_follows_the_setting_before_the_next_flush(links, settings):
+    rows = stats.rows("test.bound-follows", Click)
+    settings.URLGUARD = {**settings.URLGUARD, "STATS_BUFFER_MAX": 2}
+    for i in range(3):
+        rows.append(Click(link_id=links[0].pk, visitor=f"a{i}"))
+    assert stats.lost() == {"test.bound-follows": 1}
+    settings.URLGUARD = {**settings.URLGUARD, "STATS_BUFFER_MAX": 100}
+    for i in range(3):
+        rows.append(Click(link_id=links[0].pk, visitor=f"b{i}"))
+    assert stats.lost() == {"test.bound-follows": 1}
+    assert stats.pending()["test.bound-follows"] == 5
