@@ -45,6 +45,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.db import (
     DatabaseError,
@@ -294,7 +295,10 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     # A kind reads its bound at each flush; an append before the next flush must not
     # drop against the bound of a setting that no longer holds.
     if setting == "URLGUARD":
-        bound = int(conf.STATS_BUFFER_MAX)
+        try:
+            bound = int(conf.STATS_BUFFER_MAX)
+        except ImproperlyConfigured:
+            return  # the system check reports it; the flush reads it again
         with _lock:
             for kind in _kinds.values():
                 kind.bound = bound
