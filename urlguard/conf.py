@@ -286,18 +286,43 @@ class Settings:
         check_id="urlguard.E018",
         hint="e.g. 100; 0 never asks.",
     )
-    # Where "report a mistake" on the warning page points.
+    # Where "report a mistake" on the warning page points: None for this service's
+    # own report form (reports land in the admin's queue); a mailto: or URL of a desk
+    # of your own overrides it.
     REPORT_MISTAKE_URL = Setting(
-        "mailto:abuse@localhost",
-        must_be="a mailto: address or an http(s):// or /site-relative URL",
+        None,
+        must_be="None, a mailto: address or an http(s):// or /site-relative URL",
         valid=lambda v: (
-            isinstance(v, str)
-            and v.startswith(("mailto:", "http://", "https://", "/"))
-            and not v.startswith("//")
+            v is None
+            or (
+                isinstance(v, str)
+                and v.startswith(("mailto:", "http://", "https://", "/"))
+                and not v.startswith("//")
+            )
         ),
-        resolve=str,
+        resolve=lambda v: v,
         check_id="urlguard.E019",
-        hint="e.g. 'mailto:abuse@example.com' or 'https://example.com/report'.",
+        hint="e.g. None (the built-in report form), 'mailto:abuse@example.com' or "
+        "'https://example.com/report'.",
+    )
+    # Mistake reports one visitor may send per hour (per serving process).
+    REPORT_RATE_LIMIT = Setting(
+        5,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E051",
+        hint="e.g. 5.",
+    )
+    # Days the hit log keeps its daily rows (per rule and per blocked host); the
+    # per-rule totals stay as long as the rule.
+    HIT_LOG_DAYS = Setting(
+        90,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E052",
+        hint="e.g. 90.",
     )
     # This node's name in NodeStatus (one filter file per node). None: the host name.
     NODE_NAME = Setting(

@@ -558,8 +558,11 @@ class AdminJob(models.Model):
         IMPORT = "import", "Import"
         RESCAN = "rescan", "Rescan"
         REFRESH = "refresh", "Feed refresh"
+        DELETE = "delete", "Bulk delete"
+        REVERT = "revert", "Revert"
 
     class State(models.TextChoices):
+        PREVIEWING = "previewing", "Previewing (dry run)"
         PREVIEWED = "previewed", "Previewed (dry run)"
         QUEUED = "queued", "Queued"
         RUNNING = "running", "Running"
@@ -621,3 +624,108 @@ class APIKey(models.Model):
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+
+class AdminJobChunk(models.Model):
+    """A piece of a job's input (an uploaded file, a list of rule ids), about a
+    megabyte of whole lines each: the upload is streamed in and the job streams it
+    out, so neither the serving process nor the worker holds the whole file."""
+
+    job = models.ForeignKey(AdminJob, on_delete=models.CASCADE, related_name="chunks")
+    seq = models.PositiveIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["job", "seq"]
+        constraints = [models.UniqueConstraint(fields=["job", "seq"], name="adminjobchunk_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}:{self.seq}"
+
+
+class MistakeReport(models.Model):
+    """A visitor's "this was blocked by mistake" from the warning page: the admin's
+    queue of them, each beside the rule that blocked and what became of it."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        REMOVED = "removed", "Rule removed"
+        NARROWED = "narrowed", "Rule narrowed"
+        DISMISSED = "dismissed", "Dismissed"
+
+    destination = models.CharField(max_length=4000)
+    # The rule as it was when the visitor was warned (the row may be gone since).
+    expression = models.CharField(max_length=2000, blank=True, default="")
+    rule = models.ForeignKey(
+        SpamRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="reports"
+    )
+    email = models.EmailField(blank=True, default="")
+    comment = models.TextField(blank=True, default="")
+    visitor = models.CharField(max_length=64, blank=True, default="")  # a keyed hash
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"report #{self.pk}: {self.destination[:80]}"
+
+
+class RuleHitDay(models.Model):
+    """Warnings a rule caused and "continue anyway" clicks past them, per day
+    (urlguard.hitlog; written in batches, kept HIT_LOG_DAYS days)."""
+
+    rule_id = models.BigIntegerField()
+    day = models.DateField(db_index=True)
+    hits = models.BigIntegerField(default=0)
+    continued = models.BigIntegerField(default=0)
+    last_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["rule_id", "day"], name="rulehitday_key")]
+
+    def __str__(self) -> str:
+        return f"rule {self.rule_id} on {self.day}: {self.hits}"
+
+
+class RuleHitTotal(models.Model):
+    """A rule's hits since it was listed: the rules list's sortable columns."""
+
+    # No database constraint: a removed rule's totals may outlive it (and the batched
+    # writer must never fail on a rule deleted since the warning).
+    rule = models.OneToOneField(
+        SpamRule,
+        primary_key=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="hit_total",
+    )
+    hits = models.BigIntegerField(default=0, db_index=True)
+    continued = models.BigIntegerField(default=0)
+    last_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    def __str__(self) -> str:
+        return f"rule {self.rule_id}: {self.hits}"
+
+
+class HostHitDay(models.Model):
+    """Warnings shown per blocked host and day (the dashboard's top blocked hosts)."""
+
+    host = models.CharField(max_length=255)
+    day = models.DateField(db_index=True)
+    hits = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["host", "day"], name="hosthitday_key")]
+
+    def __str__(self) -> str:
+        return f"{self.host} on {self.day}: {self.hits}"

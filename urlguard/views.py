@@ -5,6 +5,7 @@ is in urlguard.api."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from django.core import signing
 from django.http import (
@@ -19,7 +20,7 @@ from django.urls import Resolver404, resolve
 from django.utils.encoding import iri_to_uri
 from django.views.decorators.http import require_GET
 
-from urlguard import linkcache, metrics
+from urlguard import hitlog, linkcache, metrics
 from urlguard.clicks import record_click, visitor_id
 from urlguard.conf import conf
 from urlguard.models import ShortLink
@@ -64,6 +65,8 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
         return protect_page(
             render(request, "urlguard/bad_token.html", {"problem": problem}, status=400)
         )
+    if isinstance(data.get("r"), int):
+        hitlog.continued(data["r"])
     response = HttpResponseRedirect(iri_to_uri(destination))
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"
@@ -98,11 +101,12 @@ def short_link(request: HttpRequest, slug: str) -> HttpResponse:
         return render(request, "urlguard/link_not_found.html", {"slug": slug}, status=404)
     if link.disabled:
         return render(request, "urlguard/link_disabled.html", {"link": link}, status=410)
-    record_click(request, link)  # a buffer append: the database is written later
     # A bare 302 rather than HttpResponseRedirect: that one raises on a
     # javascript:/data: destination, and such a destination deserves the
-    # middleware's scheme policy (a warning page), not a 400.
-    response = HttpResponse(status=302)
+    # middleware's scheme policy (a warning page), not a 400. The click counts once
+    # the redirect is sent: one the guard replaces by its warning page is never sent,
+    # so a warning shown is not a click (the hit log counts it instead).
+    response = _RedirectCountedWhenSent(partial(record_click, request, link), status=302)
     response["Location"] = iri_to_uri(link.destination)
     return response
 
@@ -116,3 +120,20 @@ def _link_unavailable(slug: str) -> HttpResponse:
     response["Retry-After"] = "30"
     response["Cache-Control"] = "no-store"
     return response
+
+
+class _RedirectCountedWhenSent(HttpResponse):
+    """A response that runs `on_sent` (a buffer append) when the server closes it
+    after sending it."""
+
+    def __init__(self, on_sent, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._on_sent = on_sent
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            on_sent, self._on_sent = self._on_sent, None
+            if on_sent is not None:
+                on_sent()

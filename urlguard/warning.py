@@ -19,11 +19,12 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
 
-from urlguard import metrics
+from urlguard import hitlog, metrics
 from urlguard.clicks import visitor_id
 from urlguard.conf import conf
 from urlguard.guard import Verdict
 from urlguard.models import Category
+from urlguard.reports import report_form_url
 from urlguard.rules import rule_level
 
 __all__ = [
@@ -118,17 +119,24 @@ def continue_signer() -> signing.TimestampSigner:
     return signing.TimestampSigner(salt=CONTINUE_SALT)
 
 
-def continue_token(destination: str, visitor: str) -> str:
+def continue_token(destination: str, visitor: str, rule_id: int | None = None) -> str:
     """A signed, timestamped token naming `destination`: the "continue anyway"
     link carries it so that /continue can never redirect to a URL we did not warn about.
 
     It is bound to `visitor` (clicks.visitor_id of the warned request): otherwise a
     token copied from one warning page would make /continue a warning-free redirect
     to a listed site for anyone it is sent to."""
-    return continue_signer().sign_object({"u": destination, "v": visitor}, compress=True)
+    data: dict[str, Any] = {"u": destination, "v": visitor}
+    if rule_id is not None:
+        data["r"] = rule_id  # the hit log counts "continue anyway" per rule
+    return continue_signer().sign_object(data, compress=True)
 
 
-def report_mistake_url(destination: str) -> str:
+def report_mistake_url(destination: str, rule: Any = None) -> str:
+    """The warning page's "Report a mistake": this service's report form (its queue
+    is in the admin), or the desk REPORT_MISTAKE_URL names."""
+    if not conf.REPORT_MISTAKE_URL:
+        return report_form_url(destination, rule)
     base = str(conf.REPORT_MISTAKE_URL)
     sep = "&" if "?" in base else "?"
     if base.startswith("mailto:"):
@@ -173,7 +181,7 @@ def warning_response(
         "scheme": scheme,
         "rule": rule,
         "reason": reason or (verdict.reason if verdict else ""),
-        "report_url": report_mistake_url(destination),
+        "report_url": report_mistake_url(destination, rule),
         "continue_url": None,
     }
     if rule is not None:
@@ -193,8 +201,16 @@ def warning_response(
         context["continue_url"] = (
             reverse("urlguard:continue")
             + "?"
-            + urlencode({"token": continue_token(destination, visitor_id(request))})
+            + urlencode(
+                {
+                    "token": continue_token(
+                        destination, visitor_id(request), rule.pk if rule is not None else None
+                    )
+                }
+            )
         )
+    if kind == "rule" and rule is not None:
+        hitlog.warned(rule.pk, host)
     status = 503 if kind == "unchecked" else 403
     response = protect_page(render(request, "urlguard/warning.html", context, status=status))
     if kind == "unchecked":

@@ -105,10 +105,10 @@ def test_add_rule_block_remove_unblock(page, site, shot):
 
     page.goto(f"{site}/admin/urlguard/spamrule/")
     page.check('input[name="_selected_action"]')
-    page.select_option('select[name="action"]', "delete_selected")
+    page.select_option('select[name="action"]', "delete_selected_rules")
     page.click('button[name="index"]')
-    page.click('input[type="submit"]')  # "Yes, I'm sure"
-    page.wait_for_selector(".messagelist .success")
+    page.click('input[type="submit"][value^="Yes, delete"]')
+    page.wait_for_selector(".delete-done")
     assert not SpamRule.objects.exists()
 
     # The audit trail: the addition and the removal, both by the one who made them.

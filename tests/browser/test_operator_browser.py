@@ -171,3 +171,183 @@ def test_warning_page_host_wraps_only_between_labels(page, site, shot):
     )
     assert heights and all(n == 1 for n in heights)
     shot("operator-warning-narrow")
+
+
+@pytest.fixture
+def threaded_jobs(monkeypatch):
+    """Jobs on the runner thread as in the embedded default. The thread opens its own
+    connection to the test database (SQLite's shared in-memory cache, where a reader
+    would lock a table against the writer instead of waiting as a file database in
+    WAL mode does: both read uncommitted here, so neither blocks the other)."""
+    from django.db import connections
+    from django.db.backends.signals import connection_created
+
+    from urlguard.admin import jobs
+
+    def read_uncommitted(sender, connection, **kwargs):
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA read_uncommitted = 1")
+
+    read_uncommitted(None, connections["default"])
+    connection_created.connect(read_uncommitted)
+    runner = jobs._Runner()
+    monkeypatch.setattr(jobs, "runner", runner)
+    monkeypatch.setattr(jobs, "_memory_database", lambda: False)
+    monkeypatch.setattr(jobs, "PROGRESS_EVERY_SECONDS", 0.0)
+    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 200)
+    yield runner
+    runner.join()
+    connection_created.disconnect(read_uncommitted)
+
+
+def test_a_big_import_runs_as_a_job_with_progress(page, site, shot, tmp_path, threaded_jobs):
+    feed = tmp_path / "big.txt"
+    feed.write_text("".join(f"bulk-{i}.spam-feed.example\n" for i in range(12_000)))
+    _login(page, site)
+    page.goto(f"{site}/admin/urlguard/spamrule/import/")
+    page.set_input_files("#id_file", str(feed))
+    page.click('input[type="submit"]')
+    # The upload returns at once; the dry run reports its progress, then its result.
+    page.wait_for_selector(".count-new", timeout=90_000)
+    assert page.inner_text(".count-new") == "12,000"
+    page.click('input[type="submit"][value^="Commit"]')
+    page.wait_for_selector(".job-progress progress")
+    values = set()
+    for _ in range(600):
+        if page.locator(".import-done").count():
+            break
+        text = page.locator(".job-progress-text").first
+        if text.count():
+            values.add(text.inner_text())
+            if len(values) == 2:
+                shot("operator-import-progress")
+        page.wait_for_timeout(100)
+    page.wait_for_selector(".import-done", timeout=120_000)
+    assert "Added 12,000 rules" in page.inner_text(".import-done")
+    assert len(values) >= 2, values  # the bar moved while the job ran
+    shot("operator-import-job-done")
+    assert SpamRule.objects.count() == 12_000
+
+
+def test_report_form_queue_and_remove(page, site, shot, filter_path):
+    changes.add_rule("docs.google.com/forms/", category="phishing")
+    sync.rebuild(str(filter_path))
+    reset_guard()
+    page.goto(f"{site}/form2")
+    page.click("text=Report a mistake")
+    page.wait_for_selector(".report-form")
+    shot("operator-report-form")
+    page.fill("#id_email", "owner@example.org")
+    page.fill("#id_comment", "This is our customer survey.")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#report-sent")
+    shot("operator-report-sent")
+    _login(page, site)
+    page.goto(f"{site}/admin/urlguard/mistakereport/")
+    row = page.locator("#result_list tbody tr").first
+    assert "docs.google.com/forms/d/2/viewform" in row.inner_text()
+    assert "docs.google.com/forms/" in row.locator("td.field-blocked_by").inner_text()
+    _table_fits(page)
+    shot("operator-report-queue")
+    row.locator("button.report-remove").click()
+    page.wait_for_selector(".messagelist .success")
+    assert "Removed the rule docs.google.com/forms/" in page.inner_text(".messagelist")
+    assert "Would unblock 6 of the 6 short links" in page.inner_text(".messagelist")
+    assert not SpamRule.objects.exists()
+    assert "Rule removed" in page.inner_text("#result_list")
+    shot("operator-report-removed")
+
+
+def _revert_from_change_set(page, site, change_set_id: int) -> None:
+    page.goto(f"{site}/admin/urlguard/changeset/{change_set_id}/change/")
+    page.click("text=Revert this change set")
+    page.wait_for_selector("#revert-summary")
+    page.fill("#id_reason", "undo from the browser")
+    page.click('input[value="Yes, revert it"]')
+    page.wait_for_selector(".revert-done", timeout=60_000)
+
+
+def test_revert_an_import(page, site, shot, tmp_path):
+    from urlguard.models import ChangeSet
+
+    feed = tmp_path / "feed.txt"
+    feed.write_text("docs.google.com/forms/d/1/\nrevert-me.example.net\n")
+    _login(page, site)
+    page.goto(f"{site}/admin/urlguard/spamrule/import/")
+    page.set_input_files("#id_file", str(feed))
+    page.click('input[type="submit"]')
+    page.click('input[type="submit"][value^="Commit"]')
+    page.wait_for_selector(".import-done")
+    assert SpamRule.objects.count() == 2
+    change_set = ChangeSet.objects.get(kind="import")
+    page.goto(f"{site}/admin/urlguard/changeset/")
+    assert "+2 added" in page.inner_text("#result_list")
+    _table_fits(page)
+    shot("operator-change-sets")
+    page.goto(f"{site}/admin/urlguard/changeset/{change_set.pk}/change/")
+    page.click("text=Revert this change set")
+    page.wait_for_selector("#revert-summary .impact-text")
+    assert "Would unblock 1 of the 1 short link" in page.inner_text("#revert-summary")
+    shot("operator-revert-import-summary")
+    page.click('input[value="Yes, revert it"]')
+    page.wait_for_selector(".revert-done", timeout=60_000)
+    assert "2 rules removed" in page.inner_text(".revert-done")
+    shot("operator-revert-import-done")
+    assert not SpamRule.objects.exists()
+
+
+def test_revert_a_bulk_delete(page, site, shot):
+    changes.add_rule("bulk-a.example.net", category="phishing", note="from a CERT report")
+    changes.add_rule("bulk-b.example.net", category="malware")
+    _login(page, site)
+    page.goto(f"{site}/admin/urlguard/spamrule/")
+    page.check("#action-toggle")
+    page.select_option('select[name="action"]', "delete_selected_rules")
+    page.click('button[name="index"]')
+    page.wait_for_selector("#delete-summary")
+    assert "Delete 2 rules?" in page.inner_text("#delete-summary")
+    shot("operator-bulk-delete-summary")
+    page.fill("#id_reason", "cleaning up")
+    page.click('input[type="submit"][value^="Yes, delete"]')
+    page.wait_for_selector(".delete-done")
+    assert not SpamRule.objects.exists()
+    from urlguard.models import ChangeSet
+
+    change_set = ChangeSet.objects.get(kind="bulk-delete")
+    _revert_from_change_set(page, site, change_set.pk)
+    shot("operator-revert-delete-done")
+    back = {r.expression: (r.category, r.note) for r in SpamRule.objects.all()}
+    assert back == {
+        "bulk-a.example.net/": ("phishing", "from a CERT report"),
+        "bulk-b.example.net/": ("malware", ""),
+    }
+
+
+def test_hit_columns_and_the_week_panel(page, site, shot, filter_path):
+    from urlguard import stats
+
+    changes.add_rule("cheap-pills-online-pharmacy.example/", category="spam")
+    changes.add_rule("quiet-rule.example/", category="spam")
+    sync.rebuild(str(filter_path))
+    reset_guard()
+    for slug in ("shop0", "shop1", "shop2", "shop0"):
+        page.goto(f"{site}/{slug}")
+    page.click("summary")
+    page.click("text=continue anyway")
+    stats.flush()
+    _login(page, site)
+    page.goto(f"{site}/admin/urlguard/spamrule/?o=-6")  # most hits first
+    first = page.locator("#result_list tbody tr").first
+    assert "cheap-pills-online-pharmacy.example/" in first.inner_text()
+    assert first.locator("td.field-hits").inner_text() == "4"
+    assert first.locator("td.field-continued").inner_text() == "1"
+    assert first.locator("td.field-last_hit").inner_text() != "never"
+    _table_fits(page)
+    shot("operator-hit-columns")
+    page.goto(f"{site}/admin/urlguard/spamrule/dashboard/")
+    assert "cheap-pills-online-pharmacy.example/" in page.inner_text("#top-rules")
+    assert "www.cheap-pills-online-pharmacy.example" in page.inner_text("#top-hosts")
+    assert page.locator("svg.hits-chart rect.day-bar").count() == 7
+    shot("operator-dashboard-hits")
+    assert ShortLink.objects.get(slug="shop0").click_count == 0  # warnings are not clicks

@@ -71,6 +71,8 @@ def test_ids_read_as_times_and_rates_stay_readable():
     assert format_rate(9.8e-6) == "0.00098% (about 1 in 100,000)"
     assert format_rate(6.7e-5) == "0.0067% (about 1 in 15,000)"
     assert "e-" not in format_rate(1e-15)
+    assert format_rate(3.57e-26) == "<0.0000001% (fewer than 1 in a billion)"
+    assert format_rate(3.3e-9) == "0.0000003% (about 1 in 300,000,000)"
 
 
 def test_chart_without_stages_says_so():

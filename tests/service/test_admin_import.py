@@ -4,8 +4,6 @@ form errors and permissions."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
@@ -128,7 +126,7 @@ def test_commit_needs_post(editor):
     )
 
 
-def test_csv_with_category_column(editor):
+def test_csv_with_category_column(editor, committed):
     _upload(
         editor,
         b"url,category\nhttps://a.example.com/,phishing\nb.example.com,malware\n",
@@ -136,7 +134,12 @@ def test_csv_with_category_column(editor):
     )
     job = AdminJob.objects.get(kind="import")
     assert job.result["new"] == 2
-    assert sorted(category for _, category, _ in json.loads(job.payload)) == ["malware", "phishing"]
+    with committed():
+        editor.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]))
+    assert dict(SpamRule.objects.values_list("expression", "category")) == {
+        "a.example.com/": "phishing",
+        "b.example.com/": "malware",
+    }
 
 
 @pytest.mark.parametrize(
@@ -174,10 +177,11 @@ def test_status_json(editor):
         "id": job.pk,
         "kind": "import",
         "state": "previewed",
-        "done": 0,
+        "done": 3,
         "total": 3,
         "message": "",
-        "finished": False,
+        # The dry run is a job too: the page stops polling and shows its result.
+        "finished": True,
         "rescan_job": None,
     }
 

@@ -216,7 +216,7 @@ def test_a_queued_rescan_shows_its_progress_bar(link_admin):
     html = link_admin.get(RESCAN).content.decode()
     status = reverse("admin:urlguard_spamrule_job_status", args=[job.pk])
     assert f'data-status-url="{status}"' in html
-    assert '<progress max="1000" value="300">' in html and "300 / 1000" in html
+    assert '<progress max="1000" value="300">' in html and "300 / 1,000" in html
     assert "Scanning." in html
 
 

@@ -41,13 +41,19 @@ def world(db):
             ]
         },
     )
-    return {"rule": rule, "link": link, "import": imported, "rescan": rescan}
+    deleting = jobs.create_delete([rule.pk], user=None)
+    return {"rule": rule, "link": link, "import": imported, "rescan": rescan, "delete": deleting}
 
 
 def _pages(world) -> list[tuple[str, str, dict]]:
     """(method, url, data) for every view the urlguard admin adds."""
     imp, rescan, link = world["import"].pk, world["rescan"].pk, world["link"].pk
+    deleting = world["delete"].pk
     return [
+        ("get", reverse("admin:urlguard_spamrule_import_refused", args=[imp]), {}),
+        ("get", reverse("admin:urlguard_spamrule_delete_job", args=[deleting]), {}),
+        ("post", reverse("admin:urlguard_spamrule_delete_commit", args=[deleting]), {}),
+        ("get", reverse("admin:urlguard_spamrule_job_status", args=[deleting]), {}),
         ("get", reverse("admin:urlguard_spamrule_add"), {}),
         (
             "post",
@@ -82,7 +88,7 @@ def _pages(world) -> list[tuple[str, str, dict]]:
 def _nothing_changed(world) -> None:
     assert list(SpamRule.objects.values_list("expression", flat=True)) == [world["rule"].expression]
     assert ChangeEvent.objects.count() == 1
-    assert AdminJob.objects.count() == 2
+    assert AdminJob.objects.count() == 3
     assert not NodeStatus.objects.exists()  # no sync or rebuild ran
     assert not ShortLink.objects.get().disabled
 
@@ -139,7 +145,7 @@ def test_every_post_needs_the_csrf_token(superuser, world):
     posts.append(
         (
             reverse("admin:urlguard_spamrule_changelist"),
-            {"action": "delete_selected", "_selected_action": [world["rule"].pk], "post": "yes"},
+            {"action": "delete_selected_rules", "_selected_action": [world["rule"].pk]},
         )
     )
     for url, data in posts:

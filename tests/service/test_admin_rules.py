@@ -265,10 +265,19 @@ def test_delete_goes_through_the_change_log(editor, committed, filter_path):
 def test_bulk_delete_action_records_every_removal(editor):
     rules = [changes.add_rule(f"spam{i}.example.net/", category="spam") for i in range(3)]
     keep = changes.add_rule("keep.example.net/", category="spam")
-    data = {"action": "delete_selected", "_selected_action": [r.pk for r in rules]}
-    confirm = editor.post(CHANGELIST, data)
-    assert confirm.status_code == 200 and "spam0.example.net/" in confirm.content.decode()
-    done = editor.post(CHANGELIST, {**data, "post": "yes"})
+    data = {"action": "delete_selected_rules", "_selected_action": [r.pk for r in rules]}
+    # The action opens a summary (counts, a sample, the impact), not Django's page of
+    # every object; nothing is removed yet.
+    summary = editor.post(CHANGELIST, data, follow=True)
+    assert summary.status_code == 200
+    html = summary.content.decode()
+    assert "Delete 3 rules?" in html and "spam0.example.net/" in html
+    assert "Would unblock 0 of the 0 short links" in html
+    assert SpamRule.objects.count() == 4
+    job = summary.context["job"]
+    done = editor.post(
+        reverse("admin:urlguard_spamrule_delete_commit", args=[job.pk]), {"reason": "false alarm"}
+    )
     assert done.status_code == 302
     assert list(SpamRule.objects.values_list("pk", flat=True)) == [keep.pk]
     removed = ChangeEvent.objects.filter(action="remove")
@@ -276,6 +285,32 @@ def test_bulk_delete_action_records_every_removal(editor):
         r.expression for r in rules
     )
     assert set(removed.values_list("actor", flat=True)) == {editor.user.pk}
+    job.refresh_from_db()
+    assert (job.state, job.result["removed"], job.params["reason"]) == ("done", 3, "false alarm")
+    # A second click changes nothing.
+    editor.post(reverse("admin:urlguard_spamrule_delete_commit", args=[job.pk]))
+    assert ChangeEvent.objects.filter(action="remove").count() == 3
+
+
+def test_djangos_delete_selected_is_not_offered(editor):
+    changes.add_rule("spam.example.net/", category="spam")
+    page = editor.get(CHANGELIST)
+    choices = [value for value, _ in page.context["action_form"].fields["action"].choices]
+    assert "delete_selected_rules" in choices and "delete_selected" not in choices
+
+
+def test_single_delete_confirmation_shows_the_impact(editor):
+    from urlguard.models import ShortLink
+
+    rule = changes.add_rule("evil-example.com/", category="spam")
+    changes.add_rule("www.evil-example.com/", category="spam")
+    ShortLink.objects.create(slug="e1", destination="https://www.evil-example.com/x")
+    page = editor.get(reverse("admin:urlguard_spamrule_delete", args=[rule.pk]))
+    html = page.content.decode()
+    assert (
+        "Would unblock 0 of the 1 short link" in html and "1 stay blocked by another rule" in html
+    )
+    assert "still blocked by" in html and "www.evil-example.com/" in html
 
 
 def test_admin_index_links_the_tools(superuser):

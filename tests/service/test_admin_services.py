@@ -30,6 +30,13 @@ def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_sta
         {"file": SimpleUploadedFile("feed.txt", lines.encode()), "default_category": "spam"},
     )
     job = AdminJob.objects.get(kind="import")
+    # The dry run is a job on the worker too.
+    wait_for(
+        lambda: AdminJob.objects.get(pk=job.pk).state == "previewed",
+        timeout=60,
+        what="the dry run",
+        log=worker.log,
+    )
     response = editor.post(
         reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]), follow=True
     )
@@ -121,3 +128,21 @@ def test_dashboard_sync_and_rebuild_go_to_the_worker(
     )
     status = boss.get(reverse("admin:urlguard_spamrule_dashboard_status")).json()
     assert {n["node"]: n["lag"] for n in status["nodes"]}[worker.node] == 0
+
+
+def test_the_hit_log_merges_on_postgresql(db):
+    from django.utils import timezone
+
+    from urlguard import changes, hitlog, stats
+    from urlguard.models import RuleHitDay, RuleHitTotal
+
+    rule = changes.add_rule("pg-hits.example", category="spam")
+    earlier = timezone.now() - timezone.timedelta(minutes=5)
+    hitlog.warned(rule.pk, "pg-hits.example")
+    stats.flush()
+    hitlog.EVENTS.append((hitlog.WARNED, rule.pk, "pg-hits.example", earlier))
+    hitlog.continued(rule.pk)
+    stats.flush()
+    total = RuleHitTotal.objects.get(rule=rule)
+    assert (total.hits, total.continued) == (2, 1) and total.last_at > earlier
+    assert RuleHitDay.objects.get(rule_id=rule.pk).hits == 2

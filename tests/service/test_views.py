@@ -102,7 +102,8 @@ def test_warning_page_details_and_report_link(client, links, settings):
     assert parse_qs(urlsplit(report).query)["url"] == ["https://win.prize.example/claim?id=7"]
 
 
-def test_report_link_prefills_a_mail(client, links):
+def test_report_link_prefills_a_mail(client, links, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "REPORT_MISTAKE_URL": "mailto:abuse@localhost"}
     html = unescape(client.get("/prize").content.decode())
     assert "mailto:abuse@localhost?subject=Wrongly%20blocked%20link&body=" in html
     assert "win.prize.example%2Fclaim" in html

@@ -7,8 +7,10 @@ from django.contrib import admin
 from urlguard.admin import (  # noqa: F401  (registers)
     apikeys,
     changelog,
+    changesets,
     jobs,
     links,
+    reportqueue,
     rules,
     sources,
 )

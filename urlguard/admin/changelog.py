@@ -4,6 +4,7 @@ whose filter has applied it, and what each node last reported."""
 from __future__ import annotations
 
 from django.contrib import admin
+from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 
@@ -38,11 +39,11 @@ class ChangeEventAdmin(ReadOnlyAdmin):
         "actor",
         "when",
         "category",
-        "source",
+        "in_change_set",
     )
     list_filter = ("action", "category", "source", "created")
     search_fields = ("expression",)
-    list_select_related = ("actor",)
+    list_select_related = ("actor", "change_set")
     list_per_page = 100
 
     def get_changelist(self, request, **kwargs):
@@ -53,6 +54,21 @@ class ChangeEventAdmin(ReadOnlyAdmin):
         for event in events:
             event.applied_nodes_ = [name for name, seq in nodes if seq >= event.seq]  # type: ignore[attr-defined]
             event.pending_nodes_ = [name for name, seq in nodes if seq < event.seq]  # type: ignore[attr-defined]
+
+    def lookup_allowed(self, lookup, value, request=None):
+        # A change set's page links here for its rules (too many sets for a filter).
+        return lookup == "change_set__id__exact" or super().lookup_allowed(lookup, value, request)
+
+    @admin.display(description="change set", ordering="change_set")
+    def in_change_set(self, obj: ChangeEvent) -> str:
+        if obj.change_set_id is None:
+            return obj.source
+        return format_html(
+            '<a href="{}">#{}</a> {}',
+            reverse("admin:urlguard_changeset_change", args=[obj.change_set_id]),
+            obj.change_set_id,
+            obj.change_set.get_kind_display() if obj.change_set else "",
+        )
 
     @admin.display(description="when", ordering="created")
     def when(self, obj: ChangeEvent) -> str:
@@ -85,8 +101,10 @@ class ChangeEventAdmin(ReadOnlyAdmin):
         "expression",
         "added_at_text",
         "category",
+        "note",
         "actor",
         "source",
+        "change_set",
         "created",
         "applied_on",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -105,10 +105,14 @@ def format_rate(rate: float) -> str:
     elif percent >= 1e-7:
         text = f"{percent:.7f}".rstrip("0")
     else:
-        text = "<0.0000001"
-    one_in = 1 / rate
-    digits = len(str(int(one_in))) - 2
-    rounded = int(round(one_in, -digits)) if digits > 0 else int(round(one_in))
+        # Below that, "about 1 in 28 septillion" reads as noise: an upper bound is all
+        # a person needs.
+        return "<0.0000001% (fewer than 1 in a billion)"
+    one_in = int(1 / rate)
+    # Two significant figures in integer arithmetic (rounding the float kept its
+    # binary noise: "1 in 27,999,999,999,999,997,869,...").
+    step = 10 ** max(len(str(one_in)) - 2, 0)
+    rounded = (one_in + step // 2) // step * step
     return f"{text}% (about 1 in {rounded:,})"
 
 
@@ -215,4 +219,42 @@ def render_stage_chart(stages: Sequence[StageBar]) -> SafeString:
         f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" '
         f'font-family="sans-serif" font-size="12"><title>{title}</title>'
         f"{''.join(rows)}{guides}{legend}</svg>"
+    )
+
+
+def render_daily_hits(days: Sequence[tuple[date, int]]) -> SafeString:
+    """A small SVG column chart of warnings shown per day (the hit log), one column
+    per day with its count above and its weekday below."""
+    width, height, top, bottom = 28 * len(days) + 8, 110, 16, 18
+    peak = max((n for _, n in days), default=0) or 1
+    usable = height - top - bottom
+    columns = []
+    for i, (day, n) in enumerate(days):
+        h = round(usable * n / peak)
+        x = 8 + i * 28
+        y = top + usable - h
+        columns.append(
+            format_html(
+                '<g class="day"><title>{}: {} warnings</title>'
+                '<rect class="day-bar" x="{}" y="{}" width="20" height="{}" fill="#c77c02"/>'
+                '<text x="{}" y="{}" text-anchor="middle" font-size="9">{}</text>'
+                '<text x="{}" y="{}" text-anchor="middle" font-size="9">{}</text></g>',
+                day.isoformat(),
+                f"{n:,}",
+                x,
+                y,
+                max(h, 1 if n else 0),
+                x + 10,
+                y - 3,
+                f"{n:,}",
+                x + 10,
+                height - 5,
+                day.strftime("%a"),
+            )
+        )
+    title = escape(f"Warnings shown per day, last {len(days)} days")
+    return mark_safe(
+        f'<svg class="hits-chart" role="img" aria-label="{title}" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" '
+        f'font-family="sans-serif"><title>{title}</title>{"".join(columns)}</svg>'
     )

@@ -13,8 +13,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 
-from urlguard import registry, sync, tasks
-from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
+from urlguard import hitlog, registry, sync, tasks
+from urlguard.admin.charts import StageBar, format_rate, render_daily_hits, render_stage_chart
 from urlguard.admin.pages import http_methods, render_tool
 from urlguard.admin.sources import feed_health_rows
 from urlguard.conf import conf
@@ -122,6 +122,9 @@ def dashboard_view(model_admin, request: HttpRequest) -> HttpResponse:
         can_sync=can_sync(model_admin, request),
         status_url=reverse("admin:urlguard_spamrule_dashboard_status"),
         feeds=feed_health_rows(),
+        top_rules=hitlog.top_rules(),
+        top_hosts=hitlog.top_hosts(),
+        hits_chart=render_daily_hits(hitlog.daily_hits()),
     )
 
 

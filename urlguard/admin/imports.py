@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from urlguard.admin import jobs
 from urlguard.admin.pages import http_methods, render_tool, report_job_outcome
-from urlguard.forms import ImportForm
+from urlguard.forms import ImportForm, decoded
 from urlguard.models import AdminJob, ShortLink
 
 
@@ -29,12 +29,15 @@ def upload_view(model_admin, request: HttpRequest) -> HttpResponse:
         form = ImportForm(request.POST, request.FILES)
         if form.is_valid():
             upload = form.cleaned_data["file"]
-            job = jobs.preview_import(
-                upload.text,
+            # Streamed into the job's chunks; the dry run itself runs as a job, so
+            # this request returns in well under a second whatever the file's size.
+            job = jobs.create_import(
+                decoded(upload),
                 default_category=form.cleaned_data["default_category"],
                 filename=upload.name,
                 user=request.user,
             )
+            jobs.start_preview(job)
             return HttpResponseRedirect(
                 reverse("admin:urlguard_spamrule_import_job", args=[job.pk])
             )
@@ -84,8 +87,7 @@ def commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         )
     elif job.total == 0:
         messages.info(request, "Nothing to import: every line is already present or refused.")
-    else:
-        jobs.start_import(job, user=request.user)
+    elif jobs.start_import(job, user=request.user):
         report_job_outcome(
             request, job, f"Import #{job.pk} is queued; this page shows its progress."
         )
@@ -98,10 +100,14 @@ def status_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
     job = AdminJob.objects.filter(pk=job_id).first()
     if job is None:
         raise Http404(f"There is no job #{job_id}.")
-    # The permission of a page that shows the job: the import page shows its
-    # import and the rescan that follows it; the rescan page shows any rescan.
-    # Asked of the ModelAdmins, as those pages do (change implies view there).
-    allowed = model_admin.has_add_permission(request)
+    # The permission of the page that shows the job: the import page shows its
+    # import and the rescan that follows it; the rescan page shows any rescan; a bulk
+    # delete or a revert needs the permission to delete rules. Asked of the
+    # ModelAdmins, as those pages do (change implies view there).
+    if job.kind in (AdminJob.Kind.DELETE, AdminJob.Kind.REVERT):
+        allowed = model_admin.has_delete_permission(request)
+    else:
+        allowed = model_admin.has_add_permission(request)
     if job.kind == AdminJob.Kind.RESCAN and not allowed:
         links_admin = model_admin.admin_site.get_model_admin(ShortLink)
         allowed = links_admin.has_view_permission(request)
@@ -115,7 +121,8 @@ def status_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
             "done": job.done,
             "total": job.total,
             "message": job.message,
-            "finished": job.state in (AdminJob.State.DONE, AdminJob.State.FAILED),
+            "finished": job.state
+            in (AdminJob.State.DONE, AdminJob.State.FAILED, AdminJob.State.PREVIEWED),
             "rescan_job": job.result.get("rescan_job"),
         }
     )

@@ -13,7 +13,7 @@
         .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
         .then(function (s) {
           if (bar) { bar.max = Math.max(s.total, 1); bar.value = s.done; }
-          if (text) { text.textContent = s.done + " / " + s.total; }
+          if (text) { text.textContent = s.done.toLocaleString("en-US") + " / " + s.total.toLocaleString("en-US"); }
           if (message && s.message) { message.textContent = s.message; }
           if (s.finished) { window.location.reload(); } else { setTimeout(poll, 1000); }
         })

@@ -1,0 +1,187 @@
+"""Mistake reports: the warning page's form (signed link, CSRF, rate limit, no
+account), the admin queue beside the rule, and its one-click actions with their
+permissions (view-only staff cannot act)."""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+from django.urls import reverse
+
+from urlguard import changes
+from urlguard.models import ChangeEvent, MistakeReport, ShortLink, SpamRule
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard", "quiet")]
+
+QUEUE = reverse("admin:urlguard_mistakereport_changelist")
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def warned(db, build_filter):
+    rule = changes.add_rule("docs-spam.example/", category="phishing")
+    ShortLink.objects.create(slug="legit", destination="https://docs-spam.example/legit")
+    ShortLink.objects.create(slug="bad", destination="https://docs-spam.example/phish/login")
+    build_filter()
+    return rule
+
+
+def _report_url(client) -> str:
+    html = client.get("/legit").content.decode()
+    return unescape(re.search(r'href="([^"]*/report-mistake/[^"]+)"', html).group(1))
+
+
+def test_the_warning_page_links_the_form_and_a_report_lands_in_the_queue(warned):
+    visitor = Client(enforce_csrf_checks=True)
+    url = _report_url(visitor)
+    form = visitor.get(url)
+    assert form.status_code == 200 and "https://docs-spam.example/legit" in form.content.decode()
+    assert form["Referrer-Policy"] == "same-origin"
+    token = form.context["token"]
+    csrf = form.cookies["csrftoken"].value
+    sent = visitor.post(
+        url,
+        {
+            "token": token,
+            "email": "me@example.org",
+            "comment": "my form",
+            "csrfmiddlewaretoken": csrf,
+        },
+    )
+    assert sent.status_code == 200 and "Thank you" in sent.content.decode()
+    report = MistakeReport.objects.get()
+    assert (report.destination, report.rule, report.expression, report.email, report.status) == (
+        "https://docs-spam.example/legit",
+        warned,
+        "docs-spam.example/",
+        "me@example.org",
+        "open",
+    )
+    # Again from the same visitor: still one open report.
+    visitor.post(url, {"token": token, "csrfmiddlewaretoken": csrf})
+    assert MistakeReport.objects.count() == 1
+
+
+def test_the_form_needs_csrf_and_a_valid_token(warned):
+    visitor = Client(enforce_csrf_checks=True)
+    url = _report_url(visitor)
+    assert visitor.post(url, {}).status_code == 403
+    forged = visitor.get(reverse("urlguard:report"), {"token": "made-up"})
+    assert forged.status_code == 400 and "not valid" in forged.content.decode()
+    assert not MistakeReport.objects.exists()
+
+
+def test_reports_are_rate_limited(warned, settings, client):
+    settings.URLGUARD = {**settings.URLGUARD, "REPORT_RATE_LIMIT": 2}
+    url = _report_url(client)
+    token = client.get(url).context["token"]
+    statuses = [client.post(url, {"token": token, "comment": str(i)}).status_code for i in range(3)]
+    assert statuses == [200, 200, 429]
+
+
+def test_report_mistake_url_stays_an_override(warned, settings, client):
+    settings.URLGUARD = {**settings.URLGUARD, "REPORT_MISTAKE_URL": "https://desk.example/new"}
+    assert "https://desk.example/new?url=" in client.get("/legit").content.decode()
+
+
+@pytest.fixture
+def report(warned, client):
+    url = _report_url(client)
+    client.post(url, {"token": client.get(url).context["token"], "comment": "not spam"})
+    return MistakeReport.objects.get()
+
+
+def test_the_queue_shows_the_report_beside_its_rule(report, editor, make_staff):
+    resolver = make_staff(
+        "view_mistakereport", "change_mistakereport", "view_spamrule", "delete_spamrule"
+    )
+    html = resolver.get(QUEUE).content.decode()
+    assert "https://docs-spam.example/legit" in html and "<code>docs-spam.example/</code>" in html
+    assert "Remove rule" in html and "Dismiss" in html
+
+
+def test_remove_in_one_click(report, make_staff):
+    resolver = make_staff(
+        "view_mistakereport", "change_mistakereport", "view_spamrule", "delete_spamrule"
+    )
+    response = resolver.post(
+        reverse("admin:urlguard_mistakereport_remove", args=[report.pk]), follow=True
+    )
+    assert response.status_code == 200
+    assert not SpamRule.objects.exists()
+    assert ChangeEvent.objects.filter(action="remove").count() == 1
+    report.refresh_from_db()
+    assert (report.status, report.resolved_by) == ("removed", resolver.user)
+    assert "Would unblock 2 of the 2 short links" in response.content.decode()
+
+
+def test_dismiss_in_one_click(report, make_staff):
+    resolver = make_staff("view_mistakereport", "change_mistakereport")
+    resolver.post(reverse("admin:urlguard_mistakereport_dismiss", args=[report.pk]))
+    report.refresh_from_db()
+    assert report.status == "dismissed" and SpamRule.objects.count() == 1
+
+
+def test_narrow_opens_the_add_form_that_replaces_the_rule(report, make_staff):
+    resolver = make_staff(
+        "view_mistakereport",
+        "change_mistakereport",
+        "view_spamrule",
+        "add_spamrule",
+        "delete_spamrule",
+    )
+    response = resolver.post(reverse("admin:urlguard_mistakereport_narrow", args=[report.pk]))
+    assert response.status_code == 302
+    form = resolver.get(response["Location"])
+    initial = form.context["form"].initial
+    assert initial["url"] == "https://docs-spam.example/phish/login"  # what the rule rightly blocks
+    assert initial["samples"] == "https://docs-spam.example/legit"
+    saved = resolver.post(
+        reverse("admin:urlguard_spamrule_add"),
+        {
+            "url": initial["url"],
+            "expression": "docs-spam.example/phish/",
+            "category": "phishing",
+            "replace": initial["replace"],
+            "report": initial["report"],
+            "_save": "1",
+        },
+    )
+    assert saved.status_code == 302
+    assert list(SpamRule.objects.values_list("expression", flat=True)) == [
+        "docs-spam.example/phish/"
+    ]
+    report.refresh_from_db()
+    assert report.status == "narrowed"
+
+
+def test_view_only_staff_cannot_act(report, make_staff, editor):
+    viewer = make_staff("view_mistakereport", "view_spamrule")
+    html = viewer.get(QUEUE).content.decode()
+    assert "https://docs-spam.example/legit" in html and "Remove rule" not in html
+    for name in ("remove", "narrow", "dismiss"):
+        url = reverse(f"admin:urlguard_mistakereport_{name}", args=[report.pk])
+        assert viewer.post(url).status_code == 403
+        assert viewer.get(url).status_code in (403, 405)
+    # Changing reports without deleting rules: dismiss yes, remove no.
+    clerk = make_staff("view_mistakereport", "change_mistakereport")
+    assert (
+        clerk.post(reverse("admin:urlguard_mistakereport_remove", args=[report.pk])).status_code
+        == 403
+    )
+    assert (
+        clerk.post(reverse("admin:urlguard_mistakereport_narrow", args=[report.pk])).status_code
+        == 403
+    )
+    report.refresh_from_db()
+    assert report.status == "open" and SpamRule.objects.count() == 1

@@ -1,0 +1,132 @@
+"""Undo: change sets in the admin (who, when, what, note, reason, counts; their rules)
+and "revert this change set": a summary, then a job that applies the inverse through
+urlguard.changes (removed rules come back with category and note), once; bulk deletes
+and imports are change sets. View-only staff cannot revert."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from urlguard import changes, revert
+from urlguard.admin import jobs
+from urlguard.models import AdminJob, ChangeEvent, ChangeSet, ShortLink, SpamRule
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard", "quiet")]
+
+
+def _import(client, body: bytes) -> AdminJob:
+    client.post(
+        reverse("admin:urlguard_spamrule_import"),
+        {"file": SimpleUploadedFile("feed.txt", body), "default_category": "malware"},
+    )
+    job = AdminJob.objects.filter(kind="import").latest("pk")
+    client.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]))
+    job.refresh_from_db()
+    return job
+
+
+def _revert(client, change_set: ChangeSet, reason: str = "oops") -> AdminJob:
+    start = client.post(reverse("admin:urlguard_changeset_revert", args=[change_set.pk]))
+    assert start.status_code == 302
+    job = AdminJob.objects.filter(kind="revert").latest("pk")
+    summary = client.get(start["Location"])
+    assert summary.status_code == 200 and "Nothing has changed yet" in summary.content.decode()
+    client.post(
+        reverse("admin:urlguard_changeset_revert_commit", args=[job.pk]), {"reason": reason}
+    )
+    job.refresh_from_db()
+    return job
+
+
+def test_an_import_is_a_change_set_and_its_revert_removes_what_it_added(editor):
+    changes.add_rule("kept.example.org", category="spam")
+    ShortLink.objects.create(slug="s", destination="https://imp-one.example.com/x")
+    job = _import(editor, b"imp-one.example.com\nimp-two.example.com\nkept.example.org\n")
+    change_set = ChangeSet.objects.get(pk=job.result["change_set"])
+    assert (change_set.kind, change_set.added, change_set.actor) == ("import", 2, editor.user)
+    page = editor.get(reverse("admin:urlguard_changeset_change", args=[change_set.pk]))
+    html = page.content.decode()
+    assert "imp-one.example.com/" in html and "Revert this change set" in html
+    listing = editor.get(reverse("admin:urlguard_changeset_changelist")).content.decode()
+    assert "+2 added" in listing
+    start = editor.post(reverse("admin:urlguard_changeset_revert", args=[change_set.pk]))
+    summary = editor.get(start["Location"]).content.decode()
+    assert "Would unblock 1 of the 1 short link" in summary
+    job = AdminJob.objects.filter(kind="revert").latest("pk")
+    editor.post(
+        reverse("admin:urlguard_changeset_revert_commit", args=[job.pk]), {"reason": "bad feed"}
+    )
+    job.refresh_from_db()
+    assert job.state == "done", job.message
+    assert set(SpamRule.objects.values_list("expression", flat=True)) == {"kept.example.org/"}
+    undo = ChangeSet.objects.get(pk=job.result["revert_change_set"])
+    assert (undo.kind, undo.reverts, undo.removed, undo.reason) == (
+        "revert",
+        change_set,
+        2,
+        "bad feed",
+    )
+    # Once only.
+    again = editor.post(
+        reverse("admin:urlguard_changeset_revert", args=[change_set.pk]), follow=True
+    )
+    assert "already reverted" in again.content.decode()
+
+
+def test_a_bulk_delete_is_reverted_with_categories_and_notes(editor):
+    a = changes.add_rule("del-a.example.net", category="phishing", note="reported by CERT")
+    b = changes.add_rule("del-b.example.net", category="malware")
+    deleting = jobs.create_delete(SpamRule.objects.filter(pk__in=[a.pk, b.pk]), user=editor.user)
+    jobs.start_delete(AdminJob.objects.get(pk=deleting.pk), reason="false positives?")
+    deleting.refresh_from_db()
+    change_set = ChangeSet.objects.get(pk=deleting.result["change_set"])
+    assert (change_set.kind, change_set.removed, change_set.reason) == (
+        "bulk-delete",
+        2,
+        "false positives?",
+    )
+    assert not SpamRule.objects.exists()
+    job = _revert(editor, change_set)
+    assert job.state == "done", job.message
+    back = {r.expression: (r.category, r.note) for r in SpamRule.objects.all()}
+    assert back == {
+        "del-a.example.net/": ("phishing", "reported by CERT"),
+        "del-b.example.net/": ("malware", ""),
+    }
+    assert (
+        ChangeEvent.objects.filter(action="add", change_set=job.result["revert_change_set"]).count()
+        == 2
+    )
+
+
+def test_a_revert_leaves_what_changed_since(editor):
+    rule = changes.add_rule("since.example.net", category="spam")
+    first = ChangeEvent.objects.get(expression="since.example.net/").change_set
+    changes.remove_rule(rule)
+    changes.add_rule("since.example.net", category="malware")  # listed again, another rule
+    plan = revert.plan_revert(first)
+    assert (plan.to_remove, plan.unchanged) == (0, 1)
+
+
+def test_view_only_staff_cannot_revert(viewer, editor, make_staff):
+    changes.add_rule("v.example.net", category="spam")
+    change_set = ChangeSet.objects.latest("pk")
+    page = make_staff("view_changeset", "view_spamrule").get(
+        reverse("admin:urlguard_changeset_change", args=[change_set.pk])
+    )
+    assert page.status_code == 200 and "Revert this change set" not in page.content.decode()
+    looker = make_staff("view_changeset", "view_spamrule")
+    assert (
+        looker.post(reverse("admin:urlguard_changeset_revert", args=[change_set.pk])).status_code
+        == 403
+    )
+    job = jobs.create_revert(change_set, user=editor.user)
+    for method, name in (("get", "revert_job"), ("post", "revert_commit")):
+        url = reverse(f"admin:urlguard_changeset_{name}", args=[job.pk])
+        assert getattr(looker, method)(url).status_code == 403
+    assert (
+        looker.get(reverse("admin:urlguard_spamrule_job_status", args=[job.pk])).status_code == 403
+    )
+    assert SpamRule.objects.count() == 1

@@ -1,0 +1,214 @@
+"""The change log as change sets: one row per admin action, import, feed refresh,
+bulk delete or revert (who, when, what, note, reason, counts), opening into its
+rules, with "Revert this change set" (a summary of what the revert does, then a job
+that applies the inverse through urlguard.changes)."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils import formats, timezone
+from django.utils.html import format_html
+
+from urlguard.admin import jobs
+from urlguard.admin.changelog import ReadOnlyAdmin
+from urlguard.admin.pages import http_methods, render_tool, report_job_outcome, tool_urls
+from urlguard.models import AdminJob, ChangeEvent, ChangeSet, SpamRule
+from urlguard.revert import RevertError, check_revertible
+
+EVENTS_SHOWN = 50
+
+
+def can_revert(model_admin, request) -> bool:
+    rules = model_admin.admin_site.get_model_admin(SpamRule)
+    return rules.has_add_permission(request) and rules.has_delete_permission(request)
+
+
+@admin.register(ChangeSet)
+class ChangeSetAdmin(ReadOnlyAdmin):
+    list_display = (
+        "number",
+        "kind",
+        "actor",
+        "when",
+        "what",
+        "note_short",
+        "reason_short",
+        "source",
+        "undo",
+    )
+    list_filter = ("kind", "source", "created")
+    search_fields = ("note", "reason")
+    list_select_related = ("actor", "source", "reverts")
+    list_per_page = 100
+    readonly_fields = (
+        "kind",
+        "actor",
+        "created",
+        "note",
+        "reason",
+        "source",
+        "added",
+        "removed",
+        "refused",
+        "reverts",
+        "reverted_by_link",
+    )
+    fields = readonly_fields
+
+    def has_view_permission(self, request, obj=None):
+        # The history of the rules is part of the rules: whoever may see them may see it.
+        rules = self.admin_site.get_model_admin(SpamRule)
+        return super().has_view_permission(request, obj) or rules.has_view_permission(request)
+
+    @admin.display(description="#", ordering="pk")
+    def number(self, obj: ChangeSet) -> int:
+        return obj.pk
+
+    @admin.display(description="when", ordering="created")
+    def when(self, obj: ChangeSet) -> str:
+        return formats.date_format(timezone.localtime(obj.created), "Y-m-d H:i:s")
+
+    @admin.display(description="what")
+    def what(self, obj: ChangeSet) -> str:
+        parts = []
+        if obj.added:
+            parts.append(f"+{obj.added:,} added")
+        if obj.removed:
+            parts.append(f"−{obj.removed:,} removed")
+        if obj.refused:
+            parts.append(f"{obj.refused:,} refused")
+        text = ", ".join(parts) or "no change"
+        return format_html(
+            '<a href="{}?change_set__id__exact={}">{}</a>',
+            reverse("admin:urlguard_changeevent_changelist"),
+            obj.pk,
+            text,
+        )
+
+    @admin.display(description="note")
+    def note_short(self, obj: ChangeSet) -> str:
+        return obj.note if len(obj.note) <= 60 else obj.note[:57] + "…"
+
+    @admin.display(description="reason")
+    def reason_short(self, obj: ChangeSet) -> str:
+        return obj.reason if len(obj.reason) <= 60 else obj.reason[:57] + "…"
+
+    @admin.display(description="undo")
+    def undo(self, obj: ChangeSet) -> str:
+        done = getattr(obj, "reverted_by_", None)
+        if done is None:
+            done = obj.reverted_by.first()
+        if done is not None:
+            return format_html(
+                'reverted by <a href="{}">#{}</a>',
+                reverse("admin:urlguard_changeset_change", args=[done.pk]),
+                done.pk,
+            )
+        if obj.reverts_id is not None:
+            return format_html(
+                'reverts <a href="{}">#{}</a>',
+                reverse("admin:urlguard_changeset_change", args=[obj.reverts_id]),
+                obj.reverts_id,
+            )
+        return ""
+
+    @admin.display(description="reverted by")
+    def reverted_by_link(self, obj: ChangeSet) -> str:
+        return self.undo(obj)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("reverted_by")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        change_set = self.get_object(request, object_id)
+        extra = {}
+        if change_set is not None:
+            events = ChangeEvent.objects.filter(change_set=change_set).order_by("seq")
+            revertible = ""
+            try:
+                check_revertible(change_set)
+            except RevertError as exc:
+                revertible = str(exc)
+            extra = {
+                "events": list(events[:EVENTS_SHOWN]),
+                "event_count": events.count(),
+                "events_url": reverse("admin:urlguard_changeevent_changelist")
+                + f"?change_set__id__exact={change_set.pk}",
+                "can_revert": can_revert(self, request) and not revertible,
+                "not_revertible": revertible,
+            }
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+    def get_urls(self):
+        return (
+            tool_urls(
+                self,
+                [
+                    ("<int:change_set_id>/revert/", revert_start_view, "revert"),
+                    ("revert/<int:job_id>/", revert_job_view, "revert_job"),
+                    ("revert/<int:job_id>/commit/", revert_commit_view, "revert_commit"),
+                ],
+            )
+            + super().get_urls()
+        )
+
+
+def _revert_job(job_id: int) -> AdminJob:
+    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.REVERT).first()
+    if job is None:
+        raise Http404(f"There is no revert #{job_id}.")
+    return job
+
+
+@http_methods("POST")
+def revert_start_view(model_admin, request: HttpRequest, change_set_id: int) -> HttpResponse:
+    if not can_revert(model_admin, request):
+        raise PermissionDenied
+    change_set = ChangeSet.objects.filter(pk=change_set_id).first()
+    if change_set is None:
+        raise Http404(f"There is no change set #{change_set_id}.")
+    try:
+        check_revertible(change_set)
+    except RevertError as exc:
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(
+            reverse("admin:urlguard_changeset_change", args=[change_set.pk])
+        )
+    job = jobs.create_revert(change_set, user=request.user)
+    return HttpResponseRedirect(reverse("admin:urlguard_changeset_revert_job", args=[job.pk]))
+
+
+@http_methods("GET")
+def revert_job_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
+    if not can_revert(model_admin, request):
+        raise PermissionDenied
+    job = _revert_job(job_id)
+    change_set = ChangeSet.objects.filter(pk=job.params.get("change_set")).first()
+    return render_tool(
+        model_admin,
+        request,
+        "admin/urlguard/changeset/revert_job.html",
+        title=f"Revert {change_set or 'change set'}",
+        job=job,
+        change_set=change_set,
+        status_url=reverse("admin:urlguard_spamrule_job_status", args=[job.pk]),
+    )
+
+
+@http_methods("POST")
+def revert_commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
+    if not can_revert(model_admin, request):
+        raise PermissionDenied
+    job = _revert_job(job_id)
+    if job.state != AdminJob.State.PREVIEWED:
+        messages.warning(
+            request, f"Revert #{job.pk} was already started ({job.get_state_display()})."
+        )
+    elif jobs.start_revert(job, reason=request.POST.get("reason", "")):
+        report_job_outcome(
+            request, job, f"Revert #{job.pk} is queued; this page shows its progress."
+        )
+    return HttpResponseRedirect(reverse("admin:urlguard_changeset_revert_job", args=[job.pk]))

@@ -1,0 +1,158 @@
+"""Undo: reverting a change set applies its inverse through the same write path
+(urlguard.changes), as a new change set of kind "revert" that names the one it
+reverts. Rules the set added are withdrawn again (removed unless another source
+lists them too, and only if they are still the same rule: not removed and re-added
+since); rules it removed come back with their category and note. A change set is
+reverted at most once."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from urlguard import changes
+from urlguard.models import ChangeEvent, ChangeSet, SpamRule
+
+__all__ = ["RevertError", "RevertPlan", "plan_revert", "revert_change_set"]
+
+BATCH = changes.CHUNK_SIZE
+SAMPLES = 20
+
+
+class RevertError(ValueError):
+    """This change set cannot be reverted; the message says why."""
+
+
+@dataclass
+class RevertPlan:
+    """What reverting a change set would do."""
+
+    change_set: ChangeSet
+    to_remove: int = 0  # rules the set added that are still there
+    to_restore: int = 0  # rules the set removed that are not listed again
+    unchanged: int = 0  # events whose rule changed since (nothing to undo)
+    remove_samples: list[str] = field(default_factory=list)
+    restore_samples: list[str] = field(default_factory=list)
+
+
+def check_revertible(change_set: ChangeSet) -> None:
+    if change_set.kind == ChangeSet.Kind.REVERT and change_set.reverts_id is not None:
+        # A revert of a revert is allowed: it re-applies the original (redo).
+        pass
+    done = ChangeSet.objects.filter(reverts=change_set).first()
+    if done is not None:
+        raise RevertError(
+            f"{change_set} was already reverted by {done} ({done.created:%Y-%m-%d %H:%M})"
+        )
+
+
+def _events(change_set: ChangeSet, action: str) -> Iterator[list[ChangeEvent]]:
+    events = (
+        ChangeEvent.objects.filter(change_set=change_set, action=action)
+        .order_by("seq")
+        .only("seq", "expression", "added_at", "category", "note", "source")
+    )
+    batch: list[ChangeEvent] = []
+    for event in events.iterator(chunk_size=BATCH):
+        batch.append(event)
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _still_added(batch: list[ChangeEvent]) -> dict[int, str]:
+    """pk -> expression of the rules these add events created that are still there."""
+    found: dict[int, str] = {}
+    for part in changes.in_batches(batch):
+        wanted = {(e.expression, e.added_at) for e in part}
+        for pk, expression, added_at in SpamRule.objects.filter(
+            expression__in=[e.expression for e in part]
+        ).values_list("pk", "expression", "added_at"):
+            if (expression, added_at) in wanted:
+                found[pk] = expression
+    return found
+
+
+def _not_listed(batch: list[ChangeEvent]) -> list[ChangeEvent]:
+    listed = changes.existing_expressions([e.expression for e in batch])
+    seen: set[str] = set()
+    out = []
+    for event in batch:
+        if event.expression not in listed and event.expression not in seen:
+            seen.add(event.expression)
+            out.append(event)
+    return out
+
+
+def plan_revert(change_set: ChangeSet) -> RevertPlan:
+    check_revertible(change_set)
+    plan = RevertPlan(change_set)
+    for batch in _events(change_set, ChangeEvent.Action.ADD):
+        still = _still_added(batch)
+        plan.to_remove += len(still)
+        plan.unchanged += len(batch) - len(still)
+        plan.remove_samples.extend(list(still.values())[: SAMPLES - len(plan.remove_samples)])
+    for batch in _events(change_set, ChangeEvent.Action.REMOVE):
+        back = _not_listed(batch)
+        plan.to_restore += len(back)
+        plan.unchanged += len(batch) - len(back)
+        plan.restore_samples.extend(
+            e.expression for e in back[: SAMPLES - len(plan.restore_samples)]
+        )
+    return plan
+
+
+def expressions_of(change_set: ChangeSet, action: str) -> Iterator[str]:
+    for batch in _events(change_set, action):
+        yield from (e.expression for e in batch)
+
+
+def revert_change_set(
+    change_set: ChangeSet,
+    *,
+    user=None,
+    reason: str = "",
+    progress: Callable[[int], None] | None = None,
+) -> ChangeSet:
+    """Apply the inverse of `change_set`; returns the new change set (kind "revert")."""
+    check_revertible(change_set)
+    handled = 0
+    with changes.change_set(
+        kind=ChangeSet.Kind.REVERT,
+        actor=user,
+        reverts=change_set,
+        reason=reason,
+        note=f"revert of {change_set}",
+        source=change_set.source,
+    ) as revert:
+        for batch in _events(change_set, ChangeEvent.Action.ADD):
+            still = _still_added(batch)
+            if still:
+                if change_set.source is not None:
+                    # The set's source withdraws what it listed: a rule that another
+                    # source lists too stays (it was not this set's alone).
+                    changes.withdraw_rules(
+                        change_set.source, list(still), user=user, change_set=revert
+                    )
+                else:
+                    changes.remove_rules(list(still), user=user, change_set=revert)
+            handled += len(batch)
+            if progress is not None:
+                progress(handled)
+        for batch in _events(change_set, ChangeEvent.Action.REMOVE):
+            by_label: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+            for event in _not_listed(batch):
+                by_label[event.source or "admin"].append(
+                    (event.expression, event.category or "spam", event.note)
+                )
+            for label, items in by_label.items():
+                changes.add_rules(
+                    items, source=label, user=user, change_set=revert, normalized=True
+                )
+            handled += len(batch)
+            if progress is not None:
+                progress(handled)
+    return revert
