@@ -139,12 +139,13 @@ def top_rules(days: int = 7, limit: int = 10) -> list[dict]:
 
 
 def top_hosts(days: int = 7, limit: int = 10) -> list[dict]:
-    return list(
+    rows = (
         HostHitDay.objects.filter(day__gte=_since(days))
         .values("host")
         .annotate(hits=Sum("hits"))
         .order_by("-hits")[:limit]
     )
+    return [dict(row) for row in rows]
 
 
 def daily_hits(days: int = 7) -> list[tuple[dt.date, int]]:

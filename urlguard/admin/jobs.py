@@ -89,7 +89,7 @@ runner = _Runner()
 
 def _memory_database() -> bool:
     connection = connections[router.db_for_write(AdminJob)]
-    return connection.vendor == "sqlite" and connection.is_in_memory_db()
+    return connection.vendor == "sqlite" and bool(getattr(connection, "is_in_memory_db", bool)())
 
 
 def dispatch(task, job_id: int) -> None:
@@ -156,7 +156,7 @@ class _Progress:
         now = time.monotonic()
         if force or now - self.last >= PROGRESS_EVERY_SECONDS:
             self.last = now
-            fields = {"done": done, "total": total}
+            fields: dict[str, int | str] = {"done": done, "total": total}
             if message:
                 fields["message"] = message
             AdminJob.objects.filter(pk=self.job.pk).update(**fields)

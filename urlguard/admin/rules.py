@@ -143,7 +143,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
             .values_list("rule", "n")
         )
         for rule in rules:
-            rule.disputes_ = counts.get(rule.pk, 0)
+            rule.disputes_ = counts.get(rule.pk, 0)  # type: ignore[attr-defined]
 
     @admin.display(description="hit log")
     def hit_log(self, obj: SpamRule) -> str:
