@@ -340,10 +340,7 @@ def test_hit_columns_and_the_week_panel(page, site, shot, filter_path):
     page.goto(f"{site}/admin/urlguard/spamrule/?o=-6")  # most hits first
     first = page.locator("#result_list tbody tr").first
     assert "cheap-pills-online-pharmacy.example/" in first.inner_text()
-    from urlguard.models import RuleHitTotal
-
-    total = RuleHitTotal.objects.get(rule__expression="cheap-pills-online-pharmacy.example/")
-    assert first.locator("td.field-hits").inner_text() == str(total.hits) and total.hits >= 3
+    assert first.locator("td.field-hits").inner_text() == "4"
     assert first.locator("td.field-continued").inner_text() == "1"
     assert first.locator("td.field-last_hit").inner_text() != "never"
     _table_fits(page)
