@@ -37,14 +37,28 @@ atexit.register(shutil.rmtree, _metrics_dir, True)
 
 
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None,
+) -> Iterator[None]:
     """A PostgreSQL test database per run: several people (and CI) share one server,
-    and one fixed name lets a run drop the database another run is using."""
+    and one fixed name lets a run drop the database another run is using.
+
+    The SQLite test database is a file, as the embedded default has it (WAL, a writer
+    waits its turn): the live server's request threads and the admin-job runner
+    thread each open their own connection. Django's in-memory default is a shared
+    cache, where a write that meets another connection's lock fails at once with
+    "database table is locked" instead of waiting, which made the browser tests
+    fail by timing."""
     from django.conf import settings
 
-    for db in settings.DATABASES.values():
+    folder = tempfile.mkdtemp(prefix="urlguard-test-db-")
+    for alias, db in settings.DATABASES.items():
         if db["ENGINE"] == "django.db.backends.postgresql":
             db.setdefault("TEST", {})["NAME"] = f"test_{db['NAME']}_{os.getpid()}"
+        elif db["ENGINE"] == "django.db.backends.sqlite3":
+            db.setdefault("TEST", {})["NAME"] = os.path.join(folder, f"{alias}.sqlite3")
+    yield
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -83,3 +83,13 @@ def quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     from urlguard import changes
 
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+
+
+@pytest.fixture(autouse=True)
+def _admin_jobs_inline(monkeypatch) -> None:
+    """Admin jobs run inside the request that starts them, so a test reads their
+    outcome at once (the tests of where jobs run, and the browser tests, use the
+    runner thread)."""
+    from urlguard.admin import jobs
+
+    monkeypatch.setattr(jobs, "_memory_database", lambda: True)
