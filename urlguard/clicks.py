@@ -1,8 +1,13 @@
 """Click accounting for short links, off the request path.
 
-A redirect only appends the click to a buffer (urlguard.stats); a background
-thread writes the buffered clicks at least every STATS_FLUSH_INTERVAL, in one
-transaction per flush: one UPDATE of the links' counters, one INSERT of the rows.
+A redirect only adds the click to buffers (urlguard.stats); a background thread
+writes them at least every STATS_FLUSH_INTERVAL. A click adds one to its link's
+pending count, merged in memory, so a flush writes one UPDATE of the links'
+click_count however many clicks came in: its work grows with the links clicked, not
+with the clicks (a viral link costs it one row). Only a click that may need a row
+or may be a new visitor is kept whole, for the visitors' flush (its own
+transaction: row locks of those links, the lookup, one UPDATE of unique_visitors,
+one INSERT of the rows).
 
 - click_count counts every click (exact, except what a `kill -9` loses: the clicks
   of that process's last flush interval; see urlguard.stats).
@@ -133,7 +138,9 @@ def record_click(request: HttpRequest, link: Any) -> None:
     now = _clock()
     write_row = not recent.contains_and_add(f"{link.pk}:{visitor}:{int(now // 3600)}")
     maybe_new = unique.add(f"{link.pk}:{visitor}")
-    _CLICKS.append(PendingClick(link.pk, visitor, now, write_row, maybe_new))
+    _COUNTS.add(link.pk)
+    if write_row or maybe_new:
+        _VISITS.append(PendingClick(link.pk, visitor, now, write_row, maybe_new))
 
 
 def _when(seconds: float) -> datetime:
@@ -141,15 +148,14 @@ def _when(seconds: float) -> datetime:
 
 
 def write_clicks(clicks: list[PendingClick]) -> None:
-    """Write buffered clicks (inside the flush's transaction): lock the links' rows,
-    find which maybe-new visitors are new, then one counter UPDATE and one INSERT."""
-    per_link: dict[int, int] = {}
+    """Write the kept clicks (inside the flush's transaction): lock their links' rows,
+    find which maybe-new visitors are new, then one UPDATE of unique_visitors and one
+    INSERT of the rows. click_count is not written here (see _COUNTS)."""
     first: dict[tuple[int, str], PendingClick] = {}  # maybe-new pairs, first click of each
     for click in clicks:
-        per_link[click.link_id] = per_link.get(click.link_id, 0) + 1
         if click.maybe_new:
             first.setdefault((click.link_id, click.visitor), click)
-    ids = sorted(per_link)
+    ids = sorted({click.link_id for click in clicks})
     live: set[int] = set()
     for start in range(0, len(ids), _IN_BATCH):
         # The row locks, in id order (two flushes never wait on each other in a
@@ -164,13 +170,12 @@ def write_clicks(clicks: list[PendingClick]) -> None:
             .values_list("pk", flat=True)
         )
     new = _new_visitors({pair: c for pair, c in first.items() if pair[0] in live})
-    counts: OrderedDict[Any, list[int]] = OrderedDict()
-    for link_id in ids:
-        if link_id in live:
-            counts[link_id] = [per_link[link_id], per_link[link_id], 0]
-    for link_id, _visitor in new:
-        counts[link_id][2] += 1
-    _LINK_COUNTS.write(counts)
+    uniques: OrderedDict[Any, list[int]] = OrderedDict()
+    for link_id, _visitor in sorted(new):
+        entry = uniques.setdefault(link_id, [0, 0])
+        entry[0] += 1
+        entry[1] += 1
+    _UNIQUE.write(uniques)
     Click.objects.bulk_create(
         [
             Click(link_id=c.link_id, visitor=c.visitor, at=_when(c.at))
@@ -212,8 +217,9 @@ def _new_visitors(first: dict[tuple[int, str], PendingClick]) -> set[tuple[int, 
     }
 
 
-_CLICKS = stats.batch("clicks", write_clicks, model=Click)
+# Flushed in this order, each in its own transaction: a failed visitors' flush keeps
+# its clicks for the next try without holding back the counts.
+_VISITS = stats.batch("clicks.visitors", write_clicks, model=Click)
+_COUNTS = stats.counter("clicks", ShortLink, fields=["click_count"])
 # Not registered: written by write_clicks inside its transaction, after the lookup.
-_LINK_COUNTS = stats.Counter(
-    "clicks.links", ShortLink, ["id"], ["click_count", "unique_visitors"], upsert=False
-)
+_UNIQUE = stats.Counter("clicks.unique", ShortLink, ["id"], ["unique_visitors"], upsert=False)
