@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import zipfile
 
 import pytest
@@ -196,3 +197,34 @@ def test_detect(head, expected):
 
 def test_a_utf8_bom_is_dropped():
     assert accepted(read(b"\xef\xbb\xbfa.example\n")[1]) == [("a.example/", "spam")]
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_detection_then_parsing_loses_no_line_of_a_long_body(crlf):
+    # Detection reads the first lines and stops; the parser goes on from there, past
+    # many blocks of decoding, with no line lost, cut or joined at a block's edge.
+    end = "\r\n" if crlf else "\n"
+    hosts = [f"host-{i}.example{'é' * (i % 3)}" for i in range(20_000)]
+    body = ("# a long list" + end + end.join(hosts) + end).encode()
+    assert len(body) > 6 * 65536
+    fmt, entries = read(body)
+    assert fmt == "urls" and not refused(entries)
+    assert len(entries) == len(hosts)
+    assert [e.lineno for e in entries] == list(range(2, len(hosts) + 2))
+    assert [e.raw for e in entries] == hosts
+
+
+def test_json_detected_then_read_whole_past_many_blocks():
+    items = [
+        {"phish_id": i, "url": f"https://phish-{i}.example/login", "verified": "yes"}
+        for i in range(5_000)
+    ]
+    body = ("[\n" + ",\n".join(json.dumps(item) for item in items) + "\n]\n").encode()
+    assert len(body) > 4 * 65536
+    fmt, entries = read(body)
+    assert fmt == "phishtank-json" and len(accepted(entries)) == 5_000
+
+
+def test_separators_other_than_newline_stay_inside_a_line():
+    fmt, entries = read("a.example\u2028b\n\x1cc.example\rd\n".encode())
+    assert [e.raw for e in entries] == ["a.example\u2028b", "\x1cc.example\rd"]

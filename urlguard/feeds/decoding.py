@@ -10,6 +10,7 @@ import gzip
 import io
 import zipfile
 import zlib
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
@@ -98,7 +99,8 @@ class _StrictText(io.TextIOBase):
         self._binary = binary
         self._decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")
         self._offset = 0
-        self._pending = ""
+        self._pending = ""  # decoded text after the last whole line
+        self._ready: deque[str] = deque()  # whole lines not handed out yet
 
     def readable(self) -> bool:
         return True
@@ -116,6 +118,9 @@ class _StrictText(io.TextIOBase):
 
     def read(self, size: int | None = -1) -> str:
         size = -1 if size is None else size
+        if self._ready:
+            self._pending = "".join(self._ready) + self._pending
+            self._ready.clear()
         while size < 0 or len(self._pending) < size:
             data = self._binary.read(_READ)
             if not data:
@@ -129,12 +134,32 @@ class _StrictText(io.TextIOBase):
         return out
 
     def __iter__(self) -> Iterator[str]:  # type: ignore[override]
-        for raw_line in self._binary:
-            # A multi-byte character never spans a newline byte, so lines decode alone.
-            line = self._pending + self._decode(raw_line)
-            self._pending = ""
-            yield line
-        tail = self._pending + self._decode(b"", final=True)
-        self._pending = ""
-        if tail:
-            yield tail
+        # Decoded and split a block at a time (a million lines in well under a second;
+        # a line at a time costs several). The lines not yet handed out are kept here,
+        # not in the generator: format detection reads the first lines and stops, and
+        # the parser's iteration goes on from there.
+        ready = self._ready
+        while True:
+            while ready:
+                yield ready.popleft()
+            if not self._fill():
+                return
+
+    def _fill(self) -> bool:
+        """Decode the next block into whole lines; False at the end of the body."""
+        while True:
+            data = self._binary.read(_READ)
+            if not data:
+                tail = self._pending + self._decode(b"", final=True)
+                self._pending = ""
+                if tail:
+                    self._ready.append(tail)
+                return bool(tail)
+            text = self._pending + self._decode(data)
+            # Lines end at "\n" only, as the binary file's lines do (str.splitlines
+            # would also split at \r, \x0b, \x1c, \u2028 and more).
+            cut = text.rfind("\n") + 1
+            self._pending = text[cut:]
+            if cut:
+                self._ready.extend(line + "\n" for line in text[: cut - 1].split("\n"))
+                return True

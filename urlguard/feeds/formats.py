@@ -34,7 +34,11 @@ from urlguard.importing import (
     without_comment,
 )
 
-__all__ = ["FORMATS", "detect", "parse"]
+# Makes an entry of (lineno, raw line, text, category[, note]): importing.entry
+# normalizes it; importing.pending_entry leaves that for later.
+EntryMaker = Callable[..., ParsedLine]
+
+__all__ = ["FORMATS", "LINE_FORMATS", "detect", "parse", "parse_line", "sniff"]
 
 URLHAUS_HEADER = ("id", "dateadded", "url", "url_status")
 PHISHTANK_HEADER = ("phish_id", "url")
@@ -42,7 +46,9 @@ _DETECT_LINES = 200
 _JSON_READ = 1 << 16
 
 
-def parse_urls(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+def parse_urls(
+    lines: Iterable[str], category: str, make: EntryMaker = entry
+) -> Iterator[ParsedLine]:
     for lineno, text in _significant(lines, comments=("#",)):
         tokens = without_comment(text).split()
         if not tokens:
@@ -56,10 +62,12 @@ def parse_urls(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
                 "URL per line (a URL cannot contain a space)",
             )
             continue
-        yield entry(lineno, text, tokens[0], category)
+        yield make(lineno, text, tokens[0], category)
 
 
-def parse_hosts(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+def parse_hosts(
+    lines: Iterable[str], category: str, make: EntryMaker = entry
+) -> Iterator[ParsedLine]:
     for lineno, text in _significant(lines, comments=("#",)):
         tokens = without_comment(text).split()
         if not tokens:
@@ -73,13 +81,15 @@ def parse_hosts(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
         for name in names:
             if name.lower() in HOSTS_FILE_SELF_NAMES or is_ip_address(name):
                 continue
-            yield entry(lineno, text, name, category)
+            yield make(lineno, text, name, category)
 
 
 _ADBLOCK_DOMAIN_RE = re.compile(r"\|\|([^/^$|*]+)\^\|?")
 
 
-def parse_adblock(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+def parse_adblock(
+    lines: Iterable[str], category: str, make: EntryMaker = entry
+) -> Iterator[ParsedLine]:
     for lineno, text in _significant(lines, comments=("!",)):
         rule = text.strip()
         if rule.startswith("[") and rule.endswith("]"):  # [Adblock Plus 2.0]
@@ -98,7 +108,7 @@ def parse_adblock(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
                 "here, and are refused rather than guessed)",
             )
             continue
-        yield entry(lineno, text, match.group(1), category)
+        yield make(lineno, text, match.group(1), category)
 
 
 def _adblock_refusal(rule: str) -> str | None:
@@ -117,7 +127,9 @@ def _adblock_refusal(rule: str) -> str | None:
     return None
 
 
-def parse_urlhaus_csv(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+def parse_urlhaus_csv(
+    lines: Iterable[str], category: str, make: EntryMaker = entry
+) -> Iterator[ParsedLine]:
     del category  # URLhaus lists malware distribution
     header: list[str] | None = None
     numbered = enumerate(lines, start=1)
@@ -144,21 +156,23 @@ def parse_urlhaus_csv(lines: Iterable[str], category: str) -> Iterator[ParsedLin
     threat_col = header.index("threat") if "threat" in header else None
     yield from _csv_rows(
         chain([(rows_start, first)], numbered),
-        lambda lineno, raw, row: _urlhaus_row(lineno, raw, row, url_col, threat_col),
+        lambda lineno, raw, row: _urlhaus_row(lineno, raw, row, url_col, threat_col, make),
         skip_comments=True,
     )
 
 
 def _urlhaus_row(
-    lineno: int, raw: str, row: list[str], url_col: int, threat_col: int | None
+    lineno: int, raw: str, row: list[str], url_col: int, threat_col: int | None, make: EntryMaker
 ) -> ParsedLine:
     if url_col >= len(row) or not row[url_col].strip():
         return _refused(lineno, raw, "malware", f"{len(row)} column(s) and no URL")
     note = row[threat_col].strip() if threat_col is not None and threat_col < len(row) else ""
-    return entry(lineno, raw, row[url_col].strip(), "malware", note)
+    return make(lineno, raw, row[url_col].strip(), "malware", note)
 
 
-def parse_phishtank_csv(lines: Iterable[str], category: str) -> Iterator[ParsedLine]:
+def parse_phishtank_csv(
+    lines: Iterable[str], category: str, make: EntryMaker = entry
+) -> Iterator[ParsedLine]:
     del category  # PhishTank lists phishing
     numbered = enumerate(lines, start=1)
     for lineno, text in numbered:
@@ -173,21 +187,24 @@ def parse_phishtank_csv(lines: Iterable[str], category: str) -> Iterator[ParsedL
     else:
         return
     yield from _csv_rows(
-        numbered, lambda lineno, raw, row: _phish(lineno, raw, dict(zip(header, row, strict=False)))
+        numbered,
+        lambda lineno, raw, row: _phish(lineno, raw, dict(zip(header, row, strict=False)), make),
     )
 
 
-def parse_phishtank_json(stream: TextIO, category: str) -> Iterator[ParsedLine]:
+def parse_phishtank_json(
+    stream: TextIO, category: str, make: EntryMaker = entry
+) -> Iterator[ParsedLine]:
     del category
     for index, item in enumerate(_json_array(stream), start=1):
         raw = json.dumps(item)[:300]
         if not isinstance(item, dict):
             yield _refused(index, raw, "phishing", "an array item that is not an object")
             continue
-        yield _phish(index, raw, item)
+        yield _phish(index, raw, item, make)
 
 
-def _phish(lineno: int, raw: str, item: dict) -> ParsedLine:
+def _phish(lineno: int, raw: str, item: dict, make: EntryMaker) -> ParsedLine:
     url = str(item.get("url") or "").strip()
     if not url:
         return _refused(lineno, raw, "phishing", "no url")
@@ -195,7 +212,7 @@ def _phish(lineno: int, raw: str, item: dict) -> ParsedLine:
     if verified in ("no", "false", "0"):
         return _refused(lineno, raw, "phishing", "not verified by PhishTank")
     note = str(item.get("target") or "").strip()
-    return entry(lineno, raw, url, "phishing", note)
+    return make(lineno, raw, url, "phishing", note)
 
 
 # -- detection ------------------------------------------------------------------------
@@ -231,7 +248,7 @@ def detect(head: list[str]) -> str:
     return "urls"
 
 
-LineParser = Callable[[Iterable[str], str], Iterator[ParsedLine]]
+LineParser = Callable[[Iterable[str], str, EntryMaker], Iterator[ParsedLine]]
 
 FORMATS: dict[str, LineParser] = {
     "urls": parse_urls,
@@ -244,19 +261,46 @@ STREAM_FORMATS = {"phishtank-json": parse_phishtank_json}
 NAMES = (*FORMATS, *STREAM_FORMATS)
 
 
-def parse(stream: TextIO, fmt: str, category: str) -> tuple[str, Iterator[ParsedLine]]:
-    """(the format read, its entries) for the text `stream`; `fmt` "auto" detects."""
+# Formats whose lines are independent entries: a line parses the same wherever it is.
+LINE_FORMATS = frozenset({"urls", "hosts", "adblock"})
+
+
+def sniff(stream: TextIO, fmt: str) -> tuple[str, TextIO | Iterable[str]]:
+    """(the format, the whole stream again) for the text `stream`; `fmt` "auto"
+    detects it from the first lines. The stream given back is a TextIO (read in
+    pieces) for the JSON format, an iterable of lines for the others."""
+    if fmt in STREAM_FORMATS:
+        return fmt, stream
     if fmt == "auto" or not fmt:
-        head = list(islice(stream, _DETECT_LINES)) if fmt != "phishtank-json" else []
+        head = list(islice(stream, _DETECT_LINES))
         fmt = detect(head)
         if fmt in STREAM_FORMATS:
-            return fmt, STREAM_FORMATS[fmt](_Rewound("".join(head), stream), category)  # type: ignore[arg-type]
-        return fmt, FORMATS[fmt](chain(head, stream), category)
-    if fmt in STREAM_FORMATS:
-        return fmt, STREAM_FORMATS[fmt](stream, category)
+            return fmt, _Rewound("".join(head), stream)  # type: ignore[return-value]
+        return fmt, chain(head, stream)
     if fmt not in FORMATS:
         raise FeedError(f"unknown format {fmt!r}; use one of auto, {', '.join(NAMES)}")
-    return fmt, FORMATS[fmt](stream, category)
+    return fmt, stream
+
+
+def parse(
+    stream: TextIO, fmt: str, category: str, *, make: EntryMaker = entry
+) -> tuple[str, Iterator[ParsedLine]]:
+    """(the format read, its entries) for the text `stream`; `fmt` "auto" detects.
+    `make` makes each entry (see EntryMaker)."""
+    fmt, text = sniff(stream, fmt)
+    if fmt in STREAM_FORMATS:
+        return fmt, STREAM_FORMATS[fmt](text, category, make)  # type: ignore[arg-type]
+    return fmt, FORMATS[fmt](text, category, make)
+
+
+def parse_line(
+    fmt: str, line: str, lineno: int, category: str, make: EntryMaker = entry
+) -> list[ParsedLine]:
+    """The entries of one line of a LINE_FORMATS body (none for a comment)."""
+    parsed = list(FORMATS[fmt]((line,), category, make))
+    for item in parsed:
+        item.lineno = lineno
+    return parsed
 
 
 # -- shared ---------------------------------------------------------------------------
