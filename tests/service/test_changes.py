@@ -281,3 +281,15 @@ def test_write_inside_an_outer_transaction_nudges_only_after_it_commits(
         changes.add_rule("example.org/", category="spam")
         assert nudges == []
     assert len(nudges) == 1
+
+
+def test_every_relation_to_a_rule_is_one_the_bulk_delete_handles():
+    # changes._delete_rules removes rules on PostgreSQL with one statement per table,
+    # as each relation's on_delete says; a relation it does not know must fail here.
+    from django.db import models
+
+    for relation in SpamRule._meta.related_objects:
+        assert relation.on_delete in (models.CASCADE, models.SET_NULL, models.DO_NOTHING), relation
+        if relation.on_delete is models.CASCADE:
+            # One DELETE of those rows: nothing may depend on them in turn.
+            assert not relation.related_model._meta.related_objects, relation
