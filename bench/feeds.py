@@ -123,7 +123,10 @@ def main() -> None:
         write_feed(feed, kept)
         head_before = ChangeEvent.objects.head()
         started = time.perf_counter()
-        second = refresh_source(source)
+        stages: dict[str, float] = {}
+        second = refresh_source(
+            source, progress=lambda stage, *_: stages.setdefault(stage, time.perf_counter())
+        )
         churn_s = time.perf_counter() - started
         committed = time.monotonic()
         written = ChangeEvent.objects.filter(seq__gt=head_before).count()
@@ -153,6 +156,12 @@ def main() -> None:
             f"| 1% churn refresh | {churn_s:.2f} s (+{second.added:,} -{second.removed:,}; "
             f"{written:,} change-log rows written) | < 5 s, ~{2 * churn:,} rows |"
         )
+        marks = [("start", started), *stages.items(), ("end", started + churn_s)]
+        steps = ", ".join(
+            f"{name} {(marks[i + 1][1] - at) * 1000:,.0f} ms"
+            for i, (name, at) in enumerate(marks[:-1])
+        )
+        print(f"| churn refresh, by step | {steps} | |")
         print(f"| peak RSS after first load | {rss_load:.0f} MB | < 300 MB |")
         print(f"| peak RSS of the process | {rss:.0f} MB | < 300 MB |")
         if args.redis:

@@ -81,6 +81,8 @@ class ParsedLine:
     error: str | None = None
     note: str = ""
     duplicate_of: int | None = None
+    # pending_entry's: the text normalize_rule is still to read (expression is None).
+    token: str | None = None
 
     @property
     def is_new(self) -> bool:
@@ -158,18 +160,29 @@ def _line_entries(numbered: Iterable[tuple[int, str]], category: str) -> Iterato
             yield entry(lineno, text, tokens[0], category)
 
 
-def entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
-    """One entry of a list: `text` normalized to a rule expression, or refused with
-    the reason in `error`."""
+def entry_text(text: str) -> str:
+    """The part of a list's entry that names what to block."""
     if text.startswith("||"):
         # Adblock syntax: "||example.com^" is the domain and its subdomains; options
         # after '$' ("third-party", ...) do not change what is blocked here.
         text = text[2:].partition("$")[0].rstrip("^")
+    return text
+
+
+def entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
+    """One entry of a list: `text` normalized to a rule expression, or refused with
+    the reason in `error`."""
     try:
-        expression = normalize_rule(text)
+        expression = normalize_rule(entry_text(text))
     except RuleError as exc:
         return ParsedLine(lineno, raw, None, category, error=str(exc), note=note)
     return ParsedLine(lineno, raw, expression, category, note=note)
+
+
+def pending_entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
+    """entry() without the normalization: `token` holds what normalize_rule is to read
+    (a feed refresh normalizes only the entries it has not seen before)."""
+    return ParsedLine(lineno, raw, None, category, note=note, token=entry_text(text))
 
 
 @functools.lru_cache(maxsize=256)  # a hosts file repeats one or two addresses

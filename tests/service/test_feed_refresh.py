@@ -14,6 +14,7 @@ from django.core.management import call_command
 
 from tests.service.feedserver import feed_server, fixture
 from urlguard import changes
+from urlguard.feeds import memo
 from urlguard.feeds import refresh as refreshing
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import (
@@ -363,3 +364,83 @@ def test_verify_filter_passes_after_refreshes(server, sync_filter):
     out = io.StringIO()
     call_command("verify_filter", stdout=out)
     assert out.getvalue().startswith("OK: all 40 rules")
+
+
+@pytest.fixture
+def normalized(monkeypatch) -> list[str]:
+    """The texts the refresh normalizes, in order."""
+    calls: list[str] = []
+    real = refreshing.normalize_rule
+
+    def counting(text: str) -> str:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(refreshing, "normalize_rule", counting)
+    return calls
+
+
+def test_a_refresh_normalizes_only_what_it_has_not_seen(server, normalized):
+    hosts = [f"host{i}.example" for i in range(40)]
+    feed = make_feed(server.serve("/list.txt", lines(*hosts, "HOST1.example")))
+    refresh_source(feed)
+    assert sorted(normalized) == sorted([*hosts, "HOST1.example"])
+    normalized.clear()
+    server.serve("/list.txt", lines(*hosts[1:], "HOST1.example", "new.example", "com"))
+    result = refresh_source(feed)
+    # The new entry, and the refused one (refusals are not remembered).
+    assert normalized == ["new.example", "com"]
+    assert (result.added, result.removed, result.unchanged, result.refused) == (1, 1, 39, 1)
+    assert listed(feed) == {f"{h}/" for h in hosts[1:]} | {"new.example/"}
+
+
+def test_a_lost_or_broken_memo_costs_time_not_correctness(server, normalized):
+    feed = make_feed(server.serve("/list.txt", lines("a.example", "b.example")))
+    refresh_source(feed)
+    memo.path_for(feed.pk).write_bytes(b"not a memo")
+    normalized.clear()
+    server.serve("/list.txt", lines("b.example", "c.example"))
+    result = refresh_source(feed)
+    assert sorted(normalized) == ["b.example", "c.example"]
+    assert (result.added, result.removed) == (1, 1)
+    assert listed(feed) == {"b.example/", "c.example/"}
+    memo.path_for(feed.pk).unlink()
+    normalized.clear()
+    server.serve("/list.txt", lines("b.example", "c.example", "d.example"))
+    refresh_source(feed)
+    assert sorted(normalized) == ["b.example", "c.example", "d.example"]
+    assert listed(feed) == {"b.example/", "c.example/", "d.example/"}
+
+
+def test_a_memo_of_another_normalizer_is_not_used(server, normalized, monkeypatch):
+    feed = make_feed(server.serve("/list.txt", lines("a.example")))
+    refresh_source(feed)
+    monkeypatch.setattr(memo, "NORMALIZER_VERSION", memo.NORMALIZER_VERSION + 1)
+    normalized.clear()
+    server.serve("/list.txt", lines("a.example", "b.example"))
+    refresh_source(feed)
+    assert sorted(normalized) == ["a.example", "b.example"]
+
+
+def test_a_remembered_rule_deleted_by_hand_is_listed_again(server, normalized):
+    # The memo knows "a.example", but the source no longer lists its rule: the refresh
+    # needs its expression to add it, so it normalizes it again.
+    feed = make_feed(server.serve("/list.txt", lines("a.example", "b.example")))
+    refresh_source(feed)
+    changes.remove_rule(SpamRule.objects.get(expression="a.example/"))
+    normalized.clear()
+    server.serve("/list.txt", lines("a.example", "b.example", "c.example"))
+    result = refresh_source(feed)
+    assert sorted(normalized) == ["a.example", "c.example"]
+    assert result.added == 2 and listed(feed) == {"a.example/", "b.example/", "c.example/"}
+
+
+def test_a_held_refresh_then_accepted_lists_what_the_memo_already_knew(server, normalized):
+    hosts = [f"h{i}.example" for i in range(10)]
+    feed = make_feed(server.serve("/list.txt", lines(*hosts[:2])))
+    refresh_source(feed)
+    server.serve("/list.txt", lines(*hosts[5:]))  # removes 2 of 2: held
+    assert refresh_source(feed).status == "held"
+    assert listed(feed) == {"h0.example/", "h1.example/"}
+    result = refresh_source(feed, accept_shrink=True)
+    assert result.status == "ok" and listed(feed) == {f"{h}/" for h in hosts[5:]}

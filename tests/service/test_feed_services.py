@@ -4,6 +4,8 @@ nodes' filter files to it (additions, then a removal)."""
 
 from __future__ import annotations
 
+from django.db import connection
+
 from tests.service.feedserver import feed_server
 from tests.service.test_services import (  # noqa: F401  (fixtures)
     pytestmark,
@@ -11,9 +13,10 @@ from tests.service.test_services import (  # noqa: F401  (fixtures)
     start_worker,
     wait_for,
 )
-from urlguard import registry
+from urlguard import changes, registry
+from urlguard.feeds import refresh as refreshing
 from urlguard.feeds.tasks import refresh_feed
-from urlguard.models import Source, SpamRule
+from urlguard.models import RuleSource, Source, SpamRule
 
 
 def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):  # noqa: F811
@@ -43,3 +46,42 @@ def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):  
         everywhere("one.feed.example/", True)
     source.refresh_from_db()
     assert source.last_status == "ok" and source.last_removed == 1
+
+
+def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_available, monkeypatch):  # noqa: F811
+    assert connection.vendor == "postgresql"
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+    source = Source.objects.create(name="copy", kind=Source.Kind.FEED, url="file:///dev/null")
+    keys, ids = refreshing._listed_now(source)
+    assert len(keys) == len(ids) == 0
+    changes.add_rules([f"h{i}.example" for i in range(2500)], source=source)
+    changes.add_rules(["other.example"], source="admin")
+    keys, ids = refreshing._listed_now(source)
+    rows = sorted(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))
+    assert len(rows) == 2500
+    assert sorted(zip(keys.tolist(), ids.tolist(), strict=True)) == rows
+
+
+def test_withdrawn_and_deleted_rules_take_their_references_along(services_available, monkeypatch):  # noqa: F811
+    # The PostgreSQL statements of changes._withdraw_part and _delete_rules: listings
+    # go, a mistake report keeps its text but loses the rule, hit totals stay.
+    from urlguard.models import MistakeReport, RuleHitTotal
+
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+    feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules(["a.example", "b.example", "c.example"], source=feed)
+    changes.add_rules(["b.example"], source="admin")
+    a, b, c = (SpamRule.objects.get(expression=f"{x}.example/") for x in "abc")
+    report = MistakeReport.objects.create(destination="http://a.example/", rule=a)
+    RuleHitTotal.objects.create(rule=a, hits=3)
+    withdrawn = changes.withdraw_rules(feed, [a.pk, b.pk, 999_999])
+    assert (withdrawn.withdrawn, withdrawn.removed) == (2, 1)
+    assert set(SpamRule.objects.values_list("expression", flat=True)) == {
+        "b.example/",
+        "c.example/",
+    }
+    assert not RuleSource.objects.filter(source=feed, rule_id__in=[a.pk, b.pk]).exists()
+    report.refresh_from_db()
+    assert report.rule_id is None and RuleHitTotal.objects.filter(rule_id=a.pk).exists()
+    assert changes.remove_rules([b.pk, c.pk]) == 2
+    assert not SpamRule.objects.exists() and not RuleSource.objects.exists()

@@ -6,6 +6,8 @@ rule by hand gets a warning instead (see `warning`)."""
 
 from __future__ import annotations
 
+import hashlib
+
 from urlguard.canonical import split_expression
 from urlguard.models import AllowedHost
 
@@ -27,6 +29,13 @@ class Allowlist:
 
     def __len__(self) -> int:
         return len(self._protected)
+
+    def digest(self) -> str:
+        """Names the set of protected hosts (a memo made under another is stale)."""
+        digest = hashlib.blake2b(digest_size=16)
+        for host in sorted(self._protected):
+            digest.update(host.encode("utf-8", "surrogatepass") + b"\n")
+        return digest.hexdigest()
 
     def refusal(self, expression: str) -> str | None:
         """Why a feed may not list `expression` (None: it may)."""
