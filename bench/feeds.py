@@ -30,6 +30,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def peak_rss_mb(field: str = "VmHWM") -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def by_step(started: float, stages: dict[str, float], ended: float) -> str:
+    """How long each reported step lasted (until the next one began)."""
+    marks = [("start", started), *stages.items(), ("end", ended)]
+    return ", ".join(
+        f"{name} {(marks[i + 1][1] - at) * 1000:,.0f} ms" for i, (name, at) in enumerate(marks[:-1])
+    )
+
+
 def write_feed(path: Path, ids: range | list[int]) -> None:
     with path.open("w") as out:
         out.write("# bench feed\n")
@@ -89,8 +105,12 @@ def main() -> None:
 
         source = Source.objects.create(name="bench", kind="feed", url=f"file://{feed}")
         started = time.perf_counter()
-        first = refresh_source(source)
+        first_stages: dict[str, float] = {}
+        first = refresh_source(
+            source, progress=lambda stage, *_: first_stages.setdefault(stage, time.perf_counter())
+        )
         load_s = time.perf_counter() - started
+        first_steps = by_step(started, first_stages, started + load_s)
         assert first.status == "ok", first.error
         rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -124,9 +144,17 @@ def main() -> None:
         head_before = ChangeEvent.objects.head()
         started = time.perf_counter()
         stages: dict[str, float] = {}
-        second = refresh_source(
-            source, progress=lambda stage, *_: stages.setdefault(stage, time.perf_counter())
-        )
+        high_water: dict[str, int] = {}
+
+        def mark(stage: str, *_: int) -> None:
+            if stage not in stages:
+                stages[stage] = time.perf_counter()
+                high_water[stage] = peak_rss_mb()
+
+        rss_before = peak_rss_mb("VmRSS")
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # VmHWM from here on: this refresh's own peak
+        second = refresh_source(source, progress=mark)
         churn_s = time.perf_counter() - started
         committed = time.monotonic()
         written = ChangeEvent.objects.filter(seq__gt=head_before).count()
@@ -156,12 +184,12 @@ def main() -> None:
             f"| 1% churn refresh | {churn_s:.2f} s (+{second.added:,} -{second.removed:,}; "
             f"{written:,} change-log rows written) | < 5 s, ~{2 * churn:,} rows |"
         )
-        marks = [("start", started), *stages.items(), ("end", started + churn_s)]
-        steps = ", ".join(
-            f"{name} {(marks[i + 1][1] - at) * 1000:,.0f} ms"
-            for i, (name, at) in enumerate(marks[:-1])
+        print(f"| first load, by step | {first_steps} | |")
+        print(f"| churn refresh, by step | {by_step(started, stages, started + churn_s)} | |")
+        marks = ", ".join(f"{name} {mb} MB" for name, mb in high_water.items())
+        print(
+            f"| churn refresh: RSS before, peak as each step began | {rss_before} MB; {marks} | |"
         )
-        print(f"| churn refresh, by step | {steps} | |")
         print(f"| peak RSS after first load | {rss_load:.0f} MB | < 300 MB |")
         print(f"| peak RSS of the process | {rss:.0f} MB | < 300 MB |")
         if args.redis:

@@ -23,6 +23,7 @@ __all__ = ["Memo", "load", "save"]
 
 # Raise when normalize_rule can give another expression for the same text.
 NORMALIZER_VERSION = 1
+_SLICE = 1 << 16
 
 
 def path_for(source_id: int) -> Path:
@@ -46,12 +47,18 @@ class Memo:
 
     def lookup(self, high: np.ndarray, low: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found, keys) for the digests (high, low): keys[i] is meaningful where found[i]."""
+        found = np.zeros(len(high), dtype=bool)
+        keys = np.zeros(len(high), dtype=np.int64)
         if not len(self.high):
-            return np.zeros(len(high), dtype=bool), np.zeros(len(high), dtype=np.int64)
-        at = np.searchsorted(self.high, high)
-        at[at == len(self.high)] = 0
-        found = (self.high[at] == high) & (self.low[at] == low)
-        return found, self.keys[at]
+            return found, keys
+        # A slice at a time: the temporaries of a million lookups at once were ~30 MB.
+        for start in range(0, len(high), _SLICE):
+            part = slice(start, start + _SLICE)
+            at = np.searchsorted(self.high, high[part])
+            at[at == len(self.high)] = 0
+            found[part] = (self.high[at] == high[part]) & (self.low[at] == low[part])
+            keys[part] = self.keys[at]
+        return found, keys
 
 
 def load(source_id: int, expected_stamp: str) -> Memo | None:
@@ -77,13 +84,16 @@ def save(
     high = high[order]
     keep = np.ones(len(high), dtype=bool)
     np.not_equal(high[1:], high[:-1], out=keep[1:])
-    high, first = high[keep], order[keep]
+    high, order = high[keep], order[keep]
+    low = low[order]
+    keys = keys[order]
+    del order, keep
     path = path_for(source_id)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".memo-", suffix=".npz")
     try:
         with os.fdopen(descriptor, "wb") as out:
-            np.savez(out, stamp=np.str_(the_stamp), high=high, low=low[first], keys=keys[first])
+            np.savez(out, stamp=np.str_(the_stamp), high=high, low=low, keys=keys)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
