@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -299,6 +300,8 @@ def test_one_new_visitor_flushed_by_four_workers_at_once_counts_once():
         try:
             with transaction.atomic():
                 clicks.write_clicks([click])
+            with transaction.atomic():  # the count is a flush of its own
+                clicks._COUNTS.write(OrderedDict([(link.pk, [1, 1])]))
         finally:
             connections.close_all()
 
