@@ -189,7 +189,9 @@ class Counter(_Kind):
         return sum(entry[0] for entry in taken.values())
 
     def write(self, taken: OrderedDict[Hashable, list[int]]) -> None:
-        items = list(taken.items())
+        # In key order: two flushes (other processes) that lock the same rows take
+        # them in the same order, so they wait for each other, never deadlock.
+        items = sorted(taken.items(), key=lambda item: item[0])  # type: ignore[arg-type,return-value]
         for start in range(0, len(items), STATEMENT_ROWS):
             self._statement(items[start : start + STATEMENT_ROWS])
 

@@ -228,3 +228,37 @@ def test_json_detected_then_read_whole_past_many_blocks():
 def test_separators_other_than_newline_stay_inside_a_line():
     fmt, entries = read("a.example\u2028b\n\x1cc.example\rd\n".encode())
     assert [e.raw for e in entries] == ["a.example\u2028b", "\x1cc.example\rd"]
+
+
+@pytest.mark.parametrize("fmt", ["urls", "hosts", "adblock"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "http://evil.example/x\n",
+        "  evil.example  \r\n",
+        "\n",
+        "   \n",
+        "# a comment\n",
+        "evil.example # why\n",
+        "http://evil.example/#frag\n",
+        "two.example three.example\n",
+        "0.0.0.0 a.example b.example\n",
+        "||ads.example^\n",
+        "||ads.example^$third-party\n",
+        "! adblock comment\n",
+        "\ufeffbom.example\n",
+        "tab\tseparated.example\n",
+        "last.example",
+    ],
+)
+def test_a_line_parses_alone_as_it_does_in_its_body(fmt, line):
+    # The refresh parses only the lines its memo does not know, one at a time.
+    from urlguard.feeds.formats import FORMATS, parse_line
+
+    def fields(entries):
+        return [(e.raw, e.expression, e.error, e.category) for e in entries]
+
+    alone = parse_line(fmt, line, 7, "spam")
+    in_body = list(FORMATS[fmt](iter([line]), "spam"))
+    assert fields(alone) == fields(in_body)
+    assert all(e.lineno == 7 for e in alone)

@@ -444,3 +444,96 @@ def test_a_held_refresh_then_accepted_lists_what_the_memo_already_knew(server, n
     assert listed(feed) == {"h0.example/", "h1.example/"}
     result = refresh_source(feed, accept_shrink=True)
     assert result.status == "ok" and listed(feed) == {f"{h}/" for h in hosts[5:]}
+
+
+def test_a_setting_normalize_rule_reads_is_part_of_the_memo(server, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "ALLOW_PRIVATE_ADDRESS_RULES": True}
+    feed = make_feed(server.serve("/list.txt", lines("10.1.2.3", "a.example")))
+    assert refresh_source(feed).status == "ok"
+    assert listed(feed) == {"10.1.2.3/", "a.example/"}
+    settings.URLGUARD = {**settings.URLGUARD, "ALLOW_PRIVATE_ADDRESS_RULES": False}
+    server.serve("/list.txt", lines("10.1.2.3", "a.example", "b.example"))
+    result = refresh_source(feed)
+    assert result.refused == 1 and listed(feed) == {"a.example/", "b.example/"}
+
+
+def test_the_format_a_body_is_read_as_is_part_of_the_memo(server):
+    body = b"||evil.example^$third-party\n||ok.example^\n"
+    feed = make_feed(server.serve("/list.txt", body), format="urls")
+    refresh_source(feed)
+    assert listed(feed) == {"evil.example/", "ok.example/"}
+    Source.objects.filter(pk=feed.pk).update(format="adblock")
+    feed.refresh_from_db()
+    server.serve("/list.txt", body + b"||new.example^\n")
+    result = refresh_source(feed)
+    # adblock refuses rules with options: the memo made as "urls" must not keep it.
+    assert result.refused == 1 and listed(feed) == {"ok.example/", "new.example/"}
+
+
+def test_a_line_with_a_refused_entry_is_counted_refused_every_time(server):
+    body = b"0.0.0.0 good.example com\n0.0.0.0 other.example\n"
+    feed = make_feed(server.serve("/hosts.txt", body), format="hosts")
+    first = refresh_source(feed)
+    server.serve("/hosts.txt", body + b"0.0.0.0 new.example\n")
+    second = refresh_source(feed)
+    assert first.refused == second.refused == 1
+    assert listed(feed) == {"good.example/", "other.example/", "new.example/"}
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04cut short", b"not a memo"])
+def test_a_damaged_memo_is_a_cache_miss(server, normalized, content):
+    feed = make_feed(server.serve("/list.txt", lines("a.example")))
+    refresh_source(feed)
+    memo.path_for(feed.pk).write_bytes(content)
+    normalized.clear()
+    server.serve("/list.txt", lines("a.example", "b.example"))
+    result = refresh_source(feed)
+    assert result.status == "ok" and sorted(normalized) == ["a.example", "b.example"]
+    assert listed(feed) == {"a.example/", "b.example/"}
+
+
+_POOL = ["a.example", "A.example", "b.example", "http://b.example/", "c.example/x", "com"]
+_POOL += ["d.example", "e.example/p?q=1", "f.example", "g.example", "h.example", "i.example"]
+
+
+def _random_body(fmt: str, rnd) -> str:
+    items = [rnd.choice(_POOL) for _ in range(rnd.randint(1, 12))]
+    if fmt == "urls":
+        texts = [*items, "# a comment", ""]
+        rnd.shuffle(texts)
+        return "".join(text + rnd.choice(["\n", "\r\n"]) for text in texts)
+    if fmt == "hosts":
+        pairs = [" ".join(items[i : i + 2]).replace("/", "") for i in range(0, len(items), 2)]
+        return "".join(f"0.0.0.0 {pair}\n" for pair in pairs)
+    rows = "".join(f"{i},http://{item.lower()},yes\n" for i, item in enumerate(items))
+    return "phish_id,url,verified\n" + rows
+
+
+@pytest.mark.parametrize("fmt", ["urls", "hosts", "phishtank-csv"])
+def test_forty_random_refreshes_list_what_a_full_parse_finds(server, settings, fmt):
+    # The memo's shortcuts against the plain truth: after each refresh (some after a
+    # rule was deleted by hand), the source lists exactly what parsing it all gives.
+    import io
+    import random
+
+    from urlguard.feeds import formats
+
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_SHRINK_THRESHOLD": 1.0}
+    rnd = random.Random(fmt)
+    feed = make_feed(server.serve("/feed", b"x\n"), format=fmt)
+    for step in range(40):
+        body = _random_body(fmt, rnd)
+        server.serve("/feed", body.encode())
+        if rnd.random() < 0.15 and SpamRule.objects.exists():
+            changes.remove_rule(SpamRule.objects.order_by("pk").first())
+        result = refresh_source(feed)
+        _, parsed = formats.parse(io.StringIO(body), fmt, "spam")
+        entries = list(parsed)
+        expected = {e.expression for e in entries if e.expression}
+        refused = sum(1 for e in entries if e.error)
+        if not expected:  # nothing but refusals: never taken for an empty list
+            assert result.status == "failed", (step, body)
+            continue
+        assert result.status == "ok", (step, result.error)
+        assert listed(feed) == expected, (step, body)
+        assert (result.entries, result.refused) == (len(expected), refused), (step, body)

@@ -5,6 +5,7 @@ are counted, and a graceful stop (a real process sent SIGTERM) that writes all."
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -285,3 +286,16 @@ def test_the_bound_follows_the_setting_before_the_next_flush(links, settings):
         rows.append(Click(link_id=links[0].pk, visitor=f"b{i}"))
     assert stats.lost() == {"test.bound-follows": 1}
     assert stats.pending()["test.bound-follows"] == 5
+
+
+def test_a_counter_writes_its_rows_in_key_order(links, clicks_counter):
+    # Two processes flushing the same rows lock them in the same order: they wait
+    # for each other instead of deadlocking.
+    for link in (links[2], links[0], links[1]):
+        clicks_counter.add(link.pk)
+    with CaptureQueriesContext(connection) as queries:
+        assert stats.flush() == {}
+    update = next(q["sql"] for q in queries.captured_queries if "UPDATE" in q["sql"])
+    ids = [link.pk for link in links]
+    keys = [int(k) for k in re.findall(r"\((\d+), 1, 0\)", update)]
+    assert keys == sorted(ids), update

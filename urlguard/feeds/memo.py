@@ -21,7 +21,8 @@ from django.conf import settings
 
 __all__ = ["Memo", "load", "save"]
 
-# Raise when normalize_rule can give another expression for the same text.
+# Raise when a line or an entry can give another expression than before: a change to
+# normalize_rule, to a format's parser, or to importing.entry_text.
 NORMALIZER_VERSION = 1
 _SLICE = 1 << 16
 
@@ -30,8 +31,17 @@ def path_for(source_id: int) -> Path:
     return Path(settings.VAR_DIR) / "feeds" / f"source-{source_id}.memo.npz"
 
 
-def stamp(allowlist_digest: str) -> str:
-    return f"normalizer {NORMALIZER_VERSION}; allowlist {allowlist_digest}"
+def stamp(fmt: str, allowlist_digest: str) -> str:
+    """What a memo's keys depend on besides the text: the normalizer, the format the
+    body was read as (each refuses other lines), the settings normalize_rule reads,
+    and the allowlist."""
+    from urlguard.conf import conf
+
+    return (
+        f"normalizer {NORMALIZER_VERSION}; format {fmt}; "
+        f"private addresses {bool(conf.ALLOW_PRIVATE_ADDRESS_RULES)}; "
+        f"allowlist {allowlist_digest}"
+    )
 
 
 @dataclass
@@ -63,11 +73,12 @@ class Memo:
 
 def load(source_id: int, expected_stamp: str) -> Memo | None:
     try:
-        with np.load(path_for(source_id), allow_pickle=False) as data:
+        # The file opened here: np.load leaves its own open when the zip is bad.
+        with path_for(source_id).open("rb") as file, np.load(file, allow_pickle=False) as data:
             if str(data["stamp"]) != expected_stamp:
                 return None
             memo = Memo(data["high"], data["low"], data["keys"])
-    except (OSError, KeyError, ValueError):
+    except Exception:  # noqa: BLE001  (missing, empty, cut short, not ours: a cache miss)
         return None
     if not (len(memo.high) == len(memo.low) == len(memo.keys)):
         return None
@@ -94,6 +105,8 @@ def save(
     try:
         with os.fdopen(descriptor, "wb") as out:
             np.savez(out, stamp=np.str_(the_stamp), high=high, low=low, keys=keys)
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
