@@ -479,7 +479,8 @@ def _listed_now(source: Source) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
-    # np.unique's hash table took 0.7 s and ~100 MB for a million keys; a sort, 0.1 s.
+    # np.unique took its hash-table path here: 0.66 s a million keys (profiled); a sort
+    # and a comparison of neighbours, a fraction of that.
     ordered = np.sort(values)
     if len(ordered) < 2:
         return ordered
