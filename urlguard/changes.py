@@ -669,8 +669,8 @@ def add_rules(
 def _refresh_statistics(using: str) -> None:
     """ANALYZE the tables a bulk load grows. PostgreSQL plans each chunk's lookups
     (expression IN (...), rule_id IN (...)) from the tables' statistics; a table
-    grown far past them is planned as a small one, sequentially scanned by every
-    lookup, and a million-rule first load then costs minutes instead of seconds."""
+    grown far past them is planned as a small one and sequentially scanned by every
+    lookup (~35 ms each at 300,000 rules, and growing with the table)."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return
