@@ -466,7 +466,9 @@ def preview_delete_job(job_id: int) -> dict | None:
     return {"rules": len(expressions)}
 
 
-def start_delete(job: AdminJob, *, reason: str = "") -> bool:
+def _start_commit(job: AdminJob, task: Callable[[int], object], reason: str) -> bool:
+    """Queue `task` for a previewed job (once: a second click finds it no longer
+    previewed), with the operator's reason."""
     claimed = AdminJob.objects.filter(pk=job.pk, state=AdminJob.State.PREVIEWED).update(
         state=AdminJob.State.QUEUED,
         message="Waiting for a worker.",
@@ -474,8 +476,12 @@ def start_delete(job: AdminJob, *, reason: str = "") -> bool:
         params={**job.params, "phase": "commit", "reason": reason[:1000]},
     )
     if claimed:
-        dispatch(delete_rules_job, job.pk)
+        dispatch(task, job.pk)
     return bool(claimed)
+
+
+def start_delete(job: AdminJob, *, reason: str = "") -> bool:
+    return _start_commit(job, delete_rules_job, reason)
 
 
 @shared_task(name="urlguard.admin.delete_rules_job")
@@ -615,15 +621,7 @@ def preview_revert_job(job_id: int) -> dict | None:
 
 
 def start_revert(job: AdminJob, *, reason: str = "") -> bool:
-    claimed = AdminJob.objects.filter(pk=job.pk, state=AdminJob.State.PREVIEWED).update(
-        state=AdminJob.State.QUEUED,
-        message="Waiting for a worker.",
-        done=0,
-        params={**job.params, "phase": "commit", "reason": reason[:1000]},
-    )
-    if claimed:
-        dispatch(revert_job, job.pk)
-    return bool(claimed)
+    return _start_commit(job, revert_job, reason)
 
 
 @shared_task(name="urlguard.admin.revert_job")
