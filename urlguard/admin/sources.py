@@ -106,6 +106,27 @@ class AllowedHostInline(admin.TabularInline):
     verbose_name = "allowlisted host"
 
 
+# The source page's "Last refresh" section, all read-only.
+_REFRESH_STATUS_FIELDS = (
+    "health",
+    "last_refresh",
+    "last_status",
+    "last_http_status",
+    "last_bytes",
+    "last_entries",
+    "last_added",
+    "last_removed",
+    "last_unchanged",
+    "last_refused",
+    "last_duration",
+    "failures",
+    "last_error",
+    "etag",
+    "last_modified",
+    "held",
+)
+
+
 @admin.register(Source)
 class SourceAdmin(admin.ModelAdmin):
     form = SourceForm
@@ -124,50 +145,13 @@ class SourceAdmin(admin.ModelAdmin):
     list_filter = ("kind", "enabled", "is_allowlist", "last_status")
     search_fields = ("name", "url")
     actions = ["refresh_now", "accept_held_shrink", "disable", "enable"]
-    readonly_fields = (
-        "health",
-        "last_refresh",
-        "last_status",
-        "last_http_status",
-        "last_bytes",
-        "last_entries",
-        "last_added",
-        "last_removed",
-        "last_unchanged",
-        "last_refused",
-        "last_duration",
-        "failures",
-        "last_error",
-        "etag",
-        "last_modified",
-        "held",
-        "history",
-    )
+    readonly_fields = (*_REFRESH_STATUS_FIELDS, "history")
     fieldsets = (
         (None, {"fields": ("name", "kind", "url", "format", "category", "interval")}),
         (None, {"fields": ("enabled", "is_allowlist")}),
         (
             "Last refresh",
-            {
-                "fields": (
-                    "health",
-                    "last_refresh",
-                    "last_status",
-                    "last_http_status",
-                    "last_bytes",
-                    "last_entries",
-                    "last_added",
-                    "last_removed",
-                    "last_unchanged",
-                    "last_refused",
-                    "last_duration",
-                    "failures",
-                    "last_error",
-                    "etag",
-                    "last_modified",
-                    "held",
-                )
-            },
+            {"fields": _REFRESH_STATUS_FIELDS},
         ),
         ("Refresh history", {"fields": ("history",)}),
     )
