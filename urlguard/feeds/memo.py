@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 
+from urlguard.conf import conf
+
 __all__ = ["Memo", "load", "save"]
 
 # Raise when a line or an entry can give another expression than before: a change to
@@ -35,8 +37,6 @@ def stamp(fmt: str, allowlist_digest: str) -> str:
     """What a memo's keys depend on besides the text: the normalizer, the format the
     body was read as (each refuses other lines), the settings normalize_rule reads,
     and the allowlist."""
-    from urlguard.conf import conf
-
     return (
         f"normalizer {NORMALIZER_VERSION}; format {fmt}; "
         f"private addresses {bool(conf.ALLOW_PRIVATE_ADDRESS_RULES)}; "
