@@ -1,8 +1,11 @@
 """Short links served from memory, so that a redirect reads no database row and
 keeps working while the database is away.
 
-Each process keeps the links it served (slug -> destination, disabled) for
-LINK_CACHE_TTL seconds. Every change to what a redirect reads (destination,
+Each process keeps the links it served (slug -> destination, disabled); the
+same thread re-reads, in batches and shortly before they expire, those asked for
+within their LINK_CACHE_TTL, and drops the others, so that a redirect never waits
+for a row (links read in one burst would otherwise expire in one burst, a row
+read per request). Every change to what a redirect reads (destination,
 disabled, slug, a deletion) bumps ShortLinkGeneration in the same transaction
 (urlguard.models); a thread per process reads that one row every LINK_CACHE_POLL
 seconds and, when it moved, reads its cached links again (a few IN queries, off
@@ -23,6 +26,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -31,7 +35,7 @@ from django.db import DatabaseError, connections
 from urlguard.conf import conf
 from urlguard.models import ShortLink, ShortLinkGeneration
 
-__all__ = ["CachedLink", "LinkUnavailable", "get", "poll", "reset"]
+__all__ = ["CachedLink", "LinkUnavailable", "get", "poll", "refresh_due", "reset"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,11 @@ _clock: Callable[[], float] = time.monotonic
 # slug -> (fresh until, generation it was read under, link). Reads take no lock
 # (single dict operations are atomic); inserts and clears do.
 _entries: dict[str, tuple[float, int | None, CachedLink]] = {}
+#: (fresh until, slug) in the order entries were read, which is the order they fall
+#: due (a record whose entry was read again or evicted since is skipped).
+_due: deque[tuple[float, str]] = deque()
+#: Slugs served since their entry was last read: re-read when due, the others dropped.
+_used: set[str] = set()
 _lock = threading.Lock()
 #: The newest ShortLinkGeneration value this process has seen (None: not read yet).
 _generation: int | None = None
@@ -81,8 +90,14 @@ def get(slug: str) -> CachedLink | None:
         _start()
     generation = _generation
     entry = _entries.get(slug)
-    if entry is not None and entry[1] == generation and _clock() < entry[0]:
-        return entry[2]
+    if entry is not None and entry[1] == generation:
+        until = entry[0]
+        now = _clock()
+        # Past its TTL, the polling thread is re-reading it (for up to another TTL;
+        # beyond that, or with no thread, this request reads it itself).
+        if now < until or (_thread is not None and now < until + float(conf.LINK_CACHE_TTL)):
+            _used.add(slug)
+            return entry[2]
     try:
         link = _read(slug)
     except DatabaseError as exc:
@@ -95,13 +110,80 @@ def get(slug: str) -> CachedLink | None:
     if link is None:
         return None
     with _lock:
-        if len(_entries) >= int(conf.LINK_CACHE_SIZE):
+        size = int(conf.LINK_CACHE_SIZE)
+        if len(_entries) >= size:
             # Oldest first: a hot link evicted this way costs one query to come back.
             del _entries[next(iter(_entries))]
         # Under the generation read before the query: if a change was announced
         # meanwhile this entry is stale on arrival, and the next get reads again.
-        _entries[slug] = (_clock() + float(conf.LINK_CACHE_TTL), generation, link)
+        _keep(slug, _clock() + float(conf.LINK_CACHE_TTL), generation, link)
+        if len(_due) > 2 * size:
+            _compact_due()
+    _used.add(slug)
     return link
+
+
+def _keep(slug: str, until: float, generation: int | None, link: CachedLink) -> None:
+    # Caller holds _lock.
+    _entries[slug] = (until, generation, link)
+    _due.append((until, slug))
+
+
+def _compact_due() -> None:
+    # Caller holds _lock. Misses that evict (a cache smaller than the links in use)
+    # leave records of entries long gone: keep one per live entry.
+    global _due
+    _due = deque(sorted((entry[0], slug) for slug, entry in _entries.items()))
+
+
+def refresh_due() -> int:
+    """Re-read the entries that fall due within two polls and were served since they
+    were read (a few IN queries); drop the due ones nobody asked for, and those whose
+    row is gone. Returns the entries read. Raises DatabaseError, keeping them due
+    (the next poll retries; meanwhile they are served as they are)."""
+    horizon = _clock() + 2 * float(conf.LINK_CACHE_POLL)
+    records: list[tuple[float, str]] = []
+    with _lock:
+        generation = _generation
+        while _due and _due[0][0] <= horizon:
+            until, slug = _due.popleft()
+            entry = _entries.get(slug)
+            if entry is None or entry[0] != until:
+                continue
+            if slug in _used:
+                records.append((until, slug))
+            else:
+                del _entries[slug]  # not asked for in a whole TTL: not worth a read
+    if not records:
+        return 0
+    try:
+        fresh = _read_many([slug for _, slug in records])
+    except DatabaseError:
+        with _lock:
+            _due.extendleft(reversed(records))
+        raise
+    until = _clock() + float(conf.LINK_CACHE_TTL)
+    with _lock:
+        for _, slug in records:
+            _used.discard(slug)
+            entry = _entries.get(slug)
+            if entry is None or entry[1] != generation:
+                continue  # evicted, or read by a request under a newer generation
+            link = fresh.get(slug)
+            if link is None:
+                del _entries[slug]  # deleted behind the ORM's back: the next get says so
+            else:
+                _keep(slug, until, generation, link)
+    return len(records)
+
+
+def _read_many(slugs: list[str]) -> dict[str, CachedLink]:
+    fresh: dict[str, CachedLink] = {}
+    for start in range(0, len(slugs), _REFRESH_BATCH):
+        rows = ShortLink.objects.filter(slug__in=slugs[start : start + _REFRESH_BATCH])
+        for row in rows.values_list(*_FIELDS):
+            fresh[row[1]] = CachedLink(*row)
+    return fresh
 
 
 def poll() -> bool:
@@ -116,17 +198,14 @@ def poll() -> bool:
     if value == _generation:
         return False
     # Read after the generation: every change up to `value` is committed, so visible.
-    slugs = list(_entries)
-    fresh: dict[str, CachedLink] = {}
-    for start in range(0, len(slugs), _REFRESH_BATCH):
-        rows = ShortLink.objects.filter(slug__in=slugs[start : start + _REFRESH_BATCH])
-        for row in rows.values_list(*_FIELDS):
-            fresh[row[1]] = CachedLink(*row)
+    fresh = _read_many(list(_entries))
     until = _clock() + float(conf.LINK_CACHE_TTL)
     with _lock:
         # An entry a request added meanwhile carries the old generation: read again.
         _entries.clear()
-        _entries.update((slug, (until, value, link)) for slug, link in fresh.items())
+        _due.clear()
+        for slug, link in fresh.items():
+            _keep(slug, until, value, link)
         _generation = value
     return True
 
@@ -137,6 +216,7 @@ def _loop() -> None:
         while not _stop.wait(float(conf.LINK_CACHE_POLL)):
             try:
                 poll()
+                refresh_due()
                 if _poll_failing:
                     log.info("short-link cache: the database answers again")
                 _poll_failing = False
@@ -174,6 +254,8 @@ def reset() -> None:
     global _generation
     with _lock:
         _entries.clear()
+        _due.clear()
+        _used.clear()
         _generation = None
 
 

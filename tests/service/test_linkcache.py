@@ -164,6 +164,109 @@ def test_the_ttl_rereads(link, monkeypatch, settings):
     assert linkcache.get("abc").destination == "https://raw.example/"
 
 
+@pytest.fixture
+def poller(monkeypatch):
+    """As if the polling thread ran (the tests call refresh_due themselves), on a
+    clock the test moves."""
+    monkeypatch.setattr(linkcache, "_thread", object())
+    now = [1000.0]
+    monkeypatch.setattr(linkcache, "_clock", lambda: now[0])
+    return now
+
+
+def raw_update(link, destination):
+    # A write that bypassed the ORM: no generation bump, only the TTL catches it.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE urlguard_shortlink SET destination = %s WHERE id = %s", [destination, link.pk]
+        )
+
+
+def test_the_poller_rereads_served_links_before_they_expire_in_one_query(db, poller, settings):
+    ttl = settings.URLGUARD.get("LINK_CACHE_TTL", 60)
+    links = [
+        ShortLink.objects.create(slug=f"s{i}", destination=f"https://example.com/{i}")
+        for i in range(3)
+    ]
+    for link in links:
+        linkcache.get(link.slug)
+    raw_update(links[0], "https://raw.example/")
+    poller[0] += ttl - 3  # not due yet: nothing read
+    with CaptureQueriesContext(connection) as queries:
+        assert linkcache.refresh_due() == 0
+    assert queries.captured_queries == []
+    poller[0] += 2  # due within two polls: read ahead of the expiry, in one query
+    with CaptureQueriesContext(connection) as queries:
+        assert linkcache.refresh_due() == 3
+    assert len(queries.captured_queries) == 1
+    poller[0] += 2  # past the old TTL: the requests read nothing
+    with CaptureQueriesContext(connection) as queries:
+        assert linkcache.get("s0").destination == "https://raw.example/"
+        assert linkcache.get("s1").destination == "https://example.com/1"
+    assert queries.captured_queries == []
+
+
+def test_past_its_ttl_a_link_is_served_while_the_poller_rereads_it(link, poller, settings):
+    ttl = settings.URLGUARD.get("LINK_CACHE_TTL", 60)
+    linkcache.get("abc")
+    raw_update(link, "https://raw.example/")
+    poller[0] += ttl + 1  # the poller is late (a slow database): no request waits
+    with CaptureQueriesContext(connection) as queries:
+        assert linkcache.get("abc").destination == "https://example.com/"
+    assert queries.captured_queries == []
+    poller[0] += ttl  # a whole TTL late: the request reads it itself
+    assert linkcache.get("abc").destination == "https://raw.example/"
+
+
+def test_a_link_nobody_asked_for_is_dropped_when_due_not_read(db, poller, settings):
+    ttl = settings.URLGUARD.get("LINK_CACHE_TTL", 60)
+    for slug in ("hot", "cold"):
+        ShortLink.objects.create(slug=slug, destination=f"https://example.com/{slug}")
+        linkcache.get(slug)
+    poller[0] += ttl - 1
+    assert linkcache.refresh_due() == 2  # both were served since they were read
+    poller[0] += 1
+    linkcache.get("hot")
+    poller[0] += ttl
+    assert linkcache.refresh_due() == 1
+    assert list(linkcache._entries) == ["hot"]
+
+
+def test_a_row_deleted_behind_the_orms_back_leaves_the_cache_when_due(link, poller, settings):
+    linkcache.get("abc")
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM urlguard_shortlink WHERE id = %s", [link.pk])
+    poller[0] += settings.URLGUARD.get("LINK_CACHE_TTL", 60)
+    assert linkcache.refresh_due() == 1
+    assert linkcache.get("abc") is None
+
+
+def test_a_failed_reread_keeps_the_links_due(link, poller, settings):
+    linkcache.get("abc")
+    raw_update(link, "https://raw.example/")
+    poller[0] += settings.URLGUARD.get("LINK_CACHE_TTL", 60)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            linkcache, "_read_many", lambda slugs: (_ for _ in ()).throw(OperationalError("down"))
+        )
+        with pytest.raises(OperationalError):
+            linkcache.refresh_due()
+    assert linkcache.get("abc").destination == "https://example.com/"  # served meanwhile
+    assert linkcache.refresh_due() == 1  # the next poll retries
+    assert linkcache.get("abc").destination == "https://raw.example/"
+
+
+def test_the_due_records_stay_bounded_when_misses_evict(db, poller, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "LINK_CACHE_SIZE": 3}
+    ShortLink.objects.bulk_create(
+        ShortLink(slug=f"s{i}", destination=f"https://example.com/{i}") for i in range(4)
+    )
+    for i in range(100):
+        linkcache.get(f"s{i % 4}")  # each a miss: the cache holds 3 of the 4
+    assert len(linkcache._due) <= 2 * 3 + 1
+    assert {slug for _, slug in linkcache._due} >= set(linkcache._entries)
+
+
 def test_with_the_database_down_a_cached_link_is_served_even_past_its_ttl(
     link, monkeypatch, database_down
 ):
