@@ -250,7 +250,7 @@ class Counter(_Kind):
         counts = [qn(f.column) for f in self.count_fields]
         several = len(self.key_fields) > 1
         rows = [(*(key if several else (key,)), *entry[1:]) for key, entry in items]  # type: ignore[misc]
-        arrays = [list(column) for column in zip(*rows, strict=True)]
+        arrays = [_array_parameter(column) for column in zip(*rows, strict=True)]
         types = [f.cast_db_type(connection) for f in (*self.key_fields, *self.count_fields)]
         names = [f"k{i}" for i in range(len(keys))] + [f"n{i}" for i in range(len(counts))]
         source = (
@@ -273,6 +273,14 @@ class Counter(_Kind):
             )
         with connection.cursor() as cursor:
             cursor.execute(sql, arrays)
+
+
+def _array_parameter(column: tuple[Any, ...]) -> Any:
+    # Integers go as one array literal: psycopg's list dumper looks at every element
+    # (1 ms of the flush's 2.5 ms of CPU for 1,000 links).
+    if all(type(value) is int for value in column):
+        return "{" + ",".join(map(str, column)) + "}"
+    return list(column)
 
 
 class _Queue(_Kind):

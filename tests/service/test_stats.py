@@ -304,3 +304,19 @@ def test_a_counter_writes_its_rows_in_key_order(links, clicks_counter):
     else:  # VALUES (3, 1, 0), ...
         keys = [int(k) for k in re.findall(r"\((\d+), 1, 0\)", update)]
     assert keys == sorted(ids), update
+
+
+def test_integer_columns_go_as_one_array_literal():
+    assert stats._array_parameter((3, -1, 2**62)) == "{3,-1,4611686018427387904}"
+    # Anything else (a bool is an int subclass) is left to psycopg's own dumper.
+    assert stats._array_parameter((1, True)) == [1, True]
+    assert stats._array_parameter(("a", "b")) == ["a", "b"]
+
+
+@pytest.mark.services
+def test_short_links_keep_room_on_each_page_for_their_counter_updates(db):
+    if connection.vendor != "postgresql":
+        pytest.skip("a PostgreSQL storage parameter: run `make test-services`")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'urlguard_shortlink'")
+        assert cursor.fetchone()[0] == ["fillfactor=70"]
