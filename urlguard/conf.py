@@ -431,8 +431,9 @@ class Settings:
         check_id="urlguard.E093",
         hint="e.g. 50000 (a cached link costs ~300 bytes plus its destination).",
     )
-    # A cached link is read again after this long, seconds: a backstop for writes
-    # that bypass the ORM (any ORM change reaches the caches within LINK_CACHE_POLL).
+    # A cached link is read again after this long, seconds, by the polling thread (one
+    # nobody asked for is dropped): a backstop for writes that bypass the ORM (any
+    # ORM change reaches the caches within LINK_CACHE_POLL).
     LINK_CACHE_TTL = Setting(
         60.0,
         must_be="a positive number of seconds",
