@@ -22,6 +22,8 @@ the cache raises LinkUnavailable (the view answers 503 with Retry-After)."""
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import logging
 import os
 import threading
@@ -76,6 +78,9 @@ _poll_failing = False
 _FIELDS = ("pk", "slug", "destination", "disabled", "disabled_reason")
 #: Slugs per IN (...) list when the cache is read again: under SQLite's parameter limit.
 _REFRESH_BATCH = 500
+#: Entries refresh_due reads per poll: 2,000 a second at the default poll, enough
+#: for a full cache (50,000) within its 60 s TTL.
+_REFRESH_PER_POLL = 2 * _REFRESH_BATCH
 
 
 def _read(slug: str) -> CachedLink | None:
@@ -95,7 +100,7 @@ def get(slug: str) -> CachedLink | None:
         now = _clock()
         # Past its TTL, the polling thread is re-reading it (for up to another TTL;
         # beyond that, or with no thread, this request reads it itself).
-        if now < until or (_thread is not None and now < until + float(conf.LINK_CACHE_TTL)):
+        if now < until or (_poller_alive() and now < until + float(conf.LINK_CACHE_TTL)):
             _used.add(slug)
             return entry[2]
     try:
@@ -111,9 +116,11 @@ def get(slug: str) -> CachedLink | None:
         return None
     with _lock:
         size = int(conf.LINK_CACHE_SIZE)
-        if len(_entries) >= size:
+        while len(_entries) >= size:
             # Oldest first: a hot link evicted this way costs one query to come back.
-            del _entries[next(iter(_entries))]
+            evicted = next(iter(_entries))
+            del _entries[evicted]
+            _used.discard(evicted)
         # Under the generation read before the query: if a change was announced
         # meanwhile this entry is stale on arrival, and the next get reads again.
         _keep(slug, _clock() + float(conf.LINK_CACHE_TTL), generation, link)
@@ -123,10 +130,18 @@ def get(slug: str) -> CachedLink | None:
     return link
 
 
+def _poller_alive() -> bool:
+    thread = _thread
+    return thread is not None and thread.is_alive()
+
+
 def _keep(slug: str, until: float, generation: int | None, link: CachedLink) -> None:
     # Caller holds _lock.
     _entries[slug] = (until, generation, link)
-    _due.append((until, slug))
+    if _due and until < _due[-1][0]:
+        bisect.insort(_due, (until, slug))  # the TTL was lowered: keep due order
+    else:
+        _due.append((until, slug))
 
 
 def _compact_due() -> None:
@@ -134,18 +149,21 @@ def _compact_due() -> None:
     # leave records of entries long gone: keep one per live entry.
     global _due
     _due = deque(sorted((entry[0], slug) for slug, entry in _entries.items()))
+    _used.intersection_update(_entries)
 
 
 def refresh_due() -> int:
     """Re-read the entries that fall due within two polls and were served since they
-    were read (a few IN queries); drop the due ones nobody asked for, and those whose
-    row is gone. Returns the entries read. Raises DatabaseError, keeping them due
-    (the next poll retries; meanwhile they are served as they are)."""
+    were read, at most _REFRESH_PER_POLL of them (the rest wait for the next poll,
+    served as they are meanwhile, so that a change announced by the generation is not
+    held up behind a long refresh); drop the due ones nobody asked for, and those
+    whose row is gone. Returns the entries read. Raises what the read raised, keeping
+    them due (the next poll retries)."""
     horizon = _clock() + 2 * float(conf.LINK_CACHE_POLL)
     records: list[tuple[float, str]] = []
     with _lock:
         generation = _generation
-        while _due and _due[0][0] <= horizon:
+        while _due and _due[0][0] <= horizon and len(records) < _REFRESH_PER_POLL:
             until, slug = _due.popleft()
             entry = _entries.get(slug)
             if entry is None or entry[0] != until:
@@ -158,22 +176,27 @@ def refresh_due() -> int:
         return 0
     try:
         fresh = _read_many([slug for _, slug in records])
-    except DatabaseError:
+    except Exception:
         with _lock:
             _due.extendleft(reversed(records))
         raise
     until = _clock() + float(conf.LINK_CACHE_TTL)
     with _lock:
+        if _generation != generation:
+            return 0  # a poll elsewhere (tests) moved it and read every entry again
         for _, slug in records:
             _used.discard(slug)
-            entry = _entries.get(slug)
-            if entry is None or entry[1] != generation:
-                continue  # evicted, or read by a request under a newer generation
+            if slug not in _entries:
+                continue  # evicted meanwhile
+            # Read after `generation` was known, as get() labels what it reads.
             link = fresh.get(slug)
             if link is None:
                 del _entries[slug]  # deleted behind the ORM's back: the next get says so
             else:
                 _keep(slug, until, generation, link)
+        if len(_used) > len(_entries):
+            # Slugs served just as their entry was dropped or evicted.
+            _used.intersection_update(_entries)
     return len(records)
 
 
@@ -206,14 +229,22 @@ def poll() -> bool:
         _due.clear()
         for slug, link in fresh.items():
             _keep(slug, until, value, link)
+        _used.intersection_update(_entries)
         _generation = value
     return True
+
+
+def _interval() -> float:
+    try:
+        return float(conf.LINK_CACHE_POLL)
+    except Exception:  # a bad setting (the system check names it) must not end the loop
+        return 0.5
 
 
 def _loop() -> None:
     global _poll_failing
     try:
-        while not _stop.wait(float(conf.LINK_CACHE_POLL)):
+        while not _stop.wait(_interval()):
             try:
                 poll()
                 refresh_due()
@@ -228,9 +259,11 @@ def _loop() -> None:
                         exc,
                     )
                 _poll_failing = True
-                connections.close_all()
+                with contextlib.suppress(Exception):
+                    connections.close_all()
     finally:
-        connections.close_all()
+        with contextlib.suppress(Exception):
+            connections.close_all()
 
 
 def _start() -> None:
@@ -272,6 +305,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     _thread = None
     _stop.clear()
+    _compact_due()  # the parent's poller may have been mid-refresh, its records popped
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

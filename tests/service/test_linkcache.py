@@ -164,11 +164,20 @@ def test_the_ttl_rereads(link, monkeypatch, settings):
     assert linkcache.get("abc").destination == "https://raw.example/"
 
 
+class FakePoller:
+    """Stands for the polling thread: the tests call refresh_due themselves."""
+
+    def __init__(self) -> None:
+        self.alive = True
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+
 @pytest.fixture
 def poller(monkeypatch):
-    """As if the polling thread ran (the tests call refresh_due themselves), on a
-    clock the test moves."""
-    monkeypatch.setattr(linkcache, "_thread", object())
+    """As if the polling thread ran, on a clock the test moves."""
+    monkeypatch.setattr(linkcache, "_thread", FakePoller())
     now = [1000.0]
     monkeypatch.setattr(linkcache, "_clock", lambda: now[0])
     return now
@@ -218,6 +227,59 @@ def test_past_its_ttl_a_link_is_served_while_the_poller_rereads_it(link, poller,
     assert linkcache.get("abc").destination == "https://raw.example/"
 
 
+def test_a_dead_poller_leaves_the_ttl_to_the_requests(link, poller, settings):
+    linkcache.get("abc")
+    raw_update(link, "https://raw.example/")
+    linkcache._thread.alive = False
+    poller[0] += settings.URLGUARD.get("LINK_CACHE_TTL", 60) + 1
+    assert linkcache.get("abc").destination == "https://raw.example/"
+
+
+def test_a_refresh_reads_at_most_its_share_per_poll(db, poller, settings, monkeypatch):
+    monkeypatch.setattr(linkcache, "_REFRESH_PER_POLL", 2)
+    for i in range(5):
+        ShortLink.objects.create(slug=f"s{i}", destination=f"https://example.com/{i}")
+        linkcache.get(f"s{i}")
+    poller[0] += settings.URLGUARD.get("LINK_CACHE_TTL", 60)
+    assert [linkcache.refresh_due() for _ in range(4)] == [2, 2, 1, 0]
+    assert len(linkcache._entries) == 5
+
+
+def test_a_change_announced_during_a_refresh_wins(link, poller, settings, monkeypatch):
+    linkcache.get("abc")
+    poller[0] += settings.URLGUARD.get("LINK_CACHE_TTL", 60)
+    real_read_many = linkcache._read_many
+
+    def read_then_change(slugs):
+        stale = real_read_many(slugs)
+        monkeypatch.setattr(linkcache, "_read_many", real_read_many)
+        change_by_update(link)
+        assert linkcache.poll() is True  # another poll (a test's) sees the change
+        return stale
+
+    monkeypatch.setattr(linkcache, "_read_many", read_then_change)
+    assert linkcache.refresh_due() == 0
+    assert linkcache.get("abc").destination == "https://changed.example/"
+
+
+def test_served_slugs_are_remembered_only_while_cached(db, poller, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "LINK_CACHE_SIZE": 3}
+    for i in range(20):
+        ShortLink.objects.create(slug=f"s{i}", destination=f"https://example.com/{i}")
+        linkcache.get(f"s{i}")
+    assert linkcache._used == set(linkcache._entries) == {"s17", "s18", "s19"}
+
+
+def test_a_lowered_ttl_keeps_the_due_order(db, poller, settings):
+    for slug, ttl in (("long", 60), ("short", 10)):
+        settings.URLGUARD = {**settings.URLGUARD, "LINK_CACHE_TTL": ttl}
+        ShortLink.objects.create(slug=slug, destination=f"https://example.com/{slug}")
+        linkcache.get(slug)
+    poller[0] += 10
+    assert linkcache.refresh_due() == 1
+    assert linkcache._entries["short"][0] == 1000.0 + 10 + 10
+
+
 def test_a_link_nobody_asked_for_is_dropped_when_due_not_read(db, poller, settings):
     ttl = settings.URLGUARD.get("LINK_CACHE_TTL", 60)
     for slug in ("hot", "cold"):
@@ -263,7 +325,7 @@ def test_the_due_records_stay_bounded_when_misses_evict(db, poller, settings):
     )
     for i in range(100):
         linkcache.get(f"s{i % 4}")  # each a miss: the cache holds 3 of the 4
-    assert len(linkcache._due) <= 2 * 3 + 1
+    assert len(linkcache._due) <= 2 * 3
     assert {slug for _, slug in linkcache._due} >= set(linkcache._entries)
 
 

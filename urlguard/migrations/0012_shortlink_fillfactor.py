@@ -9,14 +9,19 @@ from django.db import migrations
 FILLFACTOR = 70
 
 
+def _table(apps, schema_editor):
+    return schema_editor.quote_name(apps.get_model("urlguard", "ShortLink")._meta.db_table)
+
+
 def set_fillfactor(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE urlguard_shortlink SET (fillfactor = {FILLFACTOR})")
+        table = _table(apps, schema_editor)
+        schema_editor.execute(f"ALTER TABLE {table} SET (fillfactor = {FILLFACTOR})")
 
 
 def reset_fillfactor(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute("ALTER TABLE urlguard_shortlink RESET (fillfactor)")
+        schema_editor.execute(f"ALTER TABLE {_table(apps, schema_editor)} RESET (fillfactor)")
 
 
 class Migration(migrations.Migration):
