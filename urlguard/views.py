@@ -15,7 +15,6 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.shortcuts import render
-from django.template.loader import render_to_string
 from django.urls import Resolver404, resolve
 from django.utils.encoding import iri_to_uri
 from django.views.decorators.http import require_GET
@@ -24,6 +23,7 @@ from urlguard import hitlog, linkcache, metrics
 from urlguard.clicks import record_click, visitor_id
 from urlguard.conf import conf
 from urlguard.models import ShortLink
+from urlguard.unavailable import unavailable
 from urlguard.warning import (
     WEB_SCHEMES,
     continue_signer,
@@ -88,8 +88,8 @@ def short_link(request: HttpRequest, slug: str) -> HttpResponse:
     also while it is down; an uncached one then gets a 503 asking to retry."""
     try:
         link = linkcache.get(slug)
-    except linkcache.LinkUnavailable:
-        return _link_unavailable(slug)
+    except linkcache.LinkUnavailable as exc:
+        return unavailable(request, exc, "urlguard/link_unavailable.html", {"slug": slug})
     if link is None:
         # `/admin` (no slash) looks like a slug; APPEND_SLASH never sees it
         # because this pattern matched. Send it where it was meant to go.
@@ -108,17 +108,6 @@ def short_link(request: HttpRequest, slug: str) -> HttpResponse:
     # so a warning shown is not a click (the hit log counts it instead).
     response = _RedirectCountedWhenSent(partial(record_click, request, link), status=302)
     response["Location"] = iri_to_uri(link.destination)
-    return response
-
-
-def _link_unavailable(slug: str) -> HttpResponse:
-    # Rendered without the request: its context processors (the user, messages)
-    # may need the very database that is away.
-    response = HttpResponse(
-        render_to_string("urlguard/link_unavailable.html", {"slug": slug}), status=503
-    )
-    response["Retry-After"] = "30"
-    response["Cache-Control"] = "no-store"
     return response
 
 
