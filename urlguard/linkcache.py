@@ -1,16 +1,16 @@
 """Short links served from memory, so that a redirect reads no database row and
 keeps working while the database is away.
 
-Each process keeps the links it served (slug -> destination, disabled); the
-same thread re-reads, in batches and shortly before they expire, those asked for
-within their LINK_CACHE_TTL, and drops the others, so that a redirect never waits
-for a row (links read in one burst would otherwise expire in one burst, a row
-read per request). Every change to what a redirect reads (destination,
-disabled, slug, a deletion) bumps ShortLinkGeneration in the same transaction
-(urlguard.models); a thread per process reads that one row every LINK_CACHE_POLL
-seconds and, when it moved, reads its cached links again (a few IN queries, off
-the request path), so an edit reaches every process of every node within a
-second, from the source of truth, with no broker.
+Each process keeps the links it served (slug -> destination, disabled). Every
+change to what a redirect reads (destination, disabled, slug, a deletion) bumps
+ShortLinkGeneration in the same transaction (urlguard.models); a thread per process
+reads that one row every LINK_CACHE_POLL seconds and, when it moved, reads its
+cached links again (a few IN queries, off the request path), so an edit reaches
+every process of every node within a second, from the source of truth, with no
+broker. The same thread re-reads, in batches and shortly before they expire, the
+links asked for within their LINK_CACHE_TTL (the backstop for writes that bypass
+the ORM) and drops the others, so that no redirect waits for a row: links read in
+one burst would otherwise expire in one burst, a row read per request.
 
 Why per process and not Redis: a hit here is a dictionary lookup (~0.3 µs), a
 Redis GET a loopback round trip (~60 µs, bench/redirect.py prints both), and
