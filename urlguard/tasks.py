@@ -13,8 +13,9 @@ from dataclasses import asdict
 from typing import Any
 
 from celery import bootsteps, shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
 from celery.utils.time import get_exponential_backoff_interval
+from django.core.management.base import SystemCheckError
 from django.db import DatabaseError
 
 from urlguard import registry, sync
@@ -25,6 +26,7 @@ from urlguard.celery import (
     VERIFY_FILTER_TASK,
 )
 from urlguard.celery import app as celery_app
+from urlguard.checks import refuse_to_start
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +93,19 @@ def _catch_up_now(why: str) -> None:
         result.applied,
         f"; rebuilt: {result.rebuilt}" if result.rebuilt else "",
     )
+
+
+@worker_init.connect
+def _refuse_wrong_settings(sender: Any = None, **kwargs: Any) -> None:
+    # Celery's Django fixup runs the system checks but ignores what they find: a
+    # worker with a wrong setting would apply changes to the wrong file, or fail
+    # each task. It stops here, as gunicorn and runserver do (a SystemExit is the
+    # one exception Celery's signal dispatch does not swallow).
+    try:
+        refuse_to_start()
+    except SystemCheckError as exc:
+        logger.critical("%s", exc)
+        raise SystemExit(1) from exc
 
 
 @worker_ready.connect

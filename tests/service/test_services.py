@@ -7,6 +7,7 @@ the test database pytest-django creates, so the tests use committed transactions
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -78,6 +79,9 @@ def services_available():
         pytest.skip(_SKIP)
 
 
+_WORKER_SECRET_KEY = secrets.token_urlsafe(50)
+
+
 class Worker:
     """A real `celery worker -B` process: one node, using this test's filter file."""
 
@@ -88,10 +92,12 @@ class Worker:
         *,
         catchup_interval: float = 60,
         broker_url: str | None = None,
+        env: dict[str, str] | None = None,
     ):
         db = connection.settings_dict
         self.node = f"node-{uuid.uuid4().hex[:8]}"
         self.log = log
+        extra = env or {}
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.service.services_settings",
@@ -102,6 +108,10 @@ class Worker:
             "URLGUARD_FILTER_PATH": str(filter_path),
             "URLGUARD_NODE_NAME": self.node,
             "URLGUARD_CATCHUP_INTERVAL": str(catchup_interval),
+            # A worker refuses the shipped default key off the embedded demo, as
+            # gunicorn does.
+            "DJANGO_SECRET_KEY": _WORKER_SECRET_KEY,
+            **extra,
         }
         queue = conf.BROADCAST_QUEUE
         self._out = open(log, "w")  # noqa: SIM115 (closed in stop())
@@ -186,6 +196,23 @@ def wait_for(predicate, timeout: float = 15, what: str = "condition", log: Path 
 def applied_seq(path) -> int:
     filt = registry.get_filter(str(path))
     return -1 if filt is None else filt.applied_seq
+
+
+def test_a_worker_with_a_wrong_setting_refuses_to_start(tmp_path, filter_path):
+    # Celery runs the system checks itself but carries on whatever they find.
+    worker = Worker(
+        filter_path,
+        tmp_path / "refused.log",
+        env={"DJANGO_SECRET_KEY": "short", "DJANGO_DEBUG": "0"},
+    )
+    try:
+        assert worker.proc.wait(timeout=60) == 1
+    finally:
+        worker.stop()
+    text = worker.log.read_text()
+    assert "not starting" in text and "urlguard.E100" in text, text[-3000:]
+    assert " ready." not in text
+    assert not filter_path.exists()  # no boot-time catch-up built a file
 
 
 def test_add_and_remove_reach_the_reader_through_the_worker(start_worker, filter_path):
