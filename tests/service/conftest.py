@@ -93,3 +93,18 @@ def _admin_jobs_inline(monkeypatch) -> None:
     from urlguard.admin import jobs
 
     monkeypatch.setattr(jobs, "_memory_database", lambda: True)
+
+
+@pytest.fixture
+def database_fails(monkeypatch):
+    """database_fails(error): every query on the default connection raises `error`
+    from then on, as if the server were gone (an OperationalError) or the connection
+    broken (an InterfaceError)."""
+    from django.db import connections
+
+    def fail(error: Exception) -> None:
+        monkeypatch.setattr(
+            connections["default"], "cursor", lambda *a, **k: (_ for _ in ()).throw(error)
+        )
+
+    return fail

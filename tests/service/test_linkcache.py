@@ -5,7 +5,7 @@ the database gone cached links keep redirecting while uncached ones get a 503.""
 from __future__ import annotations
 
 import pytest
-from django.db import OperationalError, connection, connections
+from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from urlguard import clicks, linkcache, stats
@@ -29,17 +29,9 @@ def link():
 
 
 @pytest.fixture
-def database_down(monkeypatch):
+def database_down(database_fails):
     """Every query on the default connection fails as if the server were gone."""
-
-    def down():
-        monkeypatch.setattr(
-            connections["default"],
-            "cursor",
-            lambda *a, **k: (_ for _ in ()).throw(OperationalError("connection refused")),
-        )
-
-    return down
+    return lambda: database_fails(OperationalError("connection refused"))
 
 
 def test_a_cached_link_reads_no_row(link):
@@ -152,12 +144,7 @@ def test_the_ttl_rereads(link, monkeypatch, settings):
     now = [1000.0]
     monkeypatch.setattr(linkcache, "_clock", lambda: now[0])
     linkcache.get("abc")
-    # A write that bypassed the ORM (no generation bump): the TTL still catches it.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE urlguard_shortlink SET destination = 'https://raw.example/' WHERE id = %s",
-            [link.pk],
-        )
+    raw_update(link, "https://raw.example/")
     now[0] += settings.URLGUARD.get("LINK_CACHE_TTL", 60) - 1
     assert linkcache.get("abc").destination == "https://example.com/"
     now[0] += 2

@@ -97,8 +97,7 @@ class Worker:
         db = connection.settings_dict
         self.node = f"node-{uuid.uuid4().hex[:8]}"
         self.log = log
-        extra = env or {}
-        env = {
+        environment = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.service.services_settings",
             "DATABASE_URL": (
@@ -111,7 +110,7 @@ class Worker:
             # A worker refuses the shipped default key off the embedded demo, as
             # gunicorn does.
             "DJANGO_SECRET_KEY": _WORKER_SECRET_KEY,
-            **extra,
+            **(env or {}),
         }
         queue = conf.BROADCAST_QUEUE
         self._out = open(log, "w")  # noqa: SIM115 (closed in stop())
@@ -138,7 +137,7 @@ class Worker:
                 "--without-mingle",
             ],
             cwd=ROOT,
-            env=env,
+            env=environment,
             stdout=self._out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -7,23 +7,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-from django.db import InterfaceError, OperationalError, ProgrammingError, connections
+from django.db import InterfaceError, OperationalError, ProgrammingError
 
 from urlguard import unavailable
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def database_fails(monkeypatch):
-    """Every query on the default connection raises `error`."""
-
-    def fail(error):
-        monkeypatch.setattr(
-            connections["default"], "cursor", lambda *a, **k: (_ for _ in ()).throw(error)
-        )
-
-    return fail
 
 
 @pytest.fixture(autouse=True)
