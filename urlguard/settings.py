@@ -156,6 +156,14 @@ URLGUARD = {
     "FILTER_PATH": os.environ.get("URLGUARD_FILTER_PATH", str(VAR_DIR / "filter.bin")),
     "LOG_JSON": os.environ.get("URLGUARD_LOG_JSON", "0") == "1",
 }
+# What differs per node or per deployment (deploy/: containers, units) comes from the
+# environment; unset keeps the URLGUARD default.
+if _node_name := os.environ.get("URLGUARD_NODE_NAME", ""):
+    URLGUARD["NODE_NAME"] = _node_name
+if _metrics_token := os.environ.get("URLGUARD_METRICS_TOKEN", ""):
+    URLGUARD["METRICS_TOKEN"] = _metrics_token
+if _metrics_networks := os.environ.get("URLGUARD_METRICS_ALLOWED_NETWORKS", ""):
+    URLGUARD["METRICS_ALLOWED_NETWORKS"] = [n.strip() for n in _metrics_networks.split(",")]
 
 # The cache keeps the API's rate-limit counters: per process by default, shared by
 # every process and node with CACHE_URL=redis://host:6379/N.
