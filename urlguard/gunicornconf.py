@@ -9,9 +9,11 @@
   its rebuild and change counts to the same directory) are kept.
 - `child_exit` (the master, after a worker exited): marks it dead for the live*
   gauge modes (prometheus_client's mark_process_dead).
+- `post_request` (a worker, after each response): counts it by status class
+  (`urlguard_http_responses_total{code}`), including the ones Django never saw.
 
 Another config file can take these over: `from urlguard.gunicornconf import
-on_starting, child_exit`.
+on_starting, child_exit, post_request`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import re
 from typing import Any
 
-__all__ = ["child_exit", "clear_dead_processes", "on_starting"]
+__all__ = ["child_exit", "clear_dead_processes", "on_starting", "post_request"]
 
 _PID = re.compile(r"_(\d+)\.db$")
 
@@ -72,3 +74,11 @@ def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid, _metrics_dir())
+
+
+def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:
+    status = getattr(resp, "status_code", None)
+    if isinstance(status, int):
+        from urlguard import metrics
+
+        metrics.responded(status)

@@ -13,12 +13,13 @@ seconds); the same views are in the URLconf for a stack without the middleware.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
 
 from urlguard import metrics, registry
 from urlguard.conf import conf
@@ -26,7 +27,7 @@ from urlguard.models import ChangeEvent
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProbeMiddleware", "healthz", "readiness", "readyz"]
+__all__ = ["ProbeMiddleware", "ReadyCollector", "healthz", "metrics_view", "readiness", "readyz"]
 
 # The previous readiness of this process (None: not asked yet), so that only a
 # change is logged.
@@ -120,6 +121,27 @@ def readiness() -> dict[str, Any]:
     return {"ready": not failed, "node": conf.NODE_NAME, "failed": failed, "checks": checks}
 
 
+class ReadyCollector:
+    """What `GET /readyz` would answer now: alertable where a probe only steers traffic."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        answer = readiness()
+        yield GaugeMetricFamily(
+            "urlguard_ready", "1 if this node's /readyz answers 200", value=float(answer["ready"])
+        )
+        checks = GaugeMetricFamily(
+            "urlguard_ready_check", "1 if this /readyz condition holds", labels=["check"]
+        )
+        for name, check in answer["checks"].items():
+            checks.add_metric([name], float(bool(check["ok"])))
+        yield checks
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """`GET /metrics` with this node's readiness among the figures."""
+    return metrics.metrics_view(request, extra=[ReadyCollector()])
+
+
 def readyz(request: HttpRequest) -> JsonResponse:
     """200 when this node is ready to answer checks correctly, else 503 naming why."""
     global _was_ready
@@ -147,7 +169,7 @@ PROBES: dict[str, Callable[[HttpRequest], HttpResponseBase]] = {
     "/healthz": healthz,
     "/readyz": readyz,
     # A scraper, like a prober, sends the target's address as Host.
-    "/metrics": metrics.metrics_view,
+    "/metrics": metrics_view,
 }
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "metrics_view",
     "multiprocess_dir",
     "rebuilt",
+    "responded",
     "timed_check",
     "warned",
 ]
@@ -111,6 +112,11 @@ class _Metrics:
             "urlguard_rebuilds_total",
             "Rebuilds of this node's filter file from the spam table, by reason",
             ["reason"],
+        )
+        self.responses = Counter(
+            "urlguard_http_responses_total",
+            "HTTP responses this node's gunicorn workers sent, by status class (2xx, 5xx ...)",
+            ["code"],
         )
 
 
@@ -310,6 +316,11 @@ _REBUILD_KINDS = (
 )
 
 
+def responded(status: int) -> None:
+    """A gunicorn worker of this node sent a response with this status."""
+    (_metrics or _made()).responses.labels(code=f"{status // 100}xx").inc()
+
+
 def rebuild_kind(reason: str) -> str:
     for kind, pattern in _REBUILD_KINDS:
         if pattern.search(reason):
@@ -460,8 +471,9 @@ def _allowed(request: HttpRequest) -> bool:
     return any(address in network for network in conf.METRICS_ALLOWED_NETWORKS)
 
 
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    """`GET /metrics`: the Prometheus text format, for allowed addresses or the token."""
+def metrics_view(request: HttpRequest, extra: Sequence[Any] = ()) -> HttpResponse:
+    """`GET /metrics`: the Prometheus text format, for allowed addresses or the token;
+    `extra` collectors add their families (the probes' readiness)."""
     if not _allowed(request):
         response: HttpResponse = JsonResponse(
             {"error": "metrics are not served to this address (METRICS_ALLOWED_NETWORKS)"},
@@ -475,6 +487,8 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         if multiprocess:
             MultiProcessCollector(registry)
         registry.register(FilterCollector())  # type: ignore[arg-type]
+        for collector in extra:
+            registry.register(collector)
         registry.register(FeedCollector())  # type: ignore[arg-type]
         registry.register(StatsLossCollector())  # type: ignore[arg-type]
         body = generate_latest(registry)

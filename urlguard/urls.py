@@ -6,7 +6,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from urlguard import api, health, metrics, reports, views
+from urlguard import api, health, reports, views
 
 site_patterns = [
     path("", views.home, name="home"),
@@ -14,7 +14,7 @@ site_patterns = [
     # Also answered by health.ProbeMiddleware, before host validation and sessions.
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
-    path("metrics", metrics.metrics_view, name="metrics"),
+    path("metrics", health.metrics_view, name="metrics"),
     path("continue", views.continue_anyway, name="continue"),
     # A trailing slash: "report" alone could be a short link's slug.
     path("report-mistake/", reports.report_view, name="report"),

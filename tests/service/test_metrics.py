@@ -285,3 +285,34 @@ def test_statistics_flushes_and_losses(client, db, monkeypatch):
     assert delta("urlguard_stats_written_total", kind="test.metrics") == 3
     assert delta("urlguard_stats_flush_failures_total", kind="test.metrics") == 1
     assert value(after, "urlguard_stats_lost", kind="clicks", node="web-9") == 42
+
+
+def test_readiness_is_a_figure(client, rules, settings):
+    samples = scrape(client)
+    assert value(samples, "urlguard_ready") == 1
+    for check in ("filter", "database", "lag"):
+        assert value(samples, "urlguard_ready_check", check=check) == 1
+    settings.URLGUARD = {**settings.URLGUARD, "READY_MAX_LAG_CHANGES": 0}
+    add_rule("later.example/", category="spam", source="test")  # not applied: lag 1
+    samples = scrape(client)
+    assert value(samples, "urlguard_ready") == 0
+    assert value(samples, "urlguard_ready_check", check="lag") == 0
+    assert value(samples, "urlguard_ready_check", check="filter") == 1
+
+
+def test_gunicorn_counts_responses_by_status_class(client, db):
+    class Sent:
+        def __init__(self, status_code):
+            self.status_code = status_code
+
+    before = scrape(client)
+    for status in (200, 302, 503, 500, 404):
+        gunicornconf.post_request(None, None, {}, Sent(status))
+    gunicornconf.post_request(None, None, {}, Sent(None))  # nothing sent: not counted
+    after = scrape(client)
+
+    def counted(code):
+        name = "urlguard_http_responses_total"
+        return value(after, name, code=code) - value(before, name, code=code)
+
+    assert [counted(c) for c in ("2xx", "3xx", "4xx", "5xx")] == [1, 1, 1, 2]
