@@ -3,6 +3,7 @@ every process and node shares them; an unreachable Redis lets requests through."
 
 from __future__ import annotations
 
+import os
 import socket
 import uuid
 from urllib.parse import urlparse
@@ -30,11 +31,19 @@ def _skip_reason() -> str:
 
 
 _SKIP = _skip_reason()
+# Under CI: fail, not skip (tests/service/test_services.py says why).
+_MUST_RUN = bool(os.environ.get("CI"))
 pytestmark = [
     pytest.mark.services,
-    pytest.mark.skipif(bool(_SKIP), reason=_SKIP),
+    pytest.mark.skipif(bool(_SKIP) and not _MUST_RUN, reason=_SKIP),
     pytest.mark.django_db,
 ]
+
+
+@pytest.fixture(autouse=True)
+def _redis_reachable():
+    if _SKIP:
+        pytest.fail(f"{_SKIP} (CI is set: services tests must run, not skip)")
 
 
 def _cache(location: str, prefix: str) -> dict:
