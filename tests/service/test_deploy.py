@@ -102,3 +102,24 @@ def test_postgresql_connections_give_up_after_a_bounded_wait(tmp_path):
     done = _run(tmp_path, ["-c", code], DATABASE_URL="postgres://postgres@127.0.0.1:5432/unused")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "5"
+
+
+def test_node_name_and_metrics_access_come_from_the_environment(tmp_path):
+    """What deploy/ sets per node and per deployment; unset keeps the defaults."""
+    probe = (
+        "import django; django.setup(); from urlguard.conf import conf; "
+        "print(conf.NODE_NAME, repr(conf.METRICS_TOKEN), "
+        "[str(n) for n in conf.METRICS_ALLOWED_NETWORKS])"
+    )
+    env = {"DJANGO_SETTINGS_MODULE": "urlguard.settings"}
+    done = _run(
+        tmp_path,
+        ["-c", probe],
+        URLGUARD_NODE_NAME="node7",
+        URLGUARD_METRICS_TOKEN="t0ken",
+        URLGUARD_METRICS_ALLOWED_NETWORKS="127.0.0.0/8, 10.0.0.0/8",
+        **env,
+    )
+    assert done.stdout.split(" ", 2) == ["node7", "'t0ken'", "['127.0.0.0/8', '10.0.0.0/8']\n"]
+    done = _run(tmp_path, ["-c", probe], **env)
+    assert done.stdout.split(" ", 1)[1] == "'' ['127.0.0.0/8', '::1/128']\n", done.stderr
