@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.service.feedserver import feed_server
+from tests.service.feedserver import admit_loopback, feed_server
 from urlguard import changes
 from urlguard.models import AdminJob, AllowedHost, Source, SpamRule
 
@@ -22,7 +22,8 @@ def _quiet(quiet):
 
 
 @pytest.fixture
-def server():
+def server(settings):
+    admit_loopback(settings)
     with feed_server() as feeds:
         yield feeds
 

@@ -12,7 +12,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from tests.service.feedserver import feed_server, fixture
+from tests.service.feedserver import admit_loopback, feed_server, fixture
 from urlguard import changes
 from urlguard.feeds import memo
 from urlguard.feeds import refresh as refreshing
@@ -34,6 +34,7 @@ pytestmark = pytest.mark.django_db
 def quiet(monkeypatch, settings):
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
+    admit_loopback(settings)
 
 
 @pytest.fixture
@@ -318,7 +319,8 @@ def test_dry_run_writes_nothing(server):
     assert feed.last_status == "never"
 
 
-def test_file_url_and_unchanged_file(tmp_path):
+def test_file_url_and_unchanged_file(tmp_path, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_FILE_ROOT": str(tmp_path)}
     path = tmp_path / "list.txt"
     path.write_bytes(lines("a.example", "b.example"))
     feed = make_feed(f"file://{path}")

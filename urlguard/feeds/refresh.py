@@ -112,6 +112,8 @@ def fetch_settings() -> FetchSettings:
         deadline=float(conf.FEED_DEADLINE),
         max_bytes=int(conf.FEED_MAX_BYTES),
         max_redirects=int(conf.FEED_MAX_REDIRECTS),
+        file_root=conf.FEED_FILE_ROOT,
+        allowed_networks=conf.FEED_ALLOWED_NETWORKS,
     )
 
 
