@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
+from urlguard.conf import conf
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health
 from urlguard.models import AdminJob, AllowedHost, FeedRefresh, Source
@@ -49,6 +50,10 @@ def health_badge(source: Source) -> str:
 
 
 class SourceForm(forms.ModelForm):
+    # Set by SourceAdmin.get_form: a file:// URL reads a file on this server, which
+    # only a superuser may point a feed at.
+    may_read_files = False
+
     class Meta:
         model = Source
         fields = (
@@ -68,6 +73,8 @@ class SourceForm(forms.ModelForm):
         if kind == Source.Kind.FEED:
             if not url.lower().startswith(("http://", "https://", "file:///")):
                 self.add_error("url", "A feed needs an http://, https:// or file:///path URL.")
+            elif url.lower().startswith("file:") and (refusal := self._file_url_refusal(url)):
+                self.add_error("url", refusal)
         elif url:
             self.add_error("url", "A manual source has no URL (its rules are added by hand).")
         if data.get("format") not in ("auto", *NAMES):
@@ -76,6 +83,20 @@ class SourceForm(forms.ModelForm):
         if interval is not None and interval < 60:
             self.add_error("interval", "At least 60 seconds.")
         return data
+
+    def _file_url_refusal(self, url: str) -> str:
+        unchanged = self.instance.pk is not None and self.instance.url == url
+        if not self.may_read_files and not unchanged:
+            return (
+                "Only a superuser may set a file:// URL: it reads a file on this server. "
+                "Use an http:// or https:// URL."
+            )
+        if conf.FEED_FILE_ROOT is None:
+            return (
+                "file:// feeds are refused here: URLGUARD['FEED_FILE_ROOT'] names no folder "
+                "they may be read from."
+            )
+        return ""
 
 
 class AllowedHostForm(forms.ModelForm):
@@ -158,6 +179,11 @@ class SourceAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(rules_listed=Count("listings"))
+
+    def get_form(self, request, obj=None, change=False, **kwargs):  # type: ignore[no-untyped-def]
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.may_read_files = request.user.is_superuser
+        return form
 
     def get_inlines(self, request, obj=None):
         return [AllowedHostInline] if obj is not None and obj.is_allowlist else []
