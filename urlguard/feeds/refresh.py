@@ -39,7 +39,7 @@ from django.utils import timezone
 from urlguard import changes
 from urlguard.conf import conf
 from urlguard.feeds import allowlist, formats, memo
-from urlguard.feeds.decoding import FeedError, open_text
+from urlguard.feeds.decoding import FeedError, numbered, open_text
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.importing import pending_entry
 from urlguard.models import (
@@ -178,7 +178,7 @@ def refresh_source(
         staged.resolve(remembered, listed[0], protected, result)
         del remembered
         if not dry_run and not source.is_allowlist:
-            staged.remember(source.pk, stamp)
+            _remember(staged, source, stamp)
         staged.forget_units()
         result.entries = staged.count()
         if result.entries == 0:
@@ -213,6 +213,15 @@ def refresh_source(
         logger.warning("feed %s: refresh failed, nothing changed: %s", source.name, exc)
         if not dry_run:
             _record(source, result)
+    except Exception as exc:
+        # Recorded like a feed's own fault, so that FEED_UNHEALTHY_FAILURES trips and
+        # the source is not fetched again as if it had never been tried.
+        result.status = Source.Status.FAILED
+        result.error = f"the refresh stopped on an unexpected error: {type(exc).__name__}: {exc}"
+        result.duration = time.perf_counter() - started
+        logger.exception("feed %s: refresh failed on an unexpected error", source.name)
+        if not dry_run:
+            _record(source, result)
     finally:
         if staged is not None:
             staged.close()
@@ -224,6 +233,20 @@ def refresh_source(
     if result.status not in (Source.Status.FAILED, "busy"):
         logger.info("feed %s", result.summary())
     return result
+
+
+def _remember(staged: _Staged, source: Source, stamp: str) -> None:
+    """Save the memo; it is a cache, so a disk that is full (or a folder that cannot be
+    written) costs the next refresh its speed, never this refresh its result."""
+    try:
+        staged.remember(source.pk, stamp)
+    except OSError as exc:
+        logger.warning(
+            "feed %s: the normalization memo (a cache) could not be saved, the refresh "
+            "goes on and the next one normalizes every entry again: %s",
+            source.name,
+            exc,
+        )
 
 
 def _give_back_memory() -> None:
@@ -268,7 +291,7 @@ class _Staged:
         self.source_category = source_category
         self.high, self.low = array("q"), array("q")
         self.ends = array("q")  # where each unit's text ends in the spool
-        self.linenos = array("q")  # (by_line: a unit's line number is its index + 1)
+        self.linenos = array("q")  # each unit's line number
         self.category_of = array("H")
         self.categories: list[str] = []
         self._category_index: dict[str, int] = {}
@@ -286,10 +309,32 @@ class _Staged:
     def __len__(self) -> int:
         return len(self.ends)
 
-    def add_lines(self, lines: Iterable[str]) -> None:
+    def add_lines(
+        self,
+        lines: Iterable[tuple[int, str]],
+        *,
+        comments: tuple[str, ...] = (),
+        max_line: int = 0,
+        max_units: int = 0,
+        refuse: Callable[[int, str, str], None] = lambda lineno, raw, reason: None,
+    ) -> None:
+        """Stage each numbered line that is not a comment (blank lines are not given:
+        see decoding.numbered); a line longer than `max_line` is refused, and more
+        than `max_units` lines fail the body."""
         high_of, low_of, ends, units = self.high, self.low, self.ends, self.units
+        linenos = self.linenos
         end = self._end
-        for line in lines:
+        for lineno, line in lines:
+            if comments and line.lstrip().startswith(comments):
+                continue
+            if max_line and len(line.rstrip("\r\n")) > max_line:
+                refuse(lineno, line[:300], f"longer than {max_line:,} characters (FEED_MAX_LINE)")
+                continue
+            if max_units and len(ends) >= max_units:
+                raise FeedError(
+                    f"the body lists more than {max_units:,} entries (FEED_MAX_ENTRIES): "
+                    "refused, nothing applied"
+                )
             data = line.encode("utf-8", "surrogatepass")
             high, low = mmh3.hash64(data, signed=True)
             high_of.append(high)
@@ -297,11 +342,11 @@ class _Staged:
             units.write(data)
             end += len(data)
             ends.append(end)
+            linenos.append(lineno)
         self._end = end
 
-    def add_entry(self, token: str, category: str, lineno: int) -> None:
-        self.add_lines((token,))
-        self.linenos.append(lineno)
+    def add_entry(self, token: str, category: str, lineno: int, *, max_units: int = 0) -> None:
+        self.add_lines(((lineno, token),), max_units=max_units)
         index = self._category_index.get(category)
         if index is None:
             index = self._category_index[category] = len(self.categories)
@@ -349,7 +394,7 @@ class _Staged:
                 entries = [
                     (parsed.lineno, parsed.token or "", parsed.category, parsed.error)
                     for parsed in formats.parse_line(
-                        self.format, text, index + 1, self.source_category, pending_entry
+                        self.format, text, self.linenos[index], self.source_category, pending_entry
                     )
                 ]
             else:
@@ -436,14 +481,25 @@ def _refuse(result: RefreshResult, lineno: int, raw: str, reason: str) -> None:
         result.refusals.append((lineno, raw.rstrip("\r\n")[:300], reason))
 
 
+# Lines a LINE_FORMATS body may comment out: skipped before they are staged.
+_COMMENTS = {"urls": ("#",), "hosts": ("#",), "adblock": ("!",)}
+
+
 def _stage(body: Any, source: Source, result: RefreshResult) -> _Staged:
-    with open_text(body, limit=int(conf.FEED_MAX_BYTES)) as text:
+    max_line, max_units = int(conf.FEED_MAX_LINE), int(conf.FEED_MAX_ENTRIES)
+    with open_text(body, limit=int(conf.FEED_MAX_BYTES), max_line=max_line) as text:
         fmt, stream = formats.sniff(text, source.format)  # type: ignore[arg-type]
         result.format = fmt
         staged = _Staged(fmt, source.category)
         try:
             if staged.by_line:
-                staged.add_lines(stream)  # type: ignore[arg-type]
+                staged.add_lines(
+                    numbered(stream),
+                    comments=_COMMENTS.get(fmt, ()),
+                    max_line=max_line,
+                    max_units=max_units,
+                    refuse=lambda lineno, raw, reason: _refuse(result, lineno, raw, reason),
+                )
             else:
                 _, entries = formats.parse(stream, fmt, source.category, make=pending_entry)  # type: ignore[arg-type]
                 for parsed in entries:
@@ -451,7 +507,7 @@ def _stage(body: Any, source: Source, result: RefreshResult) -> _Staged:
                         _refuse(result, parsed.lineno, parsed.raw, parsed.error)
                     elif parsed.token is not None:
                         category = parsed.category or source.category
-                        staged.add_entry(parsed.token, category, parsed.lineno)
+                        staged.add_entry(parsed.token, category, parsed.lineno, max_units=max_units)
         except BaseException:
             staged.close()
             raise
