@@ -6,6 +6,7 @@ that shrank."""
 from __future__ import annotations
 
 import codecs
+import functools
 import gzip
 import io
 import re
@@ -21,7 +22,6 @@ __all__ = ["FeedError", "StrictText", "numbered", "open_text"]
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZIP_MAGIC = b"PK\x03\x04"
 _READ = 1 << 16
-_NOT_SPACE = re.compile(r"\S")
 
 
 class FeedError(Exception):
@@ -234,22 +234,23 @@ class StrictText(io.TextIOBase):
             if last:
                 ready.append(last)
 
-    def numbered(self) -> Iterator[tuple[int, str]]:
-        """(line number, line) of each line that is not blank (whitespace only): a
-        block of blank lines costs one regular-expression search."""
+    def numbered(self, comments: str = "") -> Iterator[tuple[int, str]]:
+        """(line number, line) of each line that is neither blank (whitespace only)
+        nor, when `comments` names characters, a comment (its first other character
+        one of them): a run of such lines costs one regular-expression search."""
         ready = self._ready
         while ready:
             self.lines_read += 1
             line = ready.popleft()
-            if line.strip():
+            if _significant(line, comments):
                 yield self.lines_read, line
-        search = _NOT_SPACE.search
+        search = _line_start(comments).search
         while (block := self._block()) is not None:
             lineno = self.lines_read
             position = 0
             while (found := search(block, position)) is not None:
-                start = block.rfind("\n", position, found.start()) + 1 or position
-                end = block.find("\n", found.start()) + 1 or len(block)
+                start = found.start()
+                end = block.find("\n", start) + 1 or len(block)
                 lineno += block.count("\n", position, start) + 1
                 self.lines_read = lineno
                 yield lineno, block[start:end]
@@ -259,13 +260,25 @@ class StrictText(io.TextIOBase):
                 self.lines_read += position < len(block)
 
 
-def numbered(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    """(line number, line) of each line of `lines` that is not blank; a StrictText
-    (or a detection's head and rest) skips its blank lines a block at a time."""
+@functools.cache
+def _line_start(comments: str) -> re.Pattern[str]:
+    """Finds the start of the next line that is not blank and not a comment."""
+    return re.compile(r"^[^\S\n]*[^\s" + re.escape(comments) + "]", re.MULTILINE)
+
+
+def _significant(line: str, comments: str) -> bool:
+    stripped = line.lstrip()
+    return bool(stripped) and not (comments and stripped[0] in comments)
+
+
+def numbered(lines: Iterable[str], comments: str = "") -> Iterator[tuple[int, str]]:
+    """(line number, line) of each line of `lines` that is not blank nor a comment
+    (see StrictText.numbered); a StrictText (or a detection's head and rest) skips
+    them a block at a time."""
     numbering = getattr(lines, "numbered", None)
     if numbering is not None:
-        yield from numbering()
+        yield from numbering(comments)
         return
     for lineno, line in enumerate(lines, start=1):
-        if line.strip():
+        if _significant(line, comments):
             yield lineno, line

@@ -370,16 +370,14 @@ class _Lines:
     def __iter__(self) -> Iterator[str]:
         return chain(self._head, self._rest)
 
-    def numbered(self) -> Iterator[tuple[int, str]]:
-        for lineno, line in enumerate(self._head, start=1):
-            if line.strip():
-                yield lineno, line
+    def numbered(self, comments: str = "") -> Iterator[tuple[int, str]]:
+        yield from numbered(self._head, comments)
         # A StrictText numbers on from the lines it handed out (the head's included).
-        rest = getattr(self._rest, "numbered", None)
-        if rest is not None:
-            yield from rest()
+        if hasattr(self._rest, "numbered"):
+            yield from numbered(self._rest, comments)
         else:
-            yield from ((n + len(self._head), line) for n, line in numbered(self._rest))
+            head = len(self._head)
+            yield from ((n + head, line) for n, line in numbered(self._rest, comments))
 
 
 class _Rewound:

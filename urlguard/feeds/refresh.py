@@ -313,20 +313,17 @@ class _Staged:
         self,
         lines: Iterable[tuple[int, str]],
         *,
-        comments: tuple[str, ...] = (),
         max_line: int = 0,
         max_units: int = 0,
         refuse: Callable[[int, str, str], None] = lambda lineno, raw, reason: None,
     ) -> None:
-        """Stage each numbered line that is not a comment (blank lines are not given:
-        see decoding.numbered); a line longer than `max_line` is refused, and more
-        than `max_units` lines fail the body."""
+        """Stage each numbered line (blank and comment lines are left out before:
+        decoding.numbered); a line longer than `max_line` is refused, and more than
+        `max_units` lines fail the body."""
         high_of, low_of, ends, units = self.high, self.low, self.ends, self.units
         linenos = self.linenos
         end = self._end
         for lineno, line in lines:
-            if comments and line.lstrip().startswith(comments):
-                continue
             if max_line and len(line.rstrip("\r\n")) > max_line:
                 refuse(lineno, line[:300], f"longer than {max_line:,} characters (FEED_MAX_LINE)")
                 continue
@@ -482,7 +479,7 @@ def _refuse(result: RefreshResult, lineno: int, raw: str, reason: str) -> None:
 
 
 # Lines a LINE_FORMATS body may comment out: skipped before they are staged.
-_COMMENTS = {"urls": ("#",), "hosts": ("#",), "adblock": ("!",)}
+_COMMENTS = {"urls": "#", "hosts": "#", "adblock": "!"}
 
 
 def _stage(body: Any, source: Source, result: RefreshResult) -> _Staged:
@@ -494,8 +491,7 @@ def _stage(body: Any, source: Source, result: RefreshResult) -> _Staged:
         try:
             if staged.by_line:
                 staged.add_lines(
-                    numbered(stream),
-                    comments=_COMMENTS.get(fmt, ()),
+                    numbered(stream, _COMMENTS.get(fmt, "")),  # type: ignore[arg-type]
                     max_line=max_line,
                     max_units=max_units,
                     refuse=lambda lineno, raw, reason: _refuse(result, lineno, raw, reason),
