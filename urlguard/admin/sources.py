@@ -385,6 +385,9 @@ def refresh_job_view(
         health=health_badge(source),
         status_url=reverse("admin:urlguard_source_refresh_status", args=[job.pk]),
         can_change=model_admin.has_change_permission(request, source),
+        # The body's own lines only to a superuser: whoever can edit a feed's URL
+        # must not be able to read what another address answers through this page.
+        show_entries=request.user.is_superuser,  # type: ignore[union-attr]
     )
 
 
