@@ -33,7 +33,7 @@ import mmh3
 import numpy as np
 import psycopg
 from django.db import connections, router
-from django.db.models import F, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from urlguard import changes
@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RefreshResult", "accept_held", "due_sources", "refresh_source"]
 
+# The end of a change set's reason when the refresh applied a held shrink.
+SHRINK_ACCEPTED = " (shrink accepted)"
 # Refused entries kept (with line and reason) for the history page; all are counted.
 MAX_REFUSALS_KEPT = 50
 _FETCH_ROWS = 20_000
@@ -604,16 +606,22 @@ def _diff_and_apply(
     result.removed = int(gone_mask.sum())
     result.unchanged = staged.count() - result.added
     threshold = float(conf.FEED_SHRINK_THRESHOLD)
-    if len(old_keys) and result.removed > threshold * len(old_keys) and not accept_shrink:
+    high_water = _high_water(source, len(old_keys))
+    shrunk = len(old_keys) and result.removed > threshold * len(old_keys)
+    drained = high_water and staged.count() < (1 - threshold) * high_water
+    if (shrunk or drained) and not accept_shrink:
         result.status = Source.Status.HELD
         if not dry_run:
             logger.warning(
-                "feed %s: refresh held: it would remove %d of %d entries (over "
-                "FEED_SHRINK_THRESHOLD=%s); accept it in the admin or with "
+                "feed %s: refresh held: it would remove %d of %d entries, leaving %d of "
+                "the %d it listed at most within FEED_SHRINK_WINDOW (FEED_SHRINK_THRESHOLD"
+                "=%s); accept it in the admin or with "
                 "`manage.py refresh_feeds %s --accept-shrink`",
                 source.name,
                 result.removed,
                 len(old_keys),
+                staged.count(),
+                high_water,
                 threshold,
                 source.name,
             )
@@ -627,7 +635,7 @@ def _diff_and_apply(
         kind=ChangeSet.Kind.REFRESH,
         actor=user,
         source=source,
-        reason=f"refresh of {source.url}" + (" (shrink accepted)" if accept_shrink else ""),
+        reason=f"refresh of {source.url}" + (SHRINK_ACCEPTED if accept_shrink else ""),
     ) as cs:
         result.change_set = cs.pk
         if result.added:
@@ -651,6 +659,30 @@ def _diff_and_apply(
             result.rules_removed = withdrawn.removed
         changes.record_refused(cs, result.refused)
     report("done", total, total)
+
+
+def _high_water(source: Source, listed_now: int) -> int:
+    """The most entries `source` listed within FEED_SHRINK_WINDOW (since its last
+    accepted shrink, which sets a new mark), so that a feed drained a little at a
+    time is held as one drained at once."""
+    window = float(conf.FEED_SHRINK_WINDOW)
+    if not window:
+        return listed_now
+    refreshes = FeedRefresh.objects.filter(
+        source=source,
+        status=Source.Status.OK,
+        at__gte=timezone.now() - timedelta(seconds=window),
+    )
+    accepted = (
+        refreshes.filter(change_set__reason__endswith=SHRINK_ACCEPTED)
+        .order_by("-at")
+        .values_list("at", flat=True)
+        .first()
+    )
+    if accepted is not None:
+        refreshes = refreshes.filter(at__gte=accepted)
+    most = refreshes.aggregate(most=Max("entries"))["most"] or 0
+    return max(listed_now, most)
 
 
 def _apply_allowlist(
