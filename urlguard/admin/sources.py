@@ -20,9 +20,10 @@ from django.utils.html import format_html, format_html_join
 
 from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
 from urlguard.conf import conf
+from urlguard.feeds import holds
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health
-from urlguard.models import AdminJob, AllowedHost, FeedRefresh, Source
+from urlguard.models import AdminJob, AllowedHost, FeedHold, FeedRefresh, Source
 from urlguard.rules import RuleError, normalize_rule
 
 HISTORY_SHOWN = 20
@@ -409,6 +410,51 @@ def refresh_status_view(model_admin: SourceAdmin, request: HttpRequest, job_id: 
             "finished": job.state in (AdminJob.State.DONE, AdminJob.State.FAILED),
         }
     )
+
+
+@admin.register(FeedHold)
+class FeedHoldAdmin(admin.ModelAdmin):
+    """New feed entries held for a person's yes (urlguard.feeds.holds): accepting one
+    refreshes its feed, which then applies it."""
+
+    list_display = ("expression", "source", "reasons", "held_at", "accepted_at")
+    list_filter = ("source", ("accepted_at", admin.EmptyFieldListFilter))
+    search_fields = ("expression",)
+    readonly_fields = (
+        "source",
+        "expression",
+        "category",
+        "codes",
+        "reasons",
+        "held_at",
+        "accepted_at",
+        "accepted_by",
+    )
+    fields = readonly_fields
+    actions = ["accept_holds"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    @admin.action(
+        description="Accept: block them anyway (refreshes their feeds)", permissions=["change"]
+    )
+    def accept_holds(self, request, queryset):
+        accepted = 0
+        sources = Source.objects.filter(pk__in=queryset.values("source"))
+        for source in sources:
+            accepted += holds.accept(
+                source,
+                user=request.user,
+                expressions=queryset.filter(source=source).values_list("expression", flat=True),
+            )
+            start_refresh(source, user=request.user)
+        self.message_user(
+            request,
+            f"Accepted {counted(accepted, 'held entry')}; refreshing "
+            f"{counted(len(sources), 'feed')} to apply them.",
+            messages.INFO,
+        )
 
 
 # --- what the rules admin and the dashboard show of sources ---------------------------

@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from urlguard import changes
 from urlguard.conf import conf
-from urlguard.feeds import allowlist, formats, memo
+from urlguard.feeds import allowlist, formats, holds, memo
 from urlguard.feeds.decoding import FeedError, numbered, open_text
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.importing import pending_entry
@@ -77,6 +77,7 @@ class RefreshResult:
     removed: int = 0  # entries that left this source
     unchanged: int = 0
     refused: int = 0
+    held: int = 0  # new entries held for an operator's yes (feeds.holds)
     rules_added: int = 0  # rows written: rules that were listed by no other source
     rules_removed: int = 0  # rules no source lists any more
     duration: float = 0.0
@@ -84,6 +85,7 @@ class RefreshResult:
     transient: bool = False  # a retry may help (network, timeout, 5xx)
     change_set: int | None = None
     refusals: list[tuple[int, str, str]] = field(default_factory=list)
+    holds: list[tuple[str, str]] = field(default_factory=list)  # (expression, reason)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,7 +103,9 @@ class RefreshResult:
         }.get(self.status, "ok")
         return (
             f"{self.source}: {head}: {self.entries:,} entries ({self.format}), "
-            f"+{self.added:,} -{self.removed:,} ={self.unchanged:,}, {self.refused:,} refused; "
+            f"+{self.added:,} -{self.removed:,} ={self.unchanged:,}, {self.refused:,} refused"
+            + (f", {self.held:,} held for confirmation" if self.held else "")
+            + "; "
             f"rules written: +{self.rules_added:,} -{self.rules_removed:,}; "
             f"{self.duration:.2f} s"
         )
@@ -456,12 +460,17 @@ class _Staged:
     def lines(self, picked: np.ndarray) -> Iterator[tuple[str, str]]:
         """(expression, category) of the entries `picked` marks, which must be among
         those resolve() normalized (an entry new to the source always is)."""
+        for _, expression, category in self.entries(picked):
+            yield expression, category
+
+    def entries(self, picked: np.ndarray) -> Iterator[tuple[int, str, str]]:
+        """(index, expression, category) of the entries `picked` marks (see lines)."""
         self.expressions.flush()
         self.expressions.seek(0)
         for line in self.expressions:
             index, category, expression = line.rstrip("\n").split("\t", 2)
             if picked[int(index)]:
-                yield expression, category
+                yield int(index), expression, category
 
     def close(self) -> None:
         self.units.close()
@@ -602,9 +611,16 @@ def _diff_and_apply(
     fresh = np.flatnonzero(~_member(staged.keys, old_keys))
     _, first = np.unique(staged.keys[fresh], return_index=True)
     gone_mask = ~_member(old_keys, staged.unique_keys)
-    result.added = len(first)
+    picked = np.zeros(len(staged.keys), dtype=bool)
+    picked[fresh[first]] = True
+    held = holds.screen(source, lambda: staged.entries(picked), len(first))
+    for entry in held:
+        picked[entry.index] = False
+    result.held = len(held)
+    result.holds = [(entry.expression, entry.reason) for entry in held[:MAX_REFUSALS_KEPT]]
+    result.added = len(first) - len(held)
     result.removed = int(gone_mask.sum())
-    result.unchanged = staged.count() - result.added
+    result.unchanged = staged.count() - len(first)
     threshold = float(conf.FEED_SHRINK_THRESHOLD)
     high_water = _high_water(source, len(old_keys))
     shrunk = len(old_keys) and result.removed > threshold * len(old_keys)
@@ -628,8 +644,6 @@ def _diff_and_apply(
         return
     if dry_run:
         return
-    picked = np.zeros(len(staged.keys), dtype=bool)
-    picked[fresh[first]] = True
     total = result.added + result.removed
     with changes.change_set(
         kind=ChangeSet.Kind.REFRESH,
@@ -658,6 +672,7 @@ def _diff_and_apply(
             )
             result.rules_removed = withdrawn.removed
         changes.record_refused(cs, result.refused)
+    holds.record(source, held, staged.unique_keys)
     report("done", total, total)
 
 
@@ -765,4 +780,5 @@ def _record(source: Source, result: RefreshResult) -> None:
         error=result.error[:10_000],
         change_set_id=result.change_set,
         refusals=[list(r) for r in result.refusals],
+        held=result.held,
     )
