@@ -48,8 +48,10 @@ def non_public_kind(address: IPAddress) -> str | None:
         return "a loopback"
     if inner.is_link_local:
         return "a link-local"
-    if inner.is_unspecified or inner in _THIS_NETWORK:
-        return "an unspecified (this-network)"
+    if inner.is_unspecified:
+        return "the unspecified"
+    if inner in _THIS_NETWORK:
+        return "a this-network (0.0.0.0/8)"
     if inner.is_multicast:
         return "a multicast"
     if isinstance(inner, ipaddress.IPv4Address) and int(inner) == 0xFFFFFFFF:

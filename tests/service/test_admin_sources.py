@@ -200,9 +200,7 @@ def test_a_rule_added_by_hand_on_an_allowlisted_host_is_warned_not_refused(super
     assert "allowlisted" in response.content.decode()
 
 
-def test_the_refresh_page_shows_the_body_lines_to_superusers_only(
-    make_staff, server, committed
-):
+def test_the_refresh_page_shows_the_body_lines_to_superusers_only(make_staff, server, committed):
     body = b"a.example\nDJANGO_SECRET_KEY = 'xyz-secret'\n"
     feed = Source.objects.create(name="f", kind="feed", url=server.serve("/l", body))
     html = refresh(client := make_staff(*SOURCE_EDITOR), feed, committed).content.decode()

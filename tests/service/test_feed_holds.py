@@ -143,9 +143,7 @@ def test_the_refresh_page_lists_what_was_held(feed, make_staff, committed):
         ("http://2130706433/", "loopback"),
     ],
 )
-def test_addresses_outside_the_internet_and_ranges_are_refused_with_a_reason(
-    feed, entry, reason
-):
+def test_addresses_outside_the_internet_and_ranges_are_refused_with_a_reason(feed, entry, reason):
     result = refresh_source(feed(entry, "evil.example"))
     assert result.refused == 1 and reason in result.refusals[0][2], result.refusals
     assert listed(Source.objects.get(name="f")) == {"evil.example/"}
