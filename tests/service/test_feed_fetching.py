@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
+from collections.abc import Callable
 
 import pytest
 from django.urls import reverse
@@ -156,46 +157,39 @@ def test_a_name_with_one_internal_address_among_public_ones_is_refused(monkeypat
         read("http://feeds.mixed.test/l")
 
 
-def test_the_deadline_stops_a_server_that_trickles(server):
-    def trickle(handler):
-        handler.send_response(200)
-        handler.send_header("Content-Length", "10000")
-        handler.end_headers()
-        for _ in range(200):
-            if server.release.is_set():
-                return
-            try:
-                handler.wfile.write(b"a")
-                handler.wfile.flush()
-            except OSError:
-                return
-            time.sleep(0.1)
+def trickle(server, head: bytes, piece: Callable[[int], bytes]):
+    """A route that sends `head`, then piece(i) every 0.1 s (each resets the read
+    timeout) until the client goes away."""
 
-    server.routes["/slow"] = trickle
-    started = time.monotonic()
-    with pytest.raises(TransientFeedError, match="FEED_DEADLINE"):
-        read(server.url("/slow"), allowed_networks=LOOPBACK, deadline=1.0, read_timeout=5)
-    # Before the change: still reading at 20 s (each byte reset the read timeout).
-    assert time.monotonic() - started < 4
-
-
-def test_the_deadline_stops_headers_that_trickle(server):
-    def trickle(handler):
-        handler.wfile.write(b"HTTP/1.1 200 OK\r\n")
+    def handler(request) -> None:
+        request.wfile.write(head)
         for i in range(200):
             if server.release.is_set():
                 return
             try:
-                handler.wfile.write(f"X-Pad-{i}: 1\r\n".encode())
-                handler.wfile.flush()
+                request.wfile.write(piece(i))
+                request.wfile.flush()
             except OSError:
                 return
             time.sleep(0.1)
 
-    server.routes["/slow"] = trickle
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("head", "piece"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 10000\r\n\r\n", lambda i: b"a"),
+        (b"HTTP/1.1 200 OK\r\n", lambda i: f"X-Pad-{i}: 1\r\n".encode()),
+    ],
+    ids=["body", "headers"],
+)
+def test_the_deadline_stops_a_server_that_trickles(server, head, piece):
+    server.routes["/slow"] = trickle(server, head, piece)
     started = time.monotonic()
     with pytest.raises(TransientFeedError, match="FEED_DEADLINE"):
         read(server.url("/slow"), allowed_networks=LOOPBACK, deadline=1.0, read_timeout=5)
+    # Before the change: still reading at 20 s (each byte reset the read timeout).
     assert time.monotonic() - started < 4
 
 

@@ -91,7 +91,6 @@ class _Deadline:
     the read timeout) returns at once."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
         self.end = time.monotonic() + seconds
         self.expired = False
         self._timer: threading.Timer | None = None
