@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from urlguard import changes
 from urlguard.feeds import formats, memo
-from urlguard.feeds.decoding import FeedError, StrictText, numbered, open_text
+from urlguard.feeds import decoding
+from urlguard.feeds.decoding import FeedError, open_text
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import AdminJob, RuleSource, Source
 
@@ -96,9 +97,9 @@ def naive_lines(text: str, max_line: int) -> list[str]:
     return lines
 
 
-def strict(text: str, max_line: int = 0, block_size: int = 7) -> StrictText:
+def strict(text: str, max_line: int = 0, block_size: int = 7) -> decoding.StrictText:
     binary = io.BufferedReader(io.BytesIO(text.encode()), 16)  # type: ignore[arg-type]
-    return StrictText(binary, max_line=max_line, block_size=block_size)
+    return decoding.StrictText(binary, max_line=max_line, block_size=block_size)
 
 
 @given(
@@ -127,7 +128,7 @@ def test_numbered_lines_go_on_from_the_lines_detection_read():
     stream = strict(text, block_size=50)
     fmt, lines = formats.sniff(stream, "auto")  # reads the first 200 lines
     expected = [(n, line) for n, line in enumerate(naive_lines(text, 0), 1) if line.strip()]
-    assert fmt == "urls" and list(numbered(lines)) == expected
+    assert fmt == "urls" and list(decoding.numbered(lines)) == expected
 
 
 def test_sixteen_mib_of_zipped_newlines_cost_neither_memory_nor_time(feed_file):

@@ -13,9 +13,9 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from urlguard import changes
+from urlguard import changes, models
 from urlguard.feeds.refresh import refresh_source
-from urlguard.models import FeedHold, FeedRefresh, RuleSource, ShortLink, Source
+from urlguard.models import FeedRefresh, RuleSource, ShortLink, Source
 
 pytestmark = pytest.mark.django_db
 
@@ -50,10 +50,10 @@ def listed(source: Source) -> set[str]:
 def test_popular_hosts_and_shorteners_are_held_the_rest_applies(feed):
     source = feed(*POPULAR, "evil.example", "google.com/forms/d/phish")
     result = refresh_source(source)
-    assert result.status == "ok" and result.held == 6 and result.added == 2
     # Before: all eight listed, and the demo's clean links turned into warnings.
     assert listed(source) == {"evil.example/", "google.com/forms/d/phish"}
-    held = {h.expression: h for h in FeedHold.objects.filter(source=source)}
+    assert result.status == "ok" and result.held == 6 and result.added == 2
+    held = {h.expression: h for h in models.FeedHold.objects.filter(source=source)}
     assert set(held) == {f"{host}/" for host in POPULAR}
     assert held["bit.ly/"].codes == "shortener" and "link shortener" in held["bit.ly/"].reasons
     assert "popular" in held["mail.google.com/"].codes
@@ -62,7 +62,7 @@ def test_popular_hosts_and_shorteners_are_held_the_rest_applies(feed):
     # Held again, not twice, on the next refresh; a hold the feed drops goes.
     source = feed(*POPULAR[:-1], "evil.example")
     result = refresh_source(source)
-    assert result.held == 5 and FeedHold.objects.count() == 5
+    assert result.held == 5 and models.FeedHold.objects.count() == 5
     assert listed(source) == {"evil.example/"}
 
 
@@ -74,14 +74,14 @@ def test_accepting_with_the_command_applies_them(feed):
     # The body is unchanged (a conditional GET would answer 304): accepting re-reads it.
     call_command("refresh_feeds", "f", "--accept-held", stdout=out)
     assert listed(source) == {"bit.ly/", "evil.example/"}
-    hold = FeedHold.objects.get()
+    hold = models.FeedHold.objects.get()
     assert hold.accepted_at is not None
     # Still accepted on later refreshes; gone once the feed stops listing it.
     feed("bit.ly", "evil.example")
     assert refresh_source(source).held == 0
     feed("evil.example")
     assert refresh_source(source).status == "ok"
-    assert listed(source) == {"evil.example/"} and not FeedHold.objects.exists()
+    assert listed(source) == {"evil.example/"} and not models.FeedHold.objects.exists()
 
 
 def test_this_services_own_host_is_held(feed, settings):
@@ -98,14 +98,14 @@ def test_a_rule_over_the_impact_limit_is_held(feed, settings):
     result = refresh_source(feed("victim.example", "minor.example"))
     assert result.held == 1 and result.holds[0][0] == "victim.example/"
     assert "would block 3 short links" in result.holds[0][1]
-    assert FeedHold.objects.get().codes == "impact"
+    assert models.FeedHold.objects.get().codes == "impact"
 
 
 def test_accepting_in_the_admin_refreshes_and_applies(feed, make_staff, committed):
     source = feed("paypal.com", "evil.example")
     refresh_source(source)
     client = make_staff(superuser=True)
-    hold = FeedHold.objects.get()
+    hold = models.FeedHold.objects.get()
     changelist = reverse("admin:urlguard_feedhold_changelist")
     html = client.get(changelist).content.decode()
     assert "paypal.com/" in html and "popular" in html
