@@ -23,8 +23,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from urlguard import changes
-from urlguard.feeds import formats, memo
-from urlguard.feeds import decoding
+from urlguard.feeds import decoding, formats, memo
 from urlguard.feeds.decoding import FeedError, open_text
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import AdminJob, RuleSource, Source
