@@ -633,6 +633,56 @@ class Settings:
         check_id="urlguard.E049",
         hint="e.g. 3600 (longer than the slowest refresh).",
     )
+    # file:// feeds are read only beneath this folder (symlinks resolved); None refuses
+    # them all.
+    FEED_FILE_ROOT = Setting(
+        None,
+        must_be="a folder path (a string) or None",
+        valid=lambda v: v is None or _text(v) or isinstance(v, Path),
+        resolve=lambda v: None if v is None else str(v),
+        check_id="urlguard.E060",
+        hint="e.g. '/srv/urlguard/feeds' (None: no file:// feeds).",
+    )
+    # Non-public networks (CIDR) a feed fetch may connect to; every other address that
+    # is not on the public internet is refused, at every redirect hop.
+    FEED_ALLOWED_NETWORKS = Setting(
+        [],
+        must_be="a list of networks (CIDR strings)",
+        valid=lambda v: _names(v) and all(_network(n) for n in v),
+        resolve=lambda v: tuple(ipaddress.ip_network(n, strict=False) for n in v),
+        check_id="urlguard.E061",
+        hint="e.g. ['10.20.0.0/16'] for a feed mirror on the internal network.",
+    )
+    # Entries one refresh may list; a body with more fails (nothing applied).
+    FEED_MAX_ENTRIES = Setting(
+        5_000_000,
+        must_be="a positive whole number",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E062",
+        hint="e.g. 5000000.",
+    )
+    # The longest line (or JSON item) of a feed, characters: a longer one is refused
+    # and counted, the rest of the body is read.
+    FEED_MAX_LINE = Setting(
+        65_536,
+        must_be="a whole number of characters, at least 1024",
+        valid=lambda v: _integer(v) and v >= 1024,
+        resolve=int,
+        check_id="urlguard.E063",
+        hint="e.g. 65536.",
+    )
+    # Seconds: a refresh is held when it lists fewer than (1 - FEED_SHRINK_THRESHOLD)
+    # of the most the source listed within this window, not only of its last refresh
+    # (a feed shrunk by 49% a time is held too). 0: compare with the last one only.
+    FEED_SHRINK_WINDOW = Setting(
+        7 * 86400,
+        must_be="a number of seconds, 0 or more",
+        valid=lambda v: _number(v) and v >= 0,
+        resolve=float,
+        check_id="urlguard.E064",
+        hint="e.g. 604800 (a week).",
+    )
     # With no broker, a daemon thread of each serving process refreshes due sources.
     FEED_EMBEDDED_REFRESH = Setting(
         True,

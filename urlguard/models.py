@@ -242,12 +242,42 @@ class FeedRefresh(models.Model):
     )
     # A sample of the refused entries: [line, text, reason].
     refusals = models.JSONField(default=list, blank=True)
+    # Entries held for an operator's yes (FeedHold), not applied.
+    held = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["-at", "-pk"]
 
     def __str__(self) -> str:
         return f"{self.source_id} {self.at:%Y-%m-%d %H:%M} {self.status}"
+
+
+class FeedHold(models.Model):
+    """An entry a feed lists that the safety policy holds, as the admin's add form asks
+    "yes, block it anyway" for it (urlguard.safety: a popular host, a link shortener,
+    this service's own host, too many short links): not applied until an operator
+    accepts it; the rest of the refresh goes on without it."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="holds")
+    expression = models.CharField(max_length=2000)
+    key = models.BigIntegerField()  # expression_key(expression)
+    category = models.CharField(max_length=16, choices=Category.choices, default=Category.SPAM)
+    codes = models.CharField(max_length=200, blank=True, default="")  # comma-separated
+    reasons = models.TextField(blank=True, default="")
+    held_at = models.DateTimeField(auto_now_add=True)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["source", "expression"]
+        constraints = [
+            models.UniqueConstraint(fields=["source", "key"], name="feedhold_source_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.expression} (held from source #{self.source_id})"
 
 
 class AllowedHost(models.Model):

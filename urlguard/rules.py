@@ -23,7 +23,9 @@ block every site under them. The list comes from the publicsuffixlist package
 browser can reach (a label that is empty, longer than 63 characters, or not
 letters, digits and hyphens; broken IDNA) and, unless ALLOW_PRIVATE_ADDRESS_RULES
 is on, addresses that are not on the public internet (private, loopback,
-link-local): a rule on them only ever blocks this service's own network.
+link-local, multicast, reserved, benchmark; also wrapped in 6to4 or Teredo): a rule
+on them only ever blocks this service's own network. A network range in CIDR
+notation is refused, not read as a page rule.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from urllib.parse import unquote
 import idna
 from publicsuffixlist import PublicSuffixList
 
+from urlguard.addresses import non_public_kind
 from urlguard.canonical import (
     MAX_HOST_LABELS,
     MAX_PATH_PREFIXES,
@@ -73,11 +76,9 @@ _IPV4_RE = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
 # or ending with a hyphen. Underscores are accepted too: resolvers and browsers
 # follow them, and real blocklists name such hosts (ad_server.example.com).
 _LABEL_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
-# Private networks (RFC 1918, shared address space RFC 6598, unique local IPv6).
-# Not ipaddress's is_private, which also counts documentation and benchmark ranges.
-_PRIVATE_NETWORKS = tuple(
-    ipaddress.ip_network(n)
-    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+# An address range ("192.0.2.0/24", "2001:db8::/32") as a whole pasted text.
+_CIDR_RE = re.compile(
+    r"\[?(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*)\]?/[0-9]{1,3}"
 )
 MAX_LABEL_LENGTH = 63
 MAX_HOST_LENGTH = 253
@@ -200,6 +201,12 @@ def _parse(text: str) -> CanonicalURL:
             f"{len(stripped):,} characters is too long for a rule "
             f"(the limit is {MAX_RULE_LENGTH:,} once canonical)"
         )
+    if _CIDR_RE.fullmatch(stripped):
+        raise RuleError(
+            f"{_short(stripped)} is a network range in CIDR notation, not a URL or host: "
+            "rules name hosts, pages and paths (a range would be read as a page rule on "
+            f"the path /{stripped.rpartition('/')[2]}); list the addresses one by one"
+        )
     if ":" in stripped and "/" not in stripped and "[" not in stripped:
         with contextlib.suppress(ValueError):  # a bare IPv6 address: bracket it
             stripped = f"[{ipaddress.IPv6Address(stripped)}]"
@@ -297,23 +304,13 @@ def _check_address(host: str, pasted: str) -> None:
     # before Django is configured (importing.py's parsers in tests and commands).
     from urlguard.conf import conf
 
-    address = ipaddress.ip_address(host.strip("[]"))
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address.is_loopback:
-        kind = "a loopback"
-    elif address.is_link_local:
-        kind = "a link-local"
-    elif address.is_unspecified:
-        kind = "the unspecified"
-    elif any(address in network for network in _PRIVATE_NETWORKS):
-        kind = "a private"
-    else:
+    kind = non_public_kind(ipaddress.ip_address(host.strip("[]")))
+    if kind is None:
         return
     if conf.ALLOW_PRIVATE_ADDRESS_RULES:
         return
     raise RuleError(
-        f"{_short(pasted)}: {address} is {kind} address, not one on the public internet; "
+        f"{_short(pasted)}: {host} is {kind} address, not one on the public internet; "
         "set URLGUARD['ALLOW_PRIVATE_ADDRESS_RULES'] = True to block such addresses"
     )
 

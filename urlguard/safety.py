@@ -11,6 +11,7 @@ not every site that matters. PROTECTED_HOSTS and LINK_SHORTENERS replace them.""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ __all__ = [
     "DEFAULT_PROTECTED_HOSTS",
     "Confirmation",
     "confirmations",
+    "confirmations_many",
     "default_candidate",
     "is_shared_platform",
 ]
@@ -274,4 +276,26 @@ def confirmations(
                 f"CONFIRM_IMPACT_LINKS={threshold:,}",
             )
         )
+    return found
+
+
+def confirmations_many(
+    rule_expressions: Iterable[str], *, blocked_links: Mapping[str, int] | None = None
+) -> dict[str, list[Confirmation]]:
+    """confirmations() of many expressions (a feed refresh's new entries), only those
+    that need one: the host lists are resolved once, and a whole-host rule whose host
+    and parents are on none of them is passed without the full check."""
+    blocked_links = blocked_links or {}
+    threshold = conf.CONFIRM_IMPACT_LINKS
+    listed = protected_hosts() | link_shorteners() | _platform_parents()
+    own = frozenset(suffix for host in own_hosts() for suffix in _suffixes(host))
+    found: dict[str, list[Confirmation]] = {}
+    for expression in rule_expressions:
+        host, path = split_expression(expression)
+        links = blocked_links.get(expression)
+        suspect = path == "/" and (host in own or any(s in listed for s in _suffixes(host)))
+        if suspect or (threshold and links is not None and links > threshold):
+            reasons = confirmations(expression, blocked_links=links)
+            if reasons:
+                found[expression] = reasons
     return found

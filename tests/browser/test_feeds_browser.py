@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.service.feedserver import feed_server
+from tests.service.feedserver import admit_loopback, feed_server
 from urlguard import changes
 from urlguard.models import Source, SpamRule
 
@@ -19,7 +19,8 @@ HOSTS = [f"h{i}.feed-browser.example" for i in range(10)]
 
 
 @pytest.fixture
-def site(live_server, django_user_model, monkeypatch):
+def site(live_server, django_user_model, monkeypatch, settings):
+    admit_loopback(settings)
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     django_user_model.objects.create_superuser("boss", "boss@example.com", PASSWORD)
     with feed_server() as feeds:

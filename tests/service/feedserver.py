@@ -17,6 +17,14 @@ FIXTURES = Path(__file__).parent / "fixtures" / "feeds"
 PORTS = range(18500, 18560)
 
 Answer = tuple[int, dict[str, str], bytes]
+# The server listens on loopback, which feed fetches refuse unless
+# URLGUARD["FEED_ALLOWED_NETWORKS"] names it (tests/service/services_settings.py too).
+LOOPBACK_NETWORKS = ["127.0.0.0/8"]
+
+
+def admit_loopback(settings: Any) -> None:
+    """Let this test's fetches reach the feed server (`settings`: pytest-django's)."""
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_ALLOWED_NETWORKS": LOOPBACK_NETWORKS}
 
 
 class FeedServer:

@@ -11,4 +11,6 @@ URLGUARD = {
     **URLGUARD,
     "NODE_NAME": os.environ.get("URLGUARD_NODE_NAME", "test-node"),
     "CATCHUP_INTERVAL": float(os.environ.get("URLGUARD_CATCHUP_INTERVAL", "60")),
+    # The tests' feed server listens on loopback (tests/service/feedserver.py).
+    "FEED_ALLOWED_NETWORKS": ["127.0.0.0/8"],
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.service.feedserver import feed_server
+from tests.service.feedserver import admit_loopback, feed_server
 from urlguard import changes
 from urlguard.models import AdminJob, AllowedHost, Source, SpamRule
 
@@ -22,7 +22,8 @@ def _quiet(quiet):
 
 
 @pytest.fixture
-def server():
+def server(settings):
+    admit_loopback(settings)
     with feed_server() as feeds:
         yield feeds
 
@@ -197,3 +198,16 @@ def test_a_rule_added_by_hand_on_an_allowlisted_host_is_warned_not_refused(super
         response.content.decode()[-3000:]
     )
     assert "allowlisted" in response.content.decode()
+
+
+def test_the_refresh_page_shows_the_body_lines_to_superusers_only(make_staff, server, committed):
+    body = b"a.example\nDJANGO_SECRET_KEY = 'xyz-secret'\n"
+    feed = Source.objects.create(name="f", kind="feed", url=server.serve("/l", body))
+    html = refresh(client := make_staff(*SOURCE_EDITOR), feed, committed).content.decode()
+    assert "feed-refusals" in html and "items on one line" in html
+    assert "xyz-secret" not in html and "<th>Entry</th>" not in html
+    job = AdminJob.objects.get()
+    page = reverse("admin:urlguard_source_refresh_job", args=[feed.pk, job.pk])
+    assert "xyz-secret" not in client.get(page).content.decode()
+    html = make_staff(superuser=True).get(page).content.decode()
+    assert "xyz-secret" in html and "<th>Entry</th>" in html

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from tests.service.feedserver import feed_server, fixture
+from tests.service.feedserver import admit_loopback, feed_server, fixture
 from urlguard import changes
 from urlguard.feeds import runner, tasks
 from urlguard.models import AdminJob, Source, SpamRule
@@ -24,7 +24,8 @@ def quiet(monkeypatch):
 
 
 @pytest.fixture
-def server():
+def server(settings):
+    admit_loopback(settings)
     with feed_server() as feeds:
         yield feeds
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import gzip
 import io
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
-from tests.service.feedserver import feed_server, fixture
+from tests.service.feedserver import admit_loopback, feed_server, fixture
 from urlguard import changes
 from urlguard.feeds import memo
 from urlguard.feeds import refresh as refreshing
@@ -34,6 +36,7 @@ pytestmark = pytest.mark.django_db
 def quiet(monkeypatch, settings):
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
+    admit_loopback(settings)
 
 
 @pytest.fixture
@@ -213,6 +216,37 @@ def test_a_big_shrink_is_held_until_accepted(server):
     assert "shrink accepted" in ChangeSet.objects.get(pk=accepted.change_set).reason
 
 
+def test_a_feed_drained_a_little_at_a_time_is_held_against_its_high_water_mark(server):
+    # 49% a refresh stays under the threshold each time; once drained 100 -> 2 in
+    # 7 refreshes, never held.
+    hosts = [f"h{i}.example" for i in range(100)]
+    feed = make_feed(server.serve("/l", lines(*hosts)))
+    refresh_source(feed)
+    server.serve("/l", lines(*hosts[:51]))
+    assert refresh_source(feed).status == "ok"
+    server.serve("/l", lines(*hosts[:27]))  # 47% of 51, but 27 of the 100 listed
+    held = refresh_source(feed)
+    assert held.status == "held" and len(rules()) == 51
+    accepted = refreshing.accept_held(feed)
+    assert accepted.status == "ok" and len(rules()) == 27
+    # An accepted shrink sets a new mark: the same list is not held again.
+    server.serve("/l", lines(*hosts[:26]))
+    assert refresh_source(feed).status == "ok"
+
+
+def test_the_shrink_window_is_a_setting(server, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_SHRINK_WINDOW": 0}
+    hosts = [f"h{i}.example" for i in range(100)]
+    feed = make_feed(server.serve("/l", lines(*hosts)))
+    for keep in (51, 27, 14):
+        server.serve("/l", lines(*hosts[:keep]))
+        assert refresh_source(feed).status == "ok"
+    FeedRefresh.objects.update(at=timezone.now() - timedelta(days=30))
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_SHRINK_WINDOW": 86400}
+    server.serve("/l", lines(*hosts[:8]))
+    assert refresh_source(feed).status == "ok"  # the marks are older than the window
+
+
 def test_shrink_threshold_is_a_setting(server, settings):
     settings.URLGUARD = {**settings.URLGUARD, "FEED_SHRINK_THRESHOLD": 0.95}
     hosts = [f"h{i}.example" for i in range(10)]
@@ -318,7 +352,8 @@ def test_dry_run_writes_nothing(server):
     assert feed.last_status == "never"
 
 
-def test_file_url_and_unchanged_file(tmp_path):
+def test_file_url_and_unchanged_file(tmp_path, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_FILE_ROOT": str(tmp_path)}
     path = tmp_path / "list.txt"
     path.write_bytes(lines("a.example", "b.example"))
     feed = make_feed(f"file://{path}")

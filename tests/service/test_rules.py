@@ -275,6 +275,18 @@ def test_any_text_is_a_rule_or_a_rule_error(text):
         ("169.254.0.1", "link-local address"),
         ("[fe80::1]", "link-local address"),
         ("0.0.0.0", "unspecified address"),
+        ("0.1.2.3", "this-network"),
+        ("224.0.0.1", "multicast address"),
+        ("[ff02::1]", "multicast address"),
+        ("240.0.0.1", "reserved address"),
+        ("255.255.255.255", "broadcast address"),
+        ("198.18.0.1", "benchmark-testing address"),
+        ("[2002:7f00:1::1]", "loopback address"),  # 6to4 around 127.0.0.1
+        ("[2002:c0a8:101::1]", "private address"),  # 6to4 around 192.168.1.1
+        ("[2001:0:4136:e378:8000:63bf:80ff:fffe]", "loopback address"),  # Teredo
+        ("192.0.2.0/24", "CIDR notation"),  # not a page rule on the path /24
+        ("10.0.0.0/8", "CIDR notation"),
+        ("[2001:db8::]/32", "CIDR notation"),
     ],
 )
 def test_unreachable_hosts_are_refused(text, reason):

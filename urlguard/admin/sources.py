@@ -19,9 +19,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
+from urlguard.conf import conf
+from urlguard.feeds import holds
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health
-from urlguard.models import AdminJob, AllowedHost, FeedRefresh, Source
+from urlguard.models import AdminJob, AllowedHost, FeedHold, FeedRefresh, Source
 from urlguard.rules import RuleError, normalize_rule
 
 HISTORY_SHOWN = 20
@@ -49,6 +51,10 @@ def health_badge(source: Source) -> str:
 
 
 class SourceForm(forms.ModelForm):
+    # Set by SourceAdmin.get_form: a file:// URL reads a file on this server, which
+    # only a superuser may point a feed at.
+    may_read_files = False
+
     class Meta:
         model = Source
         fields = (
@@ -68,6 +74,8 @@ class SourceForm(forms.ModelForm):
         if kind == Source.Kind.FEED:
             if not url.lower().startswith(("http://", "https://", "file:///")):
                 self.add_error("url", "A feed needs an http://, https:// or file:///path URL.")
+            elif url.lower().startswith("file:") and (refusal := self._file_url_refusal(url)):
+                self.add_error("url", refusal)
         elif url:
             self.add_error("url", "A manual source has no URL (its rules are added by hand).")
         if data.get("format") not in ("auto", *NAMES):
@@ -76,6 +84,20 @@ class SourceForm(forms.ModelForm):
         if interval is not None and interval < 60:
             self.add_error("interval", "At least 60 seconds.")
         return data
+
+    def _file_url_refusal(self, url: str) -> str:
+        unchanged = self.instance.pk is not None and self.instance.url == url
+        if not self.may_read_files and not unchanged:
+            return (
+                "Only a superuser may set a file:// URL: it reads a file on this server. "
+                "Use an http:// or https:// URL."
+            )
+        if conf.FEED_FILE_ROOT is None:
+            return (
+                "file:// feeds are refused here: URLGUARD['FEED_FILE_ROOT'] names no folder "
+                "they may be read from."
+            )
+        return ""
 
 
 class AllowedHostForm(forms.ModelForm):
@@ -158,6 +180,11 @@ class SourceAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(rules_listed=Count("listings"))
+
+    def get_form(self, request, obj=None, change=False, **kwargs):  # type: ignore[no-untyped-def]
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.may_read_files = request.user.is_superuser
+        return form
 
     def get_inlines(self, request, obj=None):
         return [AllowedHostInline] if obj is not None and obj.is_allowlist else []
@@ -359,6 +386,9 @@ def refresh_job_view(
         health=health_badge(source),
         status_url=reverse("admin:urlguard_source_refresh_status", args=[job.pk]),
         can_change=model_admin.has_change_permission(request, source),
+        # The body's own lines only to a superuser: whoever can edit a feed's URL
+        # must not be able to read what another address answers through this page.
+        show_entries=request.user.is_superuser,  # type: ignore[union-attr]
     )
 
 
@@ -380,6 +410,51 @@ def refresh_status_view(model_admin: SourceAdmin, request: HttpRequest, job_id: 
             "finished": job.state in (AdminJob.State.DONE, AdminJob.State.FAILED),
         }
     )
+
+
+@admin.register(FeedHold)
+class FeedHoldAdmin(admin.ModelAdmin):
+    """New feed entries held for a person's yes (urlguard.feeds.holds): accepting one
+    refreshes its feed, which then applies it."""
+
+    list_display = ("expression", "source", "reasons", "held_at", "accepted_at")
+    list_filter = ("source", ("accepted_at", admin.EmptyFieldListFilter))
+    search_fields = ("expression",)
+    readonly_fields = (
+        "source",
+        "expression",
+        "category",
+        "codes",
+        "reasons",
+        "held_at",
+        "accepted_at",
+        "accepted_by",
+    )
+    fields = readonly_fields
+    actions = ["accept_holds"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    @admin.action(
+        description="Accept: block them anyway (refreshes their feeds)", permissions=["change"]
+    )
+    def accept_holds(self, request, queryset):
+        accepted = 0
+        sources = Source.objects.filter(pk__in=queryset.values("source"))
+        for source in sources:
+            accepted += holds.accept(
+                source,
+                user=request.user,
+                expressions=queryset.filter(source=source).values_list("expression", flat=True),
+            )
+            start_refresh(source, user=request.user)
+        self.message_user(
+            request,
+            f"Accepted {counted(accepted, 'held entry')}; refreshing "
+            f"{counted(len(sources), 'feed')} to apply them.",
+            messages.INFO,
+        )
 
 
 # --- what the rules admin and the dashboard show of sources ---------------------------

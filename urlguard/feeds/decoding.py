@@ -6,16 +6,18 @@ that shrank."""
 from __future__ import annotations
 
 import codecs
+import functools
 import gzip
 import io
+import re
 import zipfile
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-__all__ = ["FeedError", "open_text"]
+__all__ = ["FeedError", "StrictText", "numbered", "open_text"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -47,6 +49,8 @@ class _Limited(io.RawIOBase):
             raise FeedError(f"the {self._what} body is truncated ({exc})") from exc
         except (OSError, zlib.error, zipfile.BadZipFile) as exc:
             raise FeedError(f"the {self._what} body is corrupt ({exc})") from exc
+        except (RuntimeError, NotImplementedError) as exc:  # zipfile's refusals
+            raise FeedError(f"the {self._what} body cannot be read ({exc})") from exc
         self.count += len(data)
         if self.count > self._limit:
             raise FeedError(
@@ -58,10 +62,12 @@ class _Limited(io.RawIOBase):
 
 
 @contextmanager
-def open_text(body: BinaryIO, *, limit: int) -> Iterator[io.TextIOBase]:
+def open_text(body: BinaryIO, *, limit: int, max_line: int = 0) -> Iterator[StrictText]:
     """`body` (a seekable binary file) as a UTF-8 text stream, decompressed if it is
     gzip or a zip archive of one file. Reading it raises FeedError for a truncated or
-    corrupt archive, bytes that are not UTF-8, or more than `limit` bytes of text."""
+    corrupt archive, bytes that are not UTF-8, or more than `limit` bytes of text. A
+    line longer than `max_line` characters (0: no limit) comes out cut to
+    `max_line + 1` of them, so that the reader can refuse it by its length."""
     head = body.read(4)
     body.seek(0)
     if head.startswith(_GZIP_MAGIC):
@@ -72,7 +78,7 @@ def open_text(body: BinaryIO, *, limit: int) -> Iterator[io.TextIOBase]:
     else:
         raw, what = body, "feed"
     limited = _Limited(raw, limit, what)
-    text = _StrictText(io.BufferedReader(limited, _READ))
+    text = StrictText(io.BufferedReader(limited, _READ), max_line=max_line)
     try:
         yield text
     finally:
@@ -88,22 +94,48 @@ def _zip_member(body: BinaryIO) -> BinaryIO:
     if len(files) != 1:
         names = ", ".join(info.filename for info in files[:5]) or "none"
         raise FeedError(f"a zip body must hold one file, it holds {len(files)} ({names})")
-    return archive.open(files[0])  # type: ignore[return-value]
+    member = files[0]
+    if member.flag_bits & 0x1:
+        raise FeedError(
+            f"the zip member {member.filename!r} is encrypted: a feed must be readable "
+            "without a password"
+        )
+    try:
+        return archive.open(member)  # type: ignore[return-value]
+    except (NotImplementedError, RuntimeError, zipfile.BadZipFile, OSError) as exc:
+        # deflate64, bzip2 with a broken stream, an unknown method...
+        raise FeedError(f"the zip member {member.filename!r} cannot be read ({exc})") from exc
 
 
-class _StrictText(io.TextIOBase):
+class StrictText(io.TextIOBase):
     """Line-by-line UTF-8 text (a BOM dropped) whose decoding error names the byte
-    offset instead of a bare UnicodeDecodeError; `read(n)` for the JSON reader."""
+    offset instead of a bare UnicodeDecodeError; `read(n)` for the JSON reader, and
+    `numbered()` for the lines that are not blank, with their line numbers.
 
-    def __init__(self, binary: io.BufferedReader):
+    Every character is looked at a bounded number of times: a line that has not
+    ended is kept as pieces (never re-joined and re-scanned per block), a line past
+    `max_line` is cut and the rest of it dropped as it arrives, and blank lines are
+    skipped a block at a time by a regular expression, not a line at a time."""
+
+    def __init__(self, binary: io.BufferedReader, *, max_line: int = 0, block_size: int = _READ):
         self._binary = binary
+        self._block_size = block_size
         self._decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")
         self._offset = 0
-        self._pending = ""  # decoded text after the last whole line
+        self._max_line = max_line
+        self._pending: list[str] = []  # the line that has not ended yet, in pieces
+        self._pending_size = 0
+        self._dropping = False  # inside a line cut at max_line: drop up to its end
         self._ready: deque[str] = deque()  # whole lines not handed out yet
+        self._text = ""  # read(): decoded text not handed out yet
+        self.lines_read = 0  # lines handed out (blank ones included)
 
     def readable(self) -> bool:
         return True
+
+    @property
+    def max_line(self) -> int:
+        return self._max_line
 
     def _decode(self, data: bytes, final: bool = False) -> str:
         try:
@@ -116,21 +148,69 @@ class _StrictText(io.TextIOBase):
         self._offset += len(data)
         return text
 
+    def _take_pending(self) -> str:
+        text = "".join(self._pending)
+        self._pending.clear()
+        self._pending_size = 0
+        return text
+
+    def _block(self) -> str | None:
+        """The next decoded text that ends at a line end (or at the body's end), each
+        line in it at most max_line + 1 characters; None at the end of the body."""
+        limit = self._max_line
+        while True:
+            data = self._binary.read(self._block_size)
+            text = self._decode(data, final=not data)
+            if self._dropping:
+                cut = text.find("\n")
+                text = "" if cut < 0 else text[cut:]
+                self._dropping = cut < 0
+            cut = text.rfind("\n") + 1
+            if cut:
+                block = self._take_pending() + text[:cut]
+                rest = text[cut:]
+                if rest:
+                    self._pending.append(rest)
+                    self._pending_size = len(rest)
+            else:
+                self._pending.append(text)
+                self._pending_size += len(text)
+                block = "" if data else self._take_pending()
+            if limit and self._pending_size > limit:
+                self._pending[:] = ["".join(self._pending)[: limit + 1]]
+                self._pending_size = limit + 1
+                self._dropping = True
+            if limit and len(block) > limit:
+                block = self._cut_long_lines(block)
+            if block:
+                return block
+            if not data:
+                return None
+
+    def _cut_long_lines(self, block: str) -> str:
+        limit = self._max_line
+        lines = block.split("\n")
+        return "\n".join(line if len(line) <= limit else line[: limit + 1] for line in lines)
+
     def read(self, size: int | None = -1) -> str:
         size = -1 if size is None else size
-        if self._ready:
-            self._pending = "".join(self._ready) + self._pending
+        if self._ready or self._pending:
+            self._text = "".join(self._ready) + self._take_pending() + self._text
             self._ready.clear()
-        while size < 0 or len(self._pending) < size:
-            data = self._binary.read(_READ)
+        parts = [self._text]
+        have = len(self._text)
+        while size < 0 or have < size:
+            data = self._binary.read(self._block_size)
+            text = self._decode(data, final=not data)
+            parts.append(text)
+            have += len(text)
             if not data:
-                self._pending += self._decode(b"", final=True)
                 break
-            self._pending += self._decode(data)
+        text = "".join(parts)
         if size < 0:
-            out, self._pending = self._pending, ""
+            out, self._text = text, ""
         else:
-            out, self._pending = self._pending[:size], self._pending[size:]
+            out, self._text = text[:size], text[size:]
         return out
 
     def __iter__(self) -> Iterator[str]:  # type: ignore[override]
@@ -141,25 +221,74 @@ class _StrictText(io.TextIOBase):
         ready = self._ready
         while True:
             while ready:
+                self.lines_read += 1
                 yield ready.popleft()
-            if not self._fill():
+            block = self._block()
+            if block is None:
                 return
-
-    def _fill(self) -> bool:
-        """Decode the next block into whole lines; False at the end of the body."""
-        while True:
-            data = self._binary.read(_READ)
-            if not data:
-                tail = self._pending + self._decode(b"", final=True)
-                self._pending = ""
-                if tail:
-                    self._ready.append(tail)
-                return bool(tail)
-            text = self._pending + self._decode(data)
             # Lines end at "\n" only, as the binary file's lines do (str.splitlines
             # would also split at \r, \x0b, \x1c, \u2028 and more).
-            cut = text.rfind("\n") + 1
-            self._pending = text[cut:]
-            if cut:
-                self._ready.extend(line + "\n" for line in text[: cut - 1].split("\n"))
-                return True
+            lines = block.split("\n")
+            last = lines.pop()
+            ready.extend(line + "\n" for line in lines)
+            if last:
+                ready.append(last)
+
+    def numbered(self, comments: str = "") -> Iterator[tuple[int, str]]:
+        """(line number, line) of each line that is neither blank (whitespace only)
+        nor, when `comments` names characters, a comment (its first other character
+        one of them): a run of such lines costs one regular-expression search."""
+        ready = self._ready
+        while ready:
+            self.lines_read += 1
+            line = ready.popleft()
+            if _significant(line, comments):
+                yield self.lines_read, line
+        # Blank runs are crossed by the plain search (several times faster); from a
+        # comment on, the line-start search crosses comments and blanks alike.
+        plain, line_start = _NOT_SPACE.search, _line_start(comments).search
+        while (block := self._block()) is not None:
+            lineno = self.lines_read
+            position = 0
+            while (found := plain(block, position)) is not None:
+                if comments and found.group() in comments:
+                    if (found := line_start(block, found.start())) is None:
+                        break
+                    start = found.start()
+                else:
+                    start = block.rfind("\n", position, found.start()) + 1 or position
+                end = block.find("\n", start) + 1 or len(block)
+                lineno += block.count("\n", position, start) + 1
+                self.lines_read = lineno
+                yield lineno, block[start:end]
+                position = end
+            self.lines_read = lineno + block.count("\n", position)
+            if not block.endswith("\n"):
+                self.lines_read += position < len(block)
+
+
+_NOT_SPACE = re.compile(r"\S")
+
+
+@functools.cache
+def _line_start(comments: str) -> re.Pattern[str]:
+    """Finds the start of the next line that is not blank and not a comment."""
+    return re.compile(r"^[^\S\n]*[^\s" + re.escape(comments) + "]", re.MULTILINE)
+
+
+def _significant(line: str, comments: str) -> bool:
+    stripped = line.lstrip()
+    return bool(stripped) and not (comments and stripped[0] in comments)
+
+
+def numbered(lines: Iterable[str], comments: str = "") -> Iterator[tuple[int, str]]:
+    """(line number, line) of each line of `lines` that is not blank nor a comment
+    (see StrictText.numbered); a StrictText (or a detection's head and rest) skips
+    them a block at a time."""
+    numbering = getattr(lines, "numbered", None)
+    if numbering is not None:
+        yield from numbering(comments)
+        return
+    for lineno, line in enumerate(lines, start=1):
+        if _significant(line, comments):
+            yield lineno, line

@@ -1,22 +1,33 @@
 """Fetching a source's body into a temporary file: http(s) through urllib3 (timeouts,
 a bounded number of redirects, a size limit, a deadline for the whole transfer, and a
 conditional GET with the validators of the last body applied, so an unchanged feed
-costs one 304), or a `file://` path on this server (unchanged = same size and
-modification time). Framework-free: the caller passes what the settings say."""
+costs one 304), or a `file://` path on this server beneath the configured root
+(unchanged = same size and modification time). An http(s) fetch connects only to
+public addresses, checked at every redirect hop on the address it then dials (no
+second DNS answer can differ). Framework-free: the caller passes what the settings
+say."""
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
-import shutil
+import http.client
+import ipaddress
+import os
+import socket
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
-from urllib.parse import unquote, urlsplit
+from stat import S_ISREG
+from typing import BinaryIO, NoReturn
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import urllib3
+import urllib3.connection
 
+from urlguard.addresses import IPNetwork, refused_for_fetching
 from urlguard.feeds.decoding import FeedError
 
 __all__ = ["FetchResult", "FetchSettings", "TransientFeedError", "fetch"]
@@ -37,6 +48,10 @@ class FetchSettings:
     deadline: float = 300.0
     max_bytes: int = 512 * 1024 * 1024
     max_redirects: int = 5
+    # file:// URLs are read only beneath this folder (None: refused).
+    file_root: str | None = None
+    # Non-public networks an http(s) fetch may connect to anyway.
+    allowed_networks: tuple[IPNetwork, ...] = ()
 
 
 @dataclass
@@ -67,70 +82,188 @@ def fetch(
     return _fetch_http(url, etag=etag, last_modified=last_modified, settings=settings)
 
 
-def _pool() -> urllib3.PoolManager:
-    return urllib3.PoolManager(headers={"User-Agent": USER_AGENT})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+class _Deadline:
+    """The whole transfer's clock: when it runs out, the socket in use is shut down,
+    so a read blocked on a server that trickles a byte at a time (each one resetting
+    the read timeout) returns at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+        self.expired = False
+        self._timer: threading.Timer | None = None
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def watch(self, sock: socket.socket) -> None:
+        self.cancel()
+        self._timer = threading.Timer(max(0.0, self.remaining()), self._expire, (sock,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self, sock: socket.socket) -> None:
+        self.expired = True
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _addresses(host: str, port: int, settings: FetchSettings) -> list[str]:
+    """Every address `host` resolves to, each checked: one that is not public (and
+    not in FEED_ALLOWED_NETWORKS) refuses the fetch, so a name that resolves to a
+    public and an internal address cannot pick the internal one later."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise TransientFeedError(f"cannot fetch from {host}: cannot resolve it ({exc})") from exc
+    found: list[str] = []
+    for info in infos:
+        text = str(info[4][0]).split("%", 1)[0]
+        address = ipaddress.ip_address(text)
+        refusal = refused_for_fetching(address, settings.allowed_networks)
+        if refusal is not None:
+            raise FeedError(
+                f"{host} resolves to {refusal}: feeds are fetched from public addresses "
+                "only (URLGUARD['FEED_ALLOWED_NETWORKS'] admits a network you mean)"
+            )
+        if text not in found:
+            found.append(text)
+    if not found:
+        raise TransientFeedError(f"cannot resolve {host}: no address")
+    return found
+
+
+def _connect(
+    scheme: str, host: str, port: int, settings: FetchSettings, deadline: _Deadline
+) -> urllib3.connection.HTTPConnection:
+    """A connection to a checked address of `host` (the address itself is dialled,
+    so no second lookup can answer differently); TLS verifies the certificate for
+    `host`."""
+    last: Exception | None = None
+    for address in _addresses(host, port, settings):
+        timeout = min(settings.connect_timeout, max(0.001, deadline.remaining()))
+        connection: urllib3.connection.HTTPConnection
+        if scheme == "https":
+            connection = urllib3.connection.HTTPSConnection(
+                address, port, timeout=timeout, server_hostname=host, cert_reqs="CERT_REQUIRED"
+            )
+        else:
+            connection = urllib3.connection.HTTPConnection(address, port, timeout=timeout)
+        try:
+            connection.connect()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            connection.close()
+            last = exc
+            continue
+        assert connection.sock is not None
+        connection.sock.settimeout(settings.read_timeout)
+        deadline.watch(connection.sock)
+        return connection
+    raise TransientFeedError(f"cannot fetch from {host}:{port}: {_reason(last)}")
 
 
 def _fetch_http(url: str, *, etag: str, last_modified: str, settings: FetchSettings) -> FetchResult:
-    headers = {"Accept-Encoding": "gzip, deflate"}
+    headers = {"Accept-Encoding": "gzip, deflate", "User-Agent": USER_AGENT}
     if etag:
         headers["If-None-Match"] = etag
     if last_modified:
         headers["If-Modified-Since"] = last_modified
-    retries = urllib3.Retry(
-        total=None,
-        connect=0,
-        read=0,
-        status=0,
-        other=0,
-        redirect=settings.max_redirects,
-        raise_on_redirect=True,
-        raise_on_status=False,
-    )
-    timeout = urllib3.Timeout(connect=settings.connect_timeout, read=settings.read_timeout)
+    deadline = _Deadline(settings.deadline)
     try:
-        response = _pool().request(
-            "GET", url, headers=headers, retries=retries, timeout=timeout, preload_content=False
-        )
-    except urllib3.exceptions.MaxRetryError as exc:
-        if (
-            isinstance(exc.reason, urllib3.exceptions.ResponseError)
-            or "redirect" in str(exc.reason).lower()
-        ):
-            raise FeedError(f"more than {settings.max_redirects} redirects fetching {url}") from exc
-        raise TransientFeedError(f"cannot fetch {url}: {_reason(exc.reason)}") from exc
-    except urllib3.exceptions.HTTPError as exc:
-        raise TransientFeedError(f"cannot fetch {url}: {_reason(exc)}") from exc
-    try:
-        if response.status == 304:
-            return FetchResult(304, None, etag=etag, last_modified=last_modified)
-        if response.status >= 400:
-            cls = (
-                TransientFeedError
-                if response.status >= 500 or response.status == 429
-                else FeedError
-            )
-            raise cls(f"HTTP {response.status} {response.reason or ''} from {url}".rstrip())
-        declared = response.headers.get("Content-Length")
-        if declared and declared.isdigit() and int(declared) > settings.max_bytes:
-            raise FeedError(
-                f"{url} is {int(declared):,} bytes; the limit is {settings.max_bytes:,} "
-                "(FEED_MAX_BYTES)"
-            )
-        body, size = _spool(response, url, settings)
-        return FetchResult(
-            response.status,
-            body,
-            size,
-            etag=response.headers.get("ETag", ""),
-            last_modified=response.headers.get("Last-Modified", ""),
-        )
+        return _follow(url, headers, etag, last_modified, settings, deadline)
     finally:
-        response.release_conn()
+        deadline.cancel()
 
 
-def _spool(response: urllib3.BaseHTTPResponse, url: str, settings: FetchSettings):  # type: ignore[no-untyped-def]
-    started = time.monotonic()
+def _follow(
+    url: str,
+    headers: dict[str, str],
+    etag: str,
+    last_modified: str,
+    settings: FetchSettings,
+    deadline: _Deadline,
+) -> FetchResult:
+    target = url
+    for _hop in range(settings.max_redirects + 1):
+        parts = urlsplit(target)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise FeedError(f"{url} redirects to {target!r}: only http and https are followed")
+        try:
+            host, port = parts.hostname, parts.port or (443 if scheme == "https" else 80)
+        except ValueError as exc:
+            raise FeedError(f"{target!r} is not a valid URL: {exc}") from exc
+        if not host:
+            raise FeedError(f"{target!r} names no host")
+        connection = _connect(scheme, host, port, settings, deadline)
+        path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        default_port = port == (443 if scheme == "https" else 80)
+        host_header = (f"[{host}]" if ":" in host else host) + ("" if default_port else f":{port}")
+        try:
+            try:
+                connection.request(
+                    "GET", path, headers={**headers, "Host": host_header}, preload_content=False
+                )
+                response = connection.getresponse()
+            except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as exc:
+                if deadline.expired:
+                    raise _too_slow(url, settings) from exc
+                raise TransientFeedError(f"cannot fetch {target}: {_reason(exc)}") from exc
+            location = response.headers.get("Location")
+            if response.status in _REDIRECTS and location:
+                target = urljoin(target, location)
+                continue
+            return _answer(response, url, etag, last_modified, settings, deadline)
+        finally:
+            connection.close()
+    raise FeedError(f"more than {settings.max_redirects} redirects fetching {url}")
+
+
+def _too_slow(url: str, settings: FetchSettings) -> TransientFeedError:
+    return TransientFeedError(
+        f"{url} took longer than {settings.deadline:g} s to send its body (FEED_DEADLINE)"
+    )
+
+
+def _answer(
+    response: urllib3.BaseHTTPResponse,
+    url: str,
+    etag: str,
+    last_modified: str,
+    settings: FetchSettings,
+    deadline: _Deadline,
+) -> FetchResult:
+    if response.status == 304:
+        return FetchResult(304, None, etag=etag, last_modified=last_modified)
+    if response.status >= 400:
+        cls = TransientFeedError if response.status >= 500 or response.status == 429 else FeedError
+        raise cls(f"HTTP {response.status} {response.reason or ''} from {url}".rstrip())
+    declared = response.headers.get("Content-Length")
+    if declared and declared.isdigit() and int(declared) > settings.max_bytes:
+        raise FeedError(
+            f"{url} is {int(declared):,} bytes; the limit is {settings.max_bytes:,} "
+            "(FEED_MAX_BYTES)"
+        )
+    body, size = _spool(response, url, settings, deadline)
+    return FetchResult(
+        response.status,
+        body,
+        size,
+        etag=response.headers.get("ETag", ""),
+        last_modified=response.headers.get("Last-Modified", ""),
+    )
+
+
+def _spool(  # type: ignore[no-untyped-def]
+    response: urllib3.BaseHTTPResponse, url: str, settings: FetchSettings, deadline: _Deadline
+):
     body = tempfile.TemporaryFile(prefix="urlguard-feed-")  # noqa: SIM115 (returned open)
     size = 0
     try:
@@ -140,20 +273,19 @@ def _spool(response: urllib3.BaseHTTPResponse, url: str, settings: FetchSettings
                 raise FeedError(
                     f"{url} sent more than {settings.max_bytes:,} bytes (FEED_MAX_BYTES): refused"
                 )
-            if time.monotonic() - started > settings.deadline:
-                raise TransientFeedError(
-                    f"{url} took longer than {settings.deadline:.0f} s to send its body"
-                )
+            if deadline.expired or deadline.remaining() < 0:
+                raise _too_slow(url, settings)
             body.write(chunk)
-    except urllib3.exceptions.ProtocolError as exc:
+        if deadline.expired:
+            raise _too_slow(url, settings)
+    except FeedError:
         body.close()
-        raise TransientFeedError(f"{url}: the body was cut short ({_reason(exc)})") from exc
-    except urllib3.exceptions.DecodeError as exc:
-        body.close()
-        raise FeedError(f"{url}: the compressed body is corrupt ({_reason(exc)})") from exc
+        raise
     except (urllib3.exceptions.HTTPError, OSError) as exc:
-        body.close()
-        raise TransientFeedError(f"{url}: reading the body failed ({_reason(exc)})") from exc
+        if deadline.expired:
+            body.close()
+            raise _too_slow(url, settings) from exc
+        _spool_failed(body, url, exc)
     except BaseException:
         body.close()
         raise
@@ -161,29 +293,65 @@ def _spool(response: urllib3.BaseHTTPResponse, url: str, settings: FetchSettings
     return body, size
 
 
+def _spool_failed(body: BinaryIO, url: str, exc: Exception) -> NoReturn:
+    body.close()
+    if isinstance(exc, urllib3.exceptions.ProtocolError):
+        raise TransientFeedError(f"{url}: the body was cut short ({_reason(exc)})") from exc
+    if isinstance(exc, urllib3.exceptions.DecodeError):
+        raise FeedError(f"{url}: the compressed body is corrupt ({_reason(exc)})") from exc
+    raise TransientFeedError(f"{url}: reading the body failed ({_reason(exc)})") from exc
+
+
 def _fetch_file(url: str, *, last_modified: str, settings: FetchSettings) -> FetchResult:
-    path = Path(unquote(urlsplit(url).path))
-    try:
-        stat = path.stat()
-    except OSError as exc:
-        raise FeedError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    stamp = f"{email.utils.formatdate(stat.st_mtime, usegmt=True)}; {stat.st_size}"
-    if last_modified and last_modified == stamp:
-        return FetchResult(304, None, last_modified=stamp)
-    if stat.st_size > settings.max_bytes:
+    parts = urlsplit(url)
+    if settings.file_root is None:
         raise FeedError(
-            f"{path} is {stat.st_size:,} bytes; the limit is {settings.max_bytes:,} "
-            "(FEED_MAX_BYTES)"
+            f"{url}: file:// feeds are refused: URLGUARD['FEED_FILE_ROOT'] names no folder "
+            "they may be read from"
+        )
+    if parts.netloc not in ("", "localhost"):
+        raise FeedError(f"{url}: a file:// URL names a file on this server, not on {parts.netloc}")
+    root = Path(settings.file_root).resolve()
+    named = Path(unquote(parts.path))
+    try:
+        # Resolved (symlinks followed) before the check: a link beneath the root that
+        # points outside it is outside.
+        path = named.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise FeedError(f"cannot read {named}: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not path.is_relative_to(root):
+        raise FeedError(
+            f"{named} is not beneath FEED_FILE_ROOT ({root}) once its links are followed "
+            f"({path}): refused"
         )
     try:
-        source = path.open("rb")
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise FeedError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    # A copy: the file may be replaced while it is read.
-    body = tempfile.TemporaryFile(prefix="urlguard-feed-")  # noqa: SIM115 (returned open)
-    with source:
-        shutil.copyfileobj(source, body, _CHUNK)
-    size = body.tell()
+    with os.fdopen(descriptor, "rb") as source:
+        stat = os.fstat(source.fileno())
+        if not S_ISREG(stat.st_mode):
+            raise FeedError(f"{path} is not a regular file (a device, pipe or folder): refused")
+        stamp = f"{email.utils.formatdate(stat.st_mtime, usegmt=True)}; {stat.st_size}"
+        if last_modified and last_modified == stamp:
+            return FetchResult(304, None, last_modified=stamp)
+        if stat.st_size > settings.max_bytes:
+            raise FeedError(
+                f"{path} is {stat.st_size:,} bytes; the limit is {settings.max_bytes:,} "
+                "(FEED_MAX_BYTES)"
+            )
+        # A copy: the file may be replaced while it is read (and may grow: the copy
+        # stops at the limit).
+        body = tempfile.TemporaryFile(prefix="urlguard-feed-")  # noqa: SIM115 (returned open)
+        size = 0
+        while chunk := source.read(_CHUNK):
+            size += len(chunk)
+            if size > settings.max_bytes:
+                body.close()
+                raise FeedError(
+                    f"{path} grew past {settings.max_bytes:,} bytes (FEED_MAX_BYTES): refused"
+                )
+            body.write(chunk)
     body.seek(0)
     return FetchResult(200, body, size, last_modified=stamp)
 

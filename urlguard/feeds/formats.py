@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import TextIO
 
-from urlguard.feeds.decoding import FeedError
+from urlguard.feeds.decoding import FeedError, numbered
 from urlguard.importing import (
     HOSTS_FILE_SELF_NAMES,
     ParsedLine,
@@ -132,12 +132,10 @@ def parse_urlhaus_csv(
 ) -> Iterator[ParsedLine]:
     del category  # URLhaus lists malware distribution
     header: list[str] | None = None
-    numbered = enumerate(lines, start=1)
+    rows = numbered(lines)
     rows_start = 0
-    for lineno, text in numbered:
+    for lineno, text in rows:
         stripped = text.strip()
-        if not stripped:
-            continue
         if stripped.startswith("#"):
             cells = [c.strip().lower() for c in next(csv.reader([stripped.lstrip("#")]))]
             if tuple(cells[: len(URLHAUS_HEADER)]) == URLHAUS_HEADER:
@@ -155,7 +153,7 @@ def parse_urlhaus_csv(
     url_col = header.index("url")
     threat_col = header.index("threat") if "threat" in header else None
     yield from _csv_rows(
-        chain([(rows_start, first)], numbered),
+        chain([(rows_start, first)], rows),
         lambda lineno, raw, row: _urlhaus_row(lineno, raw, row, url_col, threat_col, make),
         skip_comments=True,
     )
@@ -174,10 +172,8 @@ def parse_phishtank_csv(
     lines: Iterable[str], category: str, make: EntryMaker = entry
 ) -> Iterator[ParsedLine]:
     del category  # PhishTank lists phishing
-    numbered = enumerate(lines, start=1)
-    for lineno, text in numbered:
-        if not text.strip():
-            continue
+    rows = numbered(lines)
+    for lineno, text in rows:
         header = [c.strip().lower() for c in next(csv.reader([text.lstrip("\ufeff")]))]
         if not all(name in header for name in PHISHTANK_HEADER):
             raise FeedError(
@@ -187,7 +183,7 @@ def parse_phishtank_csv(
     else:
         return
     yield from _csv_rows(
-        numbered,
+        rows,
         lambda lineno, raw, row: _phish(lineno, raw, dict(zip(header, row, strict=False)), make),
     )
 
@@ -276,7 +272,7 @@ def sniff(stream: TextIO, fmt: str) -> tuple[str, TextIO | Iterable[str]]:
         fmt = detect(head)
         if fmt in STREAM_FORMATS:
             return fmt, _Rewound("".join(head), stream)  # type: ignore[return-value]
-        return fmt, chain(head, stream)
+        return fmt, _Lines(head, stream)
     if fmt not in FORMATS:
         raise FeedError(f"unknown format {fmt!r}; use one of auto, {', '.join(NAMES)}")
     return fmt, stream
@@ -315,7 +311,7 @@ def parse_line(
 
 
 def _significant(lines: Iterable[str], *, comments: tuple[str, ...]) -> Iterator[tuple[int, str]]:
-    for lineno, line in enumerate(lines, start=1):
+    for lineno, line in numbered(lines):
         text = line.rstrip("\r\n")
         if lineno == 1:
             text = text.lstrip("\ufeff")
@@ -364,12 +360,33 @@ def _csv_rows(
         yield make(linenos[0] if linenos else 0, "\n".join(consumed), row)
 
 
+class _Lines:
+    """The lines of a stream whose first ones were already read for detection."""
+
+    def __init__(self, head: list[str], rest: Iterable[str]):
+        self._head = head
+        self._rest = rest
+
+    def __iter__(self) -> Iterator[str]:
+        return chain(self._head, self._rest)
+
+    def numbered(self, comments: str = "") -> Iterator[tuple[int, str]]:
+        yield from numbered(self._head, comments)
+        # A StrictText numbers on from the lines it handed out (the head's included).
+        if hasattr(self._rest, "numbered"):
+            yield from numbered(self._rest, comments)
+        else:
+            head = len(self._head)
+            yield from ((n + head, line) for n, line in numbered(self._rest, comments))
+
+
 class _Rewound:
     """A stream whose first characters were already read for detection."""
 
     def __init__(self, head: str, rest: TextIO):
         self._head = head
         self._rest = rest
+        self.max_line = getattr(rest, "max_line", 0)
 
     def read(self, size: int = -1) -> str:
         if self._head:
@@ -379,9 +396,16 @@ class _Rewound:
         return self._rest.read(size)
 
 
+_JSON_SPACE = re.compile(r"[ \t\r\n,]*")
+
+
 def _json_array(stream: TextIO) -> Iterator[object]:
-    """The items of a top-level JSON array, decoded one at a time from a stream."""
+    """The items of a top-level JSON array, decoded one at a time from a stream. An
+    item cut short by the buffer's end is decoded again only once the buffer holds
+    twice as much of it (linear, not a decode per 64 KiB); an item longer than the
+    stream's max_line, or nested too deep to decode, fails the body."""
     decoder = json.JSONDecoder()
+    max_item = int(getattr(stream, "max_line", 0) or 0)
     buffer = ""
     position = 0
     eof = False
@@ -401,8 +425,7 @@ def _json_array(stream: TextIO) -> Iterator[object]:
     def skip_space() -> None:
         nonlocal position
         while True:
-            while position < len(buffer) and buffer[position] in " \t\r\n,":
-                position += 1
+            position = _JSON_SPACE.match(buffer, position).end()  # type: ignore[union-attr]
             if position < len(buffer) or not fill():
                 return
 
@@ -410,22 +433,43 @@ def _json_array(stream: TextIO) -> Iterator[object]:
     if position >= len(buffer) or buffer[position] != "[":
         raise FeedError("not a JSON array: wrong content for the phishtank-json format")
     position += 1
+    count = 0
     while True:
         skip_space()
         if position >= len(buffer):
             raise FeedError("the JSON array is truncated (no closing ']')")
         if buffer[position] == "]":
             return
+        count += 1
+        tried = 0
         while True:
+            if len(buffer) - position < 2 * tried and fill():
+                continue
+            tried = len(buffer) - position
             try:
                 item, end = decoder.raw_decode(buffer, position)
             except json.JSONDecodeError as exc:
+                if max_item and tried > max_item:
+                    raise _json_too_long(count, max_item) from exc
                 if fill():
                     continue
                 raise FeedError(f"the JSON body is truncated or malformed: {exc}") from exc
+            except RecursionError as exc:
+                raise FeedError(
+                    f"item {count:,} of the JSON array is nested too deeply to read: refused"
+                ) from exc
             # An item that ends exactly at the buffer's end may be a number cut short.
             if end == len(buffer) and fill():
                 continue
             break
+        if max_item and end - position > max_item:
+            raise _json_too_long(count, max_item)
         position = end
         yield item
+
+
+def _json_too_long(count: int, max_item: int) -> FeedError:
+    return FeedError(
+        f"item {count:,} of the JSON array is longer than {max_item:,} characters "
+        "(FEED_MAX_LINE): the body is refused"
+    )

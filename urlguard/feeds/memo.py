@@ -25,7 +25,7 @@ __all__ = ["Memo", "load", "save"]
 
 # Raise when a line or an entry can give another expression than before: a change to
 # normalize_rule, to a format's parser, or to importing.entry_text.
-NORMALIZER_VERSION = 1
+NORMALIZER_VERSION = 2
 _SLICE = 1 << 16
 
 

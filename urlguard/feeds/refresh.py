@@ -33,13 +33,13 @@ import mmh3
 import numpy as np
 import psycopg
 from django.db import connections, router
-from django.db.models import F, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from urlguard import changes
 from urlguard.conf import conf
-from urlguard.feeds import allowlist, formats, memo
-from urlguard.feeds.decoding import FeedError, open_text
+from urlguard.feeds import allowlist, formats, holds, memo
+from urlguard.feeds.decoding import FeedError, numbered, open_text
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.importing import pending_entry
 from urlguard.models import (
@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RefreshResult", "accept_held", "due_sources", "refresh_source"]
 
+# The end of a change set's reason when the refresh applied a held shrink.
+SHRINK_ACCEPTED = " (shrink accepted)"
 # Refused entries kept (with line and reason) for the history page; all are counted.
 MAX_REFUSALS_KEPT = 50
 _FETCH_ROWS = 20_000
@@ -75,6 +77,7 @@ class RefreshResult:
     removed: int = 0  # entries that left this source
     unchanged: int = 0
     refused: int = 0
+    held: int = 0  # new entries held for an operator's yes (feeds.holds)
     rules_added: int = 0  # rows written: rules that were listed by no other source
     rules_removed: int = 0  # rules no source lists any more
     duration: float = 0.0
@@ -82,6 +85,7 @@ class RefreshResult:
     transient: bool = False  # a retry may help (network, timeout, 5xx)
     change_set: int | None = None
     refusals: list[tuple[int, str, str]] = field(default_factory=list)
+    holds: list[tuple[str, str]] = field(default_factory=list)  # (expression, reason)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,7 +103,9 @@ class RefreshResult:
         }.get(self.status, "ok")
         return (
             f"{self.source}: {head}: {self.entries:,} entries ({self.format}), "
-            f"+{self.added:,} -{self.removed:,} ={self.unchanged:,}, {self.refused:,} refused; "
+            f"+{self.added:,} -{self.removed:,} ={self.unchanged:,}, {self.refused:,} refused"
+            + (f", {self.held:,} held for confirmation" if self.held else "")
+            + "; "
             f"rules written: +{self.rules_added:,} -{self.rules_removed:,}; "
             f"{self.duration:.2f} s"
         )
@@ -112,6 +118,8 @@ def fetch_settings() -> FetchSettings:
         deadline=float(conf.FEED_DEADLINE),
         max_bytes=int(conf.FEED_MAX_BYTES),
         max_redirects=int(conf.FEED_MAX_REDIRECTS),
+        file_root=conf.FEED_FILE_ROOT,
+        allowed_networks=conf.FEED_ALLOWED_NETWORKS,
     )
 
 
@@ -176,7 +184,7 @@ def refresh_source(
         staged.resolve(remembered, listed[0], protected, result)
         del remembered
         if not dry_run and not source.is_allowlist:
-            staged.remember(source.pk, stamp)
+            _remember(staged, source, stamp)
         staged.forget_units()
         result.entries = staged.count()
         if result.entries == 0:
@@ -211,6 +219,15 @@ def refresh_source(
         logger.warning("feed %s: refresh failed, nothing changed: %s", source.name, exc)
         if not dry_run:
             _record(source, result)
+    except Exception as exc:
+        # Recorded like a feed's own fault, so that FEED_UNHEALTHY_FAILURES trips and
+        # the source is not fetched again as if it had never been tried.
+        result.status = Source.Status.FAILED
+        result.error = f"the refresh stopped on an unexpected error: {type(exc).__name__}: {exc}"
+        result.duration = time.perf_counter() - started
+        logger.exception("feed %s: refresh failed on an unexpected error", source.name)
+        if not dry_run:
+            _record(source, result)
     finally:
         if staged is not None:
             staged.close()
@@ -222,6 +239,20 @@ def refresh_source(
     if result.status not in (Source.Status.FAILED, "busy"):
         logger.info("feed %s", result.summary())
     return result
+
+
+def _remember(staged: _Staged, source: Source, stamp: str) -> None:
+    """Save the memo; it is a cache, so a disk that is full (or a folder that cannot be
+    written) costs the next refresh its speed, never this refresh its result."""
+    try:
+        staged.remember(source.pk, stamp)
+    except OSError as exc:
+        logger.warning(
+            "feed %s: the normalization memo (a cache) could not be saved, the refresh "
+            "goes on and the next one normalizes every entry again: %s",
+            source.name,
+            exc,
+        )
 
 
 def _give_back_memory() -> None:
@@ -266,7 +297,7 @@ class _Staged:
         self.source_category = source_category
         self.high, self.low = array("q"), array("q")
         self.ends = array("q")  # where each unit's text ends in the spool
-        self.linenos = array("q")  # (by_line: a unit's line number is its index + 1)
+        self.linenos = array("q")  # each unit's line number
         self.category_of = array("H")
         self.categories: list[str] = []
         self._category_index: dict[str, int] = {}
@@ -284,10 +315,29 @@ class _Staged:
     def __len__(self) -> int:
         return len(self.ends)
 
-    def add_lines(self, lines: Iterable[str]) -> None:
+    def add_lines(
+        self,
+        lines: Iterable[tuple[int, str]],
+        *,
+        max_line: int = 0,
+        max_units: int = 0,
+        refuse: Callable[[int, str, str], None] = lambda lineno, raw, reason: None,
+    ) -> None:
+        """Stage each numbered line (blank and comment lines are left out before:
+        decoding.numbered); a line longer than `max_line` is refused, and more than
+        `max_units` lines fail the body."""
         high_of, low_of, ends, units = self.high, self.low, self.ends, self.units
+        linenos = self.linenos
         end = self._end
-        for line in lines:
+        for lineno, line in lines:
+            if max_line and len(line.rstrip("\r\n")) > max_line:
+                refuse(lineno, line[:300], f"longer than {max_line:,} characters (FEED_MAX_LINE)")
+                continue
+            if max_units and len(ends) >= max_units:
+                raise FeedError(
+                    f"the body lists more than {max_units:,} entries (FEED_MAX_ENTRIES): "
+                    "refused, nothing applied"
+                )
             data = line.encode("utf-8", "surrogatepass")
             high, low = mmh3.hash64(data, signed=True)
             high_of.append(high)
@@ -295,11 +345,11 @@ class _Staged:
             units.write(data)
             end += len(data)
             ends.append(end)
+            linenos.append(lineno)
         self._end = end
 
-    def add_entry(self, token: str, category: str, lineno: int) -> None:
-        self.add_lines((token,))
-        self.linenos.append(lineno)
+    def add_entry(self, token: str, category: str, lineno: int, *, max_units: int = 0) -> None:
+        self.add_lines(((lineno, token),), max_units=max_units)
         index = self._category_index.get(category)
         if index is None:
             index = self._category_index[category] = len(self.categories)
@@ -347,7 +397,7 @@ class _Staged:
                 entries = [
                     (parsed.lineno, parsed.token or "", parsed.category, parsed.error)
                     for parsed in formats.parse_line(
-                        self.format, text, index + 1, self.source_category, pending_entry
+                        self.format, text, self.linenos[index], self.source_category, pending_entry
                     )
                 ]
             else:
@@ -410,12 +460,17 @@ class _Staged:
     def lines(self, picked: np.ndarray) -> Iterator[tuple[str, str]]:
         """(expression, category) of the entries `picked` marks, which must be among
         those resolve() normalized (an entry new to the source always is)."""
+        for _, expression, category in self.entries(picked):
+            yield expression, category
+
+    def entries(self, picked: np.ndarray) -> Iterator[tuple[int, str, str]]:
+        """(index, expression, category) of the entries `picked` marks (see lines)."""
         self.expressions.flush()
         self.expressions.seek(0)
         for line in self.expressions:
             index, category, expression = line.rstrip("\n").split("\t", 2)
             if picked[int(index)]:
-                yield expression, category
+                yield int(index), expression, category
 
     def close(self) -> None:
         self.units.close()
@@ -434,14 +489,24 @@ def _refuse(result: RefreshResult, lineno: int, raw: str, reason: str) -> None:
         result.refusals.append((lineno, raw.rstrip("\r\n")[:300], reason))
 
 
+# Lines a LINE_FORMATS body may comment out: skipped before they are staged.
+_COMMENTS = {"urls": "#", "hosts": "#", "adblock": "!"}
+
+
 def _stage(body: Any, source: Source, result: RefreshResult) -> _Staged:
-    with open_text(body, limit=int(conf.FEED_MAX_BYTES)) as text:
+    max_line, max_units = int(conf.FEED_MAX_LINE), int(conf.FEED_MAX_ENTRIES)
+    with open_text(body, limit=int(conf.FEED_MAX_BYTES), max_line=max_line) as text:
         fmt, stream = formats.sniff(text, source.format)  # type: ignore[arg-type]
         result.format = fmt
         staged = _Staged(fmt, source.category)
         try:
             if staged.by_line:
-                staged.add_lines(stream)  # type: ignore[arg-type]
+                staged.add_lines(
+                    numbered(stream, _COMMENTS.get(fmt, "")),  # type: ignore[arg-type]
+                    max_line=max_line,
+                    max_units=max_units,
+                    refuse=lambda lineno, raw, reason: _refuse(result, lineno, raw, reason),
+                )
             else:
                 _, entries = formats.parse(stream, fmt, source.category, make=pending_entry)  # type: ignore[arg-type]
                 for parsed in entries:
@@ -449,7 +514,7 @@ def _stage(body: Any, source: Source, result: RefreshResult) -> _Staged:
                         _refuse(result, parsed.lineno, parsed.raw, parsed.error)
                     elif parsed.token is not None:
                         category = parsed.category or source.category
-                        staged.add_entry(parsed.token, category, parsed.lineno)
+                        staged.add_entry(parsed.token, category, parsed.lineno, max_units=max_units)
         except BaseException:
             staged.close()
             raise
@@ -546,34 +611,45 @@ def _diff_and_apply(
     fresh = np.flatnonzero(~_member(staged.keys, old_keys))
     _, first = np.unique(staged.keys[fresh], return_index=True)
     gone_mask = ~_member(old_keys, staged.unique_keys)
-    result.added = len(first)
+    picked = np.zeros(len(staged.keys), dtype=bool)
+    picked[fresh[first]] = True
+    held = holds.screen(source, lambda: staged.entries(picked), len(first))
+    for entry in held:
+        picked[entry.index] = False
+    result.held = len(held)
+    result.holds = [(entry.expression, entry.reason) for entry in held[:MAX_REFUSALS_KEPT]]
+    result.added = len(first) - len(held)
     result.removed = int(gone_mask.sum())
-    result.unchanged = staged.count() - result.added
+    result.unchanged = staged.count() - len(first)
     threshold = float(conf.FEED_SHRINK_THRESHOLD)
-    if len(old_keys) and result.removed > threshold * len(old_keys) and not accept_shrink:
+    high_water = _high_water(source, len(old_keys))
+    shrunk = len(old_keys) and result.removed > threshold * len(old_keys)
+    drained = high_water and staged.count() < (1 - threshold) * high_water
+    if (shrunk or drained) and not accept_shrink:
         result.status = Source.Status.HELD
         if not dry_run:
             logger.warning(
-                "feed %s: refresh held: it would remove %d of %d entries (over "
-                "FEED_SHRINK_THRESHOLD=%s); accept it in the admin or with "
+                "feed %s: refresh held: it would remove %d of %d entries, leaving %d of "
+                "the %d it listed at most within FEED_SHRINK_WINDOW (FEED_SHRINK_THRESHOLD"
+                "=%s); accept it in the admin or with "
                 "`manage.py refresh_feeds %s --accept-shrink`",
                 source.name,
                 result.removed,
                 len(old_keys),
+                staged.count(),
+                high_water,
                 threshold,
                 source.name,
             )
         return
     if dry_run:
         return
-    picked = np.zeros(len(staged.keys), dtype=bool)
-    picked[fresh[first]] = True
     total = result.added + result.removed
     with changes.change_set(
         kind=ChangeSet.Kind.REFRESH,
         actor=user,
         source=source,
-        reason=f"refresh of {source.url}" + (" (shrink accepted)" if accept_shrink else ""),
+        reason=f"refresh of {source.url}" + (SHRINK_ACCEPTED if accept_shrink else ""),
     ) as cs:
         result.change_set = cs.pk
         if result.added:
@@ -596,7 +672,32 @@ def _diff_and_apply(
             )
             result.rules_removed = withdrawn.removed
         changes.record_refused(cs, result.refused)
+    holds.record(source, held, staged.unique_keys)
     report("done", total, total)
+
+
+def _high_water(source: Source, listed_now: int) -> int:
+    """The most entries `source` listed within FEED_SHRINK_WINDOW (since its last
+    accepted shrink, which sets a new mark), so that a feed drained a little at a
+    time is held as one drained at once."""
+    window = float(conf.FEED_SHRINK_WINDOW)
+    if not window:
+        return listed_now
+    refreshes = FeedRefresh.objects.filter(
+        source=source,
+        status=Source.Status.OK,
+        at__gte=timezone.now() - timedelta(seconds=window),
+    )
+    accepted = (
+        refreshes.filter(change_set__reason__endswith=SHRINK_ACCEPTED)
+        .order_by("-at")
+        .values_list("at", flat=True)
+        .first()
+    )
+    if accepted is not None:
+        refreshes = refreshes.filter(at__gte=accepted)
+    most = refreshes.aggregate(most=Max("entries"))["most"] or 0
+    return max(listed_now, most)
 
 
 def _apply_allowlist(
@@ -679,4 +780,5 @@ def _record(source: Source, result: RefreshResult) -> None:
         error=result.error[:10_000],
         change_set_id=result.change_set,
         refusals=[list(r) for r in result.refusals],
+        held=result.held,
     )

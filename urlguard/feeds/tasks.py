@@ -50,7 +50,18 @@ def refresh_feed(
         AdminJob.objects.filter(pk=job_id).update(
             state=AdminJob.State.RUNNING, started=timezone.now(), message="Fetching…"
         )
-    result = refresh_source(source, accept_shrink=accept_shrink, progress=_job_progress(job_id))
+    try:
+        result = refresh_source(source, accept_shrink=accept_shrink, progress=_job_progress(job_id))
+    except Exception as exc:
+        # refresh_source records its own failures; this is what even that could not
+        # (the database gone): the admin's job must not stay "running".
+        if job_id is not None:
+            AdminJob.objects.filter(pk=job_id).update(
+                state=AdminJob.State.FAILED,
+                finished=timezone.now(),
+                message=f"{source.name}: failed: {type(exc).__name__}: {exc}"[:1000],
+            )
+        raise
     retries = int(conf.FEED_RETRIES)
     if result.transient and not self.request.is_eager and self.request.retries < retries:
         countdown = get_exponential_backoff_interval(

@@ -1,9 +1,10 @@
-"""`manage.py refresh_feeds [NAME ...] [--dry-run] [--accept-shrink]`."""
+"""`manage.py refresh_feeds [NAME ...] [--dry-run] [--accept-shrink] [--accept-held]`."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from urlguard.feeds import holds
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import Source
 
@@ -14,7 +15,10 @@ class Command(BaseCommand):
         "feed. Each is fetched (a conditional GET: unchanged costs nothing), diffed against "
         "what it listed last time, and only the difference is written. A failed refresh "
         "changes nothing; a refresh that would remove more than FEED_SHRINK_THRESHOLD of a "
-        "source's entries is held unless --accept-shrink. --dry-run prints the numbers and "
+        "source's entries is held unless --accept-shrink. A new entry the safety policy "
+        "would ask a person to confirm (a popular host, a shortener, this service's own "
+        "host, too many short links) is held, the rest applied; --accept-held accepts the "
+        "held entries of the named sources first. --dry-run prints the numbers and "
         "writes nothing. Exits non-zero if any refresh failed."
     )
 
@@ -24,8 +28,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--accept-shrink", action="store_true", help="apply a shrink that would be held"
         )
+        parser.add_argument(
+            "--accept-held",
+            action="store_true",
+            help="accept the entries held for confirmation (needs NAMEs), then refresh",
+        )
 
-    def handle(self, *args, names, dry_run, accept_shrink, **options):
+    def handle(self, *args, names, dry_run, accept_shrink, accept_held, **options):
+        if accept_held and (not names or dry_run):
+            raise CommandError("--accept-held needs the NAMEs of the feeds, and no --dry-run")
         if names:
             found = {s.name: s for s in Source.objects.filter(name__in=names)}
             missing = [n for n in names if n not in found]
@@ -47,10 +58,20 @@ class Command(BaseCommand):
                 return
         failed = []
         for source in sources:
+            if accept_held:
+                accepted = holds.accept(source)
+                self.stdout.write(f"{source.name}: accepted {accepted:,} held entries")
             result = refresh_source(source, dry_run=dry_run, accept_shrink=accept_shrink)
             self.stdout.write(result.summary())
             for lineno, raw, reason in result.refusals[:5]:
                 self.stdout.write(f"  refused line {lineno}: {raw[:80]!r}: {reason}")
+            for expression, reason in result.holds[:5]:
+                self.stdout.write(f"  held {expression}: {reason}")
+            if result.held:
+                self.stdout.write(
+                    f"  {result.held:,} entries held for confirmation; to apply them: "
+                    f"`manage.py refresh_feeds {source.name} --accept-held`"
+                )
             if result.status == Source.Status.HELD:
                 self.stdout.write(
                     f"  held: it would remove {result.removed:,} of its entries; to apply it: "

@@ -1,0 +1,253 @@
+"""urlguard.feeds.fetching against hostile feeds: no file outside FEED_FILE_ROOT (nor a
+device), no connection to an address outside the public internet (loopback in any
+spelling, link-local metadata, private, reserved, multicast), checked at every
+redirect hop on the address then dialled, and a deadline that stops a server that
+trickles; plus the admin form that keeps file:// URLs to superusers."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+from django.urls import reverse
+
+from tests.service.feedserver import feed_server
+from urlguard.addresses import non_public_kind, refused_for_fetching
+from urlguard.feeds.decoding import FeedError
+from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
+from urlguard.models import Source
+
+LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
+
+
+@pytest.fixture
+def server():
+    with feed_server() as feeds:
+        yield feeds
+
+
+def read(url: str, **settings) -> bytes:
+    settings.setdefault("connect_timeout", 2)
+    settings.setdefault("read_timeout", 2)
+    result = fetch(url, settings=FetchSettings(**settings))
+    assert result.body is not None
+    with result.body:
+        return result.body.read()
+
+
+# -- addresses ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "127.1.2.3",
+        "::1",
+        "::ffff:127.0.0.1",
+        "169.254.169.254",
+        "fe80::1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "100.64.0.1",
+        "fd00::1",
+        "0.0.0.0",
+        "0.1.2.3",
+        "224.0.0.1",
+        "ff02::1",
+        "240.0.0.1",
+        "255.255.255.255",
+        "198.18.0.1",
+        "2002:7f00:1::1",  # 6to4 around 127.0.0.1
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo around 127.0.0.1
+        "64:ff9b::a00:1",  # NAT64 around 10.0.0.1
+        "192.0.2.1",  # documentation: not routable, so never fetched
+    ],
+)
+def test_non_public_addresses_are_refused_for_fetching(address):
+    assert refused_for_fetching(ipaddress.ip_address(address)) is not None
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "2606:4700:4700::1111", "2002:808:808::1"])
+def test_public_addresses_are_fetched(address):
+    assert refused_for_fetching(ipaddress.ip_address(address)) is None
+    assert non_public_kind(ipaddress.ip_address(address)) is None
+
+
+def test_allowed_networks_admit_what_they_name_only():
+    assert refused_for_fetching(ipaddress.ip_address("127.0.0.1"), LOOPBACK) is None
+    assert refused_for_fetching(ipaddress.ip_address("127.0.0.2"), LOOPBACK) is not None
+    assert refused_for_fetching(ipaddress.ip_address("::1"), LOOPBACK) is not None
+
+
+# -- http -----------------------------------------------------------------------------
+
+
+def test_the_loopback_feed_server_is_refused_unless_allowed(server):
+    url = server.serve("/l", b"a.example\n")
+    with pytest.raises(FeedError, match="127.0.0.1 is a loopback address.*FEED_ALLOWED_NETWORKS"):
+        read(url)
+    assert not server.requests
+    assert read(url, allowed_networks=LOOPBACK) == b"a.example\n"
+
+
+def test_loopback_in_decimal_and_other_spellings_is_refused(server):
+    server.serve("/l", b"a.example\n")
+    port = server.url("/l").rsplit(":", 1)[1].split("/")[0]
+    for host in ("2130706433", "0x7f000001", "0177.0.0.1", "127.1", "localhost", "[::1]"):
+        with pytest.raises(FeedError, match="loopback"):
+            read(f"http://{host}:{port}/l")
+    assert not server.requests
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.2:{port}/l",
+        "http://2130706434:{port}/l",
+        "http://[::1]:{port}/l",
+        "http://10.0.0.1/",
+        "file:///etc/passwd",
+    ],
+)
+def test_every_redirect_hop_is_checked(server, location):
+    server.serve("/l", b"secret.example\n")
+    port = server.url("/l").rsplit(":", 1)[1].split("/")[0]
+    server.serve("/hop", b"", status=302, Location=location.format(port=port))
+    with pytest.raises(FeedError, match="public addresses only|only http and https"):
+        read(server.url("/hop"), allowed_networks=LOOPBACK)
+    assert [path for path, _ in server.requests] == ["/hop"]
+
+
+def test_the_checked_address_is_the_one_dialled(server, monkeypatch):
+    # A name whose second lookup would answer an internal address (DNS rebinding): it
+    # is looked up once per hop and that checked address is connected to.
+    url = server.serve("/l", b"a.example\n")
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.1", "10.9.9.9"])
+    lookups = []
+
+    def rebinding(host, *args, **kwargs):
+        if host != "feeds.rebind.test":
+            return real(host, *args, **kwargs)
+        lookups.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    assert read(f"http://feeds.rebind.test:{port}/l", allowed_networks=LOOPBACK) == b"a.example\n"
+    assert lookups == ["feeds.rebind.test"]
+    assert server.requests[0][1]["Host"] == f"feeds.rebind.test:{port}"
+
+
+def test_a_name_with_one_internal_address_among_public_ones_is_refused(monkeypatch):
+    def mixed(host, port, *args, **kwargs):
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("169.254.169.254", port)),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", mixed)
+    with pytest.raises(FeedError, match="169.254.169.254 is a link-local"):
+        read("http://feeds.mixed.test/l")
+
+
+def trickle(server, head: bytes, piece: Callable[[int], bytes]):
+    """A route that sends `head`, then piece(i) every 0.1 s (each resets the read
+    timeout) until the client goes away."""
+
+    def handler(request) -> None:
+        request.wfile.write(head)
+        for i in range(200):
+            if server.release.is_set():
+                return
+            try:
+                request.wfile.write(piece(i))
+                request.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.1)
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("head", "piece"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 10000\r\n\r\n", lambda i: b"a"),
+        (b"HTTP/1.1 200 OK\r\n", lambda i: f"X-Pad-{i}: 1\r\n".encode()),
+    ],
+    ids=["body", "headers"],
+)
+def test_the_deadline_stops_a_server_that_trickles(server, head, piece):
+    server.routes["/slow"] = trickle(server, head, piece)
+    started = time.monotonic()
+    with pytest.raises(TransientFeedError, match="FEED_DEADLINE"):
+        read(server.url("/slow"), allowed_networks=LOOPBACK, deadline=1.0, read_timeout=5)
+    # Before the change: still reading at 20 s (each byte reset the read timeout).
+    assert time.monotonic() - started < 4
+
+
+# -- file:// --------------------------------------------------------------------------
+
+
+def test_file_urls_are_refused_without_a_root(tmp_path):
+    path = tmp_path / "list.txt"
+    path.write_bytes(b"a.example\n")
+    with pytest.raises(FeedError, match="FEED_FILE_ROOT"):
+        read(f"file://{path}")
+
+
+def test_file_urls_only_beneath_the_root(tmp_path):
+    root = tmp_path / "feeds"
+    root.mkdir()
+    (root / "list.txt").write_bytes(b"a.example\n")
+    secret = tmp_path / "secret_key"
+    secret.write_bytes(b"django-insecure-abc\n")
+    (root / "link").symlink_to(secret)
+    assert read(f"file://{root}/list.txt", file_root=str(root)) == b"a.example\n"
+    for url in (f"file://{secret}", f"file://{root}/../secret_key", f"file://{root}/link"):
+        with pytest.raises(FeedError, match="not beneath FEED_FILE_ROOT"):
+            read(url, file_root=str(root))
+    with pytest.raises(FeedError, match="not beneath FEED_FILE_ROOT"):
+        read("file:///etc/passwd", file_root=str(root))
+
+
+def test_a_device_is_refused_not_read_without_bound():
+    # /dev/urandom has size 0 and never ends: once 1.6 GB spooled in 5 s.
+    with pytest.raises(FeedError, match="not a regular file"):
+        read("file:///dev/urandom", file_root="/dev", max_bytes=1 << 20)
+
+
+# -- the admin form -------------------------------------------------------------------
+
+SOURCE_EDITOR = ("view_source", "change_source", "add_source")
+
+
+@pytest.mark.django_db
+def test_only_a_superuser_may_set_a_file_url(make_staff, settings, tmp_path):
+    url = reverse("admin:urlguard_source_add")
+    data = {"name": "x", "kind": "feed", "format": "auto", "category": "spam"}
+    data.update(interval=3600, enabled="on", url="file:///etc/passwd")
+    html = make_staff(*SOURCE_EDITOR).post(url, data).content.decode()
+    assert "Only a superuser may set a file:// URL" in html
+    assert not Source.objects.filter(name="x").exists()
+    boss = make_staff(superuser=True)
+    assert "FEED_FILE_ROOT" in boss.post(url, data).content.decode()
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_FILE_ROOT": str(tmp_path)}
+    data["url"] = f"file://{tmp_path}/list.txt"
+    assert boss.post(url, data).status_code == 302
+    # A curator may edit the feed's other fields, not point it elsewhere.
+    source = Source.objects.get(name="x")
+    change = reverse("admin:urlguard_source_change", args=[source.pk])
+    curator = make_staff(*SOURCE_EDITOR)
+    assert curator.post(change, {**data, "interval": 7200}).status_code == 302
+    data["url"] = "file:///etc/passwd"
+    assert "Only a superuser" in curator.post(change, data).content.decode()
+    source.refresh_from_db()
+    assert source.url == f"file://{tmp_path}/list.txt" and source.interval == 7200
