@@ -447,7 +447,9 @@ class StatsLossCollector:
         yield lost
 
 
-def _allowed(request: HttpRequest) -> bool:
+def may_see_internals(request: HttpRequest) -> bool:
+    """The request comes from METRICS_ALLOWED_NETWORKS or sends METRICS_TOKEN: it may
+    read metrics and /readyz's details (node, paths, counts, database errors)."""
     token = str(conf.METRICS_TOKEN or "")
     if token:
         given = request.headers.get("Authorization", "")
@@ -462,7 +464,7 @@ def _allowed(request: HttpRequest) -> bool:
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """`GET /metrics`: the Prometheus text format, for allowed addresses or the token."""
-    if not _allowed(request):
+    if not may_see_internals(request):
         response: HttpResponse = JsonResponse(
             {"error": "metrics are not served to this address (METRICS_ALLOWED_NETWORKS)"},
             status=403,
