@@ -318,18 +318,12 @@ def test_right_keys_do_not_count_as_wrong_ones(api, rules, settings):
 
 
 @pytest.fixture
-def fresh_outage_log(monkeypatch):
-    import logging
-
+def fresh_outage_log():
+    """The outage log of this process as if no outage had been logged yet."""
     from urlguard import unavailable
 
-    monkeypatch.setattr(
-        unavailable,
-        "_log",
-        unavailable.RateLimitedLog(
-            logging.getLogger("urlguard.unavailable"), suppressed="more requests failed"
-        ),
-    )
+    unavailable._log._last.clear()
+    unavailable._log._suppressed.clear()
 
 
 def test_a_database_outage_is_logged_once_a_minute_not_per_request(
@@ -364,7 +358,10 @@ def test_the_next_line_counts_the_requests_the_outage_failed(
     monkeypatch.setattr(unavailable._log, "interval", 0)  # a minute later
     with caplog.at_level("ERROR"):
         api({"urls": ["http://evil.example/"]})
-    assert caplog.records[-1].getMessage().endswith("(3 more requests failed)")
+    assert caplog.records[-1].getMessage() == (
+        "the database cannot be reached: POST /api/check answered 503 (connection refused) "
+        "(3 more requests failed by it since the last such line)"
+    )
 
 
 def test_an_unknown_failure_keeps_its_traceback_every_time(api, rules, monkeypatch, caplog):
