@@ -158,7 +158,7 @@ def _check_one(request: HttpRequest) -> JsonResponse:
         return json_error(
             "missing query parameter 'url', e.g. /api/check?url=https://example.com/", 400
         )
-    too_long = _too_long(url)
+    too_long = _too_long(url, int(conf.API_MAX_URL_LENGTH))
     if too_long:
         return json_error(too_long, 400)
     try:
@@ -212,9 +212,8 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON value")
 
 
-def _too_long(url: str) -> str:
-    """The error for a URL longer than API_MAX_URL_LENGTH, else ""."""
-    most = int(conf.API_MAX_URL_LENGTH)
+def _too_long(url: str, most: int) -> str:
+    """The error for a URL longer than `most` (API_MAX_URL_LENGTH), else ""."""
     if len(url) <= most:
         return ""
     return f"not a usable http(s) URL: it is {len(url)} characters long; at most {most} are checked"
@@ -272,7 +271,8 @@ def _check_batch(request: HttpRequest) -> JsonResponse:
     if isinstance(urls, JsonResponse):
         return urls
     # A non-string or too long entry gets its error in its slot like any unusable URL.
-    errors = [_too_long(u) if isinstance(u, str) else "not a string" for u in urls]
+    most = int(conf.API_MAX_URL_LENGTH)
+    errors = [_too_long(u, most) if isinstance(u, str) else "not a string" for u in urls]
     strings = [
         u if isinstance(u, str) and not error else "" for u, error in zip(urls, errors, strict=True)
     ]
