@@ -314,8 +314,18 @@ class Settings:
         check_id="urlguard.E051",
         hint="e.g. 5.",
     )
-    # ... and per client address (IPv6: per /64), whatever User-Agent it sends; a few
-    # people behind one NAT share it.
+    # Days the hit log keeps its daily rows (per rule and per blocked host); the
+    # per-rule totals stay as long as the rule.
+    HIT_LOG_DAYS = Setting(
+        90,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E052",
+        hint="e.g. 90.",
+    )
+    # Mistake reports per client address (IPv6: per /64) and hour, whatever User-Agent
+    # it sends (REPORT_RATE_LIMIT counts per visitor); a few people behind a NAT share it.
     REPORT_ADDRESS_RATE_LIMIT = Setting(
         10,
         must_be="a whole number, 1 or more",
@@ -341,16 +351,6 @@ class Settings:
         resolve=float,
         check_id="urlguard.E055",
         hint="e.g. 86400 (a day).",
-    )
-    # Days the hit log keeps its daily rows (per rule and per blocked host); the
-    # per-rule totals stay as long as the rule.
-    HIT_LOG_DAYS = Setting(
-        90,
-        must_be="a whole number, 1 or more",
-        valid=lambda v: _integer(v) and v >= 1,
-        resolve=int,
-        check_id="urlguard.E052",
-        hint="e.g. 90.",
     )
     # This node's name in NodeStatus (one filter file per node). None: the host name.
     NODE_NAME = Setting(

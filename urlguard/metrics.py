@@ -447,9 +447,7 @@ class StatsLossCollector:
         yield lost
 
 
-def may_see_internals(request: HttpRequest) -> bool:
-    """The request comes from METRICS_ALLOWED_NETWORKS or sends METRICS_TOKEN: it may
-    read metrics and /readyz's details (node, paths, counts, database errors)."""
+def _allowed(request: HttpRequest) -> bool:
     token = str(conf.METRICS_TOKEN or "")
     if token:
         given = request.headers.get("Authorization", "")
@@ -464,7 +462,7 @@ def may_see_internals(request: HttpRequest) -> bool:
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """`GET /metrics`: the Prometheus text format, for allowed addresses or the token."""
-    if not may_see_internals(request):
+    if not _allowed(request):
         response: HttpResponse = JsonResponse(
             {"error": "metrics are not served to this address (METRICS_ALLOWED_NETWORKS)"},
             status=403,
@@ -485,3 +483,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         response = HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
     response["Cache-Control"] = "no-store"
     return response
+
+
+def may_see_internals(request: HttpRequest) -> bool:
+    """The request comes from METRICS_ALLOWED_NETWORKS or sends METRICS_TOKEN: it may
+    read metrics and /readyz's details (node, paths, counts, database errors)."""
+    return _allowed(request)
