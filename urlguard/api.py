@@ -6,9 +6,14 @@
   answers up to API_MAX_URLS URLs in order through Guard.check_many (one filter probe
   for all, one table query per chunk of hits), rate-limited per key (API_KEY_RATE).
   An unusable entry gets {"url", "error"} in its slot; the batch still answers.
+  The URLs of one request add up to at most API_MAX_BATCH_CHARS characters and each
+  is at most API_MAX_URL_LENGTH long, which bounds the work a request can ask for;
+  wrong keys are counted per client address and refused past API_FAILED_KEY_RATE.
 
 Every refusal is a JSON body {"error": ...} with the status that names it (400, 401,
 405, 413, 429 with Retry-After, 503 with Retry-After); the schema is docs/openapi.yaml.
+A database that cannot be reached is logged once a minute (urlguard.unavailable), not
+per request; any other failure with its traceback.
 Rate limits count in Django's cache (django-ratelimit): per process with the default
 local-memory cache, per deployment with Redis (CACHE_URL).
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,9 +32,11 @@ from django.views.decorators.csrf import csrf_exempt
 from django_ratelimit.core import get_usage
 
 from urlguard import apikeys
+from urlguard.clientaddress import client_network
 from urlguard.conf import conf
 from urlguard.guard import InvalidURL, Verdict, get_guard
 from urlguard.ratelimitedlog import RateLimitedLog
+from urlguard.unavailable import OUTAGE_ERRORS, log_outage
 
 logger = logging.getLogger(__name__)
 log_limited = RateLimitedLog(logger)
@@ -70,25 +78,35 @@ def _answer(data: dict[str, Any], degraded: bool) -> JsonResponse:
     return response
 
 
-def _unavailable(what: str) -> JsonResponse:
+def _unavailable(request: HttpRequest, what: str, error: Exception) -> JsonResponse:
     # E.g. the database is down while confirming a filter hit: say so in JSON, which
     # is what the caller parses, rather than an HTML 500.
-    logger.exception("urlguard: %s failed", what)
+    if isinstance(error, OUTAGE_ERRORS):
+        log_outage(request, error)
+    else:
+        logger.error("urlguard: %s failed", what, exc_info=error)
     response = json_error(
         "the check could not be completed; try again shortly", 503, **{"Retry-After": "30"}
     )
-    response._has_been_logged = True  # type: ignore[attr-defined]  # with its traceback, above
+    response._has_been_logged = True  # type: ignore[attr-defined]  # above, once
     return response
 
 
 def _rate_limited(
-    request: HttpRequest, group: str, key: Callable[[str, HttpRequest], str], rate: str, who: str
+    request: HttpRequest,
+    group: str,
+    key: Callable[[str, HttpRequest], str],
+    rate: str,
+    who: str,
+    *,
+    count: bool = True,
 ) -> JsonResponse | None:
     """429 once `key` made more than `rate` requests in the current window, else None.
+    count=False only asks whether the limit is reached already, counting nothing.
     A cache that fails lets the request through (logged): the limit protects the
     service, it must not take the API down with the cache."""
     try:
-        usage = get_usage(request, group=group, key=key, rate=rate, increment=True)
+        usage = get_usage(request, group=group, key=key, rate=rate, increment=count)
     except Exception:
         usage = {"limit": 0, "time_left": -1}
     if usage is None:  # RATELIMIT_ENABLE = False
@@ -96,18 +114,18 @@ def _rate_limited(
     if usage["time_left"] == -1:
         log_limited("cache", logging.WARNING, "rate limits not applied: the cache failed")
         return None
-    if not usage["should_limit"]:
+    if not (usage["should_limit"] if count else usage["count"] >= usage["limit"]):
         return None
     retry = max(1, int(usage["time_left"]))
     return json_error(
-        f"rate limit of {rate} requests reached for {who}; retry in {retry} s",
+        f"rate limit of {rate} {who}; retry in {retry} s",
         429,
         **{"Retry-After": str(retry)},
     )
 
 
 def _client_address(group: str, request: HttpRequest) -> str:
-    return str(request.META.get("REMOTE_ADDR") or "unknown")
+    return client_network(request)
 
 
 @csrf_exempt  # authenticated by a header, not a cookie: no cross-site request can forge it
@@ -127,7 +145,11 @@ def check(request: HttpRequest) -> JsonResponse:
 
 def _check_one(request: HttpRequest) -> JsonResponse:
     refused = _rate_limited(
-        request, "urlguard.api.open", _client_address, conf.API_OPEN_RATE, "this address"
+        request,
+        "urlguard.api.open",
+        _client_address,
+        conf.API_OPEN_RATE,
+        "requests reached for this address",
     )
     if refused is not None:
         return refused
@@ -136,12 +158,15 @@ def _check_one(request: HttpRequest) -> JsonResponse:
         return json_error(
             "missing query parameter 'url', e.g. /api/check?url=https://example.com/", 400
         )
+    too_long = _too_long(url, int(conf.API_MAX_URL_LENGTH))
+    if too_long:
+        return json_error(too_long, 400)
     try:
         verdict = get_guard().check(url)
     except InvalidURL as exc:
         return json_error(str(exc), 400)
-    except Exception:
-        return _unavailable(f"/api/check of {url!r}")
+    except Exception as exc:
+        return _unavailable(request, f"/api/check of {url[:200]!r}", exc)
     return _answer(verdict_json(verdict), verdict.degraded)
 
 
@@ -159,25 +184,74 @@ def _urls_of(request: HttpRequest) -> list[Any] | JsonResponse:
     if len(body) > limit:
         return too_big
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(body, parse_constant=_not_json)
+    except ValueError as exc:  # also UnicodeDecodeError: not UTF-8, -16 or -32
         return json_error(f'the body is not JSON ({exc}); send {{"urls": [...]}}', 400)
+    except RecursionError:
+        return json_error('the body is nested too deeply; send {"urls": [...]}', 400)
     urls = data.get("urls") if isinstance(data, dict) else None
     if not isinstance(urls, list):
         return json_error('the body must be a JSON object {"urls": [...]} with a list', 400)
     most = int(conf.API_MAX_URLS)
     if len(urls) > most:
         return json_error(f"{len(urls)} URLs in one request; at most {most} are allowed", 413)
+    # Canonicalizing costs about linear in the characters (more per escape): the
+    # body bound alone would let one request ask for ~0.5 s of work.
+    chars = sum(len(u) for u in urls if isinstance(u, str))
+    most_chars = int(conf.API_MAX_BATCH_CHARS)
+    if chars > most_chars:
+        return json_error(
+            f"the URLs add up to {chars} characters; at most {most_chars} are allowed in one "
+            "request (send fewer per request)",
+            413,
+        )
     return urls
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def _too_long(url: str, most: int) -> str:
+    """The error for a URL longer than `most` (API_MAX_URL_LENGTH), else ""."""
+    if len(url) <= most:
+        return ""
+    return f"not a usable http(s) URL: it is {len(url)} characters long; at most {most} are checked"
+
+
+def _echo(given: Any) -> Any:
+    """An unchecked entry as the answer repeats it: a string, number, true, false or
+    null; an array or object is not repeated (it could be nested deeper than JSON encodes)."""
+    if given is None or isinstance(given, (str, bool, int)):
+        return given
+    if isinstance(given, float) and math.isfinite(given):
+        return given
+    return None
+
+
+def _wrong_key_limit(request: HttpRequest, *, count: bool) -> JsonResponse | None:
+    return _rate_limited(
+        request,
+        "urlguard.api.wrong-key",
+        _client_address,
+        conf.API_FAILED_KEY_RATE,
+        "requests with a wrong API key reached for this address",
+        count=count,
+    )
+
+
 def _check_batch(request: HttpRequest) -> JsonResponse:
+    # An address that sent too many wrong keys is refused before any lookup.
+    refused = _wrong_key_limit(request, count=False)
+    if refused is not None:
+        return refused
     header = request.headers.get("Authorization", "")
     try:
         key = apikeys.authenticate(header)
-    except DatabaseError:
-        return _unavailable("looking up an API key")
+    except DatabaseError as exc:
+        return _unavailable(request, "looking up an API key", exc)
     if key is None:
+        _wrong_key_limit(request, count=True)
         why = "unknown or revoked API key" if apikeys.bearer(header) else "an API key is required"
         return json_error(
             f"{why}: send 'Authorization: Bearer <key>' (manage.py create_api_key NAME)",
@@ -185,23 +259,31 @@ def _check_batch(request: HttpRequest) -> JsonResponse:
             **{"WWW-Authenticate": 'Bearer realm="urlguard"'},
         )
     refused = _rate_limited(
-        request, "urlguard.api.key", lambda g, r: str(key.pk), conf.API_KEY_RATE, "this API key"
+        request,
+        "urlguard.api.key",
+        lambda g, r: str(key.pk),
+        conf.API_KEY_RATE,
+        "requests reached for this API key",
     )
     if refused is not None:
         return refused
     urls = _urls_of(request)
     if isinstance(urls, JsonResponse):
         return urls
-    # A non-string entry gets its error in its slot like any unusable URL.
-    strings = [u if isinstance(u, str) else "" for u in urls]
+    # A non-string or too long entry gets its error in its slot like any unusable URL.
+    most = int(conf.API_MAX_URL_LENGTH)
+    errors = [_too_long(u, most) if isinstance(u, str) else "not a string" for u in urls]
+    strings = [
+        u if isinstance(u, str) and not error else "" for u, error in zip(urls, errors, strict=True)
+    ]
     try:
         verdicts = get_guard().check_many(strings)
-    except Exception:
-        return _unavailable(f"a batch check of {len(urls)} URLs for key {key.name!r}")
+    except Exception as exc:
+        return _unavailable(request, f"a batch check of {len(urls)} URLs for key {key.name!r}", exc)
     results = []
-    for given, verdict in zip(urls, verdicts, strict=True):
-        if not isinstance(given, str):
-            results.append({"url": given, "error": "not a string"})
+    for given, error, verdict in zip(urls, errors, verdicts, strict=True):
+        if error:
+            results.append({"url": _echo(given), "error": error})
         else:
             results.append(verdict_json(verdict))
     return _answer({"results": results}, any(v.degraded for v in verdicts))

@@ -324,6 +324,34 @@ class Settings:
         check_id="urlguard.E052",
         hint="e.g. 90.",
     )
+    # Mistake reports per client address (IPv6: per /64) and hour, whatever User-Agent
+    # it sends (REPORT_RATE_LIMIT counts per visitor); a few people behind a NAT share it.
+    REPORT_ADDRESS_RATE_LIMIT = Setting(
+        10,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E053",
+        hint="e.g. 10 (mistake reports per client address and hour).",
+    )
+    # Open reports kept per destination; more are thanked for and not stored.
+    REPORT_MAX_OPEN_PER_DESTINATION = Setting(
+        20,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E054",
+        hint="e.g. 20.",
+    )
+    # Lifetime of the report form's link (bound to the warned visitor), seconds.
+    REPORT_TOKEN_MAX_AGE = Setting(
+        24 * 3600,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E055",
+        hint="e.g. 86400 (a day).",
+    )
     # This node's name in NodeStatus (one filter file per node). None: the host name.
     NODE_NAME = Setting(
         None,
@@ -532,6 +560,36 @@ class Settings:
         resolve=str,
         check_id="urlguard.E078",
         hint="e.g. '60/m' per client address.",
+    )
+    # POSTs with a missing or wrong key per client address (IPv6: per /64); past it
+    # the address is refused, even with a right key, until the window ends.
+    API_FAILED_KEY_RATE = Setting(
+        "10/m",
+        must_be="a rate like '10/m' (requests / s, m, h or d, e.g. '100/5m')",
+        valid=lambda v: isinstance(v, str) and bool(_RATE.fullmatch(v)),
+        resolve=str,
+        check_id="urlguard.E080",
+        hint="e.g. '10/m' wrong keys per client address.",
+    )
+    # The longest URL the API checks (a longer one in a batch gets an error in its
+    # slot), and the characters all URLs of one POST may add up to: the work one
+    # request can ask for (canonicalizing costs about 0.1 µs per character, several
+    # times that for a dense run of escapes).
+    API_MAX_URL_LENGTH = Setting(
+        8192,
+        must_be="a positive whole number of characters",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E081",
+        hint="e.g. 8192.",
+    )
+    API_MAX_BATCH_CHARS = Setting(
+        512 * 1024,
+        must_be="a positive whole number of characters",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E082",
+        hint="e.g. 524288 (1,000 URLs of about 500 characters).",
     )
     # Log lines as JSON objects, one per line, with the node name (for log shippers).
     LOG_JSON = Setting(

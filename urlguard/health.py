@@ -8,6 +8,9 @@ guard: a prober sends whatever Host header it likes (a pod's IP address), must n
 pay for the rest of the stack, and must never be redirected or cached. A failing
 readiness is logged when it changes, not on every probe (the prober asks every few
 seconds); the same views are in the URLconf for a stack without the middleware.
+Outside METRICS_ALLOWED_NETWORKS (and without METRICS_TOKEN) /readyz says only
+`ready` and `failed`: the node's name, its file's path, counts and a database error
+naming host and port are for the operator, not for anyone who can reach the port.
 """
 
 from __future__ import annotations
@@ -157,7 +160,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
         elif _was_ready is not None:
             logger.info("node %s is ready again", state["node"])
         _was_ready = ready
-    response = _json(state, 200 if ready else 503)
+    shown = (
+        state if metrics.may_see_internals(request) else {"ready": ready, "failed": state["failed"]}
+    )
+    response = _json(shown, 200 if ready else 503)
     if not ready:
         response["Retry-After"] = "5"
         # Logged above when it changed; django.request would log every probe.

@@ -156,9 +156,12 @@ def reset() -> None:
         _cached = None
 
 
-def build_link_index(progress: Callable[[int, int], None] | None = None) -> LinkIndex | None:
+def build_link_index(
+    progress: Callable[[int, int], None] | None = None, directory: Path | None = None
+) -> LinkIndex | None:
     """Hash every short link's roll-up expressions into a new index and put it in place
-    (written aside, then renamed: readers keep their old mapping until they look again)."""
+    (written aside, then renamed: readers keep their old mapping until they look again)
+    in `directory` (None: this node's)."""
     from urlguard.models import ShortLink
 
     started = time.time()
@@ -201,7 +204,7 @@ def build_link_index(progress: Callable[[int, int], None] | None = None) -> Link
     )
     del hashes, rows
     keys.sort()
-    directory = _index_dir()
+    directory = directory or _index_dir()
     directory.mkdir(parents=True, exist_ok=True)
     generation = f"{time.time_ns()}-{os.getpid()}"
     np.save(directory / f"keys-{generation}.npy", keys)
@@ -239,12 +242,15 @@ def build_in_background() -> bool:
     if _building.is_set():
         return False
     _building.set()
+    # Resolved now, by the caller: the thread may run after the settings changed (a
+    # test that asked for it has ended and given back the checkout's var/).
+    directory = _index_dir()
 
     def run() -> None:
         from django.db import connections
 
         try:
-            build_link_index()
+            build_link_index(directory=directory)
         except Exception:
             logger.exception("link index build failed")
         finally:

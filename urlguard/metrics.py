@@ -497,3 +497,9 @@ def metrics_view(request: HttpRequest, extra: Sequence[Any] = ()) -> HttpRespons
         response = HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
     response["Cache-Control"] = "no-store"
     return response
+
+
+def may_see_internals(request: HttpRequest) -> bool:
+    """The request comes from METRICS_ALLOWED_NETWORKS or sends METRICS_TOKEN: it may
+    read metrics and /readyz's details (node, paths, counts, database errors)."""
+    return _allowed(request)

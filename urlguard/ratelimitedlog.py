@@ -15,9 +15,16 @@ __all__ = ["RateLimitedLog", "log_limited"]
 class RateLimitedLog:
     """At most one record per `interval` seconds per kind, counting the rest."""
 
-    def __init__(self, logger: logging.Logger, interval: float = 60.0) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval: float = 60.0,
+        suppressed: str = "similar messages suppressed",
+    ) -> None:
         self.logger = logger
         self.interval = interval
+        # How the next record counts the ones left out, e.g. "more requests failed".
+        self.suppressed = suppressed
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -32,7 +39,7 @@ class RateLimitedLog:
             self._last[kind] = now
             suppressed = self._suppressed.pop(kind, 0)
         if suppressed:
-            msg += " (%d similar messages suppressed)"
+            msg += f" (%d {self.suppressed})"
             args = (*args, suppressed)
         self.logger.log(level, msg, *args, exc_info=exc_info)
 

@@ -3,7 +3,11 @@ Retry-After, never the 500 page: the home page, the admin and the report form ne
 it; the redirect and the check API answer from memory first and handle its absence
 themselves. Only connection-level failures (OperationalError, InterfaceError: refused,
 dropped, timed out, SQLite's "database is locked") are answered this way; any other
-database error is a bug and stays a 500 with its traceback in the log."""
+database error is a bug and stays a 500 with its traceback in the log.
+
+The log says it once: one ERROR line a minute per process while the outage lasts,
+counting the requests it failed meanwhile, and a DEBUG line (no traceback) per
+request. The check API, which answers JSON, logs through `log_outage` too."""
 
 from __future__ import annotations
 
@@ -17,15 +21,17 @@ from django.template.loader import render_to_string
 
 from urlguard.ratelimitedlog import RateLimitedLog
 
-__all__ = ["DatabaseUnavailableMiddleware", "unavailable"]
+__all__ = ["OUTAGE_ERRORS", "DatabaseUnavailableMiddleware", "log_outage", "unavailable"]
 
-_log = RateLimitedLog(logging.getLogger(__name__))
+logger = logging.getLogger(__name__)
+_log = RateLimitedLog(logger, suppressed="more requests failed by it since the last such line")
+
+# The database is away (refused, dropped, timed out, locked), not a bug of ours.
+OUTAGE_ERRORS = (OperationalError, InterfaceError)
 
 
-def unavailable(
-    request: HttpRequest, error: Exception, template: str, context: dict[str, Any] | None = None
-) -> HttpResponse:
-    """The 503 page `template` with Retry-After, logged at most once a minute."""
+def log_outage(request: HttpRequest, error: Exception) -> None:
+    """Log a request answered 503 because the database cannot be reached."""
     _log(
         "database-unavailable",
         logging.ERROR,
@@ -34,6 +40,19 @@ def unavailable(
         request.path,
         error,
     )
+    logger.debug(
+        "%s %s answered 503: the database cannot be reached (%s)",
+        request.method,
+        request.path,
+        error,
+    )
+
+
+def unavailable(
+    request: HttpRequest, error: Exception, template: str, context: dict[str, Any] | None = None
+) -> HttpResponse:
+    """The 503 page `template` with Retry-After, logged at most once a minute."""
+    log_outage(request, error)
     # Rendered without the request: its context processors (the user, messages)
     # need the very database that is away.
     response = HttpResponse(render_to_string(template, context), status=503)
@@ -53,6 +72,6 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if not isinstance(exception, (OperationalError, InterfaceError)):
+        if not isinstance(exception, OUTAGE_ERRORS):
             return None
         return unavailable(request, exception, "urlguard/unavailable.html")

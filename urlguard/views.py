@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET
 from urlguard import hitlog, linkcache, metrics
 from urlguard.clicks import record_click, visitor_id
 from urlguard.conf import conf
-from urlguard.models import ShortLink
+from urlguard.management.commands.seed_demo import demo_links, embedded_demo_database
 from urlguard.unavailable import unavailable
 from urlguard.warning import (
     WEB_SCHEMES,
@@ -76,8 +76,9 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    links = ShortLink.objects.order_by("slug")[:50]
-    return render(request, "urlguard/home.html", {"links": links})
+    # The demo's own links only: a shortener's links are its users' business.
+    context = {"links": list(demo_links()), "demo": embedded_demo_database()}
+    return render(request, "urlguard/home.html", context)
 
 
 def short_link(request: HttpRequest, slug: str) -> HttpResponse:

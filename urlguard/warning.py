@@ -132,11 +132,12 @@ def continue_token(destination: str, visitor: str, rule_id: int | None = None) -
     return continue_signer().sign_object(data, compress=True)
 
 
-def report_mistake_url(destination: str, rule: Any = None) -> str:
+def report_mistake_url(destination: str, rule: Any = None, visitor: str = "") -> str:
     """The warning page's "Report a mistake": this service's report form (its queue
-    is in the admin), or the desk REPORT_MISTAKE_URL names."""
+    is in the admin; the link is for `visitor` only), or the desk REPORT_MISTAKE_URL
+    names."""
     if not conf.REPORT_MISTAKE_URL:
-        return report_form_url(destination, rule)
+        return report_form_url(destination, rule, visitor)
     base = str(conf.REPORT_MISTAKE_URL)
     sep = "&" if "?" in base else "?"
     if base.startswith("mailto:"):
@@ -181,7 +182,7 @@ def warning_response(
         "scheme": scheme,
         "rule": rule,
         "reason": reason or (verdict.reason if verdict else ""),
-        "report_url": report_mistake_url(destination, rule),
+        "report_url": report_mistake_url(destination, rule, visitor_id(request)),
         "continue_url": None,
     }
     if rule is not None:

@@ -216,3 +216,162 @@ def test_a_key_table_that_cannot_be_read_is_a_json_503(api, rules, monkeypatch):
 def test_a_refused_key_is_no_use(api, rules):
     api({"urls": ["https://a.example/"]}, key="ugk_wrong")
     assert APIKey.objects.get(name="gateway").last_used_at is None
+
+
+# -- every malformed body is a JSON 400; the work of one request is bounded ----------
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("[" * 200_000 + "]" * 200_000, "the body is nested too deeply"),
+        ('{"urls": ' + "[" * 100_000 + "]" * 100_000 + "}", "the body is nested too deeply"),
+        ('{"urls": [NaN]}', "the body is not JSON"),
+        ('{"urls": ["a"], "x": Infinity}', "the body is not JSON"),
+        ('{"urls": [' + "1" * 5000 + "]}", "the body is not JSON"),
+        (b'{"urls": ["\xc3\x28"]}', "the body is not JSON"),
+        (b"\x00\x00\xfe\xff", "the body is not JSON"),
+    ],
+    ids=["deep", "deep-urls", "nan", "infinity", "huge-int", "bad-utf8", "utf32-junk"],
+)
+def test_every_malformed_body_is_a_json_400(api, rules, body, error):
+    response = api(body)
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"].startswith(error)
+
+
+def test_entries_of_any_json_type_are_answered_in_their_slot(api, rules):
+    deep = "[" * 400 + "]" * 400  # decodes, but is not repeated back
+    body = '{"urls": [1e400, {"u": "http://evil.example/"}, ' + deep + ", true, 2.5]}"
+    response = api(body)
+    assert response.status_code == 200
+    assert response.json()["results"] == [
+        {"url": None, "error": "not a string"},
+        {"url": None, "error": "not a string"},
+        {"url": None, "error": "not a string"},
+        {"url": True, "error": "not a string"},
+        {"url": 2.5, "error": "not a string"},
+    ]
+
+
+def test_a_url_over_the_length_bound_is_answered_in_its_slot(api, rules, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "API_MAX_URL_LENGTH": 40}
+    long = "http://evil.example/" + "a" * 21
+    results = api({"urls": [long, "http://evil.example/"]}).json()["results"]
+    assert results[0] == {
+        "url": long,
+        "error": "not a usable http(s) URL: it is 41 characters long; at most 40 are checked",
+    }
+    assert results[1]["blocked"] is True
+
+
+def test_urls_over_the_batch_bound_are_a_413(api, rules, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "API_MAX_BATCH_CHARS": 100}
+    assert api({"urls": ["http://a.example/" + "b" * 33] * 2}).status_code == 200  # 100
+    response = api({"urls": ["http://a.example/" + "b" * 33] * 2 + ["c"]})
+    assert response.status_code == 413
+    assert response.json()["error"].startswith(
+        "the URLs add up to 101 characters; at most 100 are allowed in one request"
+    )
+
+
+def test_the_review_batch_of_dense_escapes_is_refused_at_once(api, rules):
+    # 66 URLs of 9,900 "%25" fit the body bound (1.96 MB) and cost 0.75-0.95 s to
+    # canonicalize; they are refused before any of that.
+    urls = ["http://a.example/" + "%25" * 9900] * 66
+    response = api({"urls": urls})
+    assert response.status_code == 413
+    assert "at most 524288 are allowed" in response.json()["error"]
+
+
+# -- wrong keys are rate-limited per client address -----------------------------------
+
+
+def test_wrong_keys_are_limited_per_address_even_before_a_right_one(api, rules, key, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "API_FAILED_KEY_RATE": "3/m"}
+    here = {"REMOTE_ADDR": "2001:db8:1:2::10"}
+    for _ in range(3):
+        assert api({"urls": []}, key="ugk_wrong", **here).status_code == 401
+    refused = api({"urls": []}, key="ugk_wrong", **here)
+    assert refused.status_code == 429
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert refused.json()["error"].startswith(
+        "rate limit of 3/m requests with a wrong API key reached for this address"
+    )
+    # The right key from that address too (no oracle), and from its /64 neighbours.
+    assert api({"urls": []}, REMOTE_ADDR="2001:db8:1:2::10").status_code == 429
+    assert api({"urls": []}, REMOTE_ADDR="2001:db8:1:2:ffff::1").status_code == 429
+    assert api({"urls": []}, REMOTE_ADDR="2001:db8:1:3::10").status_code == 200
+    assert api({"urls": []}, REMOTE_ADDR="198.51.100.7").status_code == 200
+
+
+def test_right_keys_do_not_count_as_wrong_ones(api, rules, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "API_FAILED_KEY_RATE": "1/m"}
+    for _ in range(3):
+        assert api({"urls": []}).status_code == 200
+    assert api({"urls": []}, key=None).status_code == 401
+    assert api({"urls": []}).status_code == 429
+
+
+# -- an outage is logged once, not per request ----------------------------------------
+
+
+@pytest.fixture
+def fresh_outage_log():
+    """The outage log of this process as if no outage had been logged yet."""
+    from urlguard import unavailable
+
+    unavailable._log._last.clear()
+    unavailable._log._suppressed.clear()
+
+
+def test_a_database_outage_is_logged_once_a_minute_not_per_request(
+    api, rules, client, database_fails, fresh_outage_log, caplog
+):
+    database_fails(OperationalError("connection refused"))
+    with caplog.at_level("DEBUG", logger="urlguard"):
+        for _ in range(5):
+            assert api({"urls": ["http://evil.example/"]}).status_code == 503
+        for _ in range(5):  # a filter hit, confirmed in the table
+            assert client.get("/api/check", {"url": "http://evil.example/"}).status_code == 503
+    errors = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL", "WARNING")]
+    assert [(r.name, r.getMessage(), bool(r.exc_info)) for r in errors] == [
+        (
+            "urlguard.unavailable",
+            "the database cannot be reached: POST /api/check answered 503 (connection refused)",
+            False,
+        )
+    ]
+    per_request = [r for r in caplog.records if r.levelname == "DEBUG" and "503" in r.getMessage()]
+    assert len(per_request) == 10 and not any(r.exc_info for r in per_request)
+
+
+def test_the_next_line_counts_the_requests_the_outage_failed(
+    api, rules, database_fails, fresh_outage_log, caplog, monkeypatch
+):
+    from urlguard import unavailable
+
+    database_fails(OperationalError("connection refused"))
+    for _ in range(4):
+        api({"urls": ["http://evil.example/"]})
+    monkeypatch.setattr(unavailable._log, "interval", 0)  # a minute later
+    with caplog.at_level("ERROR"):
+        api({"urls": ["http://evil.example/"]})
+    assert caplog.records[-1].getMessage() == (
+        "the database cannot be reached: POST /api/check answered 503 (connection refused) "
+        "(3 more requests failed by it since the last such line)"
+    )
+
+
+def test_an_unknown_failure_keeps_its_traceback_every_time(api, rules, monkeypatch, caplog):
+    def explode(urls):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(guard_module.get_guard(), "check_many", explode)
+    with caplog.at_level("ERROR"):
+        for _ in range(2):
+            assert api({"urls": ["http://evil.example/"]}).status_code == 503
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 2
+    assert all(r.name == "urlguard.api" and r.exc_info[0] is RuntimeError for r in errors)

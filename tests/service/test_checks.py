@@ -110,6 +110,9 @@ REFUSED = {
     "REPORT_MISTAKE_URL": ["abuse@example.com", "javascript:alert(1)", "//evil", ""],
     "REPORT_RATE_LIMIT": [0, -1, "5", None, True],
     "HIT_LOG_DAYS": [0, -7, "90", None, 1.5],
+    "REPORT_ADDRESS_RATE_LIMIT": [0, -1, "10", None, True, 2.5],
+    "REPORT_MAX_OPEN_PER_DESTINATION": [0, -1, "20", None, False],
+    "REPORT_TOKEN_MAX_AGE": [0, -1, "86400", None, math.inf],
     "NODE_NAME": ["", "  ", 7],
     "CATCHUP_INTERVAL": [0, -1, "60", None],
     "EMBEDDED_CATCH_UP": ["false", 0],
@@ -148,6 +151,9 @@ REFUSED = {
     "API_MAX_BODY_BYTES": [0, "2MB", None],
     "API_KEY_RATE": ["120", "120/minute", "fast", 120, None],
     "API_OPEN_RATE": ["60 per minute", "/m", None],
+    "API_FAILED_KEY_RATE": ["10", "10/minute", 10, None],
+    "API_MAX_URL_LENGTH": [0, -1, "8192", 1.5, None],
+    "API_MAX_BATCH_CHARS": [0, "512k", None, True],
     "LOG_JSON": ["yes", 1, None],
 }
 # Values that look odd but are right.
@@ -170,6 +176,8 @@ ACCEPTED = {
     "READY_MAX_LAG_CHANGES": [0],
     "METRICS_ALLOWED_NETWORKS": [[], ["10.0.0.1"], ("10.1.2.0/24", "fd00::/8")],
     "API_KEY_RATE": ["100/5m", "1/s", "10000/d"],
+    "API_FAILED_KEY_RATE": ["3/h", "100/5m"],
+    "REPORT_TOKEN_MAX_AGE": [600, 0.5],
 }
 
 

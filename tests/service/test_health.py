@@ -161,3 +161,35 @@ def test_probes_under_asgi(async_client, ready_node):
     assert async_to_sync(async_client.get)("/healthz").json() == {"status": "alive"}
     response = async_to_sync(async_client.get)("/readyz")
     assert response.status_code == 200 and response.json()["ready"] is True
+
+
+# -- what /readyz tells an address outside METRICS_ALLOWED_NETWORKS --------------------
+
+
+@pytest.mark.parametrize("address", ["203.0.113.9", "2001:db8::9"])
+def test_outsiders_learn_only_ready_and_failed(client, ready_node, monkeypatch, address):
+    assert _ready(client, REMOTE_ADDR=address) == (200, {"ready": True, "failed": []})
+
+    def refuse():
+        raise OperationalError('could not connect to server "db.internal" (10.0.0.5), port 5432')
+
+    monkeypatch.setattr(connections["default"], "ensure_connection", refuse)
+    status, body = _ready(client, REMOTE_ADDR=address)
+    assert (status, body) == (503, {"ready": False, "failed": ["database", "lag"]})
+    # Inside the networks (the test client's 127.0.0.1), the whole story.
+    status, inside = _ready(client)
+    assert inside["node"] == "node-a" and "db.internal" in inside["checks"]["database"]["error"]
+
+
+def test_the_networks_and_the_token_open_the_details(client, ready_node, settings, filter_path):
+    settings.URLGUARD = {
+        **settings.URLGUARD,
+        "METRICS_ALLOWED_NETWORKS": ["203.0.113.0/24"],
+        "METRICS_TOKEN": "s3cret-token-for-the-scraper",
+    }
+    assert _ready(client, REMOTE_ADDR="203.0.113.9")[1]["checks"]["filter"]["path"] == str(
+        filter_path
+    )
+    assert "checks" not in _ready(client, REMOTE_ADDR="127.0.0.1")[1]
+    token = {"HTTP_AUTHORIZATION": "Bearer s3cret-token-for-the-scraper"}
+    assert _ready(client, REMOTE_ADDR="198.51.100.1", **token)[1]["node"] == "node-a"

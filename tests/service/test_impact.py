@@ -105,3 +105,24 @@ def test_index_lookup_finds_every_entry_of_a_hash():
     index.links = np.array([10, 11, 12, 13])
     assert list(index.candidates(np.array([9, 2**64 - 1], dtype=np.uint64))) == [10, 11, 13]
     assert list(index.candidates(np.array([4], dtype=np.uint64))) == []
+
+
+def test_a_background_build_writes_where_it_was_asked_from(db, settings, tmp_path, monkeypatch):
+    # The thread may run after the test (or request) that asked has ended and its
+    # settings are undone: a test run once rebuilt the checkout's var/link-index so.
+    from django.db import connections
+
+    started = []
+    monkeypatch.setattr(
+        impact.threading,
+        "Thread",
+        lambda target, **kwargs: type("T", (), {"start": lambda self: started.append(target)})(),
+    )
+    monkeypatch.setattr(connections, "close_all", lambda: None)  # the test's connection
+    ShortLink.objects.create(slug="a", destination="https://a.example/x")
+    settings.VAR_DIR = tmp_path / "asked"
+    assert impact.build_in_background()
+    settings.VAR_DIR = tmp_path / "later"
+    started[0]()
+    assert (tmp_path / "asked" / "link-index" / "meta.json").exists()
+    assert not (tmp_path / "later").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from html import unescape
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.core.cache import cache
@@ -87,6 +88,73 @@ def test_reports_are_rate_limited(warned, settings, client):
     token = client.get(url).context["token"]
     statuses = [client.post(url, {"token": token, "comment": str(i)}).status_code for i in range(3)]
     assert statuses == [200, 200, 429]
+
+
+def _report_as(url: str, agent: str, address: str = "198.51.100.20", comment: str = ""):
+    """A visitor with this User-Agent and address: warned, then sending the form."""
+    visitor = Client(HTTP_USER_AGENT=agent, REMOTE_ADDR=address)
+    form_url = _report_url(visitor) if url == "" else url
+    token = visitor.get(form_url).context["token"]
+    return visitor.post(form_url, {"token": token, "comment": comment})
+
+
+def test_a_rotating_user_agent_does_not_escape_the_limit_per_address(warned, settings):
+    # The review: 12 of 12 accepted from one address, each with a new User-Agent.
+    statuses = [_report_as("", f"agent/{i}").status_code for i in range(12)]
+    assert statuses == [200] * 10 + [429] * 2
+    assert MistakeReport.objects.count() == 10
+    # Another address is another count.
+    assert _report_as("", "agent/0", address="203.0.113.5").status_code == 200
+
+
+def test_ipv6_addresses_are_counted_per_64(warned, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "REPORT_ADDRESS_RATE_LIMIT": 2}
+    statuses = [
+        _report_as("", f"agent/{i}", address=f"2001:db8:5:6::{i + 1:x}").status_code
+        for i in range(3)
+    ]
+    assert statuses == [200, 200, 429]
+    assert _report_as("", "agent/9", address="2001:db8:5:7::1").status_code == 200
+
+
+def test_open_reports_per_destination_are_capped(warned, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "REPORT_MAX_OPEN_PER_DESTINATION": 3}
+    for i in range(5):
+        sent = _report_as("", f"agent/{i}", address=f"198.51.100.{i + 1}")
+        assert sent.status_code == 200 and "Thank you" in sent.content.decode()
+    assert MistakeReport.objects.filter(destination="https://docs-spam.example/legit").count() == 3
+    MistakeReport.objects.update(status=MistakeReport.Status.DISMISSED)
+    _report_as("", "agent/late", address="198.51.100.99")
+    assert MistakeReport.objects.filter(status="open").count() == 1
+
+
+def test_the_report_link_is_for_the_warned_visitor_only(warned):
+    warned_visitor = Client(HTTP_USER_AGENT="warned/1.0")
+    url = _report_url(warned_visitor)
+    assert warned_visitor.get(url).status_code == 200
+    for other in (
+        Client(HTTP_USER_AGENT="someone-else/1.0"),
+        Client(HTTP_USER_AGENT="warned/1.0", REMOTE_ADDR="203.0.113.77"),
+    ):
+        page = other.get(url)
+        assert page.status_code == 400 and "made for another browser" in page.content.decode()
+        token = parse_qs(urlsplit(url).query)["token"][0]
+        assert other.post(url, {"token": token}).status_code == 400
+    assert not MistakeReport.objects.exists()
+
+
+def test_the_report_link_expires_after_a_day(warned, settings, monkeypatch):
+    import time as time_module
+
+    visitor = Client()
+    url = _report_url(visitor)
+    now = time_module.time()
+    monkeypatch.setattr(time_module, "time", lambda: now + 24 * 3600 - 60)
+    assert visitor.get(url).status_code == 200
+    monkeypatch.setattr(time_module, "time", lambda: now + 24 * 3600 + 60)
+    assert visitor.get(url).status_code == 400
+    settings.URLGUARD = {**settings.URLGUARD, "REPORT_TOKEN_MAX_AGE": 2 * 24 * 3600}
+    assert visitor.get(url).status_code == 200
 
 
 def test_report_mistake_url_stays_an_override(warned, settings, client):

@@ -15,6 +15,15 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
+def demo_home(monkeypatch):
+    """The home page as the embedded demo has it, listing the demo's links from the
+    database (a deployment's lists none and needs no database), whatever the database."""
+    from urlguard.management.commands import seed_demo
+
+    monkeypatch.setattr(seed_demo, "embedded_demo_database", lambda: True)
+
+
+@pytest.fixture(autouse=True)
 def fresh_log(monkeypatch):
     monkeypatch.setattr(
         unavailable, "_log", unavailable.RateLimitedLog(logging.getLogger("urlguard.unavailable"))

@@ -3,6 +3,7 @@ content, the signed "continue anyway" step, and our own error pages."""
 
 from __future__ import annotations
 
+import io
 import re
 import time
 from html import unescape
@@ -58,11 +59,32 @@ def continue_link(response) -> str:
     return unescape(match.group(1))
 
 
-def test_home_lists_the_links(client, links):
+def test_home_lists_only_the_demo_links_and_only_in_the_embedded_demo(
+    client, links, settings, monkeypatch
+):
+    from django.core.management import call_command
+
+    from urlguard.management.commands import seed_demo
+
+    call_command("seed_demo", "--no-superuser", stdout=io.StringIO())
+    ShortLink.objects.create(slug="mine", destination="https://private.example/a-users-link")
+    settings.EMBEDDED_DEMO = True
+    real = seed_demo.embedded_demo_database
+    if connection.vendor != "sqlite":  # the embedded demo's database is SQLite
+        monkeypatch.setattr(seed_demo, "embedded_demo_database", lambda: True)
+    html = client.get("/").content.decode()
+    assert 'href="/bank-login"' in html and "https://pages.example.net/gardening/" in html
+    # Links that are not the demo's (a user's; "prize" re-pointed) are not listed.
+    assert 'href="/mine"' not in html and "private.example" not in html
+    assert 'href="/clean"' not in html and "win.prize.example" not in html
+    # A deployment (DATABASE_URL set): no links at all.
+    monkeypatch.setattr(seed_demo, "embedded_demo_database", real)
+    settings.EMBEDDED_DEMO = False
     response = client.get("/")
     assert response.status_code == 200
     html = response.content.decode()
-    assert 'href="/prize"' in html and "https://www.python.org/" in html
+    assert "Demo short links" not in html and "/bank-login" not in html
+    assert "seed_demo" not in html
 
 
 def test_clean_short_link_redirects(client, links):

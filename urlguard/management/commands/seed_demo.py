@@ -13,6 +13,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
+from django.db.models import Q, QuerySet
 
 from urlguard import sync
 from urlguard.changes import RuleExists, add_rule
@@ -139,6 +140,18 @@ class Command(BaseCommand):
                 "on any other database. Change the password or delete it before real use."
             )
         )
+
+
+def demo_links() -> QuerySet[ShortLink]:
+    """The short links this command made (slug and destination as it made them), for
+    the home page of the embedded demo; none on any other database, where the links
+    are real users' and nobody else's business."""
+    if not embedded_demo_database():
+        return ShortLink.objects.none()
+    made = Q()
+    for slug, destination, _ in DEMO_LINKS:
+        made |= Q(slug=slug, destination=destination)
+    return ShortLink.objects.filter(made).order_by("slug")
 
 
 def embedded_demo_database() -> bool:
