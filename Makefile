@@ -53,3 +53,4 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy filterengine
 	$(VENV)/bin/mypy urlguard
+	$(VENV)/bin/mypy urlguard_service

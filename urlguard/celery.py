@@ -1,20 +1,31 @@
-"""The Celery application; configuration comes from Django settings (CELERY_*).
+"""urlguard's Celery configuration, for whichever Celery app the site runs. The app
+never makes a Celery app of its own: its tasks are `shared_task`s that the site's
+app finds by autodiscovery, and `configure(app)` adds the queues, routes and beat
+schedule they need. A site's celery.py (the standalone service's is
+urlguard_service/celery.py):
+
+    app = Celery("mysite")
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.autodiscover_tasks()
+    urlguard.celery.configure(app)
 
 Every node runs one small worker that consumes the broadcast queue (each node gets
 every "apply changes" nudge) and the ordinary queue:
 
-    celery -A urlguard worker -B -Q urlguard.broadcast,celery --concurrency 1
+    celery -A mysite worker -B -Q urlguard.broadcast,celery --concurrency 1
 
 (`urlguard.broadcast` is URLGUARD["BROADCAST_QUEUE"]). `-B` embeds Celery beat, which
 broadcasts the periodic catch-up; running it on several nodes only repeats an
 idempotent catch-up.
+
+With no broker configured at all (no Celery app, or one without a broker URL),
+`run_in_process_without_broker` makes every task run in the process that sends it:
+the embedded default.
 """
 
-import os
+from __future__ import annotations
 
-from celery import Celery
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+from typing import Any
 
 # The tasks every node runs (urlguard.tasks), named here so that callers and routes
 # need not import the task module.
@@ -23,9 +34,32 @@ CATCH_UP_TASK = "urlguard.tasks.catch_up"
 REBUILD_FILTER_TASK = "urlguard.tasks.rebuild_filter"
 VERIFY_FILTER_TASK = "urlguard.tasks.verify_filter"
 
-app = Celery("urlguard")
-app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["urlguard", "urlguard.feeds"])
+
+def current_app() -> Any:
+    """The site's Celery app (Celery's fallback default app where the site has none)."""
+    from celery import current_app as app
+
+    return app
+
+
+def in_process() -> bool:
+    """Tasks run in the process that sends them: the app is eager, or has no broker."""
+    conf = current_app().conf
+    return bool(conf.task_always_eager) or not (conf.broker_write_url or conf.broker_url)
+
+
+def run_in_process_without_broker() -> None:
+    """Make the site's Celery app eager when it has no broker, so that a site without
+    Celery applies each change in the process that made it, and `.delay()` never
+    tries a broker on localhost that nobody runs."""
+    if in_process():
+        current_app().conf.update(task_always_eager=True, task_eager_propagates=True)
+
+
+def configure(app: Any) -> None:
+    """Add urlguard's queues, routes and beat schedule to `app`'s defaults (a site's
+    own settings, e.g. CELERY_BEAT_SCHEDULE, still win)."""
+    app.add_defaults(_urlguard_defaults)
 
 
 def _urlguard_defaults() -> dict:
@@ -77,6 +111,3 @@ def _urlguard_defaults() -> dict:
         },
         "beat_schedule": schedule,
     }
-
-
-app.add_defaults(_urlguard_defaults)

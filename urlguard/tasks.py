@@ -1,7 +1,7 @@
 """The Celery side of keeping this node's filter current: thin task wrappers around
 urlguard.sync (retries with backoff on a worker) and the worker's boot-time catch-up.
 
-Every task is broadcast to every node (urlguard.celery routes them); the message
+Every task is broadcast to every node (urlguard.celery.configure routes them); the message
 carries no change, only a nudge, so duplicate, late or lost deliveries are harmless.
 Boot-time (worker_ready) and periodic (beat) catch-ups cover a node that missed one.
 """
@@ -13,7 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from celery import bootsteps, shared_task
-from celery.signals import worker_init, worker_ready
+from celery.signals import celeryd_init, worker_init, worker_ready
 from celery.utils.time import get_exponential_backoff_interval
 from django.core.management.base import SystemCheckError
 from django.db import DatabaseError
@@ -25,7 +25,6 @@ from urlguard.celery import (
     REBUILD_FILTER_TASK,
     VERIFY_FILTER_TASK,
 )
-from urlguard.celery import app as celery_app
 from urlguard.checks import refuse_to_start
 
 logger = logging.getLogger(__name__)
@@ -133,4 +132,8 @@ class CatchUpOnReconnect(bootsteps.StartStopStep):
             _catch_up_now("broker-reconnect")
 
 
-celery_app.steps["consumer"].add(CatchUpOnReconnect)
+@celeryd_init.connect
+def _add_reconnect_step(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
+    # On the site's own Celery app, before the worker builds its consumer (Django, and
+    # so this module, is loaded by then).
+    instance.app.steps["consumer"].add(CatchUpOnReconnect)

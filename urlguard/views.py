@@ -1,6 +1,7 @@
-"""Pages and endpoints of the service: the home page, short links, the signed
-"continue anyway" step of the warning page (urlguard.warning). The JSON check API
-is in urlguard.api."""
+"""Pages of the app: the signed "continue anyway" step of the warning page
+(urlguard.warning) and the short-link redirect view, which a site routes itself
+(`path("<slug:slug>", short_link, name="short-link")`, last). The JSON check API is
+in urlguard.api."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from django.views.decorators.http import require_GET
 from urlguard import hitlog, linkcache, metrics
 from urlguard.clicks import record_click, visitor_id
 from urlguard.conf import conf
-from urlguard.models import ShortLink
 from urlguard.unavailable import unavailable
 from urlguard.warning import (
     WEB_SCHEMES,
@@ -73,11 +73,6 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
     mark_confirmed(response)
     metrics.continued()
     return response
-
-
-def home(request: HttpRequest) -> HttpResponse:
-    links = ShortLink.objects.order_by("slug")[:50]
-    return render(request, "urlguard/home.html", {"links": links})
 
 
 def short_link(request: HttpRequest, slug: str) -> HttpResponse:

@@ -120,7 +120,7 @@ class Worker:
                 "-m",
                 "celery",
                 "-A",
-                "urlguard",
+                "urlguard_service",
                 "worker",
                 "-B",
                 "-Q",

@@ -15,9 +15,9 @@ from django.db import transaction
 
 from filterengine import ScalingCountingBloomFilter, fileformat
 from urlguard import changes, registry, sync, tasks
-from urlguard.celery import app as celery_app
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
+from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
 
@@ -444,6 +444,10 @@ def test_a_broker_reconnect_catches_up_at_once(monkeypatch):
 
     calls = []
     monkeypatch.setattr(tasks, "_catch_up_now", calls.append)
+    from celery.signals import celeryd_init
+
+    # Added to the site's app as a worker starts (not at import: no app of our own).
+    celeryd_init.send(sender="node", instance=SimpleNamespace(app=celery_app), conf=None)
     assert tasks.CatchUpOnReconnect in celery_app.steps["consumer"]
     step = tasks.CatchUpOnReconnect(SimpleNamespace())
     step.start(None)
