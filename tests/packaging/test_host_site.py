@@ -1,0 +1,123 @@
+"""What a Django site owner does: build the wheel, install it into a fresh
+virtualenv, make a site with `django-admin startproject` that uses
+django.contrib.redirects, add only the lines README.md's "Add it to your Django
+site" names, then migrate, check, and follow the site's redirects (WSGI and ASGI
+handlers) and open the app's admin pages."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("build") is None,
+    reason="the wheel is built with `python -m build`, which is not installed "
+    "(pip install build, or make install)",
+)
+
+# The site's own redirects, the ones urlguard must guard (not part of the README).
+REDIRECTS_APP = """
+INSTALLED_APPS += ["django.contrib.sites", "django.contrib.redirects"]
+SITE_ID = 1
+MIDDLEWARE.append("django.contrib.redirects.middleware.RedirectFallbackMiddleware")
+"""
+
+
+def readme_block(first_line: str) -> str:
+    """The fenced Python block of README.md's host section that starts with `first_line`."""
+    text = README.read_text()
+    section = text.split("## Add it to your Django site", 1)[1].split("\n## ", 1)[0]
+    for block in re.findall(r"```python\n(.*?)```", section, re.DOTALL):
+        if block.startswith(first_line):
+            return block
+    raise AssertionError(f"README.md's host section has no block starting {first_line!r}")
+
+
+def run(args: list, cwd: Path, env: dict, timeout: float = 120, stdin: str = "") -> str:
+    done = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def test_a_new_site_installs_the_wheel_and_every_redirect_is_guarded(tmp_path):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "URLGUARD_", "DATABASE_", "CELERY_", "PROMETHEUS_"))
+        and k not in ("PYTHONPATH", "VIRTUAL_ENV")
+    }
+    # pip's cache stays in the test's own directory; the registries' files are local.
+    env["PIP_CACHE_DIR"] = str(tmp_path / "pip-cache")
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path / "dist", ROOT], ROOT, env)
+    (wheel,) = (tmp_path / "dist").glob("urlguard-*.whl")
+
+    venv.create(tmp_path / "venv", with_pip=True)
+    bin_ = tmp_path / "venv" / "bin"
+    # The service's versions (constraints.txt) only to reuse the wheels already on
+    # this machine; the dependencies themselves come from the wheel's metadata.
+    run(
+        [bin_ / "python", "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt", wheel],
+        tmp_path,
+        env,
+        timeout=300,
+    )
+
+    site = tmp_path / "site"
+    site.mkdir()
+    run([bin_ / "django-admin", "startproject", "mysite", site], tmp_path, env)
+    settings_py = site / "mysite" / "settings.py"
+    settings_py.write_text(settings_py.read_text() + REDIRECTS_APP + readme_block("# settings.py"))
+    urls_py = site / "mysite" / "urls.py"
+    urls_py.write_text(urls_py.read_text() + "\n" + readme_block("# urls.py"))
+
+    python = bin_ / "python"
+    run([python, "manage.py", "migrate", "--noinput"], site, env)
+    # README's first rule: a host and every subdomain.
+    added = run(
+        [python, "manage.py", "import_rules", "-", "--category", "phishing"],
+        site,
+        env,
+        stdin="evil.example\n",
+    )
+    assert "1 added" in added, added
+    checked = run([python, "manage.py", "check"], site, env)
+    assert checked.strip() == "System check identified no issues (0 silenced).", checked
+
+    script = Path(__file__).with_name("host_site_check.py")
+    report = tmp_path / "seen.json"
+    run([python, script, report], site, {**env, "PYTHONPATH": str(site)})
+    seen = json.loads(report.read_text())
+
+    for stack in ("sync", "async"):
+        bad, clean = seen[stack]["/go-bad/"], seen[stack]["/go-clean/"]
+        assert bad["status"] == 403 and bad["location"] is None, (stack, bad)
+        assert bad["phishing"] and bad["report_href"], (stack, bad)
+        assert seen[stack]["report_status"] == 200, stack
+        assert clean == {
+            "status": 301,
+            "location": "https://www.djangoproject.com/start/",
+            "phishing": False,
+            "report_href": None,
+        }, (stack, clean)
+    assert seen["admin"], "no admin page was opened"
+    assert all(status == 200 for status in seen["admin"].values()), seen["admin"]
+    assert len(seen["admin"]) > 8
