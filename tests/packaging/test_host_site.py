@@ -58,28 +58,63 @@ def run(args: list, cwd: Path, env: dict, timeout: float = 120, stdin: str = "")
     return done.stdout + done.stderr
 
 
-def test_a_new_site_installs_the_wheel_and_every_redirect_is_guarded(tmp_path):
+def _environment(tmp: Path) -> dict[str, str]:
+    """This process's environment minus the service's settings; pip's cache inside
+    the test's own directory (the registries' files are local)."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("DJANGO_", "URLGUARD_", "DATABASE_", "CELERY_", "PROMETHEUS_"))
         and k not in ("PYTHONPATH", "VIRTUAL_ENV")
     }
-    # pip's cache stays in the test's own directory; the registries' files are local.
-    env["PIP_CACHE_DIR"] = str(tmp_path / "pip-cache")
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path / "dist", ROOT], ROOT, env)
-    (wheel,) = (tmp_path / "dist").glob("urlguard-*.whl")
+    env["PIP_CACHE_DIR"] = str(tmp / "pip-cache")
+    return env
 
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("dist")
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp, ROOT], ROOT, _environment(tmp))
+    (built,) = tmp.glob("urlguard-*.whl")
+    return built
+
+
+def lowest_django() -> str:
+    """The lowest Django the wheel's dependency range admits (pyproject.toml)."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (lowest,) = re.findall(r'^\s*"Django>=([0-9.]+),', pyproject, re.MULTILINE)
+    return lowest
+
+
+def constraints(tmp: Path, django: str) -> Path:
+    """The service's versions (constraints.txt), with Django at `django`: only so that
+    pip reuses the wheels already on this machine; what is installed is what the
+    wheel's own metadata asks for."""
+    lines = [
+        f"Django=={django}" if line.startswith("Django==") else line
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+    ]
+    path = tmp / "constraints.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("django", ["pinned", "lowest"])
+def test_a_new_site_installs_the_wheel_and_every_redirect_is_guarded(tmp_path, wheel, django):
+    env = _environment(tmp_path)
+    version = lowest_django() if django == "lowest" else None
+    pins = ROOT / "constraints.txt" if version is None else constraints(tmp_path, version)
     venv.create(tmp_path / "venv", with_pip=True)
     bin_ = tmp_path / "venv" / "bin"
-    # The service's versions (constraints.txt) only to reuse the wheels already on
-    # this machine; the dependencies themselves come from the wheel's metadata.
     run(
-        [bin_ / "python", "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt", wheel],
+        [bin_ / "python", "-m", "pip", "install", "-q", "-c", pins, wheel],
         tmp_path,
         env,
         timeout=300,
     )
+    if version is not None:
+        installed = run([bin_ / "python", "-m", "django", "--version"], tmp_path, env)
+        assert installed.strip() == version
 
     site = tmp_path / "site"
     site.mkdir()
