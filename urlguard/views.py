@@ -1,7 +1,6 @@
 """Pages of the app: the signed "continue anyway" step of the warning page
-(urlguard.warning) and the short-link redirect view, which a site routes itself
-(`path("<slug:slug>", short_link, name="short-link")`, last). The JSON check API is
-in urlguard.api."""
+(urlguard.warning) and the short-link redirect view (routed by the opt-in
+urlguard.shortlinks.urls). The JSON check API is in urlguard.api."""
 
 from __future__ import annotations
 

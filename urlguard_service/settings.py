@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "axes",
     "urlguard.apps.UrlguardConfig",
+    "urlguard.shortlinks",
     "urlguard_service.apps.UrlguardServiceConfig",
 ]
 

@@ -7,7 +7,6 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from urlguard import views as urlguard_views
 from urlguard_service import views
 
 urlpatterns = [
@@ -16,5 +15,5 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("urlguard/favicon.svg"), permanent=True)),
     path("", views.home, name="home"),
     path("", include("urlguard.urls")),
-    path("<slug:slug>", urlguard_views.short_link, name="short-link"),
+    path("", include("urlguard.shortlinks.urls")),
 ]

@@ -59,6 +59,13 @@ async def visit_async() -> None:
 
 asyncio.run(visit_async())
 
+# Short links are opt-in (urlguard.shortlinks): none here.
+from urlguard.models import ShortLink  # noqa: E402
+
+result["slug_status"] = client.get("/some-slug").status_code
+result["shortlink_admin"] = admin.site.is_registered(ShortLink)
+result["admin_header"] = str(admin.site.site_header)
+
 user = get_user_model().objects.create_superuser("root", "root@example.com", "x")
 client.force_login(user)
 pages = ["admin:index"]

@@ -153,6 +153,8 @@ def test_a_new_site_installs_the_wheel_and_every_redirect_is_guarded(tmp_path, w
             "phishing": False,
             "report_href": None,
         }, (stack, clean)
+    assert seen["slug_status"] == 404 and not seen["shortlink_admin"]
+    assert seen["admin_header"] == "Django administration"  # the site's own branding
     assert seen["admin"], "no admin page was opened"
     assert all(status == 200 for status in seen["admin"].values()), seen["admin"]
     assert len(seen["admin"]) > 8
