@@ -86,7 +86,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         path = path_row.resolve(path_row.raw())
     except ImproperlyConfigured:
         return messages  # under a DATA_DIR that E025 refused
-
     directory = os.path.dirname(os.path.abspath(path))
     problem = _writable_dir(directory)
     if problem:
