@@ -27,6 +27,8 @@ class UrlguardConfig(AppConfig):
         from urlguard import stats
 
         stats.install_exit_hooks()
+        if celery.HAVE_CELERY:
+            from urlguard import worker  # noqa: F401  (the worker's signal handlers)
         # No broker: changes apply in-process, and the catch-up and feed refreshes that
         # beat would schedule run in daemon threads of each serving process.
         celery.run_in_process_without_broker()

@@ -18,14 +18,24 @@ every "apply changes" nudge) and the ordinary queue:
 broadcasts the periodic catch-up; running it on several nodes only repeats an
 idempotent catch-up.
 
-With no broker configured at all (no Celery app, or one without a broker URL),
-`run_in_process_without_broker` makes every task run in the process that sends it:
-the embedded default.
+Celery is optional (the `celery` extra). Without it, or with no broker configured
+(no Celery app, or one without a broker URL), every task runs in the process that
+sends it: the embedded default.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
+
+try:
+    from celery import shared_task
+    from celery.result import EagerResult
+except ImportError:  # Celery is an extra: without it every task runs where it is sent
+    HAVE_CELERY = False
+else:
+    HAVE_CELERY = True
 
 # The tasks every node runs (urlguard.tasks), named here so that callers and routes
 # need not import the task module.
@@ -33,6 +43,60 @@ APPLY_CHANGES_TASK = "urlguard.tasks.apply_changes"
 CATCH_UP_TASK = "urlguard.tasks.catch_up"
 REBUILD_FILTER_TASK = "urlguard.tasks.rebuild_filter"
 VERIFY_FILTER_TASK = "urlguard.tasks.verify_filter"
+
+
+class _InProcessRequest:
+    is_eager = True
+    retries = 0
+
+
+class InProcessResult:
+    """What `.delay()` returns without Celery: the task has already run."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def get(self, **kwargs: Any) -> Any:
+        return self.result
+
+
+class InProcessTask:
+    """A task without Celery installed: calling, `.delay()` and `.apply()` run the
+    function here and now, as Celery's eager mode does (errors propagate)."""
+
+    def __init__(self, function: Callable[..., Any], name: str, bind: bool) -> None:
+        functools.update_wrapper(self, function)
+        self.name = name
+        self.request = _InProcessRequest()
+        self._function = function
+        self._bind = bind
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._bind:
+            return self._function(self, *args, **kwargs)
+        return self._function(*args, **kwargs)
+
+    def delay(self, *args: Any, **kwargs: Any) -> InProcessResult:
+        return InProcessResult(self(*args, **kwargs))
+
+    def apply(self, args: tuple = (), kwargs: dict | None = None, **options: Any) -> Any:
+        return InProcessResult(self(*args, **(kwargs or {})))
+
+
+def _in_process_task(*args: Any, name: str = "", bind: bool = False, **options: Any) -> Any:
+    """`shared_task` where Celery is not installed (same decorator forms)."""
+
+    def decorate(function: Callable[..., Any]) -> InProcessTask:
+        return InProcessTask(function, name or f"{function.__module__}.{function.__name__}", bind)
+
+    if args and callable(args[0]):
+        return decorate(args[0])
+    return decorate
+
+
+if not HAVE_CELERY:
+    shared_task = _in_process_task  # noqa: F811
+    EagerResult = InProcessResult  # type: ignore[misc,assignment]  # noqa: F811
 
 
 def current_app() -> Any:
@@ -43,7 +107,10 @@ def current_app() -> Any:
 
 
 def in_process() -> bool:
-    """Tasks run in the process that sends them: the app is eager, or has no broker."""
+    """Tasks run in the process that sends them: no Celery, or the app is eager, or
+    it has no broker."""
+    if not HAVE_CELERY:
+        return True
     conf = current_app().conf
     return bool(conf.task_always_eager) or not (conf.broker_write_url or conf.broker_url)
 
@@ -52,7 +119,7 @@ def run_in_process_without_broker() -> None:
     """Make the site's Celery app eager when it has no broker, so that a site without
     Celery applies each change in the process that made it, and `.delay()` never
     tries a broker on localhost that nobody runs."""
-    if in_process():
+    if HAVE_CELERY and in_process():
         current_app().conf.update(task_always_eager=True, task_eager_propagates=True)
 
 

@@ -2,6 +2,7 @@
 settings): what a visitor and an admin of that site see. Prints one JSON object."""
 
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -62,6 +63,7 @@ asyncio.run(visit_async())
 # Short links are opt-in (urlguard.shortlinks): none here.
 from urlguard.models import ShortLink  # noqa: E402
 
+result["celery_installed"] = importlib.util.find_spec("celery") is not None
 result["slug_status"] = client.get("/some-slug").status_code
 result["shortlink_admin"] = admin.site.is_registered(ShortLink)
 result["admin_header"] = str(admin.site.site_header)

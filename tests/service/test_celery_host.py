@@ -61,3 +61,27 @@ def test_a_broker_means_a_worker(site_app):
     assert not in_process()
     run_in_process_without_broker()
     assert not site_app.conf.task_always_eager
+
+
+def test_without_celery_a_task_runs_where_it_is_sent():
+    """The stand-in `shared_task` where Celery is not installed (the wheel's default)."""
+    from urlguard.celery import _in_process_task
+
+    seen = []
+
+    @_in_process_task(bind=True, name="t.bound", ignore_result=True)
+    def bound(self, value, extra=0):
+        seen.append((self.request.is_eager, self.request.retries))
+        return value + extra
+
+    @_in_process_task
+    def plain():
+        return "plain"
+
+    assert bound.name == "t.bound" and bound.__name__ == "bound"
+    assert bound(1, extra=2) == 3
+    assert bound.delay(2).result == 2
+    assert bound.apply(args=(3,), kwargs={"extra": 1}).get() == 4
+    assert seen == [(True, 0)] * 3
+    assert plain.delay().get() == "plain"
+    assert plain.name.endswith(".plain")

@@ -19,12 +19,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from celery import shared_task
 from django.db import connections, router, transaction
 from django.utils import timezone
 
 from urlguard import changes
 from urlguard.admin.pages import counted
+from urlguard.celery import shared_task
 from urlguard.impact import build_link_index, impact_of_adding, impact_of_removing
 from urlguard.importing import parse_rules
 from urlguard.models import AdminJob, AdminJobChunk, ChangeSet, SpamRule
