@@ -64,6 +64,7 @@ asyncio.run(visit_async())
 from urlguard.models import ShortLink  # noqa: E402
 
 result["celery_installed"] = importlib.util.find_spec("celery") is not None
+result["metrics_status"] = client.get("/guard/metrics").status_code
 result["slug_status"] = client.get("/some-slug").status_code
 result["shortlink_admin"] = admin.site.is_registered(ShortLink)
 result["admin_header"] = str(admin.site.site_header)

@@ -154,6 +154,7 @@ def test_a_new_site_installs_the_wheel_and_every_redirect_is_guarded(tmp_path, w
             "report_href": None,
         }, (stack, clean)
     assert not seen["celery_installed"]  # an extra: the rule above applied in-process
+    assert seen["metrics_status"] == 501  # an extra too: the page says what to install
     assert seen["slug_status"] == 404 and not seen["shortlink_admin"]
     assert seen["admin_header"] == "Django administration"  # the site's own branding
     assert seen["admin"], "no admin page was opened"
