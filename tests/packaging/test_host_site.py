@@ -123,6 +123,8 @@ def test_a_new_site_installs_the_wheel_and_every_redirect_is_guarded(tmp_path):
     env = _environment(tmp_path)
     run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path / "dist", ROOT], ROOT, env)
     (wheel,) = (tmp_path / "dist").glob("urlguard-*.whl")
+    # The metadata an index shows: readme rendered, no warning.
+    run([sys.executable, "-m", "twine", "check", "--strict", wheel], ROOT, env)
     venv.create(tmp_path / "venv", with_pip=True)
     python = tmp_path / "venv" / "bin" / "python"
     pip = [python, "-m", "pip", "install", "-q"]
