@@ -68,3 +68,25 @@ def test_the_service_opts_in_to_short_links(client):
     assert resolve("/healthz").url_name == "healthz"
     assert admin.site.is_registered(ShortLink)
     assert type(admin.site._registry[ShortLink]).__module__ == "urlguard.admin.links"
+
+
+@pytest.mark.usefixtures("fresh_guard")
+def test_an_import_in_a_site_without_short_links_starts_no_rescan(editor, committed, monkeypatch):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    import urlguard.shortlinks
+    from urlguard.models import AdminJob
+
+    monkeypatch.setattr(urlguard.shortlinks, "installed", lambda: False)
+    upload = SimpleUploadedFile("feed.txt", b"spam-one.example.com\n")
+    editor.post(
+        reverse("admin:urlguard_spamrule_import"), {"file": upload, "default_category": "spam"}
+    )
+    job = AdminJob.objects.get(kind="import")
+    with committed():
+        editor.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]))
+    job.refresh_from_db()
+    assert job.state == "done" and job.result["rescan_job"] is None, job.message
+    assert not AdminJob.objects.filter(kind="rescan").exists()
+    page = editor.get(reverse("admin:urlguard_spamrule_import_job", args=[job.pk]))
+    assert page.status_code == 200 and "Rescan after the import" not in page.content.decode()

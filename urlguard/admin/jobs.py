@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from urlguard import changes
+from urlguard import changes, shortlinks
 from urlguard.admin.pages import counted
 from urlguard.celery import shared_task
 from urlguard.impact import build_link_index, impact_of_adding, impact_of_removing
@@ -366,7 +366,10 @@ def import_rules_job(job_id: int) -> dict | None:
         return None
     added, skipped = len(bulk.added), len(bulk.skipped) - int(job.result.get("repeated", 0))
     refused = [str(r) for r in bulk.refused]
-    rescan = start_rescan(user=job.created_by, after_import=job.pk)
+    # New rules may block existing short links: rescan them, where the site has any.
+    rescan = (
+        start_rescan(user=job.created_by, after_import=job.pk) if shortlinks.installed() else None
+    )
     job.state = AdminJob.State.DONE
     job.finished = timezone.now()
     job.done = job.total = added + max(skipped, 0)
@@ -376,7 +379,7 @@ def import_rules_job(job_id: int) -> dict | None:
         "skipped": max(skipped, 0),
         "refused_at_commit": refused[:MAX_REFUSED_SHOWN],
         "import_seconds": round(time.perf_counter() - started, 3),
-        "rescan_job": rescan.pk,
+        "rescan_job": rescan.pk if rescan else None,
         "change_set": change_set.pk,
     }
     job.message = f"Added {counted(added, 'rule')} ({max(skipped, 0):,} already present)."

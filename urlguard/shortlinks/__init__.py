@@ -7,3 +7,10 @@ runs the link cache.
 The models stay in the urlguard app (label and tables unchanged, so no database
 moves): the rules' impact previews and the rescan read them, and simply find none
 in a site that has no short links."""
+
+
+def installed() -> bool:
+    """Whether this site runs short links (has "urlguard.shortlinks" installed)."""
+    from django.apps import apps
+
+    return apps.is_installed("urlguard.shortlinks")
