@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -25,6 +26,22 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("build") is None,
     reason="the wheel is built with `python -m build`, which is not installed "
     "(pip install build, or make install)",
+)
+
+# What the copy the wheel is built from leaves out (caches, the checkout's own state).
+NOT_IN_THE_WHEEL = (
+    ".git",
+    ".venv",
+    "var",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "tests",
+    "bench",
 )
 
 # The site's own redirects, the ones urlguard must guard (not part of the README).
@@ -121,7 +138,10 @@ def assert_guarded(seen: dict) -> None:
 
 def test_a_new_site_installs_the_wheel_and_every_redirect_is_guarded(tmp_path):
     env = _environment(tmp_path)
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path / "dist", ROOT], ROOT, env)
+    # Built from a copy: setuptools writes build/ and *.egg-info beside the sources.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_IN_THE_WHEEL))
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path / "dist", "."], source, env)
     (wheel,) = (tmp_path / "dist").glob("urlguard-*.whl")
     # The metadata an index shows: readme rendered, no warning.
     run([sys.executable, "-m", "twine", "check", "--strict", wheel], ROOT, env)
