@@ -5,10 +5,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install bench-install run test test-services bench lint typecheck
 
-$(STAMP): pyproject.toml
+# The service's exact versions (constraints.txt) within the app's ranges (pyproject.toml).
+EXTRAS := dev,server,postgres,celery,redis,metrics
+$(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -16,7 +18,7 @@ install: $(STAMP)
 # The compiled peers the benchmarks compare against: only `make bench` needs them.
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)
-	$(VENV)/bin/pip install -q -e '.[bench]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[bench]'
 	touch $(BENCH_STAMP)
 
 bench-install: $(BENCH_STAMP)
@@ -53,3 +55,4 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy filterengine
 	$(VENV)/bin/mypy urlguard
+	$(VENV)/bin/mypy urlguard_service

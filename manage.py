@@ -1,11 +1,11 @@
 #!/usr/bin/env python
-"""Django's command-line utility for urlguard."""
+"""Django's command-line utility for the standalone urlguard service."""
 
 import os
 import sys
 
 if __name__ == "__main__":
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

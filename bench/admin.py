@@ -43,7 +43,7 @@ def setup_django(var: Path) -> None:
     os.environ["DJANGO_DEBUG"] = "0"  # DEBUG keeps every query in memory
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("CELERY_BROKER_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
     import django
 
     django.setup()
@@ -317,7 +317,7 @@ def bench_serving_import(megabytes: float, rng: random.Random) -> dict:
             **os.environ,
             "URLGUARD_VAR_DIR": var,
             "DJANGO_DEBUG": "0",
-            "DJANGO_SETTINGS_MODULE": "urlguard.settings",
+            "DJANGO_SETTINGS_MODULE": "urlguard_service.settings",
         }
         env.pop("DATABASE_URL", None)
         env.pop("CELERY_BROKER_URL", None)

@@ -39,8 +39,8 @@ PORTS = range(18850, 18900)
 BATCH = 1000
 
 SETTINGS = '''"""urlguard settings for bench/api.py: rate limits lifted."""
-from urlguard.settings import *  # noqa: F403
-from urlguard.settings import URLGUARD
+from urlguard_service.settings import *  # noqa: F403
+from urlguard_service.settings import URLGUARD
 
 URLGUARD = {**URLGUARD, "API_KEY_RATE": "100000000/m", "API_OPEN_RATE": "100000000/m"}
 '''
@@ -244,9 +244,9 @@ def main() -> None:
         proc = subprocess.Popen(
             [
                 GUNICORN,
-                "urlguard.wsgi",
+                "urlguard_service.wsgi",
                 "-c",
-                "python:urlguard.gunicornconf",
+                "python:urlguard_service.gunicornconf",
                 "--bind",
                 f"127.0.0.1:{port}",
                 "--workers",

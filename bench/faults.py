@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SETTINGS = """
-from urlguard.settings import *  # noqa: F403
+from urlguard_service.settings import *  # noqa: F403
 URLGUARD = {{**URLGUARD, "CATCHUP_INTERVAL": {catchup}, "VERIFY_INTERVAL": 0}}
 """
 
@@ -54,7 +54,7 @@ class Site:
         self.proc = subprocess.Popen(
             [
                 str(ROOT / ".venv/bin/gunicorn"),
-                "urlguard.wsgi",
+                "urlguard_service.wsgi",
                 "-w",
                 "2",
                 "-b",
@@ -156,7 +156,7 @@ def main() -> None:
 
     from filterengine import ScalingCountingBloomFilter, fileformat
     from urlguard import changes, sync
-    from urlguard.celery import app as celery_app
+    from urlguard_service.celery import app as celery_app
 
     call_command("migrate", verbosity=0)
     listed = [f"listed{i}.example.net" for i in range(args.rules)]
@@ -333,7 +333,7 @@ def _broker_outage(env: dict[str, str], tmp: Path, path: Path, changes) -> tuple
     if not shutil.which("redis-server"):
         return name, "-", "skipped: no redis-server"
     from urlguard import registry
-    from urlguard.celery import app as celery_app
+    from urlguard_service.celery import app as celery_app
 
     port = 18311
     url = f"redis://127.0.0.1:{port}/0"
@@ -349,7 +349,7 @@ def _broker_outage(env: dict[str, str], tmp: Path, path: Path, changes) -> tuple
     server = redis()
     log = open(tmp / "worker.log", "w")  # noqa: SIM115
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "urlguard", "worker", "-Q"]
+        [sys.executable, "-m", "celery", "-A", "urlguard_service", "worker", "-Q"]
         + ["urlguard.broadcast,celery", "--concurrency", "1", "-l", "INFO"]
         + ["--schedule", str(tmp / "beat"), "-B"],
         cwd=ROOT,

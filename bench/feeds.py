@@ -71,7 +71,7 @@ def main() -> None:
             DATABASE_URL=f"{args.pg}/{db}",
             URLGUARD_VAR_DIR=str(tmp / "var"),
             DJANGO_DEBUG="0",
-            DJANGO_SETTINGS_MODULE="urlguard.settings",
+            DJANGO_SETTINGS_MODULE="urlguard_service.settings",
         )
         if args.redis:
             os.environ["CELERY_BROKER_URL"] = args.redis
@@ -123,7 +123,7 @@ def main() -> None:
             }
             log = (tmp / "worker.log").open("w")
             worker = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "urlguard", "worker", "-Q",
+                [sys.executable, "-m", "celery", "-A", "urlguard_service", "worker", "-Q",
                  "urlguard.broadcast", "--pool", "solo", "--loglevel", "WARNING",
                  "--without-gossip", "--without-mingle"],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -101,7 +101,7 @@ def main() -> None:
     os.environ["URLGUARD_VAR_DIR"] = tmp
     os.environ.pop("DATABASE_URL", None)
     os.environ["DJANGO_DEBUG"] = "0"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
     try:
         run(args, Path(tmp))
     finally:

@@ -3,7 +3,7 @@ web worker (another process, read-only filter, Guard.check) on the same node, wi
 the Celery worker on Redis applying the change. Target: p95 under 1 s.
 
 Starts its own PostgreSQL database (urlguard_bench_propagation), a real
-`celery -A urlguard worker -Q <broadcast>,celery` and a reader process, then adds
+`celery -A urlguard_service worker -Q <broadcast>,celery` and a reader process, then adds
 --samples rules one after the other. Beside the full path, in the same run: the
 same measurement with the nudge applied in-process (the embedded default's path)
 and the time a catch-up needs when the message is lost (bounded by beat's
@@ -80,7 +80,7 @@ def main() -> None:
     env = {
         "DATABASE_URL": f"{args.pg}/{args.db}",
         "URLGUARD_VAR_DIR": str(var),
-        "DJANGO_SETTINGS_MODULE": "urlguard.settings",
+        "DJANGO_SETTINGS_MODULE": "urlguard_service.settings",
         "CELERY_BROKER_URL": args.broker,
     }
     os.environ.update(env)
@@ -105,7 +105,7 @@ def main() -> None:
             "-m",
             "celery",
             "-A",
-            "urlguard",
+            "urlguard_service",
             "worker",
             "-B",
             "-Q",
@@ -155,7 +155,7 @@ def main() -> None:
         log.close()
 
     # The embedded default: the nudge runs in-process at commit.
-    from urlguard.celery import app
+    from urlguard_service.celery import app
 
     app.conf.task_always_eager = True
     proc = ctx.Process(target=reader, args=(there, env))
@@ -208,7 +208,17 @@ def wait_worker(log: Path, worker: subprocess.Popen, timeout: float = 60) -> Non
         if worker.poll() is not None:
             raise SystemExit(f"celery worker exited:\n{log.read_text()[-3000:]}")
         ping = subprocess.run(
-            [sys.executable, "-m", "celery", "-A", "urlguard", "inspect", "ping", "--timeout", "1"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "urlguard_service",
+                "inspect",
+                "ping",
+                "--timeout",
+                "1",
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -59,7 +59,7 @@ def main() -> None:
     os.environ.update(
         DATABASE_URL=f"{args.pg}/{args.db}",
         URLGUARD_VAR_DIR=str(var),
-        DJANGO_SETTINGS_MODULE="urlguard.settings",
+        DJANGO_SETTINGS_MODULE="urlguard_service.settings",
     )
     os.environ.pop("CELERY_BROKER_URL", None)
     import django

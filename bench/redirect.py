@@ -209,7 +209,7 @@ class Server:
         self.log = log
         self.proc = subprocess.Popen(
             [
-                GUNICORN, "urlguard.wsgi", "--bind", f"127.0.0.1:{self.port}",
+                GUNICORN, "urlguard_service.wsgi", "--bind", f"127.0.0.1:{self.port}",
                 "--workers", str(workers), "--graceful-timeout", "20", "--log-level", "warning",
                 *(["--access-logfile", str(access_log)] if access_log else []),
             ],
@@ -492,14 +492,14 @@ def main() -> None:
     base_env.update(
         DJANGO_DEBUG="0",
         DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
-        DJANGO_SETTINGS_MODULE="urlguard.settings",
+        DJANGO_SETTINGS_MODULE="urlguard_service.settings",
         # One key for the run (the shipped default is refused off the embedded demo).
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
     )
     # The open /api/check is rate-limited per client address (60/m): wrk is one
     # address, so the limit is lifted for the comparison (the limiter still runs).
     (tmp / "bench_settings.py").write_text(
-        "from urlguard.settings import *  # noqa: F403\n"
+        "from urlguard_service.settings import *  # noqa: F403\n"
         "URLGUARD = {**URLGUARD, 'API_OPEN_RATE': '1000000000/s'}  # noqa: F405\n"
     )
     base_env.update(
@@ -554,7 +554,7 @@ def main() -> None:
 # -- the guard's own cost (guard on / off / A-A) --------------------------------------
 
 NOGUARD_SETTINGS = '''"""urlguard settings minus RedirectGuardMiddleware (bench/redirect.py)."""
-from urlguard.settings import *  # noqa: F403
+from urlguard_service.settings import *  # noqa: F403
 
 GUARD = "urlguard.middleware.RedirectGuardMiddleware"
 MIDDLEWARE = [m for m in MIDDLEWARE if m != GUARD]  # noqa: F405
@@ -600,7 +600,7 @@ def guard_cost(rounds: int = 6, seconds: int = 4, connections: int = 16) -> None
         URLGUARD_VAR_DIR=str(tmp),
         DJANGO_DEBUG="0",
         DJANGO_ALLOWED_HOSTS="127.0.0.1",
-        DJANGO_SETTINGS_MODULE="urlguard.settings",
+        DJANGO_SETTINGS_MODULE="urlguard_service.settings",
     )
     servers: dict[str, Server] = {}
     try:
@@ -608,8 +608,8 @@ def guard_cost(rounds: int = 6, seconds: int = 4, connections: int = 16) -> None
         manage(env, "seed_demo", "--no-superuser")
         for name, module in (
             ("guard off", "noguard_settings"),
-            ("guard on", "urlguard.settings"),
-            ("guard on (A/A)", "urlguard.settings"),
+            ("guard on", "urlguard_service.settings"),
+            ("guard on (A/A)", "urlguard_service.settings"),
         ):
             server_env = {
                 **env,

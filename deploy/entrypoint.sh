@@ -14,8 +14,8 @@
 set -eu
 
 # The service project's WSGI callable and Celery app: the one place to change them.
-WSGI_APP="urlguard.wsgi:application"
-CELERY_APP="urlguard"
+WSGI_APP="urlguard_service.wsgi:application"
+CELERY_APP="urlguard_service"
 
 ROOT=$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)
 cd "$ROOT"
@@ -45,9 +45,9 @@ role=$1
 shift
 case "$role" in
 web)
-    # The gunicorn hooks (urlguard.gunicornconf) remove the metric files of processes
+    # The gunicorn hooks (urlguard_service.gunicornconf) remove the metric files of processes
     # that are gone before the first worker starts, and mark exited workers dead.
-    exec "$PYTHON" -m gunicorn -c python:urlguard.gunicornconf \
+    exec "$PYTHON" -m gunicorn -c python:urlguard_service.gunicornconf \
         --bind "$BIND" --workers "${WEB_CONCURRENCY:-4}" \
         --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1,::1}" \
         --access-logfile - "$@" "$WSGI_APP"

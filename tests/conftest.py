@@ -107,7 +107,11 @@ def filter_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
     path = var / "filter.bin"
     settings = request.getfixturevalue("settings")  # pytest-django: undone after the test
     settings.VAR_DIR = var
-    settings.URLGUARD = {**getattr(settings, "URLGUARD", {}), "FILTER_PATH": str(path)}
+    settings.URLGUARD = {
+        **getattr(settings, "URLGUARD", {}),
+        "DATA_DIR": str(var),
+        "FILTER_PATH": str(path),
+    }
     _reset_registry()
     yield path
     _reset_registry()

@@ -1,5 +1,3 @@
-"""urlguard: the Django service that checks every redirect against the spam list."""
-
-from .celery import app as celery_app
-
-__all__ = ["celery_app"]
+"""urlguard: a reusable Django app that checks every redirect a site makes against
+a spam list (the middleware, the warning page, the admin, the management commands).
+The standalone service built on it is urlguard_service."""

@@ -11,12 +11,11 @@ class UrlguardConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django.conf import settings
-
-        # checks register on import; tasks registers the Celery tasks that
-        # urlguard.changes nudges by name.
-        from urlguard import checks, embedded, registry, tasks  # noqa: F401
+        # checks register on import; the task modules register the Celery tasks (the
+        # site's Celery app finds them, and urlguard.changes nudges them by name).
+        from urlguard import celery, checks, embedded, registry, tasks  # noqa: F401
         from urlguard.conf import conf
+        from urlguard.feeds import tasks as feed_tasks  # noqa: F401
 
         try:
             catch_up = conf.EMBEDDED_CATCH_UP
@@ -28,9 +27,14 @@ class UrlguardConfig(AppConfig):
         from urlguard import stats
 
         stats.install_exit_hooks()
-        if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) and catch_up:
+        if celery.HAVE_CELERY:
+            from urlguard import worker  # noqa: F401  (the worker's signal handlers)
+        # No broker: changes apply in-process, and the catch-up and feed refreshes that
+        # beat would schedule run in daemon threads of each serving process.
+        celery.run_in_process_without_broker()
+        if celery.in_process() and catch_up:
             embedded.install()
-        if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) and conf.FEED_EMBEDDED_REFRESH:
+        if celery.in_process() and conf.FEED_EMBEDDED_REFRESH:
             from urlguard.feeds import runner
 
             runner.install()

@@ -1,20 +1,41 @@
-"""The Celery application; configuration comes from Django settings (CELERY_*).
+"""urlguard's Celery configuration, for whichever Celery app the site runs. The app
+never makes a Celery app of its own: its tasks are `shared_task`s that the site's
+app finds by autodiscovery, and `configure(app)` adds the queues, routes and beat
+schedule they need. A site's celery.py (the standalone service's is
+urlguard_service/celery.py):
+
+    app = Celery("mysite")
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.autodiscover_tasks()
+    urlguard.celery.configure(app)
 
 Every node runs one small worker that consumes the broadcast queue (each node gets
 every "apply changes" nudge) and the ordinary queue:
 
-    celery -A urlguard worker -B -Q urlguard.broadcast,celery --concurrency 1
+    celery -A mysite worker -B -Q urlguard.broadcast,celery --concurrency 1
 
 (`urlguard.broadcast` is URLGUARD["BROADCAST_QUEUE"]). `-B` embeds Celery beat, which
 broadcasts the periodic catch-up; running it on several nodes only repeats an
 idempotent catch-up.
+
+Celery is optional (the `celery` extra). Without it, or with no broker configured
+(no Celery app, or one without a broker URL), every task runs in the process that
+sends it: the embedded default.
 """
 
-import os
+from __future__ import annotations
 
-from celery import Celery
+import functools
+from collections.abc import Callable
+from typing import Any
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+try:
+    from celery import shared_task
+    from celery.result import EagerResult
+except ImportError:  # Celery is an extra: without it every task runs where it is sent
+    HAVE_CELERY = False
+else:
+    HAVE_CELERY = True
 
 # The tasks every node runs (urlguard.tasks), named here so that callers and routes
 # need not import the task module.
@@ -23,9 +44,89 @@ CATCH_UP_TASK = "urlguard.tasks.catch_up"
 REBUILD_FILTER_TASK = "urlguard.tasks.rebuild_filter"
 VERIFY_FILTER_TASK = "urlguard.tasks.verify_filter"
 
-app = Celery("urlguard")
-app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["urlguard", "urlguard.feeds"])
+
+class _InProcessRequest:
+    is_eager = True
+    retries = 0
+
+
+class InProcessResult:
+    """What `.delay()` returns without Celery: the task has already run."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def get(self, **kwargs: Any) -> Any:
+        return self.result
+
+
+class InProcessTask:
+    """A task without Celery installed: calling, `.delay()` and `.apply()` run the
+    function here and now, as Celery's eager mode does (errors propagate)."""
+
+    def __init__(self, function: Callable[..., Any], name: str, bind: bool) -> None:
+        functools.update_wrapper(self, function)
+        self.name = name
+        self.request = _InProcessRequest()
+        self._function = function
+        self._bind = bind
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._bind:
+            return self._function(self, *args, **kwargs)
+        return self._function(*args, **kwargs)
+
+    def delay(self, *args: Any, **kwargs: Any) -> InProcessResult:
+        return InProcessResult(self(*args, **kwargs))
+
+    def apply(self, args: tuple = (), kwargs: dict | None = None, **options: Any) -> Any:
+        return InProcessResult(self(*args, **(kwargs or {})))
+
+
+def _in_process_task(*args: Any, name: str = "", bind: bool = False, **options: Any) -> Any:
+    """`shared_task` where Celery is not installed (same decorator forms)."""
+
+    def decorate(function: Callable[..., Any]) -> InProcessTask:
+        return InProcessTask(function, name or f"{function.__module__}.{function.__name__}", bind)
+
+    if args and callable(args[0]):
+        return decorate(args[0])
+    return decorate
+
+
+if not HAVE_CELERY:
+    shared_task = _in_process_task  # noqa: F811
+    EagerResult = InProcessResult  # type: ignore[misc,assignment]  # noqa: F811
+
+
+def current_app() -> Any:
+    """The site's Celery app (Celery's fallback default app where the site has none)."""
+    from celery import current_app as app
+
+    return app
+
+
+def in_process() -> bool:
+    """Tasks run in the process that sends them: no Celery, or the app is eager, or
+    it has no broker."""
+    if not HAVE_CELERY:
+        return True
+    conf = current_app().conf
+    return bool(conf.task_always_eager) or not (conf.broker_write_url or conf.broker_url)
+
+
+def run_in_process_without_broker() -> None:
+    """Make the site's Celery app eager when it has no broker, so that a site without
+    Celery applies each change in the process that made it, and `.delay()` never
+    tries a broker on localhost that nobody runs."""
+    if HAVE_CELERY and in_process():
+        current_app().conf.update(task_always_eager=True, task_eager_propagates=True)
+
+
+def configure(app: Any) -> None:
+    """Add urlguard's queues, routes and beat schedule to `app`'s defaults (a site's
+    own settings, e.g. CELERY_BEAT_SCHEDULE, still win)."""
+    app.add_defaults(_urlguard_defaults)
 
 
 def _urlguard_defaults() -> dict:
@@ -77,6 +178,3 @@ def _urlguard_defaults() -> dict:
         },
         "beat_schedule": schedule,
     }
-
-
-app.add_defaults(_urlguard_defaults)

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register, run_checks
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import SystemCheckError
 
 from urlguard.conf import SETTINGS
@@ -81,15 +82,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     path_row = SETTINGS["FILTER_PATH"]
     if path_row.problem(path_row.raw()):
         return messages  # E010 said it; the directory of a wrong path means nothing
-    path = path_row.resolve(path_row.raw())
+    try:
+        path = path_row.resolve(path_row.raw())
+    except ImproperlyConfigured:
+        return messages  # under a DATA_DIR that E025 refused
     directory = os.path.dirname(os.path.abspath(path))
     problem = _writable_dir(directory)
     if problem:
         messages.append(
             Error(
                 f"The filter directory {directory} cannot be used: {problem}.",
-                hint="Create it and give the service user write access, or point "
-                "URLGUARD['FILTER_PATH'] (or URLGUARD_VAR_DIR) somewhere writable.",
+                hint="Create it and give the web server's user write access, or point "
+                "URLGUARD['DATA_DIR'] (or URLGUARD['FILTER_PATH']) somewhere writable.",
                 id="urlguard.E001",
             )
         )
@@ -107,7 +111,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return messages
 
 
-# The key of `settings.py` when none is given, and Django's own marker of a generated
+# The key the standalone service falls back to, and Django's own marker of a generated
 # development key: either one is known to anyone who has read the source.
 _KNOWN_KEYS = ("dev-only-insecure-key-change-me-in-production",)
 _KNOWN_KEY_PREFIX = "django-insecure-"
@@ -123,10 +127,12 @@ def _weak_secret_key(key: object) -> str:
     return ""
 
 
-@register("urlguard")
+# A deployment check: judging the host's own SECRET_KEY must not stop a host's test run
+# on a development key. The standalone service promotes it to an ordinary check.
+@register("urlguard", deploy=True)
 def check_secret_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """With DEBUG off, refuse the default or a short SECRET_KEY: whoever knows it can
-    sign a "continue anyway" link to any URL (/continue then redirects unchecked)
+    """With DEBUG off, refuse a known or short SECRET_KEY: whoever knows it can sign a
+    "continue anyway" link to any URL (the continue view then redirects unchecked)
     and reverse the visitor hashes of the click table to addresses."""
     if settings.DEBUG:
         return []
@@ -136,33 +142,10 @@ def check_secret_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     return [
         Error(
             f"SECRET_KEY {weakness}, and DEBUG is off.",
-            hint="Set the environment variable DJANGO_SECRET_KEY to a long random value, the "
-            "same on every node, e.g. the output of "
-            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`. (The embedded "
-            f"demo, without DATABASE_URL, makes one in {settings.VAR_DIR}/secret_key; if it "
-            "could not, that directory is not writable.)",
+            hint="Set SECRET_KEY to a long random value, the same on every node (the "
+            "standalone service reads the environment variable DJANGO_SECRET_KEY), e.g. "
+            "the output of `python -c 'import secrets; print(secrets.token_urlsafe(50))'`.",
             id="urlguard.E100",
-        )
-    ]
-
-
-@register("urlguard")
-def check_var_dir(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """The var directory holds the SQLite database (sessions, password hashes) and the
-    demo's secret key: nobody but its owner may read it."""
-    var = str(settings.VAR_DIR)
-    try:
-        mode = os.stat(var).st_mode & 0o777
-    except OSError:
-        return []  # not there yet (E001 says so if it cannot be made)
-    if not mode & 0o077:
-        return []
-    return [
-        Warning(
-            f"The var directory {var} can be read by other users (mode {mode:o}); it "
-            "holds the database and the secret key.",
-            hint=f"chmod 700 {var}  (and chmod 600 the files in it)",
-            id="urlguard.W003",
         )
     ]
 

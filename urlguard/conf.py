@@ -106,8 +106,29 @@ def _names(value: Any) -> bool:
     return isinstance(value, (list, tuple, set, frozenset)) and all(_text(v) for v in value)
 
 
+def _host_base_dir() -> Path | None:
+    """The BASE_DIR that `django-admin startproject` writes into every settings.py (not
+    a Django setting: a site may have none)."""
+    base = getattr(settings, "BASE_DIR", None)
+    return Path(base) if isinstance(base, (str, Path)) and str(base) else None
+
+
+def _data_dir_valid(value: Any) -> bool:
+    if value is None:
+        return _host_base_dir() is not None
+    return _text(value) or isinstance(value, Path)
+
+
+def _data_dir(value: str | Path | None) -> str:
+    if value is None:
+        base = _host_base_dir()
+        assert base is not None  # _data_dir_valid refused None without it
+        return str(base / "var" / "urlguard")
+    return str(value)
+
+
 def _filter_path(value: str | Path | None) -> str:
-    return str(Path(settings.VAR_DIR) / "filter.bin") if value is None else str(value)
+    return str(Path(conf.DATA_DIR) / "filter.bin") if value is None else str(value)
 
 
 def _node_name(value: str | None) -> str:
@@ -123,7 +144,7 @@ def _host_names(value: Any) -> tuple[str, ...] | None:
 
 
 def _metrics_dir(value: str | Path | None) -> str:
-    return str(Path(settings.VAR_DIR) / "metrics") if value is None else str(value)
+    return str(Path(conf.DATA_DIR) / "metrics") if value is None else str(value)
 
 
 def _network(value: str) -> bool:
@@ -146,7 +167,20 @@ class Settings:
     # accessor and the tests (tests/service/test_checks.py walks this table) follow.
     # Check ids: E001-E099 for rows and URLGUARD itself, E1xx for Django's settings.
 
-    # The scaling counting Bloom filter file (one per node). None: <VAR_DIR>/filter.bin.
+    # The node's own files: the filter, the metric files, the link index, the feed
+    # memos. None: <BASE_DIR>/var/urlguard, where settings.py has the BASE_DIR that
+    # startproject writes; without one it must be set (the check says so).
+    DATA_DIR = Setting(
+        None,
+        must_be="a directory path (a string); None only where settings has a BASE_DIR "
+        "to put <BASE_DIR>/var/urlguard under",
+        valid=_data_dir_valid,
+        resolve=_data_dir,
+        check_id="urlguard.E025",
+        hint="e.g. URLGUARD = {'DATA_DIR': '/var/lib/urlguard'} (a directory on local "
+        "disk, one per node, writable by the web server's and the worker's user).",
+    )
+    # The scaling counting Bloom filter file (one per node). None: <DATA_DIR>/filter.bin.
     FILTER_PATH = Setting(
         None,
         must_be="a file path (a string) or None",
@@ -497,7 +531,7 @@ class Settings:
         check_id="urlguard.E071",
         hint="e.g. 120: an unapplied change older than this makes the node not ready.",
     )
-    # Prometheus metric files of this node's processes (None: <VAR_DIR>/metrics; the
+    # Prometheus metric files of this node's processes (None: <DATA_DIR>/metrics; the
     # environment's PROMETHEUS_MULTIPROC_DIR wins).
     METRICS_DIR = Setting(
         None,

@@ -11,7 +11,7 @@ Those few candidates are then read again and matched exactly with
 since) or a hash collision never reaches a figure. Links created after the index
 was built are matched directly from the table.
 
-Index layout (VAR_DIR/link-index/): `keys.npy`, one sorted uint64 per (link,
+Index layout (DATA_DIR/link-index/): `keys.npy`, one sorted uint64 per (link,
 expression): the expression's 64-bit hash with its low `row_bits` replaced by the
 link's row number; `links.npy`, the link primary key of each row; `meta.json`."""
 
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import mmh3
 import numpy as np
-from django.conf import settings
 from django.db.models import Count, Max
 from django.utils import timezone
 
 from urlguard.canonical import expressions
+from urlguard.conf import conf
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def _hashes(expressions_: Iterable[str]) -> np.ndarray:
 
 
 def _index_dir() -> Path:
-    return Path(settings.VAR_DIR) / "link-index"
+    return Path(conf.DATA_DIR) / "link-index"
 
 
 @dataclass

@@ -2,11 +2,11 @@
 
 prometheus_client runs in multiprocess mode: every process (gunicorn workers, the
 Celery worker, a management command) writes its counters to its own memory-mapped
-files in one directory per node (METRICS_DIR, default <VAR_DIR>/metrics; the
+files in one directory per node (METRICS_DIR, default <DATA_DIR>/metrics; the
 environment's PROMETHEUS_MULTIPROC_DIR wins), and a scrape sums them. Figures of the
 filter file itself are read from this node's file when scraped, not counted.
 
-gunicorn: `-c python:urlguard.gunicornconf` clears the files of dead processes at
+gunicorn: `-c python:urlguard_service.gunicornconf` clears the files of dead processes at
 start and marks an exited worker dead (see that module).
 """
 
@@ -27,9 +27,15 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.multiprocess import MultiProcessCollector
+
+try:
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.multiprocess import MultiProcessCollector
+except ImportError:  # the `metrics` extra: without it nothing is counted, /metrics says so
+    HAVE_PROMETHEUS = False
+else:
+    HAVE_PROMETHEUS = True
 
 from urlguard.conf import conf
 
@@ -124,12 +130,27 @@ _metrics: _Metrics | None = None
 _lock = threading.Lock()
 
 
+class _Uncounted:
+    """Every metric where prometheus_client is not installed: counts nothing."""
+
+    _buckets: tuple = ()
+
+    def labels(self, **labels: str) -> _Uncounted:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> _Uncounted:
+        return self
+
+
 def _made() -> _Metrics:
     global _metrics
     with _lock:
         if _metrics is None:
-            _metrics = _Metrics()
-        return _metrics
+            _metrics = _Metrics() if HAVE_PROMETHEUS else _Uncounted()  # type: ignore[assignment]
+        return _metrics  # type: ignore[return-value]
 
 
 #: How often the checks counted in memory reach the metric files.
@@ -173,7 +194,7 @@ class CheckTally:
             counts, self.counts = self.counts, [0] * len(VERDICTS)
             buckets, self.buckets = self.buckets, [0] * (len(CHECK_BUCKETS) + 1)
             seconds, self.seconds = self.seconds, 0.0
-        if not any(counts):
+        if not any(counts) or not HAVE_PROMETHEUS:
             return
         m = _metrics or _made()
         for label, n in zip(VERDICTS, counts, strict=True):
@@ -474,8 +495,13 @@ def _allowed(request: HttpRequest) -> bool:
 def metrics_view(request: HttpRequest, extra: Sequence[Any] = ()) -> HttpResponse:
     """`GET /metrics`: the Prometheus text format, for allowed addresses or the token;
     `extra` collectors add their families (the probes' readiness)."""
-    if not _allowed(request):
+    if not HAVE_PROMETHEUS:
         response: HttpResponse = JsonResponse(
+            {"error": "metrics need prometheus_client: pip install 'urlguard[metrics]'"},
+            status=501,
+        )
+    elif not _allowed(request):
+        response = JsonResponse(
             {"error": "metrics are not served to this address (METRICS_ALLOWED_NETWORKS)"},
             status=403,
         )

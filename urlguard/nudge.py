@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from urlguard import embedded, registry, sync
-from urlguard.celery import APPLY_CHANGES_TASK
-from urlguard.celery import app as celery_app
+from urlguard.celery import APPLY_CHANGES_TASK, current_app, in_process
 from urlguard.conf import conf
 
 logger = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ def send(seq: int) -> None:
     """Ask every node to apply the log up to `seq`. Runs after the commit; a failure
     is logged, never raised: the edit is committed and the periodic catch-up applies it."""
     try:
-        if celery_app.conf.task_always_eager:
+        if in_process():
             _apply_here(seq)
         else:
             _publish(seq)
@@ -106,6 +105,7 @@ def _publish(seq: int) -> None:
     but never answers must not hold an admin edit for the worker timeout)."""
     failure: list[BaseException] = []
     done = threading.Event()
+    celery_app = current_app()
 
     def publish() -> None:
         try:
@@ -129,6 +129,7 @@ def _publish(seq: int) -> None:
 
 def _transport_options() -> dict[str, Any]:
     # Each transport spells its socket timeouts its own way.
+    celery_app = current_app()
     url = str(celery_app.conf.broker_write_url or celery_app.conf.broker_url or "")
     if url.startswith(("redis", "rediss", "sentinel")):
         return {

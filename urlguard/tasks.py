@@ -1,9 +1,9 @@
-"""The Celery side of keeping this node's filter current: thin task wrappers around
-urlguard.sync (retries with backoff on a worker) and the worker's boot-time catch-up.
+"""The tasks that keep this node's filter current: thin wrappers around urlguard.sync
+(retries with backoff on a Celery worker; in-process without one).
 
-Every task is broadcast to every node (urlguard.celery routes them); the message
+Every task is broadcast to every node (urlguard.celery.configure routes them); the message
 carries no change, only a nudge, so duplicate, late or lost deliveries are harmless.
-Boot-time (worker_ready) and periodic (beat) catch-ups cover a node that missed one.
+Boot-time and periodic (beat) catch-ups (urlguard.worker) cover a node that missed one.
 """
 
 from __future__ import annotations
@@ -12,10 +12,6 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from celery import bootsteps, shared_task
-from celery.signals import worker_init, worker_ready
-from celery.utils.time import get_exponential_backoff_interval
-from django.core.management.base import SystemCheckError
 from django.db import DatabaseError
 
 from urlguard import registry, sync
@@ -24,9 +20,8 @@ from urlguard.celery import (
     CATCH_UP_TASK,
     REBUILD_FILTER_TASK,
     VERIFY_FILTER_TASK,
+    shared_task,
 )
-from urlguard.celery import app as celery_app
-from urlguard.checks import refuse_to_start
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +41,8 @@ def _run(
             # In-process mode runs inside a web request: no sleeping retries there;
             # the next change or `manage.py sync_filter` picks the work up.
             raise
+        from celery.utils.time import get_exponential_backoff_interval
+
         countdown = get_exponential_backoff_interval(
             factor=1, retries=task.request.retries, maximum=60, full_jitter=True
         )
@@ -77,60 +74,3 @@ def verify_filter() -> dict[str, Any]:
     """Scheduled (beat, VERIFY_INTERVAL): probe every rule of the table in this node's
     file, and rebuild it on any miss (logged at ERROR, shown on the dashboard)."""
     return asdict(sync.verify_and_repair())
-
-
-def _catch_up_now(why: str) -> None:
-    try:
-        result = sync.sync_and_report(periodic=True)
-    except Exception:
-        logger.exception("%s catch-up of the filter failed; beat will retry", why)
-        return
-    logger.info(
-        "%s catch-up: filter %s at change #%d (%d applied%s)",
-        why,
-        result.path,
-        result.applied_seq,
-        result.applied,
-        f"; rebuilt: {result.rebuilt}" if result.rebuilt else "",
-    )
-
-
-@worker_init.connect
-def _refuse_wrong_settings(sender: Any = None, **kwargs: Any) -> None:
-    # Celery's Django fixup runs the system checks but ignores what they find: a
-    # worker with a wrong setting would apply changes to the wrong file, or fail
-    # each task. It stops here, as gunicorn and runserver do (a SystemExit is the
-    # one exception Celery's signal dispatch does not swallow).
-    try:
-        refuse_to_start()
-    except SystemCheckError as exc:
-        logger.critical("%s", exc)
-        raise SystemExit(1) from exc
-
-
-@worker_ready.connect
-def _catch_up_at_boot(sender: Any = None, **kwargs: Any) -> None:
-    # Runs in the worker before it takes messages: a node that was down while rules
-    # changed is current again before it applies the next nudge.
-    _catch_up_now("boot-time")
-
-
-class CatchUpOnReconnect(bootsteps.StartStopStep):
-    """A consumer step: started each time the worker (re)connects to the broker.
-    Nudges published while it was away are lost, so a reconnect catches up at once
-    and staleness after a broker outage is the outage, not up to CATCHUP_INTERVAL
-    more."""
-
-    requires = {"celery.worker.consumer.tasks:Tasks"}
-
-    def __init__(self, parent: Any, **kwargs: Any) -> None:
-        super().__init__(parent, **kwargs)
-        self.connections = 0
-
-    def start(self, parent: Any) -> None:
-        self.connections += 1
-        if self.connections > 1:  # the first is boot, caught up by worker_ready
-            _catch_up_now("broker-reconnect")
-
-
-celery_app.steps["consumer"].add(CatchUpOnReconnect)

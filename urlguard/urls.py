@@ -1,29 +1,25 @@
-"""URL configuration. Admin pages are added by the admin's ModelAdmin.get_urls,
-not here; the short-link catch-all comes last so it never shadows a page."""
+"""The app's pages, to include under any prefix in a site's urls:
 
-from django.contrib import admin
-from django.templatetags.static import static
-from django.urls import include, path
-from django.views.generic import RedirectView
+    path("guard/", include("urlguard.urls"))
+
+Everything is reversed through the namespace (`urlguard:report` ...), so the warning
+page's links work wherever this is included. Admin pages come from the ModelAdmins;
+short links are `urlguard.shortlinks.urls`, included only by a site that wants them."""
+
+from django.urls import path
 
 from urlguard import api, health, reports, views
 
-site_patterns = [
-    path("", views.home, name="home"),
+app_name = "urlguard"
+
+urlpatterns = [
     path("api/check", api.check, name="api-check"),
-    # Also answered by health.ProbeMiddleware, before host validation and sessions.
+    # Also answered by health.ProbeMiddleware (where installed), before host validation
+    # and sessions.
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics_view, name="metrics"),
     path("continue", views.continue_anyway, name="continue"),
     # A trailing slash: "report" alone could be a short link's slug.
     path("report-mistake/", reports.report_view, name="report"),
-    path("<slug:slug>", views.short_link, name="short-link"),
-]
-
-urlpatterns = [
-    path("admin/", admin.site.urls),
-    # Browsers ask for /favicon.ico where a page names no icon (JSON, plain text).
-    path("favicon.ico", RedirectView.as_view(url=static("urlguard/favicon.svg"), permanent=True)),
-    path("", include((site_patterns, "urlguard"))),
 ]

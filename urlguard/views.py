@@ -1,6 +1,6 @@
-"""Pages and endpoints of the service: the home page, short links, the signed
-"continue anyway" step of the warning page (urlguard.warning). The JSON check API
-is in urlguard.api."""
+"""Pages of the app: the signed "continue anyway" step of the warning page
+(urlguard.warning) and the short-link redirect view (routed by the opt-in
+urlguard.shortlinks.urls). The JSON check API is in urlguard.api."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from django.views.decorators.http import require_GET
 from urlguard import hitlog, linkcache, metrics
 from urlguard.clicks import record_click, visitor_id
 from urlguard.conf import conf
-from urlguard.management.commands.seed_demo import demo_links, embedded_demo_database
 from urlguard.unavailable import unavailable
 from urlguard.warning import (
     WEB_SCHEMES,
@@ -73,12 +72,6 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
     mark_confirmed(response)
     metrics.continued()
     return response
-
-
-def home(request: HttpRequest) -> HttpResponse:
-    # The demo's own links only: a shortener's links are its users' business.
-    context = {"links": list(demo_links()), "demo": embedded_demo_database()}
-    return render(request, "urlguard/home.html", context)
 
 
 def short_link(request: HttpRequest, slug: str) -> HttpResponse:

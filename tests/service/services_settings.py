@@ -4,8 +4,8 @@ environment so that a test can run a node with a fast periodic catch-up."""
 
 import os
 
-from urlguard.settings import *  # noqa: F403
-from urlguard.settings import URLGUARD
+from urlguard_service.settings import *  # noqa: F403
+from urlguard_service.settings import URLGUARD
 
 URLGUARD = {
     **URLGUARD,

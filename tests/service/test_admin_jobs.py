@@ -68,9 +68,10 @@ def test_dispatch_runs_on_the_runner_thread_without_a_broker(
 
 
 def test_dispatch_sends_to_a_worker_with_a_broker(monkeypatch, django_capture_on_commit_callbacks):
-    from urlguard.celery import app
+    from urlguard_service.celery import app
 
     monkeypatch.setitem(app.conf, "task_always_eager", False)
+    monkeypatch.setitem(app.conf, "broker_url", "redis://127.0.0.1:1/0")
     sent = []
 
     class Task:

@@ -249,7 +249,7 @@ def test_remove_rules_from_a_queryset_in_chunks(nudges, django_capture_on_commit
 def test_broker_down_keeps_the_edit_and_logs(settings, caplog, django_capture_on_commit_callbacks):
     """The real nudge against a broker on a closed port: the rule and its event are
     committed, the admin gets no exception, and the log says what will happen."""
-    from urlguard.celery import app
+    from urlguard_service.celery import app
 
     saved = {
         k: app.conf[k] for k in ("task_always_eager", "broker_url", "broker_connection_timeout")

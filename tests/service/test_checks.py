@@ -93,6 +93,7 @@ def test_every_row_refuses_a_value_of_another_type(settings, name):
 # Values each row must refuse beyond a wrong type: out of range, bool for a number,
 # a string where a number or list is meant. (name, bad values)
 REFUSED = {
+    "DATA_DIR": ["", 5],
     "FILTER_PATH": ["", 5],
     "FILTER_CAPACITY": [0, -5, 1.5, "1000", True, None],
     "FILTER_ERROR_RATE": [0, 1, 1.5, -0.1, "0.01", True, None, math.nan],
@@ -158,6 +159,7 @@ REFUSED = {
 }
 # Values that look odd but are right.
 ACCEPTED = {
+    "DATA_DIR": [None, "/srv/urlguard", Path("/srv/urlguard")],
     "FILTER_PATH": [None, "/srv/urlguard/filter.bin", Path("/srv/urlguard/filter.bin")],
     "REDIRECT_MAX_AGE": [0, 3600],
     "ALLOWED_OTHER_SCHEMES": [[], ("mailto",), {"tel", "sms"}, ["MAILTO"], ["web+app"]],
@@ -244,6 +246,29 @@ def test_e001_not_raised_for_a_directory_that_can_be_created(settings, tmp_path)
     assert ids() == ["urlguard.W001"]
 
 
+def test_data_dir_defaults_under_the_sites_base_dir(settings, tmp_path):
+    settings.BASE_DIR = tmp_path / "mysite"
+    set_urlguard(settings, DATA_DIR=None, FILTER_PATH=None, METRICS_DIR=None)
+    assert str(tmp_path / "mysite" / "var" / "urlguard") == conf.DATA_DIR
+    assert str(tmp_path / "mysite" / "var" / "urlguard" / "filter.bin") == conf.FILTER_PATH
+    assert str(tmp_path / "mysite" / "var" / "urlguard" / "metrics") == conf.METRICS_DIR
+    assert "urlguard.E025" not in ids()
+
+
+def test_e025_no_data_dir_and_no_base_dir_to_derive_one(settings):
+    """A site whose settings have no BASE_DIR: the check names the setting to write,
+    and nothing (the check of the filter directory, start-up) raises."""
+    del settings.BASE_DIR
+    set_urlguard(settings, DATA_DIR=None, FILTER_PATH=None)
+    (error,) = [m for m in check_settings() if m.id == "urlguard.E025"]
+    assert "DATA_DIR" in error.msg and "BASE_DIR" in error.msg
+    assert "URLGUARD = {'DATA_DIR': '/var/lib/urlguard'}" in error.hint
+    with pytest.raises(ImproperlyConfigured, match="urlguard.E025"):
+        conf.FILTER_PATH  # noqa: B018
+    set_urlguard(settings, FILTER_PATH="/srv/urlguard/filter.bin")
+    assert conf.FILTER_PATH == "/srv/urlguard/filter.bin"
+
+
 def test_a_wrong_filter_path_is_reported_once(settings):
     set_urlguard(settings, FILTER_PATH=5)
     assert ids() == ["urlguard.E010"]
@@ -303,7 +328,7 @@ def test_refuse_to_start_lets_warnings_through(filter_path):
 def _boot(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run `args` with settings whose URLGUARD has REDIRECT_MAX_AGE='90s'."""
     (tmp_path / "wrong_settings.py").write_text(
-        "from urlguard.settings import *  # noqa: F403\n"
+        "from urlguard_service.settings import *  # noqa: F403\n"
         "URLGUARD = {**URLGUARD, 'REDIRECT_MAX_AGE': '90s'}  # noqa: F405\n"
     )
     env = {
@@ -320,7 +345,7 @@ def _boot(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("entry_point", ["urlguard.wsgi", "urlguard.asgi"])
+@pytest.mark.parametrize("entry_point", ["urlguard_service.wsgi", "urlguard_service.asgi"])
 def test_wsgi_and_asgi_boot_stop_on_a_wrong_value(tmp_path, entry_point):
     """What gunicorn (or an ASGI server) does first: import the application."""
     done = _boot(tmp_path, "-c", f"import {entry_point}")

@@ -350,7 +350,7 @@ def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
     env.update(
         URLGUARD_VAR_DIR=str(tmp_path),
         URLGUARD_FILTER_PATH=str(tmp_path / "filter.bin"),
-        DJANGO_SETTINGS_MODULE="urlguard.settings",
+        DJANGO_SETTINGS_MODULE="urlguard_service.settings",
         DJANGO_ALLOWED_HOSTS="127.0.0.1",
         PYTHONDONTWRITEBYTECODE="1",
     )
@@ -372,7 +372,7 @@ def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
     db.commit()
     # A flush interval longer than the test: only the graceful stop writes.
     (tmp_path / "slow_flush.py").write_text(
-        "from urlguard.settings import *  # noqa: F403\n"
+        "from urlguard_service.settings import *  # noqa: F403\n"
         "URLGUARD = {**URLGUARD, 'STATS_FLUSH_INTERVAL': 3600}  # noqa: F405\n"
     )
     with socket.socket() as sock:
@@ -380,7 +380,7 @@ def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
         port = sock.getsockname()[1]
     log = (tmp_path / "gunicorn.log").open("w")
     proc = subprocess.Popen(
-        [str(GUNICORN), "urlguard.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+        [str(GUNICORN), "urlguard_service.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
         cwd=ROOT,
         env={**env, "DJANGO_SETTINGS_MODULE": "slow_flush", "PYTHONPATH": f"{tmp_path}:{ROOT}"},
         stdout=log,

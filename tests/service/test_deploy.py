@@ -62,7 +62,7 @@ def test_without_https_check_deploy_names_what_django_https_turns_on(tmp_path):
 
 
 SHOW = (
-    "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'urlguard.settings'; "
+    "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'urlguard_service.settings'; "
     "django.setup(); from django.conf import settings as s; "
     "print(s.SECURE_PROXY_SSL_HEADER, s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, "
     "s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE)"
@@ -95,7 +95,7 @@ def test_health_paths_are_not_redirected_to_https(client, settings):
 
 def test_postgresql_connections_give_up_after_a_bounded_wait(tmp_path):
     code = (
-        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'urlguard.settings'; "
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'urlguard_service.settings'; "
         "from django.conf import settings; "
         "print(settings.DATABASES['default']['OPTIONS'].get('connect_timeout'))"
     )
@@ -111,7 +111,7 @@ def test_node_name_and_metrics_access_come_from_the_environment(tmp_path):
         "print(conf.NODE_NAME, repr(conf.METRICS_TOKEN), "
         "[str(n) for n in conf.METRICS_ALLOWED_NETWORKS])"
     )
-    env = {"DJANGO_SETTINGS_MODULE": "urlguard.settings"}
+    env = {"DJANGO_SETTINGS_MODULE": "urlguard_service.settings"}
     done = _run(
         tmp_path,
         ["-c", probe],

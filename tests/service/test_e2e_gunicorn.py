@@ -66,7 +66,8 @@ _service_var: dict[str, tuple[Path, dict[str, str]]] = {}
 
 @contextmanager
 def _serving(var: Path) -> Iterator[str]:
-    """gunicorn (2 workers, urlguard.gunicornconf) on a seeded database of its own in `var`."""
+    """gunicorn (2 workers, urlguard_service.gunicornconf) on a seeded database of its
+    own in `var`."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -93,9 +94,9 @@ def _serving(var: Path) -> Iterator[str]:
     proc = subprocess.Popen(
         [
             str(GUNICORN),
-            "urlguard.wsgi",
+            "urlguard_service.wsgi",
             "--config",
-            "python:urlguard.gunicornconf",
+            "python:urlguard_service.gunicornconf",
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",

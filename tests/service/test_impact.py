@@ -120,9 +120,9 @@ def test_a_background_build_writes_where_it_was_asked_from(db, settings, tmp_pat
     )
     monkeypatch.setattr(connections, "close_all", lambda: None)  # the test's connection
     ShortLink.objects.create(slug="a", destination="https://a.example/x")
-    settings.VAR_DIR = tmp_path / "asked"
+    settings.URLGUARD = {**settings.URLGUARD, "DATA_DIR": str(tmp_path / "asked")}
     assert impact.build_in_background()
-    settings.VAR_DIR = tmp_path / "later"
+    settings.URLGUARD = {**settings.URLGUARD, "DATA_DIR": str(tmp_path / "later")}
     started[0]()
     assert (tmp_path / "asked" / "link-index" / "meta.json").exists()
     assert not (tmp_path / "later").exists()

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from urlguard import views
 from urlguard.logformat import Formatter
+from urlguard_service import views
 
 pytestmark = pytest.mark.django_db
 

@@ -16,11 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.service.webfakes import SetFilter
 from urlguard import guard as guard_module
-from urlguard import gunicornconf, metrics, nodestatus, registry
+from urlguard import metrics, nodestatus, registry
 from urlguard.changes import add_rule, remove_rule
 from urlguard.guard import Guard
 from urlguard.metrics import VERDICTS
 from urlguard.models import ShortLink, SpamRule
+from urlguard_service import gunicornconf
 
 pytestmark = pytest.mark.django_db
 

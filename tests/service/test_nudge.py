@@ -11,8 +11,8 @@ import pytest
 from django.urls import reverse
 
 from urlguard import changes, embedded, nudge, registry, sync
-from urlguard.celery import app as celery_app
 from urlguard.models import SpamRule
+from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
 

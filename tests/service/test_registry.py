@@ -173,7 +173,7 @@ class Reader:
     def __init__(self, path):
         env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "urlguard.settings",
+            "DJANGO_SETTINGS_MODULE": "urlguard_service.settings",
             "URLGUARD_VAR_DIR": str(path.parent),
             "URLGUARD_FILTER_PATH": str(path),
         }

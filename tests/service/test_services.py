@@ -130,7 +130,7 @@ class Worker:
                 "-m",
                 "celery",
                 "-A",
-                "urlguard",
+                "urlguard_service",
                 "worker",
                 "-B",
                 "-Q",

@@ -211,7 +211,7 @@ def file_db(tmp_path_factory):
     env.update(
         URLGUARD_VAR_DIR=str(var),
         URLGUARD_FILTER_PATH=str(var / "filter.bin"),
-        DJANGO_SETTINGS_MODULE="urlguard.settings",
+        DJANGO_SETTINGS_MODULE="urlguard_service.settings",
         PYTHONDONTWRITEBYTECODE="1",
     )
     subprocess.run(

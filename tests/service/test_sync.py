@@ -21,9 +21,9 @@ from django.urls import reverse
 
 from filterengine import FilterSpaceError, ScalingCountingBloomFilter, fileformat
 from urlguard import changes, embedded, registry, sync
-from urlguard.celery import app as celery_app
 from urlguard.guard import get_guard
 from urlguard.models import NodeStatus
+from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
 

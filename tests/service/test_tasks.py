@@ -14,10 +14,10 @@ import pytest
 from django.db import transaction
 
 from filterengine import ScalingCountingBloomFilter, fileformat
-from urlguard import changes, registry, sync, tasks
-from urlguard.celery import app as celery_app
+from urlguard import changes, registry, sync, tasks, worker
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
+from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
 
@@ -321,7 +321,7 @@ def test_broker_down_then_catch_up(
         celery_app._pool = None
         celery_app.amqp._producer_pool = None
     assert rule.expression not in reader(filter_path)
-    tasks._catch_up_at_boot()  # the worker's boot-time catch-up (beat's does the same)
+    worker._catch_up_at_boot()  # the worker's boot-time catch-up (beat's does the same)
     assert rule.expression in reader(filter_path)
 
 
@@ -443,9 +443,13 @@ def test_a_broker_reconnect_catches_up_at_once(monkeypatch):
     from types import SimpleNamespace
 
     calls = []
-    monkeypatch.setattr(tasks, "_catch_up_now", calls.append)
-    assert tasks.CatchUpOnReconnect in celery_app.steps["consumer"]
-    step = tasks.CatchUpOnReconnect(SimpleNamespace())
+    monkeypatch.setattr(worker, "_catch_up_now", calls.append)
+    from celery.signals import celeryd_init
+
+    # Added to the site's app as a worker starts (not at import: no app of our own).
+    celeryd_init.send(sender="node", instance=SimpleNamespace(app=celery_app), conf=None)
+    assert worker.CatchUpOnReconnect in celery_app.steps["consumer"]
+    step = worker.CatchUpOnReconnect(SimpleNamespace())
     step.start(None)
     assert calls == []
     step.start(None)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 def demo_home(monkeypatch):
     """The home page as the embedded demo has it, listing the demo's links from the
     database (a deployment's lists none and needs no database), whatever the database."""
-    from urlguard.management.commands import seed_demo
+    from urlguard_service.management.commands import seed_demo
 
     monkeypatch.setattr(seed_demo, "embedded_demo_database", lambda: True)
 

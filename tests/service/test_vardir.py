@@ -1,4 +1,4 @@
-"""urlguard.vardir and the settings that use it: var/ is made 0700 with its files
+"""urlguard_service.vardir and the settings that use it: var/ is made 0700 with its files
 0600, the embedded demo makes (once) and keeps a random SECRET_KEY there, and a
 deployment with a real database and no key is refused at start."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from urlguard import vardir
+from urlguard_service import vardir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +93,7 @@ def _django(tmp_path: Path, code: str, **env: str) -> subprocess.CompletedProces
 
 
 SHOW_KEY = (
-    "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'urlguard.settings'; "
+    "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'urlguard_service.settings'; "
     "django.setup(); from django.conf import settings; print(settings.SECRET_KEY)"
 )
 
@@ -125,11 +125,11 @@ def test_a_real_database_without_a_key_does_not_start(tmp_path, entry):
         "import sys; from django.core.management import execute_from_command_line; "
         "execute_from_command_line(['manage.py', 'check'])"
         if entry == "check"
-        else "import urlguard.wsgi"
+        else "import urlguard_service.wsgi"
     )
     env = {
         "DATABASE_URL": "postgres://nobody@127.0.0.1:9/none",
-        "DJANGO_SETTINGS_MODULE": "urlguard.settings",
+        "DJANGO_SETTINGS_MODULE": "urlguard_service.settings",
     }
     done = _django(tmp_path, code, **env)
     assert done.returncode != 0

@@ -64,7 +64,7 @@ def test_home_lists_only_the_demo_links_and_only_in_the_embedded_demo(
 ):
     from django.core.management import call_command
 
-    from urlguard.management.commands import seed_demo
+    from urlguard_service.management.commands import seed_demo
 
     call_command("seed_demo", "--no-superuser", stdout=io.StringIO())
     ShortLink.objects.create(slug="mine", destination="https://private.example/a-users-link")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import time
 
-from celery.result import EagerResult
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
@@ -17,6 +16,7 @@ from urlguard import hitlog, registry, sync, tasks
 from urlguard.admin.charts import StageBar, format_rate, render_daily_hits, render_stage_chart
 from urlguard.admin.pages import http_methods, render_tool
 from urlguard.admin.sources import feed_health_rows
+from urlguard.celery import EagerResult
 from urlguard.conf import conf
 from urlguard.models import NodeStatus, SpamRule
 

@@ -108,8 +108,9 @@ def status_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         allowed = model_admin.has_delete_permission(request)
     else:
         allowed = model_admin.has_add_permission(request)
-    if job.kind == AdminJob.Kind.RESCAN and not allowed:
-        links_admin = model_admin.admin_site.get_model_admin(ShortLink)
+    site = model_admin.admin_site
+    if job.kind == AdminJob.Kind.RESCAN and not allowed and site.is_registered(ShortLink):
+        links_admin = site.get_model_admin(ShortLink)
         allowed = links_admin.has_view_permission(request)
     if not allowed:
         raise PermissionDenied

@@ -19,12 +19,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from celery import shared_task
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from urlguard import changes
+from urlguard import changes, shortlinks
 from urlguard.admin.pages import counted
+from urlguard.celery import shared_task
 from urlguard.impact import build_link_index, impact_of_adding, impact_of_removing
 from urlguard.importing import parse_rules
 from urlguard.models import AdminJob, AdminJobChunk, ChangeSet, SpamRule
@@ -96,9 +96,9 @@ def dispatch(task, job_id: int) -> None:
     """Run the Celery task `task` for the job: on a worker (after the commit, so the
     worker finds the row), else on this process's runner thread, else (an in-memory
     test database, invisible to other threads) right here."""
-    from urlguard.celery import app
+    from urlguard.celery import in_process
 
-    if not app.conf.task_always_eager:
+    if not in_process():
         transaction.on_commit(lambda: task.delay(job_id))
     elif _memory_database():
         task(job_id)
@@ -366,7 +366,10 @@ def import_rules_job(job_id: int) -> dict | None:
         return None
     added, skipped = len(bulk.added), len(bulk.skipped) - int(job.result.get("repeated", 0))
     refused = [str(r) for r in bulk.refused]
-    rescan = start_rescan(user=job.created_by, after_import=job.pk)
+    # New rules may block existing short links: rescan them, where the site has any.
+    rescan = (
+        start_rescan(user=job.created_by, after_import=job.pk) if shortlinks.installed() else None
+    )
     job.state = AdminJob.State.DONE
     job.finished = timezone.now()
     job.done = job.total = added + max(skipped, 0)
@@ -376,7 +379,7 @@ def import_rules_job(job_id: int) -> dict | None:
         "skipped": max(skipped, 0),
         "refused_at_commit": refused[:MAX_REFUSED_SHOWN],
         "import_seconds": round(time.perf_counter() - started, 3),
-        "rescan_job": rescan.pk,
+        "rescan_job": rescan.pk if rescan else None,
         "change_set": change_set.pk,
     }
     job.message = f"Added {counted(added, 'rule')} ({max(skipped, 0):,} already present)."

@@ -62,7 +62,7 @@ def disable_links(reasons: dict[int, str]) -> int:
     return changed
 
 
-@admin.register(ShortLink)
+# Registered by urlguard.shortlinks (short links are opt-in for a site).
 class ShortLinkAdmin(admin.ModelAdmin):
     # Short enough to fit beside the filter sidebar at 1280 px: with separate click and
     # visitor columns, "disabled" was scrolled out of sight.

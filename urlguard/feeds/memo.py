@@ -4,7 +4,7 @@ it normalized to. A refresh looks every entry up here and normalizes only what i
 has not seen: a 1% churn of a million entries normalizes ~10,000 texts, not a
 million.
 
-It is a cache, in the VAR_DIR of the process that refreshes: missing, unreadable or
+It is a cache, in the DATA_DIR of the process that refreshes: missing, unreadable or
 made under another normalizer or allowlist (its stamp differs), it is ignored and
 the refresh normalizes everything, then writes a new one."""
 
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from django.conf import settings
 
 from urlguard.conf import conf
 
@@ -30,7 +29,7 @@ _SLICE = 1 << 16
 
 
 def path_for(source_id: int) -> Path:
-    return Path(settings.VAR_DIR) / "feeds" / f"source-{source_id}.memo.npz"
+    return Path(conf.DATA_DIR) / "feeds" / f"source-{source_id}.memo.npz"
 
 
 def stamp(fmt: str, allowlist_digest: str) -> str:

@@ -8,10 +8,9 @@ import logging
 import time
 from typing import Any
 
-from celery import shared_task
-from celery.utils.time import get_exponential_backoff_interval
 from django.utils import timezone
 
+from urlguard.celery import shared_task
 from urlguard.conf import conf
 from urlguard.feeds.refresh import due_sources, refresh_source
 from urlguard.models import AdminJob, Source
@@ -64,6 +63,8 @@ def refresh_feed(
         raise
     retries = int(conf.FEED_RETRIES)
     if result.transient and not self.request.is_eager and self.request.retries < retries:
+        from celery.utils.time import get_exponential_backoff_interval
+
         countdown = get_exponential_backoff_interval(
             factor=30, retries=self.request.retries, maximum=900, full_jitter=True
         )

@@ -4,7 +4,7 @@ import os
 
 from django.core.asgi import get_asgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
 application = get_asgi_application()
 
 from urlguard.checks import refuse_to_start  # noqa: E402  (needs the apps loaded)

@@ -1,6 +1,6 @@
 """gunicorn server hooks for urlguard's Prometheus metrics (multiprocess mode):
 
-    gunicorn -c python:urlguard.gunicornconf urlguard.wsgi -w 4
+    gunicorn -c python:urlguard_service.gunicornconf urlguard_service.wsgi -w 4
 
 - `on_starting` (the master, before any worker): removes the metric files of
   processes that no longer run, so a restarted server does not add a dead worker's
@@ -12,7 +12,7 @@
 - `post_request` (a worker, after each response): counts it by status class
   (`urlguard_http_responses_total{code}`), including the ones Django never saw.
 
-Another config file can take these over: `from urlguard.gunicornconf import
+Another config file can take these over: `from urlguard_service.gunicornconf import
 on_starting, child_exit, post_request`.
 """
 
@@ -29,7 +29,7 @@ _PID = re.compile(r"_(\d+)\.db$")
 
 
 def _metrics_dir() -> str:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
     # Settings only, no app registry: the master must not open database connections
     # its workers would inherit.
     from urlguard.metrics import multiprocess_dir

@@ -1,4 +1,4 @@
-"""WSGI entry point (gunicorn urlguard.wsgi). A wrong setting stops the boot here
+"""WSGI entry point (gunicorn urlguard_service.wsgi). A wrong setting stops the boot here
 (urlguard.checks.refuse_to_start), as it stops `runserver`."""
 
 import os
@@ -6,7 +6,7 @@ import sys
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
 application = get_wsgi_application()
 
 from urlguard.checks import refuse_to_start  # noqa: E402  (needs the apps loaded)

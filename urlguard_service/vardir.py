@@ -1,6 +1,6 @@
 """The var directory of the embedded default (SQLite database, filter file, the
 demo's secret key): created readable by its owner only, and the demo's random
-secret key kept in it. Imported by urlguard/settings.py, so it imports no Django."""
+secret key kept in it. Imported by urlguard_service/settings.py, so it imports no Django."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Django settings. Embedded defaults (SQLite, Celery in-process, filter under var/);
-DATABASE_URL and CELERY_BROKER_URL in the environment switch to real services."""
+"""The standalone service's Django settings. Embedded defaults (SQLite, Celery
+in-process, filter under var/); DATABASE_URL and CELERY_BROKER_URL in the environment
+switch to real services."""
 
 import contextlib
 import os
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from urlguard.vardir import demo_secret_key, make_private_dir, make_private_file
+from urlguard_service.vardir import demo_secret_key, make_private_dir, make_private_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("URLGUARD_VAR_DIR", BASE_DIR / "var"))
@@ -66,6 +67,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "axes",
     "urlguard.apps.UrlguardConfig",
+    "urlguard.shortlinks",
+    "urlguard_service.apps.UrlguardServiceConfig",
 ]
 
 MIDDLEWARE = [
@@ -98,8 +101,8 @@ AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
 AXES_RESET_ON_SUCCESS = True
 
-ROOT_URLCONF = "urlguard.urls"
-WSGI_APPLICATION = "urlguard.wsgi.application"
+ROOT_URLCONF = "urlguard_service.urls"
+WSGI_APPLICATION = "urlguard_service.wsgi.application"
 
 TEMPLATES = [
     {
@@ -153,6 +156,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5}
 
 URLGUARD = {
+    "DATA_DIR": str(VAR_DIR),
     "FILTER_PATH": os.environ.get("URLGUARD_FILTER_PATH", str(VAR_DIR / "filter.bin")),
     "LOG_JSON": os.environ.get("URLGUARD_LOG_JSON", "0") == "1",
 }
