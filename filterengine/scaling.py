@@ -11,10 +11,11 @@ never stop the filter from scaling: fullness is a count, not an id.
 
 One writer per file (locking.py), any number of read-only openers in other
 processes. They share the page cache through ``MAP_SHARED`` (mapping.py), so
-readers see additions without reopening; before each answer a reader compares
-one header word (stage count + superseded bit) with the value it mapped, and
-remaps when a stage was added or the file was replaced by ``build``
-(atomicfile.py).
+readers see additions without reopening; before each answer a reader reads the
+last byte its stages need (one ``pread``: a file truncated or copied over in
+place is refused before a page is touched, not a SIGBUS) and compares one header
+word (stage count + superseded bit) with the value it mapped, and remaps when a
+stage was added or the file was replaced by ``build`` (atomicfile.py).
 
 Crash safety follows dablooms: ``mem_seqnum`` is 0 while a change is being
 applied and a fresh non-zero number after it; ``flush()`` msyncs the counters
@@ -88,6 +89,41 @@ def _is_clean(state: ff.State) -> bool:
         and state.mem_seqnum != 0
         and state.disk_seqnum == state.mem_seqnum
     )
+
+
+def _probe(view: FileView, key: str | bytes) -> bool:
+    """The scalar lookup in one checked view (contains, maybe_present)."""
+    # hash_pair inlined: this is the per-redirect hot path.
+    if type(key) is str:
+        key = key.encode()
+    elif type(key) is not bytes:
+        hash_pair(key)  # raises the TypeError naming the type
+    h1, h2 = _hash_tuple(key, view.seed)
+    # COUNTER_SCHEME positions (counters.py), one pair of slices per
+    # region. The first pair is unrolled: most absent keys leave a stage
+    # at its first probe, before h2 is even reduced. Measured (bench/
+    # engine.py): a pair per loop turn with plain `% cells` beats a
+    # (start, mask) tuple per slice; lazy map()/itemgetter pipelines and
+    # generated per-stage functions were slower (method-wrapper and
+    # function calls cost more than the bytecode they save).
+    for first, regions, cells in view.probes:
+        x = h1 % cells
+        if not first[x] & 0x0F:
+            continue
+        step = h2 % cells
+        x = (x + step) % cells
+        if not first[x] & 0xF0:
+            continue
+        for region in regions:
+            x = (x + step) % cells
+            if not region[x] & 0x0F:
+                break
+            x = (x + step) % cells
+            if not region[x] & 0xF0:
+                break
+        else:
+            return True
+    return False
 
 
 class ScalingCountingBloomFilter:
@@ -334,12 +370,6 @@ class ScalingCountingBloomFilter:
             release_writer_lock(lock_fd)
 
     # -- the mapping ----------------------------------------------------------
-    def _check_size(self, view: FileView) -> None:
-        """The throttled guard before a lookup touches the mapping (mapping.py)."""
-        if view.closed:
-            raise ValueError(f"{self.path}: the filter is closed")
-        view.check_size(self.path)
-
     def _refresh(self) -> FileView:
         """Remap after a new stage or a replacement; returns the current view."""
         with self._remap_lock:
@@ -354,6 +384,16 @@ class ScalingCountingBloomFilter:
                 fresh = FileView.map(fd, False, self.path)
             else:
                 fresh = FileView.map(os.dup(view.fd), not self.readonly, self.path)
+                if fresh.header.generation != view.header.generation:
+                    # Only build() gives a file a new generation, and never in
+                    # place: another file was copied over this one.
+                    fresh.release()
+                    raise FilterFileError(
+                        f"{self.path}: generation: expected {view.header.generation}, found "
+                        f"{fresh.header.generation}: another filter file was copied over "
+                        "this one in place; open it again (and bring it up to date: "
+                        "`restore_filter` is the supported way to restore a backup)"
+                    )
             self._view = fresh
             self._header = fresh.header
             # The old view is dropped, not closed: another thread may be
@@ -584,50 +624,28 @@ class ScalingCountingBloomFilter:
     def contains(self, key: str | bytes) -> bool:
         """True if ``key`` may be present, False if it certainly is not."""
         view = self._view
-        if view.due:
-            self._check_size(view)
+        view.check_size(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
-        # hash_pair inlined: this is the per-redirect hot path.
-        if type(key) is str:
-            key = key.encode()
-        elif type(key) is not bytes:
-            hash_pair(key)  # raises the TypeError naming the type
-        h1, h2 = _hash_tuple(key, view.seed)
-        # COUNTER_SCHEME positions (counters.py), one pair of slices per
-        # region. The first pair is unrolled: most absent keys leave a stage
-        # at its first probe, before h2 is even reduced. Measured (bench/
-        # engine.py): a pair per loop turn with plain `% cells` beats a
-        # (start, mask) tuple per slice; lazy map()/itemgetter pipelines and
-        # generated per-stage functions were slower (method-wrapper and
-        # function calls cost more than the bytecode they save).
-        for first, regions, cells in view.probes:
-            x = h1 % cells
-            if not first[x] & 0x0F:
-                continue
-            step = h2 % cells
-            x = (x + step) % cells
-            if not first[x] & 0xF0:
-                continue
-            for region in regions:
-                x = (x + step) % cells
-                if not region[x] & 0x0F:
-                    break
-                x = (x + step) % cells
-                if not region[x] & 0xF0:
-                    break
-            else:
-                return True
-        return False
+        return _probe(view, key)
 
     __contains__ = contains
+
+    def maybe_present(self, keys: Iterable[str | bytes]) -> list[str | bytes]:
+        """The keys that may be present, in order: ``contains`` for a handful of
+        keys (one URL's expressions) with one check of the file for them all.
+        For many keys ``contains_many`` is faster."""
+        view = self._view
+        view.check_size(self.path)
+        if view.word[0] != view.layout:
+            view = self._refresh()
+        return [key for key in keys if _probe(view, key)]
 
     # -- batches --------------------------------------------------------------
     def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
         """One bool per key, in order (vectorised; each key hashed once)."""
         view = self._view
-        if view.due:
-            self._check_size(view)
+        view.check_size(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
         h1, h2 = hash_pairs(keys, view.seed)
@@ -754,8 +772,7 @@ class ScalingCountingBloomFilter:
     # -- state and measurements -----------------------------------------------
     def _live_view(self) -> FileView:
         view = self._view
-        if view.due:
-            self._check_size(view)
+        view.check_size(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
         return view
