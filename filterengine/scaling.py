@@ -369,6 +369,13 @@ class ScalingCountingBloomFilter:
                     os.unlink(tmp)
             release_writer_lock(lock_fd)
 
+    def remove_stale_temps(self) -> list[str]:
+        """Remove the temp files that killed builds of this path left beside it
+        (each as large as a file: the room the next stage or rebuild needs); return
+        their paths. A writer's method: under its lock no build of the path runs."""
+        self._writable()
+        return remove_stale_temps(self.path)
+
     # -- the mapping ----------------------------------------------------------
     def _refresh(self) -> FileView:
         """Remap after a new stage or a replacement; returns the current view."""

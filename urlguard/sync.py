@@ -337,6 +337,8 @@ def _sync_locked(
     except FilterFileError as exc:
         filt, reason = None, force_rebuild or f"the file is unreadable: {exc}"
     try:
+        if filt is not None:
+            _sweep_temps(filt)
         if filt is not None and not reason:
             reason = _why_not_in_place(filt, result)
             if not reason and compact:
@@ -360,6 +362,24 @@ def _sync_locked(
     finally:
         if filt is not None:
             filt.close()  # flushes: durable, and marked clean
+
+
+def _sweep_temps(filt: ScalingCountingBloomFilter) -> None:
+    """Remove what a killed rebuild left beside the file: on a nearly full disk it is
+    the room the next stage needs. (A rebuild sweeps too; this covers the syncs and
+    catch-ups between rebuilds.)"""
+    try:
+        removed = filt.remove_stale_temps()
+    except OSError as exc:
+        logger.warning("could not remove stale temp files beside %s: %s", filt.path, exc)
+        return
+    if removed:
+        logger.warning(
+            "removed %d temp file(s) a killed rebuild left beside %s: %s",
+            len(removed),
+            filt.path,
+            ", ".join(os.path.basename(p) for p in removed),
+        )
 
 
 def _out_of_space(exc: BaseException) -> bool:

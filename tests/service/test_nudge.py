@@ -113,6 +113,7 @@ def test_in_process_a_busy_file_hands_the_change_to_the_catch_up_thread(
     filter_path, committed, monkeypatch
 ):
     sync.sync(path=str(filter_path))
+    assert registry.get_filter(str(filter_path)) is not None  # mapped before the change
     woken = []
     monkeypatch.setattr(embedded, "wake", lambda: woken.append(True))
     with registry.sync_lock(str(filter_path)):  # e.g. a rebuild in another process
