@@ -32,18 +32,20 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 import numpy as np
 
 from . import fileformat as ff
 from .atomicfile import (
+    copy_aside,
     fsync_dir,
     generation_of,
     mark_superseded,
     open_existing,
     remove_stale_temps,
+    set_generation,
     write_empty,
 )
 from .counters import (
@@ -375,6 +377,73 @@ class ScalingCountingBloomFilter:
         their paths. A writer's method: under its lock no build of the path runs."""
         self._writable()
         return remove_stale_temps(self.path)
+
+    @classmethod
+    def restore(
+        cls,
+        path: str | os.PathLike[str],
+        source: str | os.PathLike[str],
+        *,
+        catch_up: Callable[[ScalingCountingBloomFilter], None] | None = None,
+        lock_timeout: float = 30.0,
+    ) -> int:
+        """Put a copy of the filter file ``source`` (a backup) at ``path``, atomically.
+
+        The copy is written beside ``path`` and validated (FilterFileError for a
+        file that does not parse or is not clean: a copy taken while a writer was
+        mid-change; rebuild instead); ``catch_up(writer)``, if given, then brings
+        the copy up to date (e.g. replays a change log after its applied_seq)
+        before it is flushed, fsynced, given a new generation and moved over
+        ``path`` as ``build`` does: readers of the old file follow it. Never
+        writes into ``source`` or into the file at ``path``. Holds the writer lock
+        throughout (waiting at most ``lock_timeout`` s). Returns the generation."""
+        path, source = os.fspath(path), os.fspath(source)
+        lock_fd = acquire_writer_lock(path, lock_timeout)
+        tmp = None
+        old_fd = None
+        try:
+            remove_stale_temps(path)
+            tmp = copy_aside(path, source)
+            copy = cls._attach(
+                tmp, os.open(tmp, os.O_RDONLY | os.O_CLOEXEC), readonly=True, lock_fd=None
+            )
+            try:
+                clean = copy.is_clean
+            finally:
+                copy._close_mapping()
+            if not clean:
+                raise FilterFileError(
+                    f"{source}: state: expected a clean file, found one a writer was "
+                    "changing when it was copied (or that it left dirty); its counters "
+                    "may be torn: rebuild the filter instead"
+                )
+            old_fd = open_existing(path)
+            fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
+            generation = max(time.time_ns() // 1000, generation_of(old_fd) + 1)
+            set_generation(fd, generation, source)
+            fresh = cls._attach(tmp, fd, readonly=False, lock_fd=None)
+            fresh.path = path  # error messages name the file the caller asked for
+            try:
+                if catch_up is not None:
+                    catch_up(fresh)
+                fresh.flush()
+                os.fsync(fresh._view.fd)
+            finally:
+                fresh._close_mapping()
+            os.replace(tmp, path)
+            tmp = None
+            fsync_dir(path)
+            if old_fd is not None:
+                mark_superseded(old_fd)
+                old_fd = None
+            return generation
+        finally:
+            if old_fd is not None:
+                os.close(old_fd)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            release_writer_lock(lock_fd)
 
     # -- the mapping ----------------------------------------------------------
     def _refresh(self) -> FileView:

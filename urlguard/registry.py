@@ -64,9 +64,9 @@ _filters: dict[str, ScalingCountingBloomFilter] = {}
 _next_check: dict[str, float] = {}
 # path -> (monotonic time of the next attempt, reason of the last failure)
 _failures: dict[str, tuple[float, str]] = {}
-# path -> (a mapping found behind the change log, the log's head then): it answers
-# as soon as this node's writer has brought it to that head.
-_pending: dict[str, tuple[ScalingCountingBloomFilter, int]] = {}
+# path -> (a mapping found behind the change log, the log's head then, (dev, ino)
+# of its file): it answers as soon as this node's writer has brought it to that head.
+_pending: dict[str, tuple[ScalingCountingBloomFilter, int, tuple[int, int]]] = {}
 # Paths mapped at start-up, before the database may be asked: their first check
 # compares them with the log.
 _unverified: set[str] = set()
@@ -105,6 +105,8 @@ def get_filter(path: str | None = None) -> ScalingCountingBloomFilter | None:
             return caught_up
     if failure is not None and time.monotonic() < failure[0]:
         return None
+    if failure is not None and _still_pending(path):
+        return None
     return _open(path)
 
 
@@ -122,7 +124,7 @@ def _caught_up(path: str) -> ScalingCountingBloomFilter | None:
         pending = _pending.get(path)
         if pending is None:
             return _filters.get(path)
-        filt, head = pending
+        filt, head, _ = pending
         try:
             ready = filt.applied_seq >= head and not _unusable(path, filt)
         except Exception:
@@ -133,6 +135,22 @@ def _caught_up(path: str) -> ScalingCountingBloomFilter | None:
         _trust(path, filt, _mapped_identity(filt))
         logger.info("filter file %s has caught up with the change log (#%d)", path, head)
         return filt
+
+
+def _still_pending(path: str) -> bool:
+    """Is the file at `path` still the one found behind the log? Then it is not
+    mapped and compared again (the writer is at it): one `stat` a second."""
+    with _lock:
+        pending = _pending.get(path)
+        if pending is None:
+            return False
+        try:
+            same = _identity(os.stat(path)) == pending[2]
+        except OSError:
+            same = False
+        if same:
+            _failures[path] = (time.monotonic() + RETRY_SECONDS, _failures[path][1])
+        return same
 
 
 def _trust(path: str, filt: ScalingCountingBloomFilter, identity: tuple[int, int] | None) -> None:
@@ -212,7 +230,7 @@ def _open(path: str, *, check_log: bool = True) -> ScalingCountingBloomFilter | 
             if previous is not None:
                 logger.info("filter file %s is readable again", path)
             return filt
-        _pending[path] = (filt, head)
+        _pending[path] = (filt, head, identity)
         _failed(path, behind, previous)
     for callback in list(_behind_callbacks):
         try:
@@ -326,16 +344,15 @@ def _copied_over(path: str, filt: ScalingCountingBloomFilter) -> str:
     generation, or an applied_seq older than this mapping has seen. Our writers only
     ever move applied_seq forward, and give a new generation only to a new inode."""
     seen = _last_seen.get(path)
-    if seen is None:
-        return ""
     try:
         with open(path, "rb") as f:
             head = f.read(fileformat.TABLE_OFFSET)
         generation = fileformat.read_fixed(head, fileformat.DATA_OFFSET, path).generation
+        mapped = int(filt.generation)  # the header parsed when it was mapped
         applied = int(filt.applied_seq)
     except Exception:
         return ""  # unreadable: the mapping's own checks say so
-    if generation != seen[0] or applied < seen[1]:
+    if generation != mapped or (seen is not None and seen[0] == mapped and applied < seen[1]):
         return _COPIED_OVER
     return ""
 
