@@ -183,9 +183,9 @@ def _behind_log(path: str, filt: ScalingCountingBloomFilter) -> tuple[str, int]:
     if applied >= head:
         return "", 0
     return (
-        f"behind the change log (the file was moved or copied in at change #{applied}, "
-        f"the log is at #{head}: an older file, e.g. a restored backup; this node's "
-        "writer is catching it up)",
+        f"behind the change log (mapped anew at change #{applied}, the log is at #{head}: "
+        "an older file moved or copied in, e.g. a backup, or a writer that has not caught "
+        "up; this node's writer is woken to catch it up)",
         head,
     )
 

@@ -65,7 +65,7 @@ def test_an_older_file_put_in_place_is_degraded_until_the_writer_caught_it_up(
     with caplog.at_level(logging.WARNING, logger="urlguard.registry"):
         assert registry.get_filter() is None
     assert "behind the change log" in registry.problem()
-    assert "at change #1, the log is at #3" in registry.problem()
+    assert "mapped anew at change #1, the log is at #3" in registry.problem()
     assert woken == [str(filter_path)]
     verdict = get_guard().check(f"http://{later.rstrip('/')}/x")
     assert verdict.blocked and verdict.degraded  # answered from the table, not the file
