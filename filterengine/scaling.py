@@ -492,6 +492,7 @@ class ScalingCountingBloomFilter:
         view = self._view
         if view.closed:
             raise ValueError(f"{self.path}: the filter is closed")
+        view.check_size(self.path)  # a writer dies of a truncated file as a reader does
         return view
 
     def _dynamic(self, index: int) -> tuple[int, int, int]:
@@ -597,6 +598,7 @@ class ScalingCountingBloomFilter:
             state.mem_seqnum = self._seq
             if not ok and self._modified:
                 state.flags |= ff.FLAG_TORN  # part of a change is in the counters
+            self._view.check_size(self.path)
             ff.write_state(self._view.buf, state)
 
     @property
@@ -621,6 +623,7 @@ class ScalingCountingBloomFilter:
         mm = view.mm
         if self.readonly or mm is None:
             return
+        view.check_size(self.path)
         mm.flush()
         state = self._st
         if state.mem_seqnum and state.disk_seqnum != state.mem_seqnum:

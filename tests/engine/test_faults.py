@@ -552,3 +552,36 @@ def test_file_identity_names_the_mapped_file(path):
     r.close()
     with pytest.raises(ValueError, match="closed"):
         r.file_identity  # noqa: B018
+
+
+def _write_after_truncation(path, answers):
+    w = S.open(path)
+    w.add("k1", 1)
+    w.flush()
+    subprocess.run(["truncate", "-s", "0", path], check=True)
+    for name, write in (
+        ("add", lambda: w.add("k2", 2)),
+        ("remove", lambda: w.remove("k1", 1)),
+        ("flush", w.flush),
+        ("close", w.close),
+    ):
+        try:
+            write()
+        except FilterFileError as exc:
+            answers.put((name, str(exc)))
+        else:
+            answers.put((name, "written"))
+    answers.put(("closed", repr(w)))
+
+
+def test_a_writer_refuses_to_write_into_a_file_truncated_by_another_process(path):
+    S.create(path, capacity=100, error_rate=0.01).close()
+    answers = fork.Queue()
+    child = fork.Process(target=_write_after_truncation, args=(path, answers))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0, f"exit code {child.exitcode} (-7 is SIGBUS)"
+    got = dict(answers.get(timeout=5) for _ in range(5))
+    for name in ("add", "remove", "flush", "close"):
+        assert "truncated or overwritten while mapped" in got[name], got
+    assert got["closed"].endswith("closed>")  # and its lock released
