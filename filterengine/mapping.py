@@ -28,6 +28,10 @@ Probe = tuple[memoryview, tuple[memoryview, ...], int]
 #: 0.7 us for an ``fstat``: bench/faults.py): an operator's ``cp``, ``truncate`` or
 #: ``: >`` is then noticed before any page is touched. What remains is the window
 #: between that read and the lookup's page touches (a few microseconds).
+_NOT_IN_PLACE = (
+    "restore a filter file with `restore_filter`, or replace it with build(); "
+    "never copy over it in place"
+)
 _STATE_RETRIES = 20  # a reader may catch the writer between two stores
 _NATIVE_Q = struct.Struct("=Q")
 #: Stands in for a header where there is no file (a closed filter).
@@ -57,6 +61,10 @@ class FileView:
         "array",
         "buf",
         "dev",
+        "generation",
+        "mapped_generation",
+        "seen_seq",
+        "slot_seqs",
         "fd",
         "header",
         "ino",
@@ -78,6 +86,14 @@ class FileView:
         self.dev = self.ino = 0
         #: Bytes the stages below need: a file shorter than this was truncated.
         self.limit = 0
+        #: The header's generation and the state slots' write counters, read in place
+        #: (native order) before each answer: a writer never changes the first and
+        #: only moves the second forward, so either going elsewhere means another
+        #: file was copied over this one in place.
+        self.generation = memoryview(bytes(8)).cast("Q")
+        self.slot_seqs = (self.generation, self.generation)
+        self.mapped_generation = 0
+        self.seen_seq = (0, 0)
         self.buf = memoryview(b"")
         #: The layout word in native byte order: only ever compared with ``layout``.
         self.word = memoryview(bytes(8)).cast("Q")
@@ -151,6 +167,13 @@ class FileView:
         self.header = header
         self.seed = header.seed
         self.word = self.buf[ff.LAYOUT_OFFSET : ff.LAYOUT_OFFSET + 8].cast("Q")
+        self.generation = self.buf[ff.GENERATION_OFFSET : ff.GENERATION_OFFSET + 8].cast("Q")
+        at0, at1 = ff.SLOT_OFFSETS
+        self.slot_seqs = (self.buf[at0 : at0 + 8].cast("Q"), self.buf[at1 : at1 + 8].cast("Q"))
+        self.mapped_generation = self.generation[0]
+        # Per slot (a writer alternates them, each only ever moves forward); a slot
+        # that failed its checksum counts from 0 until the writer rewrites it.
+        self.seen_seq = (first.seq if first else 0, second.seq if second else 0)
         self.state = state
         self.torn_slot = first is None or second is None
         self.layout = _NATIVE_Q.unpack(word_bytes)[0]
@@ -170,20 +193,30 @@ class FileView:
                 time.sleep(0.0005)
         raise AssertionError("not reached")
 
-    def check_size(self, path: str) -> None:
-        """FilterFileError if the file is now shorter than the stages mapped here
-        (truncated under us: touching the missing pages would kill the process)."""
+    def check_file(self, path: str) -> None:
+        """Before a lookup touches the mapping: FilterFileError if the file is now
+        shorter than the stages mapped here (truncated under us: touching a missing
+        page would kill the process), or holds another file's contents (copied over
+        in place: another generation, or state slots older than already seen)."""
         if self.fd < 0:
             raise ValueError(f"{path}: the filter is closed")
-        if os.pread(self.fd, 1, self.limit - 1):
-            return
-        size = os.fstat(self.fd).st_size
-        raise FilterFileError(
-            f"{path}: file size: expected at least {self.limit} bytes (the stages "
-            f"this process maps), found {size} bytes: the file was truncated or "
-            "overwritten while mapped (restore a filter file with `restore_filter`, "
-            "or replace it with build(), never copy over it in place)"
-        )
+        if not os.pread(self.fd, 1, self.limit - 1):
+            size = os.fstat(self.fd).st_size
+            raise FilterFileError(
+                f"{path}: file size: expected at least {self.limit} bytes (the stages "
+                f"this process maps), found {size} bytes: the file was truncated or "
+                f"overwritten while mapped ({_NOT_IN_PLACE})"
+            )
+        first, second = self.slot_seqs
+        seqs = (first[0], second[0])
+        seen = self.seen_seq
+        if self.generation[0] != self.mapped_generation or seqs[0] < seen[0] or seqs[1] < seen[1]:
+            raise FilterFileError(
+                f"{path}: another filter file was copied over this one in place while "
+                f"it was mapped (generation or state went back); open it again "
+                f"({_NOT_IN_PLACE})"
+            )
+        self.seen_seq = seqs
 
     def release(self) -> None:
         """Unmap and close the file (idempotent)."""
@@ -193,7 +226,7 @@ class FileView:
             for region in (first, *regions):
                 region.release()
         self.probes = ()
-        for view in (self.word, self.buf):
+        for view in (self.word, self.generation, *self.slot_seqs, self.buf):
             with contextlib.suppress(BufferError, ValueError):
                 view.release()
         self.array = np.zeros(0, dtype=np.uint8)

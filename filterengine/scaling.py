@@ -492,7 +492,7 @@ class ScalingCountingBloomFilter:
         view = self._view
         if view.closed:
             raise ValueError(f"{self.path}: the filter is closed")
-        view.check_size(self.path)  # a writer dies of a truncated file as a reader does
+        view.check_file(self.path)  # a writer dies of a truncated file as a reader does
         return view
 
     def _dynamic(self, index: int) -> tuple[int, int, int]:
@@ -598,7 +598,7 @@ class ScalingCountingBloomFilter:
             state.mem_seqnum = self._seq
             if not ok and self._modified:
                 state.flags |= ff.FLAG_TORN  # part of a change is in the counters
-            self._view.check_size(self.path)
+            self._view.check_file(self.path)
             ff.write_state(self._view.buf, state)
 
     @property
@@ -623,7 +623,7 @@ class ScalingCountingBloomFilter:
         mm = view.mm
         if self.readonly or mm is None:
             return
-        view.check_size(self.path)
+        view.check_file(self.path)
         mm.flush()
         state = self._st
         if state.mem_seqnum and state.disk_seqnum != state.mem_seqnum:
@@ -703,7 +703,7 @@ class ScalingCountingBloomFilter:
     def contains(self, key: str | bytes) -> bool:
         """True if ``key`` may be present, False if it certainly is not."""
         view = self._view
-        view.check_size(self.path)
+        view.check_file(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
         return _probe(view, key)
@@ -715,7 +715,7 @@ class ScalingCountingBloomFilter:
         keys (one URL's expressions) with one check of the file for them all.
         For many keys ``contains_many`` is faster."""
         view = self._view
-        view.check_size(self.path)
+        view.check_file(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
         return [key for key in keys if _probe(view, key)]
@@ -724,7 +724,7 @@ class ScalingCountingBloomFilter:
     def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
         """One bool per key, in order (vectorised; each key hashed once)."""
         view = self._view
-        view.check_size(self.path)
+        view.check_file(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
         h1, h2 = hash_pairs(keys, view.seed)
@@ -851,7 +851,7 @@ class ScalingCountingBloomFilter:
     # -- state and measurements -----------------------------------------------
     def _live_view(self) -> FileView:
         view = self._view
-        view.check_size(self.path)
+        view.check_file(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
         return view
