@@ -224,9 +224,10 @@ def _open(path: str, *, check_log: bool = True) -> ScalingCountingBloomFilter | 
             _close_quietly(path, filt)
             return current
         if not behind:
+            _trust(path, filt, _mapped_identity(filt) or identity)
             if not check_log:
                 _unverified.add(path)
-            _trust(path, filt, _mapped_identity(filt) or identity)
+                _next_check[path] = 0.0  # the first lookup compares it
             if previous is not None:
                 logger.info("filter file %s is readable again", path)
             return filt

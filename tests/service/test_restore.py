@@ -98,7 +98,7 @@ def test_a_file_at_the_head_moved_in_is_trusted_with_one_query(
 
 
 def test_the_mapping_made_at_start_up_is_compared_with_the_log_at_its_first_check(
-    filter_path, quiet, sync_filter, checks_at_once, woken
+    filter_path, quiet, sync_filter, woken
 ):
     sync_filter()
     add("a.example.org")  # not applied: the file is behind
