@@ -227,7 +227,10 @@ class Guard:
     def _cache_token(self, filt: Any) -> tuple[Any, Any]:
         # The clean cache is valid for one state of the filter: any applied
         # change or rebuild may have listed a URL we remember as clean.
-        token = (getattr(filt, "generation", None), getattr(filt, "applied_seq", None))
+        try:
+            token = (getattr(filt, "generation", None), getattr(filt, "applied_seq", None))
+        except Exception:  # the file went bad since the lookup: cache nothing under it
+            token = (object(), None)
         if token != self._clean_token:
             self.clean_cache.clear()
             self._clean_token = token

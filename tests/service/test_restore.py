@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from filterengine import ScalingCountingBloomFilter
+from filterengine import FilterFileError, ScalingCountingBloomFilter
 from urlguard import changes, embedded, registry, sync, tasks
 from urlguard.guard import get_guard
 from urlguard.models import SpamRule
@@ -242,3 +242,19 @@ def test_a_sync_sweeps_the_temp_files_a_killed_rebuild_left(
         sync.sync_and_report(periodic=True)
     assert not stale.exists() and other.exists()
     assert "removed 1 temp file(s) a killed rebuild left" in caplog.text
+
+
+def test_a_file_that_goes_bad_between_the_lookup_and_the_cache_still_answers():
+    """Truncated by another process after the lookup said maybe: the table answers."""
+    from tests.service.webfakes import SetFilter
+    from urlguard.guard import Guard
+
+    class GoesBad(SetFilter):
+        def __getattribute__(self, name):
+            if name == "applied_seq":
+                raise FilterFileError("f.bin: file size: truncated or overwritten while mapped")
+            return super().__getattribute__(name)
+
+    add("evil.example.org")
+    verdict = Guard(lambda: GoesBad(everything=True)).check("http://evil.example.org/x")
+    assert verdict.blocked and verdict.rule.expression == "evil.example.org/"
