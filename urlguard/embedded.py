@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 WATCH_SECONDS = 1.0
 
 _lock = threading.Lock()
+# The running thread's own stop flag: a thread that outlives stop()'s join (busy in
+# a catch-up) still stops after it, even when a new thread has started meanwhile.
 _stop = threading.Event()
 _wake = threading.Event()
 _thread: threading.Thread | None = None
@@ -60,13 +62,13 @@ def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
 
 
 def _start(*, periodic: bool) -> None:
-    global _thread
+    global _thread, _stop
     with _lock:
         if _thread is not None:
             return
-        _stop.clear()
+        _stop = threading.Event()
         _thread = threading.Thread(
-            target=_loop, args=(periodic,), name="urlguard-catch-up", daemon=True
+            target=_loop, args=(periodic, _stop), name="urlguard-catch-up", daemon=True
         )
         _thread.start()
 
@@ -162,11 +164,11 @@ def _database_answers() -> bool:
         return False
 
 
-def _loop(periodic: bool) -> None:
+def _loop(periodic: bool, stopped: threading.Event) -> None:
     upkeep = Upkeep(time.monotonic(), periodic=periodic)
-    while not _stop.is_set():
+    while not stopped.is_set():
         woken = _wake.wait(WATCH_SECONDS)
-        if _stop.is_set():
+        if stopped.is_set():
             break
         _wake.clear()
         upkeep.tick(time.monotonic(), woken=woken)
@@ -177,7 +179,7 @@ def stop(timeout: float = 5.0) -> None:
     global _thread
     with _lock:
         thread, _thread = _thread, None
-    _stop.set()
+        _stop.set()
     _wake.set()
     if thread is not None:
         thread.join(timeout)
