@@ -27,7 +27,9 @@ Probe = tuple[memoryview, tuple[memoryview, ...], int]
 #: last byte the mapped stages need with one ``pread`` (about 0.3 us, measured against
 #: 0.7 us for an ``fstat``: bench/faults.py): an operator's ``cp``, ``truncate`` or
 #: ``: >`` is then noticed before any page is touched. What remains is the window
-#: between that read and the lookup's page touches (a few microseconds).
+#: between that read and the lookup's page touches (a few microseconds). The same
+#: check compares the generation and the state slots' write counters in place, so
+#: an older copy of the file copied over it is refused rather than answered from.
 _NOT_IN_PLACE = (
     "restore a filter file with `restore_filter`, or replace it with build(); "
     "never copy over it in place"
@@ -207,9 +209,11 @@ class FileView:
                 f"this process maps), found {size} bytes: the file was truncated or "
                 f"overwritten while mapped ({_NOT_IN_PLACE})"
             )
+        # What was seen before what is read now: another thread may store newer
+        # values meanwhile, never ones newer than the file held when we read.
+        seen = self.seen_seq
         first, second = self.slot_seqs
         seqs = (first[0], second[0])
-        seen = self.seen_seq
         if self.generation[0] != self.mapped_generation or seqs[0] < seen[0] or seqs[1] < seen[1]:
             raise FilterFileError(
                 f"{path}: another filter file was copied over this one in place while "
