@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -34,7 +35,13 @@ sys.path.insert(0, str(ROOT))
 
 SETTINGS = """
 from urlguard_service.settings import *  # noqa: F403
-URLGUARD = {{**URLGUARD, "CATCHUP_INTERVAL": {catchup}, "VERIFY_INTERVAL": 0}}
+URLGUARD = {{
+    **URLGUARD,
+    "CATCHUP_INTERVAL": {catchup},
+    "VERIFY_INTERVAL": 0,
+    "API_OPEN_RATE": "1000000/s",
+    "READY_MAX_LAG_SECONDS": 2,
+}}
 """
 
 rows: list[tuple[str, str, str]] = []
@@ -133,7 +140,13 @@ def main() -> None:
     parser.add_argument("--rules", type=int, default=2000)
     parser.add_argument("--port", type=int, default=18300)
     parser.add_argument("--catchup", type=float, default=5.0, help="CATCHUP_INTERVAL, s")
+    parser.add_argument(
+        "--costs-only", action="store_true", help="only the costs of the reader's file check"
+    )
     args = parser.parse_args()
+    check_costs()
+    if args.costs_only:
+        return
 
     tmp = Path(tempfile.mkdtemp(prefix="urlguard-faults-"))
     var = tmp / "var"
@@ -297,8 +310,24 @@ def main() -> None:
             f"admin says: {words[:60]}...",
         )
 
-        # 7. The broker stopped and started again under a real worker.
-        row(*_broker_outage(env, tmp, path, changes))
+        # 8. An older file put in place of the live one, by another process.
+        for how in ("mv", "cp"):
+            row(*_older_file(site, path, tmp, new_rule, how))
+
+        # 9. 20 `cp` / `truncate` / `: >` onto the live file while clients check.
+        row(*_overwrites_under_load(site, path, tmp, listed, log=tmp / "gunicorn.log"))
+
+        # 10. The supported restore, under load.
+        row(*_restore_under_load(site, env, path, tmp, new_rule))
+
+        # 11. A rebuild killed with SIGKILL: its temp file, until the next catch-up.
+        row(*_killed_rebuild(env, path, args.catchup))
+
+        # 12. The broker stopped and started again under a real worker; then, with
+        # that worker alone keeping the file (gunicorn stopped), a backup moved over it.
+        site.stop()
+        for result in _broker_outage(env, tmp, path, changes):
+            row(*result)
     finally:
         site.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -311,6 +340,244 @@ def main() -> None:
     for scenario, seen, outcome in rows:
         print(f"| {scenario:<{width}} | {seen:<{seen_w}} | {outcome} |")
     print(f"\nload average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def check_costs() -> None:
+    """What the check before each lookup costs (a file truncated under a mapping kills
+    the process at the first touch of a missing page: SIGBUS, which Python cannot
+    catch), and how often a reader still dies when another process truncates the
+    file in the microseconds between the check and the page touches."""
+    import timeit
+
+    from filterengine import ScalingCountingBloomFilter
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "f.bin")
+        keys = [f"k{i}.example/" for i in range(100_000)]
+        ScalingCountingBloomFilter.build(
+            path, ((k, i) for i, k in enumerate(keys)), capacity=100_000, error_rate=0.01
+        )
+        f = ScalingCountingBloomFilter.open(path, readonly=True)
+        fd = f._view.fd
+        exprs = [f"a.b.example.org/{i}" for i in range(10)]
+        contains = f.contains
+
+        def per_call(fn, number):
+            return min(timeit.repeat(fn, number=number, repeat=7)) / number * 1e6
+
+        figures = {
+            "os.fstat (the other way to see the size)": per_call(lambda: os.fstat(fd), 200_000),
+            "os.pread of 1 byte (the check now)": per_call(lambda: os.pread(fd, 1, 8), 200_000),
+            "contains(): check + probe": per_call(lambda: contains("absent.example/"), 200_000),
+            "one URL's 10 keys, 10 x contains()": per_call(
+                lambda: [e for e in exprs if contains(e)], 20_000
+            ),
+            "one URL's 10 keys, maybe_present() (1 check)": per_call(
+                lambda: f.maybe_present(exprs), 20_000
+            ),
+        }
+        f.close()
+        print("costs of the reader's file check (us per call, min of 7 runs):")
+        for name, us in figures.items():
+            print(f"  {name:<48} {us:8.3f}")
+        for busy in (0.0, 0.0005):
+            deaths = _truncations_against_a_reader(path, busy)
+            row(
+                "20 truncations, a reader process looking up "
+                + ("in a tight loop" if not busy else "every 0.5 ms (a request's pace)"),
+                f"{deaths} of 20 truncations killed the reader (SIGBUS)",
+                "the window between the check and the page touches",
+            )
+
+
+_READER = textwrap.dedent("""
+    import sys, time
+    from filterengine import ScalingCountingBloomFilter, FilterFileError
+    path, busy = sys.argv[1], float(sys.argv[2])
+    exprs = [f"x{i}.example.org/a/b" for i in range(10)]
+    f = None
+    print("ready", flush=True)
+    while True:
+        try:
+            if f is None:
+                f = ScalingCountingBloomFilter.open(path, readonly=True)
+            f.maybe_present(exprs)
+        except (FilterFileError, OSError):
+            f = None
+        if busy:
+            until = time.perf_counter() + busy
+            while time.perf_counter() < until:
+                pass
+""")
+
+
+def _truncations_against_a_reader(path: str, busy: float) -> int:
+    backup = path + ".backup"
+    shutil.copyfile(path, backup)
+
+    def reader() -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _READER, path, str(busy)], stdout=subprocess.PIPE, cwd=ROOT
+        )
+        proc.stdout.readline()
+        time.sleep(0.2)
+        return proc
+
+    proc, deaths = reader(), 0
+    try:
+        for _ in range(20):
+            subprocess.run(["truncate", "-s", "0", path], check=True)
+            subprocess.run(["cp", backup, path], check=True)
+            time.sleep(0.1)
+            if proc.poll() is not None:
+                deaths += 1
+                proc = reader()
+    finally:
+        proc.kill()
+        proc.wait()
+    return deaths
+
+
+class Load:
+    """Client threads checking URLs against the site until stopped: what a real
+    request rate looks like to the workers. Counts answers, failed requests
+    (reset, refused, 5xx) and wrong answers (a listed URL passed undegraded)."""
+
+    def __init__(self, site: Site, listed: list[str], threads: int = 4) -> None:
+        self.site, self.listed = site, listed
+        self.answers = self.failed = self.wrong = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, seed: int) -> None:
+        i = seed
+        while not self._stop.is_set():
+            i += 7
+            url = f"http://{self.listed[i % len(self.listed)]}/p{i}"
+            try:
+                answer = self.site.check(url)
+            except OSError:
+                self.failed += 1
+                continue
+            if answer.get("status", 200) >= 500:
+                self.failed += 1
+            elif answer.get("blocked") is False and answer.get("degraded") is False:
+                self.wrong += 1
+            self.answers += 1
+
+    def stop(self) -> str:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+        return f"{self.answers:,} answers, {self.failed} failed requests, {self.wrong} wrong"
+
+
+def _older_file(site: Site, path: Path, tmp: Path, new_rule, how: str) -> tuple[str, str, str]:
+    """A backup taken, a rule added (blocked everywhere), the backup put back."""
+    backup = tmp / "backup.bin"
+    subprocess.run(["cp", str(path), str(backup)], check=True)
+    rule = new_rule()
+    url = f"http://{rule.rstrip('/')}/x"
+    until(lambda: site.every_worker(url, blocked), 10)
+    subprocess.run([how, str(backup), str(path)], check=True)
+    started = time.monotonic()
+    wrong = answered = 0
+    while time.monotonic() - started < 3:
+        answer = site.check(url)
+        answered += 1
+        wrong += answer.get("blocked") is False
+    took = until(lambda: site.every_worker(url, blocked), 10)
+    return (
+        f"older file put in place ({how} backup.bin filter.bin)",
+        f"the rule added after the backup: {wrong} of {answered} answers passed it in 3 s",
+        f"answered from the file (caught up) after {seconds(took, 10)} more",
+    )
+
+
+_OVERWRITES = (
+    ("cp", lambda path, backup: ["cp", str(backup), str(path)]),
+    ("truncate", lambda path, backup: ["truncate", "-s", "0", str(path)]),
+    (": >", lambda path, backup: ["sh", "-c", ': > "$0"', str(path)]),
+    ("cp", lambda path, backup: ["cp", str(backup), str(path)]),
+)
+
+
+def _sigbus(log: Path) -> int:
+    return log.read_text(errors="replace").count("SIGBUS")
+
+
+def _overwrites_under_load(
+    site: Site, path: Path, tmp: Path, listed: list[str], log: Path
+) -> tuple[str, str, str]:
+    backup = tmp / "backup.bin"
+    subprocess.run(["cp", str(path), str(backup)], check=True)
+    killed_before = _sigbus(log)
+    load = Load(site, listed)
+    try:
+        time.sleep(1)
+        for event in range(20):
+            _, command = _OVERWRITES[event % len(_OVERWRITES)]
+            subprocess.run(command(path, backup), check=True)
+            time.sleep(0.5)  # the catch-up rebuilds a truncated file meanwhile
+        time.sleep(2)
+    finally:
+        seen = load.stop()
+    return (
+        "20 cp / truncate / : > onto the live file under load",
+        seen,
+        f"{_sigbus(log) - killed_before} worker(s) killed by SIGBUS",
+    )
+
+
+def _restore_under_load(
+    site: Site, env: dict[str, str], path: Path, tmp: Path, new_rule
+) -> tuple[str, str, str]:
+    backup = tmp / "restore.bin"
+    subprocess.run(["cp", str(path), str(backup)], check=True)
+    rule = new_rule()
+    url = f"http://{rule.rstrip('/')}/x"
+    until(lambda: site.every_worker(url, blocked), 10)
+    load = Load(site, [rule.rstrip("/")])
+    try:
+        started = time.monotonic()
+        done = manage(env, "restore_filter", str(backup))
+        took = time.monotonic() - started
+    finally:
+        seen = load.stop()
+    return (
+        "manage.py restore_filter backup.bin, under load",
+        f"{seen} (the rule added after the backup)",
+        f"exit {done.returncode} in {took:.2f} s: {done.stdout.strip()[:70]}",
+    )
+
+
+_REBUILD_THEN_HANG = textwrap.dedent("""
+    import os, sys
+    def pairs():
+        for i in range(10**7):
+            yield f"slow{i}.example/", i
+            if i == 1000:
+                print("written", flush=True)
+                os.kill(os.getpid(), 9)
+    from filterengine import ScalingCountingBloomFilter
+    ScalingCountingBloomFilter.build(sys.argv[1], pairs(), capacity=200000, error_rate=0.01)
+""")
+
+
+def _killed_rebuild(env: dict[str, str], path: Path, catchup: float) -> tuple[str, str, str]:
+    subprocess.run(
+        [sys.executable, "-c", _REBUILD_THEN_HANG, str(path)], env=env, cwd=ROOT, check=False
+    )
+    temps = [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    size = sum(p.stat().st_size for p in temps)
+    took = until(lambda: not any(p.exists() for p in temps), 4 * catchup + 10)
+    return (
+        "rebuild killed with SIGKILL mid-write",
+        f"{len(temps)} temp file(s) left, {size / 1e6:.1f} MB",
+        f"swept by the catch-up after {seconds(took, 4 * catchup + 10)}",
+    )
 
 
 def _corrupt_magic(path: Path) -> None:
@@ -328,10 +595,18 @@ _DIES_MID_CHANGE = textwrap.dedent("""
 """)
 
 
-def _broker_outage(env: dict[str, str], tmp: Path, path: Path, changes) -> tuple[str, str, str]:
+#: The worker's CATCHUP_INTERVAL: long, so that what catches a file up sooner is
+#: the worker's watch, not beat.
+WORKER_CATCHUP = 120.0
+
+
+def _broker_outage(
+    env: dict[str, str], tmp: Path, path: Path, changes
+) -> list[tuple[str, str, str]]:
     name = "broker stopped, rule added, broker back"
     if not shutil.which("redis-server"):
-        return name, "-", "skipped: no redis-server"
+        return [(name, "-", "skipped: no redis-server")]
+    (tmp / "worker_settings.py").write_text(SETTINGS.format(catchup=WORKER_CATCHUP))
     from urlguard import registry
     from urlguard_service.celery import app as celery_app
 
@@ -353,7 +628,7 @@ def _broker_outage(env: dict[str, str], tmp: Path, path: Path, changes) -> tuple
         + ["urlguard.broadcast,celery", "--concurrency", "1", "-l", "INFO"]
         + ["--schedule", str(tmp / "beat"), "-B"],
         cwd=ROOT,
-        env={**env, "CELERY_BROKER_URL": url},
+        env={**env, "CELERY_BROKER_URL": url, "DJANGO_SETTINGS_MODULE": "worker_settings"},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -368,20 +643,71 @@ def _broker_outage(env: dict[str, str], tmp: Path, path: Path, changes) -> tuple
             rule = changes.add_rule("outage.example.org", category="spam").expression
         finally:
             celery_app.conf.update(saved)
+        time.sleep(2.5)  # past READY_MAX_LAG_SECONDS
+        from urlguard import health, nudge
+
+        celery_app.conf.update(task_always_eager=False, broker_url=url)
+        try:
+            ready = health.readiness()
+            words = nudge.when_applied()
+        finally:
+            celery_app.conf.update(saved)
+        lag = ready["checks"]["lag"]
+        results = [
+            (
+                "broker down: what the admin and /readyz say",
+                f"admin: {words[:70]}...",
+                f"/readyz ready={ready['ready']} ({'warning' if 'warning' in lag else 'error'}: "
+                f"{lag.get('warning', lag.get('error', ''))[:60]}...)",
+            )
+        ]
         server = redis()
         took = until(lambda: rule in (registry.get_filter(str(path)) or ()), 60)
-        return (
-            name,
-            "edit saved; nudge refused",
-            f"applied {seconds(took, 60)} after the broker came back "
-            "(Celery's reconnect back-off; CATCHUP_INTERVAL not waited for)",
+        results.append(
+            (
+                name,
+                "edit saved; nudge refused",
+                f"applied {seconds(took, 60)} after the broker came back "
+                "(Celery's reconnect back-off; CATCHUP_INTERVAL not waited for)",
+            )
         )
+        # The worker alone keeps the file now (this process only reads it).
+        backup = tmp / "worker-backup.bin"
+        subprocess.run(["cp", str(path), str(backup)], check=True)
+        celery_app.conf.update(task_always_eager=False, broker_url=url)
+        try:
+            late = changes.add_rule("after-backup.example.org", category="spam").expression
+        finally:
+            celery_app.conf.update(saved)
+        until(lambda: late in (registry.get_filter(str(path)) or ()), 30)
+        subprocess.run(["mv", str(backup), str(path)], check=True)
+        took = until(lambda: _file_holds(path, late), 30)
+        results.append(
+            (
+                "backup moved over the file of a Celery-worker node",
+                "-",
+                f"caught up by the worker's watch after {seconds(took, 30)} "
+                f"(beat's catch-up every {WORKER_CATCHUP:g} s)",
+            )
+        )
+        return results
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(20)
         log.close()
         server.terminate()
         server.wait(10)
+
+
+def _file_holds(path: Path, expression: str) -> bool:
+    """Whether the file at `path` now (not this process's mapping) holds it."""
+    from filterengine import FilterFileError, ScalingCountingBloomFilter
+
+    try:
+        with ScalingCountingBloomFilter.open(str(path), readonly=True) as f:
+            return expression in f
+    except (OSError, FilterFileError):
+        return False
 
 
 def _reachable(port: int) -> bool:

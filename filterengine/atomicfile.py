@@ -6,6 +6,7 @@ readers still mapping it reopen the path."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import re
@@ -18,11 +19,13 @@ from .errors import FilterFileError
 from .space import reserve
 
 __all__ = [
+    "copy_aside",
     "fsync_dir",
     "generation_of",
     "mark_superseded",
     "open_existing",
     "remove_stale_temps",
+    "set_generation",
     "write_empty",
 ]
 
@@ -61,6 +64,36 @@ def write_empty(path: str, header: ff.Header, *, applied_seq: int) -> str:
         raise
     os.close(fd)
     return tmp
+
+
+def copy_aside(path: str, source: str) -> str:
+    """Copy the file ``source`` beside ``path`` (a temp file that remove_stale_temps
+    knows), fsynced; return its temp path. The room is reserved first
+    (FilterSpaceError, and no temp file left, if it does not fit)."""
+    prefix, suffix = _temp_name(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    with open(source, "rb") as src:
+        size = os.fstat(src.fileno()).st_size
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
+        try:
+            reserve(fd, 0, size, path, f"copy of {source} (written beside it)")
+            with open(fd, "wb", closefd=False) as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+    os.close(fd)
+    return tmp
+
+
+def set_generation(fd: int, generation: int, path: str) -> None:
+    """Give the (valid) file ``fd`` a new generation: a copy put in place is a new
+    file to the readers that compare generations."""
+    header = ff.read_fixed(os.pread(fd, ff.FIXED_SIZE, 0), os.fstat(fd).st_size, path)
+    os.pwrite(fd, ff.pack_fixed(dataclasses.replace(header, generation=generation)), 0)
 
 
 def remove_stale_temps(path: str) -> list[str]:

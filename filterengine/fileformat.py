@@ -107,6 +107,8 @@ PAGE = 4096
 
 _FIXED = struct.Struct("<8sHHIII QdddQQQ 40x")  # 120 bytes, crc follows
 FIXED_SIZE = 128
+#: Where _FIXED keeps the generation (8-byte aligned: readers compare it in place).
+GENERATION_OFFSET = 56
 LAYOUT_OFFSET = 128
 SLOT_OFFSETS = (192, 256)
 SLOT_SIZE = 64

@@ -11,10 +11,11 @@ never stop the filter from scaling: fullness is a count, not an id.
 
 One writer per file (locking.py), any number of read-only openers in other
 processes. They share the page cache through ``MAP_SHARED`` (mapping.py), so
-readers see additions without reopening; before each answer a reader compares
-one header word (stage count + superseded bit) with the value it mapped, and
-remaps when a stage was added or the file was replaced by ``build``
-(atomicfile.py).
+readers see additions without reopening; before each answer a reader reads the
+last byte its stages need (one ``pread``: a file truncated or copied over in
+place is refused before a page is touched, not a SIGBUS) and compares one header
+word (stage count + superseded bit) with the value it mapped, and remaps when a
+stage was added or the file was replaced by ``build`` (atomicfile.py).
 
 Crash safety follows dablooms: ``mem_seqnum`` is 0 while a change is being
 applied and a fresh non-zero number after it; ``flush()`` msyncs the counters
@@ -31,18 +32,20 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 import numpy as np
 
 from . import fileformat as ff
 from .atomicfile import (
+    copy_aside,
     fsync_dir,
     generation_of,
     mark_superseded,
     open_existing,
     remove_stale_temps,
+    set_generation,
     write_empty,
 )
 from .counters import (
@@ -88,6 +91,41 @@ def _is_clean(state: ff.State) -> bool:
         and state.mem_seqnum != 0
         and state.disk_seqnum == state.mem_seqnum
     )
+
+
+def _probe(view: FileView, key: str | bytes) -> bool:
+    """The scalar lookup in one checked view (contains, maybe_present)."""
+    # hash_pair inlined: this is the per-redirect hot path.
+    if type(key) is str:
+        key = key.encode()
+    elif type(key) is not bytes:
+        hash_pair(key)  # raises the TypeError naming the type
+    h1, h2 = _hash_tuple(key, view.seed)
+    # COUNTER_SCHEME positions (counters.py), one pair of slices per
+    # region. The first pair is unrolled: most absent keys leave a stage
+    # at its first probe, before h2 is even reduced. Measured (bench/
+    # engine.py): a pair per loop turn with plain `% cells` beats a
+    # (start, mask) tuple per slice; lazy map()/itemgetter pipelines and
+    # generated per-stage functions were slower (method-wrapper and
+    # function calls cost more than the bytecode they save).
+    for first, regions, cells in view.probes:
+        x = h1 % cells
+        if not first[x] & 0x0F:
+            continue
+        step = h2 % cells
+        x = (x + step) % cells
+        if not first[x] & 0xF0:
+            continue
+        for region in regions:
+            x = (x + step) % cells
+            if not region[x] & 0x0F:
+                break
+            x = (x + step) % cells
+            if not region[x] & 0xF0:
+                break
+        else:
+            return True
+    return False
 
 
 class ScalingCountingBloomFilter:
@@ -333,13 +371,81 @@ class ScalingCountingBloomFilter:
                     os.unlink(tmp)
             release_writer_lock(lock_fd)
 
-    # -- the mapping ----------------------------------------------------------
-    def _check_size(self, view: FileView) -> None:
-        """The throttled guard before a lookup touches the mapping (mapping.py)."""
-        if view.closed:
-            raise ValueError(f"{self.path}: the filter is closed")
-        view.check_size(self.path)
+    def remove_stale_temps(self) -> list[str]:
+        """Remove the temp files that killed builds of this path left beside it
+        (each as large as a file: the room the next stage or rebuild needs); return
+        their paths. A writer's method: under its lock no build of the path runs."""
+        self._writable()
+        return remove_stale_temps(self.path)
 
+    @classmethod
+    def restore(
+        cls,
+        path: str | os.PathLike[str],
+        source: str | os.PathLike[str],
+        *,
+        catch_up: Callable[[ScalingCountingBloomFilter], None] | None = None,
+        lock_timeout: float = 30.0,
+    ) -> int:
+        """Put a copy of the filter file ``source`` (a backup) at ``path``, atomically.
+
+        The copy is written beside ``path`` and validated (FilterFileError for a
+        file that does not parse or is not clean: a copy taken while a writer was
+        mid-change; rebuild instead); ``catch_up(writer)``, if given, then brings
+        the copy up to date (e.g. replays a change log after its applied_seq)
+        before it is flushed, fsynced, given a new generation and moved over
+        ``path`` as ``build`` does: readers of the old file follow it. Never
+        writes into ``source`` or into the file at ``path``. Holds the writer lock
+        throughout (waiting at most ``lock_timeout`` s). Returns the generation."""
+        path, source = os.fspath(path), os.fspath(source)
+        lock_fd = acquire_writer_lock(path, lock_timeout)
+        tmp = None
+        old_fd = None
+        try:
+            remove_stale_temps(path)
+            tmp = copy_aside(path, source)
+            copy = cls._attach(
+                tmp, os.open(tmp, os.O_RDONLY | os.O_CLOEXEC), readonly=True, lock_fd=None
+            )
+            try:
+                clean = copy.is_clean
+            finally:
+                copy._close_mapping()
+            if not clean:
+                raise FilterFileError(
+                    f"{source}: state: expected a clean file, found one a writer was "
+                    "changing when it was copied (or that it left dirty); its counters "
+                    "may be torn: rebuild the filter instead"
+                )
+            old_fd = open_existing(path)
+            fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
+            generation = max(time.time_ns() // 1000, generation_of(old_fd) + 1)
+            set_generation(fd, generation, source)
+            fresh = cls._attach(tmp, fd, readonly=False, lock_fd=None)
+            fresh.path = path  # error messages name the file the caller asked for
+            try:
+                if catch_up is not None:
+                    catch_up(fresh)
+                fresh.flush()
+                os.fsync(fresh._view.fd)
+            finally:
+                fresh._close_mapping()
+            os.replace(tmp, path)
+            tmp = None
+            fsync_dir(path)
+            if old_fd is not None:
+                mark_superseded(old_fd)
+                old_fd = None
+            return generation
+        finally:
+            if old_fd is not None:
+                os.close(old_fd)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            release_writer_lock(lock_fd)
+
+    # -- the mapping ----------------------------------------------------------
     def _refresh(self) -> FileView:
         """Remap after a new stage or a replacement; returns the current view."""
         with self._remap_lock:
@@ -354,6 +460,16 @@ class ScalingCountingBloomFilter:
                 fresh = FileView.map(fd, False, self.path)
             else:
                 fresh = FileView.map(os.dup(view.fd), not self.readonly, self.path)
+                if fresh.header.generation != view.header.generation:
+                    # Only build() gives a file a new generation, and never in
+                    # place: another file was copied over this one.
+                    fresh.release()
+                    raise FilterFileError(
+                        f"{self.path}: generation: expected {view.header.generation}, found "
+                        f"{fresh.header.generation}: another filter file was copied over "
+                        "this one in place; open it again (and bring it up to date: "
+                        "`restore_filter` is the supported way to restore a backup)"
+                    )
             self._view = fresh
             self._header = fresh.header
             # The old view is dropped, not closed: another thread may be
@@ -376,6 +492,7 @@ class ScalingCountingBloomFilter:
         view = self._view
         if view.closed:
             raise ValueError(f"{self.path}: the filter is closed")
+        view.check_file(self.path)  # a writer dies of a truncated file as a reader does
         return view
 
     def _dynamic(self, index: int) -> tuple[int, int, int]:
@@ -481,6 +598,7 @@ class ScalingCountingBloomFilter:
             state.mem_seqnum = self._seq
             if not ok and self._modified:
                 state.flags |= ff.FLAG_TORN  # part of a change is in the counters
+            self._view.check_file(self.path)
             ff.write_state(self._view.buf, state)
 
     @property
@@ -505,6 +623,7 @@ class ScalingCountingBloomFilter:
         mm = view.mm
         if self.readonly or mm is None:
             return
+        view.check_file(self.path)
         mm.flush()
         state = self._st
         if state.mem_seqnum and state.disk_seqnum != state.mem_seqnum:
@@ -584,50 +703,28 @@ class ScalingCountingBloomFilter:
     def contains(self, key: str | bytes) -> bool:
         """True if ``key`` may be present, False if it certainly is not."""
         view = self._view
-        if view.due:
-            self._check_size(view)
+        view.check_file(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
-        # hash_pair inlined: this is the per-redirect hot path.
-        if type(key) is str:
-            key = key.encode()
-        elif type(key) is not bytes:
-            hash_pair(key)  # raises the TypeError naming the type
-        h1, h2 = _hash_tuple(key, view.seed)
-        # COUNTER_SCHEME positions (counters.py), one pair of slices per
-        # region. The first pair is unrolled: most absent keys leave a stage
-        # at its first probe, before h2 is even reduced. Measured (bench/
-        # engine.py): a pair per loop turn with plain `% cells` beats a
-        # (start, mask) tuple per slice; lazy map()/itemgetter pipelines and
-        # generated per-stage functions were slower (method-wrapper and
-        # function calls cost more than the bytecode they save).
-        for first, regions, cells in view.probes:
-            x = h1 % cells
-            if not first[x] & 0x0F:
-                continue
-            step = h2 % cells
-            x = (x + step) % cells
-            if not first[x] & 0xF0:
-                continue
-            for region in regions:
-                x = (x + step) % cells
-                if not region[x] & 0x0F:
-                    break
-                x = (x + step) % cells
-                if not region[x] & 0xF0:
-                    break
-            else:
-                return True
-        return False
+        return _probe(view, key)
 
     __contains__ = contains
+
+    def maybe_present(self, keys: Iterable[str | bytes]) -> list[str | bytes]:
+        """The keys that may be present, in order: ``contains`` for a handful of
+        keys (one URL's expressions) with one check of the file for them all.
+        For many keys ``contains_many`` is faster."""
+        view = self._view
+        view.check_file(self.path)
+        if view.word[0] != view.layout:
+            view = self._refresh()
+        return [key for key in keys if _probe(view, key)]
 
     # -- batches --------------------------------------------------------------
     def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
         """One bool per key, in order (vectorised; each key hashed once)."""
         view = self._view
-        if view.due:
-            self._check_size(view)
+        view.check_file(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
         h1, h2 = hash_pairs(keys, view.seed)
@@ -754,8 +851,7 @@ class ScalingCountingBloomFilter:
     # -- state and measurements -----------------------------------------------
     def _live_view(self) -> FileView:
         view = self._view
-        if view.due:
-            self._check_size(view)
+        view.check_file(self.path)
         if view.word[0] != view.layout:
             view = self._refresh()
         return view

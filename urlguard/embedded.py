@@ -6,11 +6,16 @@ The thread looks at the filter every WATCH_SECONDS (the registry's once-a-second
 check: no database): a missing, unreadable or dirty file is caught up at once,
 not at the next CATCHUP_INTERVAL, and so is everything missed while the database
 was away, as soon as it answers again. It also runs the periodic catch-up and,
-every VERIFY_INTERVAL, the full verify."""
+every VERIFY_INTERVAL, the full verify.
+
+A Celery worker runs the same watch (`watch`, started when the worker is ready)
+without the periodic work, which beat schedules there: a file moved, copied or
+restored at the path is caught up within WATCH_SECONDS, not at the next catch-up."""
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -27,6 +32,8 @@ logger = logging.getLogger(__name__)
 WATCH_SECONDS = 1.0
 
 _lock = threading.Lock()
+# The running thread's own stop flag: a thread that outlives stop()'s join (busy in
+# a catch-up) still stops after it, even when a new thread has started meanwhile.
 _stop = threading.Event()
 _wake = threading.Event()
 _thread: threading.Thread | None = None
@@ -35,17 +42,34 @@ _thread: threading.Thread | None = None
 def install() -> None:
     """Start the upkeep thread on this process's first request."""
     request_started.connect(_on_first_request, dispatch_uid="urlguard.embedded")
+    registry.when_behind(_wake_for)
+
+
+def _wake_for(path: str) -> None:
+    # A request found the file behind the log: catch it up now, not in a second.
+    wake()
+
+
+def watch() -> None:
+    """Start the watch alone (a Celery worker: beat runs its periodic work)."""
+    _start(periodic=False)
 
 
 def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
-    global _thread
+    # Later requests pay nothing for this signal.
+    request_started.disconnect(dispatch_uid="urlguard.embedded")
+    _start(periodic=True)
+
+
+def _start(*, periodic: bool) -> None:
+    global _thread, _stop
     with _lock:
         if _thread is not None:
             return
-        # Later requests pay nothing for this signal.
-        request_started.disconnect(dispatch_uid="urlguard.embedded")
-        _stop.clear()
-        _thread = threading.Thread(target=_loop, name="urlguard-catch-up", daemon=True)
+        _stop = threading.Event()
+        _thread = threading.Thread(
+            target=_loop, args=(periodic, _stop), name="urlguard-catch-up", daemon=True
+        )
         _thread.start()
 
 
@@ -61,11 +85,13 @@ class Upkeep:
     growing intervals up to CATCHUP_INTERVAL, not every second). A catch-up that
     failed on the database is repeated as soon as the database answers again."""
 
-    def __init__(self, now: float, path: str | None = None) -> None:
+    def __init__(self, now: float, path: str | None = None, *, periodic: bool = True) -> None:
         self.path = path or conf.FILTER_PATH
-        self.catch_up_at = now + float(conf.CATCHUP_INTERVAL)
+        #: False: only watch the file (catch it up when unusable); no interval work.
+        self.periodic = periodic
+        self.catch_up_at = now + float(conf.CATCHUP_INTERVAL) if periodic else math.inf
         interval = float(conf.VERIFY_INTERVAL)
-        self.verify_at = now + interval if interval > 0 else None
+        self.verify_at = now + interval if interval > 0 and periodic else None
         self.retry_at = now
         self.failures = 0
         self.database_down = False
@@ -89,13 +115,16 @@ class Upkeep:
         catch_up, verify = self.due(now, unusable=unusable, woken=woken)
         if catch_up or verify:
             self.run(catch_up, verify)
+        else:
+            # A file mapped anew was compared with the log: no idle connection kept.
+            connections.close_all()
         return catch_up, verify
 
     def run(self, catch_up: bool, verify: bool) -> None:
         ok = True
         try:
             if catch_up:
-                sync.sync_and_report(periodic=True)
+                sync.sync_and_report(periodic=self.periodic)
             if verify:
                 sync.verify_and_repair(self.path)
         except Exception as exc:
@@ -120,7 +149,7 @@ class Upkeep:
         else:
             self.failures += 1
             self.retry_at = now + min(interval, 2.0**self.failures)
-        if caught_up:
+        if caught_up and self.periodic:
             self.catch_up_at = now + interval
         if verified and self.verify_at is not None:
             self.verify_at = now + float(conf.VERIFY_INTERVAL)
@@ -135,11 +164,11 @@ def _database_answers() -> bool:
         return False
 
 
-def _loop() -> None:
-    upkeep = Upkeep(time.monotonic())
-    while not _stop.is_set():
+def _loop(periodic: bool, stopped: threading.Event) -> None:
+    upkeep = Upkeep(time.monotonic(), periodic=periodic)
+    while not stopped.is_set():
         woken = _wake.wait(WATCH_SECONDS)
-        if _stop.is_set():
+        if stopped.is_set():
             break
         _wake.clear()
         upkeep.tick(time.monotonic(), woken=woken)
@@ -150,7 +179,7 @@ def stop(timeout: float = 5.0) -> None:
     global _thread
     with _lock:
         thread, _thread = _thread, None
-    _stop.set()
+        _stop.set()
     _wake.set()
     if thread is not None:
         thread.join(timeout)

@@ -156,12 +156,15 @@ class Guard:
         if filt is None:
             return self._degraded(url, canonical, exprs, self._unavailable())
         try:
-            # One scalar probe per expression, not contains_many: for the ~10
-            # keys of one URL the vectorised path costs more in numpy set-up
-            # than it saves (measured 25 µs vs 345 µs on a 4-stage 1M-rule
-            # filter, bench/guard.py). check_many() batches with contains_many.
-            contains = filt.contains
-            maybe = tuple([e for e in exprs if contains(e)])
+            # Scalar probes with one check of the file, not contains_many: for
+            # the ~10 keys of one URL the vectorised path costs more in numpy
+            # set-up than it saves (measured 25 µs vs 345 µs on a 4-stage
+            # 1M-rule filter, bench/guard.py). check_many() uses contains_many.
+            present = getattr(filt, "maybe_present", None)
+            if present is not None:
+                maybe = tuple(present(exprs))
+            else:  # another filter type (a host's own): key by key
+                maybe = tuple([e for e in exprs if filt.contains(e)])
         except Exception as exc:  # any failure of the filter is a degraded filter
             self._discard()
             return self._degraded(
@@ -224,7 +227,10 @@ class Guard:
     def _cache_token(self, filt: Any) -> tuple[Any, Any]:
         # The clean cache is valid for one state of the filter: any applied
         # change or rebuild may have listed a URL we remember as clean.
-        token = (getattr(filt, "generation", None), getattr(filt, "applied_seq", None))
+        try:
+            token = (getattr(filt, "generation", None), getattr(filt, "applied_seq", None))
+        except Exception:  # the file went bad since the lookup: cache nothing under it
+            token = (object(), None)
         if token != self._clean_token:
             self.clean_cache.clear()
             self._clean_token = token

@@ -1,7 +1,9 @@
 """Probes for load balancers and orchestrators: `GET /healthz` (the process answers;
 nothing else is touched) and `GET /readyz` (this node gives correct, current answers:
 its filter file is mapped and readable, it is not too far behind the change log, and
-the database answers).
+the database answers). Lag while the shared broker is unreachable is reported (a
+"broker" check) but does not fail readiness: every node lags alike then, and a load
+balancer that drained them all would turn a broker fault into an outage.
 
 ProbeMiddleware answers both before host validation, sessions, CSRF and the redirect
 guard: a prober sends whatever Host header it likes (a pod's IP address), must not
@@ -24,7 +26,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
-from urlguard import metrics, registry
+from urlguard import metrics, nudge, registry
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent
 
@@ -120,7 +122,9 @@ def readiness() -> dict[str, Any]:
         except Exception as exc:
             checks["database"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             checks["lag"] = {"ok": False, "error": "unknown without the database"}
-    failed = [name for name, check in checks.items() if not check["ok"]]
+    if not checks["lag"]["ok"] and "changes" in checks["lag"]:
+        _excuse_a_broker_outage(checks)
+    failed = [name for name, check in checks.items() if not check["ok"] and name != "broker"]
     return {"ready": not failed, "node": conf.NODE_NAME, "failed": failed, "checks": checks}
 
 
@@ -143,6 +147,23 @@ class ReadyCollector:
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """`GET /metrics` with this node's readiness among the figures."""
     return metrics.metrics_view(request, extra=[ReadyCollector()])
+
+
+def _excuse_a_broker_outage(checks: dict[str, dict[str, Any]]) -> None:
+    """Lag while the broker cannot be reached is every node's lag at once (nudges and
+    the catch-up broadcast both go through it): reported, but not a reason to take
+    this node out of a load balancer, which would drain the whole fleet for it."""
+    problem = nudge.broker_problem()
+    if not problem:
+        return
+    checks["broker"] = {"ok": False, "error": problem}
+    lag = checks["lag"]
+    lag["ok"] = True
+    lag["warning"] = (
+        f"{lag.pop('error')}: the broker shared by every node is unreachable, so every "
+        "node lags alike (not a reason to drain this one); `manage.py sync_filter` on "
+        "each node applies the changes now"
+    )
 
 
 def readyz(request: HttpRequest) -> JsonResponse:

@@ -21,7 +21,7 @@ from urlguard.conf import conf
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Outcome", "last_outcome", "send", "when_applied"]
+__all__ = ["Outcome", "broker_problem", "last_outcome", "send", "when_applied"]
 
 # The longest a request waits for its nudge: to publish it (broker), or to apply it
 # in-process (embedded default, where it waits at most this for the writer lock).
@@ -39,6 +39,9 @@ class Outcome:
     delivered: bool
     detail: str = ""  # why not, when not
     at: float = field(default_factory=time.monotonic)
+    #: Sent through the broker (not applied in-process): then every node's catch-up
+    #: (a beat broadcast) waits for the broker too.
+    via_broker: bool = False
 
 
 _last = threading.local()
@@ -56,6 +59,12 @@ def when_applied() -> str:
     outcome = last_outcome()
     if outcome is None or outcome.delivered or time.monotonic() - outcome.at > FRESH_SECONDS:
         return "Nodes apply it within seconds"
+    if outcome.via_broker:
+        return (
+            f"It is saved, but the broker did not take the nudge ({outcome.detail}): the "
+            "nodes apply it when the broker answers again; `manage.py sync_filter` on "
+            "each node applies it now"
+        )
     return (
         "It is saved, but the nodes could not be told at once "
         f"({outcome.detail}): they apply it at their next catch-up, within "
@@ -66,22 +75,26 @@ def when_applied() -> str:
 def send(seq: int) -> None:
     """Ask every node to apply the log up to `seq`. Runs after the commit; a failure
     is logged, never raised: the edit is committed and the periodic catch-up applies it."""
+    via_broker = not in_process()
     try:
-        if in_process():
-            _apply_here(seq)
-        else:
+        if via_broker:
             _publish(seq)
+        else:
+            _apply_here(seq)
     except Exception as exc:  # broker down or hung, or (in-process) the apply failed
-        _last.outcome = Outcome(seq, False, f"{type(exc).__name__}: {exc}")
+        _last.outcome = Outcome(seq, False, f"{type(exc).__name__}: {exc}", via_broker=via_broker)
         logger.warning(
-            "change #%s is committed but the apply_changes nudge failed (%s: %s); "
-            "the periodic catch-up (or `manage.py sync_filter`) will apply it",
+            "change #%s is committed but the apply_changes nudge failed (%s: %s); %s",
             seq,
             type(exc).__name__,
             exc,
+            "the nodes apply it when the broker answers again (`manage.py sync_filter` "
+            "on each node applies it now)"
+            if via_broker
+            else "the catch-up thread (or `manage.py sync_filter`) applies it",
         )
     else:
-        _last.outcome = Outcome(seq, True)
+        _last.outcome = Outcome(seq, True, via_broker=via_broker)
 
 
 def _apply_here(seq: int) -> None:
@@ -125,6 +138,51 @@ def _publish(seq: int) -> None:
         raise NudgeTimeout(f"the broker did not answer within {NUDGE_TIMEOUT:g} s")
     if failure:
         raise failure[0]
+
+
+# How long a broker check is reused: a load balancer probes every few seconds.
+BROKER_CHECK_SECONDS = 5.0
+_broker_check: tuple[float, str] | None = None  # (monotonic time, problem)
+
+
+def broker_problem() -> str:
+    """Why this node cannot reach its broker ("" when it can, or has none: in-process
+    tasks). One connection attempt bounded like a nudge, reused BROKER_CHECK_SECONDS."""
+    global _broker_check
+    if in_process():
+        return ""
+    now = time.monotonic()
+    if _broker_check is not None and now - _broker_check[0] < BROKER_CHECK_SECONDS:
+        return _broker_check[1]
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    celery_app = current_app()
+
+    def connect() -> None:
+        try:
+            with celery_app.connection_for_read(
+                connect_timeout=SOCKET_TIMEOUT, transport_options=_transport_options()
+            ) as connection:
+                connection.ensure_connection(max_retries=1)
+                channel = connection.default_channel
+                client = getattr(channel, "client", None)
+                if client is not None and hasattr(client, "ping"):
+                    client.ping()  # redis: a hung server takes connections, never answers
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=connect, name="urlguard-broker-check", daemon=True).start()
+    if not done.wait(NUDGE_TIMEOUT):
+        problem = f"the broker did not answer within {NUDGE_TIMEOUT:g} s"
+    elif failure:
+        problem = f"{type(failure[0]).__name__}: {failure[0]}"
+    else:
+        problem = ""
+    _broker_check = (time.monotonic(), problem)
+    return problem
 
 
 def _transport_options() -> dict[str, Any]:

@@ -3,12 +3,18 @@ per process (opened at start-up, shared by every request and thread), and the
 short-lived writer that the change-applying code uses.
 
 A read-only ScalingCountingBloomFilter notices by itself (cheaply, before it answers)
-a new stage or a file replaced by a rebuild. What it cannot notice is a file removed,
-moved over or copied over at the path, or a writer that died mid-change: so at most
-once a second (one `stat`, off the per-URL cost) the registry checks that its mapping
-is still the file at the path and clean, and remaps, or answers None (checks follow
+a new stage, a file replaced by a rebuild, or a file truncated under it. What it
+cannot notice is a file removed, moved over or copied over at the path, or a writer
+that died mid-change: so at most once a second (one `stat` and one header read, off
+the per-URL cost) the registry checks that its mapping is still the file at the path,
+as the writers left it, and clean, and remaps, or answers None (checks follow
 ON_FILTER_ERROR) until the file is usable again. A file that could not be opened is
 retried at most once a second too.
+
+A file mapped anew (not one our writers rebuilt: those the engine follows by itself)
+may be an old backup moved or copied in: it is trusted only when its applied_seq has
+reached the change log's head, read once per remap. Until then checks are degraded
+and this node's writer is woken (the callbacks of `when_behind`) to catch it up.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter, fileformat
@@ -38,6 +44,7 @@ __all__ = [
     "problem",
     "reset",
     "sync_lock",
+    "when_behind",
     "writer",
 ]
 
@@ -57,6 +64,17 @@ _filters: dict[str, ScalingCountingBloomFilter] = {}
 _next_check: dict[str, float] = {}
 # path -> (monotonic time of the next attempt, reason of the last failure)
 _failures: dict[str, tuple[float, str]] = {}
+# path -> (a mapping found behind the change log, the log's head then, (dev, ino)
+# of its file): it answers as soon as this node's writer has brought it to that head.
+_pending: dict[str, tuple[ScalingCountingBloomFilter, int, tuple[int, int]]] = {}
+# Paths mapped at start-up, before the database may be asked: their first check
+# compares them with the log.
+_unverified: set[str] = set()
+# path -> (generation, applied_seq) of the mapping at its last check: an older
+# applied_seq or another generation in the same inode is a file copied over it.
+_last_seen: dict[str, tuple[int, int]] = {}
+# Called with the path when a mapping is found behind the log (see when_behind).
+_behind_callbacks: list[Callable[[str], None]] = []
 
 
 class WriterBusy(FilterLockedError):
@@ -81,9 +99,95 @@ def get_filter(path: str | None = None) -> ScalingCountingBloomFilter | None:
             return filt
         return _recheck(path, filt)
     failure = _failures.get(path)
+    if failure is not None and path in _pending:
+        caught_up = _caught_up(path)
+        if caught_up is not None:
+            return caught_up
     if failure is not None and time.monotonic() < failure[0]:
         return None
+    if failure is not None and _still_pending(path):
+        return None
     return _open(path)
+
+
+def when_behind(callback: Callable[[str], None]) -> None:
+    """Call `callback(path)` whenever this process maps a file that is behind the
+    change log (a restored backup): the node's writer should catch it up now."""
+    if callback not in _behind_callbacks:
+        _behind_callbacks.append(callback)
+
+
+def _caught_up(path: str) -> ScalingCountingBloomFilter | None:
+    """The pending mapping of `path` once its writer has brought it to the head it
+    was compared with (read from the mapping: no query); None while it is behind."""
+    with _lock:
+        pending = _pending.get(path)
+        if pending is None:
+            return _filters.get(path)
+        filt, head, _ = pending
+        try:
+            ready = filt.applied_seq >= head and not _unusable(path, filt)
+        except Exception:
+            ready = False
+        if not ready:
+            return None
+        del _pending[path]
+        _trust(path, filt, _mapped_identity(filt))
+        logger.info("filter file %s has caught up with the change log (#%d)", path, head)
+        return filt
+
+
+def _still_pending(path: str) -> bool:
+    """Is the file at `path` still the one found behind the log? Then it is not
+    mapped and compared again (the writer is at it): one `stat` a second."""
+    with _lock:
+        pending = _pending.get(path)
+        if pending is None:
+            return False
+        try:
+            same = _identity(os.stat(path)) == pending[2]
+        except OSError:
+            same = False
+        if same:
+            _failures[path] = (time.monotonic() + RETRY_SECONDS, _failures[path][1])
+        return same
+
+
+def _trust(path: str, filt: ScalingCountingBloomFilter, identity: tuple[int, int] | None) -> None:
+    """Answer checks of `path` from `filt` (under _lock)."""
+    _filters[path] = filt
+    if identity is not None:
+        _identities[path] = identity
+    _next_check[path] = time.monotonic() + CHECK_SECONDS
+    _failures.pop(path, None)
+    _remember(path, filt)
+
+
+def _remember(path: str, filt: ScalingCountingBloomFilter) -> None:
+    with contextlib.suppress(Exception):
+        _last_seen[path] = (int(filt.generation), int(filt.applied_seq))
+
+
+def _behind_log(path: str, filt: ScalingCountingBloomFilter) -> tuple[str, int]:
+    """Is a mapping taken anew behind the change log? (why, head) with one query;
+    ("", 0) when it is current, or when the database cannot say (then the file is
+    trusted as before: a node without its database answers from the file)."""
+    from urlguard.models import ChangeEvent  # the models import nothing of ours back
+
+    try:
+        head = ChangeEvent.objects.head()
+        applied = int(filt.applied_seq)
+    except Exception as exc:
+        logger.debug("could not compare filter %s with the change log: %s", path, exc)
+        return "", 0
+    if applied >= head:
+        return "", 0
+    return (
+        f"behind the change log (mapped anew at change #{applied}, the log is at #{head}: "
+        "an older file moved or copied in, e.g. a backup, or a writer that has not caught "
+        "up; this node's writer is woken to catch it up)",
+        head,
+    )
 
 
 def problem(path: str | None = None) -> str:
@@ -99,37 +203,63 @@ def problem(path: str | None = None) -> str:
 _MISSING = "missing (run `manage.py rebuild_filter`, or let a worker catch up)"
 
 
-def _open(path: str) -> ScalingCountingBloomFilter | None:
+def _open(path: str, *, check_log: bool = True) -> ScalingCountingBloomFilter | None:
     with _lock:
-        filt = _filters.get(path)
-        if filt is not None:
-            return filt
+        current = _filters.get(path)
+        if current is not None:
+            return current
+        stale = _pending.pop(path, None)
+        if stale is not None:
+            _close_quietly(path, stale[0])
         previous = _failures.get(path)
-        try:
-            # The identity first: if the file is replaced between the stat and the
-            # open, the next check sees a mismatch and maps it again (never the
-            # reverse, a stale mapping taken for the file at the path).
-            identity = _identity(os.stat(path))
-            filt = ScalingCountingBloomFilter.open(path, readonly=True)
-        except FileNotFoundError:
-            reason = _MISSING
-        except (OSError, FilterFileError) as exc:
-            reason = f"unreadable: {exc}"
-        except Exception as exc:  # never let a request die on the filter
-            reason = f"unreadable ({type(exc).__name__}): {exc}"
-        else:
-            reason = _unusable(path, filt)
-            if not reason:
-                _filters[path] = filt
-                _identities[path] = _mapped_identity(filt) or identity
-                _next_check[path] = time.monotonic() + CHECK_SECONDS
-                if previous is not None:
-                    logger.info("filter file %s is readable again", path)
-                    del _failures[path]
-                return filt
+        filt, identity, reason = _map(path)
+        if filt is None:
+            _failed(path, reason, previous)
+            return None
+    # The query outside the lock: other threads keep answering meanwhile.
+    behind, head = _behind_log(path, filt) if check_log else ("", 0)
+    with _lock:
+        current = _filters.get(path)
+        if current is not None:  # another thread mapped it meanwhile
             _close_quietly(path, filt)
-        _failed(path, reason, previous)
-        return None
+            return current
+        if not behind:
+            _trust(path, filt, _mapped_identity(filt) or identity)
+            if not check_log:
+                _unverified.add(path)
+                _next_check[path] = 0.0  # the first lookup compares it
+            if previous is not None:
+                logger.info("filter file %s is readable again", path)
+            return filt
+        _pending[path] = (filt, head, identity)
+        _failed(path, behind, previous)
+    for callback in list(_behind_callbacks):
+        try:
+            callback(path)
+        except Exception:
+            logger.exception("waking the writer of %s failed", path)
+    return None
+
+
+def _map(path: str) -> tuple[ScalingCountingBloomFilter | None, tuple[int, int], str]:
+    """(mapping, identity, "") of a usable file at `path`, else (None, _, why not)."""
+    try:
+        # The identity first: if the file is replaced between the stat and the
+        # open, the next check sees a mismatch and maps it again (never the
+        # reverse, a stale mapping taken for the file at the path).
+        identity = _identity(os.stat(path))
+        filt = ScalingCountingBloomFilter.open(path, readonly=True)
+    except FileNotFoundError:
+        return None, (0, 0), _MISSING
+    except (OSError, FilterFileError) as exc:
+        return None, (0, 0), f"unreadable: {exc}"
+    except Exception as exc:  # never let a request die on the filter
+        return None, (0, 0), f"unreadable ({type(exc).__name__}): {exc}"
+    reason = _unusable(path, filt)
+    if reason:
+        _close_quietly(path, filt)
+        return None, identity, reason
+    return filt, identity, ""
 
 
 def _failed(path: str, reason: str, previous: tuple[float, str] | None) -> None:
@@ -185,18 +315,47 @@ def _recheck(path: str, filt: ScalingCountingBloomFilter) -> ScalingCountingBloo
             mapped = _mapped_identity(filt) or _identities.get(path)
             reason = "" if mapped == at_path else "replaced"
             if not reason:
-                reason = _unusable(path, filt)
+                reason = _copied_over(path, filt) or _unusable(path, filt)
+                if not reason and path in _unverified:
+                    _unverified.discard(path)
+                    reason = "not compared with the change log yet"
                 if not reason:
+                    _remember(path, filt)
                     return filt
         _drop(path)
-    if reason == "replaced":
+    if reason == "not compared with the change log yet":
+        return _open(path)
+    if reason in ("replaced", _COPIED_OVER):
         # Removed and rebuilt, or another file moved or copied over it: the file at
-        # the path is the one the writers keep current.
-        logger.warning("filter file %s was replaced under this process; mapping the new one", path)
+        # the path is the one the writers keep current, once it has the log's head.
+        logger.warning(
+            "filter file %s was %s under this process; mapping the new one", path, reason
+        )
         return _open(path)
     with _lock:
         _failed(path, reason, None)
     return None
+
+
+_COPIED_OVER = "copied over in place"
+
+
+def _copied_over(path: str, filt: ScalingCountingBloomFilter) -> str:
+    """The same inode, but another file's contents (a `cp` onto the path): another
+    generation, or an applied_seq older than this mapping has seen. Our writers only
+    ever move applied_seq forward, and give a new generation only to a new inode."""
+    seen = _last_seen.get(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(fileformat.TABLE_OFFSET)
+        generation = fileformat.read_fixed(head, fileformat.DATA_OFFSET, path).generation
+        mapped = int(filt.generation)  # the header parsed when it was mapped
+        applied = int(filt.applied_seq)
+    except Exception:
+        return ""  # unreadable: the mapping's own checks say so
+    if generation != mapped or (seen is not None and seen[0] == mapped and applied < seen[1]):
+        return _COPIED_OVER
+    return ""
 
 
 def _drop(path: str) -> None:
@@ -205,6 +364,7 @@ def _drop(path: str) -> None:
     _filters.pop(path, None)
     _next_check.pop(path, None)
     _identities.pop(path, None)
+    _last_seen.pop(path, None)
 
 
 def _unusable(path: str, filt: ScalingCountingBloomFilter) -> str:
@@ -305,7 +465,8 @@ def open_at_startup() -> None:
     path = conf.FILTER_PATH
     try:
         if os.path.exists(path):
-            get_filter(path)
+            # No query while apps load: the first check compares it with the log.
+            _open(path, check_log=False)
     except Exception:  # start-up must never fail because of the filter
         logger.exception("could not open filter file %s at start-up", path)
 
@@ -327,6 +488,11 @@ def forget(path: str | None = None) -> None:
         _next_check.pop(path, None)
         _identities.pop(path, None)
         _failures.pop(path, None)
+        _last_seen.pop(path, None)
+        _unverified.discard(path)
+        pending = _pending.pop(path, None)
+    if pending is not None:
+        _close_quietly(path, pending[0])
     if filt is not None:
         try:
             filt.close()
@@ -336,10 +502,12 @@ def forget(path: str | None = None) -> None:
 
 def reset() -> None:
     """Forget every mapping (tests; settings changes)."""
-    for path in list(_filters):
+    for path in {*_filters, *_pending}:
         forget(path)
     with _lock:
         _failures.clear()
+        _unverified.clear()
+        _last_seen.clear()
 
 
 def open_writer(

@@ -42,6 +42,7 @@ __all__ = [
     "first_stage_capacity",
     "log_head",
     "rebuild",
+    "restore",
     "sync",
     "sync_and_report",
     "verify",
@@ -239,6 +240,56 @@ def _build(
     return done
 
 
+def restore(source: str, path: str | None = None) -> SyncResult:
+    """Put the backup `source` in place of this node's file, brought up to date: it
+    is validated (a filter file, clean, made with this node's FILTER_CAPACITY and
+    FILTER_ERROR_RATE, not ahead of the log), copied beside the file, the log after
+    its applied_seq is replayed into the copy, and the copy atomically replaces the
+    file (readers switch on their next check, never answering from the old state).
+    ValueError (FilterFileError) says why a backup cannot be restored."""
+    if path is None:
+        path = conf.FILTER_PATH
+    result = SyncResult(path=path)
+    with ScalingCountingBloomFilter.open(source, readonly=True) as backup:
+        reason = _mismatch(backup)
+        head = log_head()
+        if not reason and backup.applied_seq > head:
+            reason = (
+                f"it has applied change #{backup.applied_seq} but the change log ends at "
+                f"#{head} (a file from another database?)"
+            )
+    if reason:
+        raise FilterFileError(f"{source}: cannot be restored: {reason}; run rebuild_filter")
+
+    def replay(copy: ScalingCountingBloomFilter) -> None:
+        result.head = log_head()
+        try:
+            _apply_pending(copy, result)
+        except KeyError as exc:
+            raise FilterFileError(
+                f"{source}: cannot be restored: the change log removes a rule it does not "
+                f"hold ({_refusal(exc)}); run rebuild_filter"
+            ) from exc
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    timeout = float(conf.WRITER_LOCK_TIMEOUT)
+    with registry.sync_lock(path):
+        try:
+            ScalingCountingBloomFilter.restore(path, source, catch_up=replay, lock_timeout=timeout)
+        except FilterLockedError as exc:
+            raise registry.WriterBusy.after(exc, timeout) from exc
+        registry.clear_behind(path)
+    registry.file_written(path)
+    logger.warning(
+        "restored filter %s from %s: %d change(s) after the backup replayed, now at #%d",
+        path,
+        source,
+        result.applied,
+        result.applied_seq,
+    )
+    return result
+
+
 def _refusal(exc: KeyError) -> str:
     # The engine's KeyError carries a sentence naming the key; str() would quote it.
     return str(exc.args[0]) if exc.args else "?"
@@ -337,6 +388,8 @@ def _sync_locked(
     except FilterFileError as exc:
         filt, reason = None, force_rebuild or f"the file is unreadable: {exc}"
     try:
+        if filt is not None:
+            _sweep_temps(filt)
         if filt is not None and not reason:
             reason = _why_not_in_place(filt, result)
             if not reason and compact:
@@ -360,6 +413,24 @@ def _sync_locked(
     finally:
         if filt is not None:
             filt.close()  # flushes: durable, and marked clean
+
+
+def _sweep_temps(filt: ScalingCountingBloomFilter) -> None:
+    """Remove what a killed rebuild left beside the file: on a nearly full disk it is
+    the room the next stage needs. (A rebuild sweeps too; this covers the syncs and
+    catch-ups between rebuilds.)"""
+    try:
+        removed = filt.remove_stale_temps()
+    except OSError as exc:
+        logger.warning("could not remove stale temp files beside %s: %s", filt.path, exc)
+        return
+    if removed:
+        logger.warning(
+            "removed %d temp file(s) a killed rebuild left beside %s: %s",
+            len(removed),
+            filt.path,
+            ", ".join(os.path.basename(p) for p in removed),
+        )
 
 
 def _out_of_space(exc: BaseException) -> bool:

@@ -11,7 +11,7 @@ from celery import bootsteps
 from celery.signals import celeryd_init, worker_init, worker_ready
 from django.core.management.base import SystemCheckError
 
-from urlguard import sync
+from urlguard import embedded, sync
 from urlguard.checks import refuse_to_start
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,9 @@ def _catch_up_at_boot(sender: Any = None, **kwargs: Any) -> None:
     # Runs in the worker before it takes messages: a node that was down while rules
     # changed is current again before it applies the next nudge.
     _catch_up_now("boot-time")
+    # Then the node's file is watched (no broker needed): a backup moved or copied
+    # over it, or a removed file, is caught up within a second or two.
+    embedded.watch()
 
 
 class CatchUpOnReconnect(bootsteps.StartStopStep):

@@ -7,8 +7,6 @@ import errno
 import multiprocessing
 import os
 import subprocess
-import threading
-import time
 import zlib
 
 import pytest
@@ -18,7 +16,6 @@ from filterengine import (
     FilterFileError,
     FilterSpaceError,
     ScalingCountingBloomFilter,
-    mapping,
 )
 from filterengine import fileformat as ff
 
@@ -230,7 +227,6 @@ def test_a_real_full_disk_degrades_instead_of_crashing(tiny_fs):
 
 # -- a file truncated under a reader ---------------------------------------------------
 def _read_through_truncation(path, ready, truncated, answers):
-    mapping.SIZE_CHECK_SECONDS = 0.0  # checked before every lookup: no waiting here
     with S.open(path, readonly=True) as r:
         answers.put(("before", r.contains("k1") and "k1" in r))
         ready.set()
@@ -267,58 +263,116 @@ def test_a_reader_survives_a_file_truncated_under_it(path, keep):
     got = dict(answers.get(timeout=5) for _ in range(4))
     assert got["before"] is True
     for attempt in ("contains", "contains_many", "applied_seq"):
-        assert "truncated while mapped" in got[attempt], got[attempt]
+        assert "truncated or overwritten while mapped" in got[attempt], got[attempt]
         assert path in got[attempt] and f"found {keep} bytes" in got[attempt]
 
 
-def _truncate_when_due(path, answers):
-    mapping.SIZE_CHECK_SECONDS = 0.2
-    with S.open(path, readonly=True) as r:
-        assert "k1" in r
-        for _ in range(100):  # the ticker marks the view due within ~0.3 s
-            if r._view.due:
-                break
-            time.sleep(0.01)
-        answers.put(("due", r._view.due))
-        os.truncate(path, 0)
-        try:
-            r.contains("k1")
-        except FilterFileError as exc:
-            answers.put(("contains", str(exc)))
-        else:
-            answers.put(("contains", "answered"))
-
-
-def test_the_ticker_makes_a_reader_check_its_file(path):
-    with S.create(path, capacity=100, error_rate=0.01) as f:
-        f.add("k1", 1)
-    answers = fork.Queue()
-    child = fork.Process(target=_truncate_when_due, args=(path, answers))
-    child.start()
-    child.join(20)
-    assert child.exitcode == 0, f"exit code {child.exitcode} (-7 is SIGBUS)"
-    got = dict(answers.get(timeout=5) for _ in range(2))
-    assert got["due"] is True
-    assert "truncated while mapped" in got["contains"]
-
-
-def test_the_size_check_costs_one_fstat_a_second(path, monkeypatch):
+def test_every_lookup_checks_the_file_with_one_pread(path, monkeypatch):
     S.create(path, capacity=100, error_rate=0.01).close()
     with S.open(path, readonly=True) as r:
         r.contains("warm")
         calls = []
-        real = os.fstat
-        monkeypatch.setattr(os, "fstat", lambda fd: calls.append(fd) or real(fd))
-        for key in keys(2000):
-            r.contains(key)
-            r.contains_many([key])
-        assert len(calls) <= 1  # 4,000 lookups well inside a second
-        mapping.mark_due()  # what the ticker does once a second
+        real = os.pread
+        monkeypatch.setattr(
+            os, "pread", lambda fd, n, at: calls.append((fd, n, at)) or real(fd, n, at)
+        )
         r.contains("x")
-        r.contains("y")
-        assert 1 <= len(calls) <= 2 and calls[-1] == r._view.fd
-    ticker = [t for t in threading.enumerate() if t.name == "filterengine-size-check"]
-    assert len(ticker) == 1 and ticker[0].daemon
+        r.contains_many(["x", "y", "z"])
+        r.maybe_present(["x", "y", "z"])
+        # One read of the last byte the mapped stages need, per call (not per key).
+        assert calls == [(r._view.fd, 1, r._view.limit - 1)] * 3
+
+
+def test_maybe_present_is_contains_for_each_key(path):
+    with S.create(path, capacity=1000, error_rate=0.01) as f:
+        f.add_many(keys(300), range(300))
+    with S.open(path, readonly=True) as r:
+        probe = keys(300) + keys(300, "absent")
+        assert r.maybe_present(probe) == [k for k in probe if r.contains(k)]
+        assert r.maybe_present(iter(keys(3))) == keys(3)
+
+
+_OVERWRITES = (
+    lambda path, backup: ["cp", backup, path],  # what restoring a backup looks like
+    lambda path, backup: ["truncate", "-s", "0", path],
+    lambda path, backup: ["sh", "-c", ': > "$0"', path],
+    lambda path, backup: ["truncate", "-s", "-4096", path],
+)
+
+
+def _look_after_each_overwrite(path, commands, answers):
+    """A reader process: after each overwrite (done and finished by another process),
+    look keys up at once. A lookup that cannot answer raises FilterFileError, and the
+    reader opens the path again, as the service's registry does."""
+    r = S.open(path, readonly=True)
+    answers.put("ready")
+    while commands.get(timeout=30) != "stop":
+        outcome = []
+        for _ in range(2):
+            try:
+                outcome.append(
+                    (
+                        bool(r.contains("k1")),
+                        len(r.maybe_present(["k1", "k2"])),
+                        int(r.contains_many(["k1", "k2"]).sum()),
+                    )
+                )
+            except FilterFileError as exc:
+                outcome.append(str(exc).split(": ")[1])
+                try:
+                    r = S.open(path, readonly=True)
+                except FilterFileError as again:
+                    outcome.append(f"reopen: {str(again).split(': ')[1]}")
+                    break
+        answers.put(outcome)
+
+
+def test_a_reader_survives_twenty_copies_and_truncations_by_another_process(path, tmp_path):
+    with S.create(path, capacity=100, error_rate=0.01) as f:
+        f.add_many(["k1", "k2"], [1, 2])
+    backup = str(tmp_path / "backup.bin")
+    subprocess.run(["cp", path, backup], check=True)
+    with S.open(path) as f:
+        f.add_many(keys(300), range(10, 310))  # new stages: the backup is shorter
+    commands, answers = fork.Queue(), fork.Queue()
+    child = fork.Process(target=_look_after_each_overwrite, args=(path, commands, answers))
+    child.start()
+    seen = []
+    try:
+        assert answers.get(timeout=30) == "ready"
+        for event in range(20):
+            # The other process has finished before the reader looks: no race.
+            subprocess.run(_OVERWRITES[event % 4](path, backup), check=True)
+            commands.put(event)
+            seen.append(answers.get(timeout=30))
+            assert child.is_alive(), f"exit code {child.exitcode} after event {event} (-7: SIGBUS)"
+            if event % 4 != 0:
+                subprocess.run(["cp", backup, path], check=True)
+    finally:
+        commands.put("stop")
+        child.join(30)
+    assert child.exitcode == 0, f"exit code {child.exitcode} (-7 is SIGBUS)"
+    # A copy or truncation is noticed before a page is touched; once the file is
+    # whole again the reader answers from it (the backup holds k1 and k2).
+    for outcome in seen:
+        assert outcome[0] == "file size" or outcome[0] == (True, 2, 2), seen
+        assert outcome[-1] == (True, 2, 2) or outcome[-1].startswith("reopen: file size"), seen
+
+
+def test_a_file_copied_over_in_place_is_not_answered_from_as_the_old_one(path, tmp_path):
+    with S.create(path, capacity=100, error_rate=0.01) as f:
+        f.add("k1", 1)
+    other = str(tmp_path / "other.bin")
+    S.build(other, [(k, i) for i, k in enumerate(keys(250))], capacity=100, error_rate=0.01)
+    with S.open(path, readonly=True) as r:
+        assert "k1" in r
+        subprocess.run(
+            ["dd", f"if={other}", f"of={path}", "conv=notrunc", "status=none"], check=True
+        )
+        with pytest.raises(FilterFileError, match="copied over this one in place"):
+            r.contains("k1")
+        with pytest.raises(FilterFileError, match="copied over"):
+            r.contains_many(["k1"])
 
 
 # -- a writer stopped at any store of its state ------------------------------------------
@@ -498,3 +552,54 @@ def test_file_identity_names_the_mapped_file(path):
     r.close()
     with pytest.raises(ValueError, match="closed"):
         r.file_identity  # noqa: B018
+
+
+def _write_after_truncation(path, answers):
+    w = S.open(path)
+    w.add("k1", 1)
+    w.flush()
+    subprocess.run(["truncate", "-s", "0", path], check=True)
+    for name, write in (
+        ("add", lambda: w.add("k2", 2)),
+        ("remove", lambda: w.remove("k1", 1)),
+        ("flush", w.flush),
+        ("close", w.close),
+    ):
+        try:
+            write()
+        except FilterFileError as exc:
+            answers.put((name, str(exc)))
+        else:
+            answers.put((name, "written"))
+    answers.put(("closed", repr(w)))
+
+
+def test_a_writer_refuses_to_write_into_a_file_truncated_by_another_process(path):
+    S.create(path, capacity=100, error_rate=0.01).close()
+    answers = fork.Queue()
+    child = fork.Process(target=_write_after_truncation, args=(path, answers))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0, f"exit code {child.exitcode} (-7 is SIGBUS)"
+    got = dict(answers.get(timeout=5) for _ in range(5))
+    for name in ("add", "remove", "flush", "close"):
+        assert "truncated or overwritten while mapped" in got[name], got
+    assert got["closed"].endswith("closed>")  # and its lock released
+
+
+def test_an_older_copy_of_the_same_file_copied_over_it_is_refused(path, tmp_path):
+    """A backup of this very file (same generation, same stages) put back with `cp`
+    by another process: its state slots are older than the reader has seen."""
+    backup = str(tmp_path / "backup.bin")
+    with S.create(path, capacity=1000, error_rate=0.01) as w:
+        w.add("k1", 1)
+    with S.open(path, readonly=True) as r:
+        assert "k1" in r and "k2" not in r
+        subprocess.run(["cp", path, backup], check=True)
+        with S.open(path) as w:
+            w.add("k2", 2)
+        assert r.maybe_present(["k1", "k2"]) == ["k1", "k2"]  # a writer's moves are fine
+        subprocess.run(["cp", backup, path], check=True)
+        for lookup in (lambda: r.contains("k2"), lambda: r.maybe_present(["k2"])):
+            with pytest.raises(FilterFileError, match="copied over this one in place"):
+                lookup()

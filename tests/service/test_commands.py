@@ -16,7 +16,14 @@ from urlguard.models import ChangeEvent, SpamRule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
 
-COMMANDS = ["rebuild_filter", "sync_filter", "filter_info", "verify_filter", "import_rules"]
+COMMANDS = [
+    "rebuild_filter",
+    "restore_filter",
+    "sync_filter",
+    "filter_info",
+    "verify_filter",
+    "import_rules",
+]
 
 
 class Tty(io.StringIO):

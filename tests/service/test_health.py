@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import time
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
 from django.db import OperationalError, connections
 from django.utils import timezone
 
-from urlguard import health, registry
+from urlguard import health, nudge, registry
 from urlguard.changes import add_rule
 from urlguard.models import ChangeEvent
+from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
 
@@ -193,3 +197,67 @@ def test_the_networks_and_the_token_open_the_details(client, ready_node, setting
     assert "checks" not in _ready(client, REMOTE_ADDR="127.0.0.1")[1]
     token = {"HTTP_AUTHORIZATION": "Bearer s3cret-token-for-the-scraper"}
     assert _ready(client, REMOTE_ADDR="198.51.100.1", **token)[1]["node"] == "node-a"
+
+
+# -- a broker outage ---------------------------------------------------------------------
+@contextmanager
+def broker(url):
+    saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
+    celery_app.conf.update(task_always_eager=False, broker_url=url)
+    try:
+        yield
+    finally:
+        celery_app.conf.update(saved)
+
+
+@pytest.fixture
+def silent_broker():
+    """Takes connections and never answers (a hung broker)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+@pytest.fixture
+def lagging_node(client, ready_node, monkeypatch):
+    monkeypatch.setattr(nudge, "_broker_check", None)
+    _ready(client)  # mapped while current: what follows is lag, not a file moved in
+    for i in range(3):
+        add_rule(f"spam{i}.example/", category="spam", source="test")
+
+
+@pytest.mark.parametrize("how", ["refused", "hung"])
+def test_lag_while_the_shared_broker_is_down_does_not_drain_the_node(
+    how, client, lagging_node, silent_broker
+):
+    port = 1 if how == "refused" else silent_broker
+    started = time.monotonic()
+    with broker(f"redis://127.0.0.1:{port}/0"):
+        status, body = _ready(client)
+        assert time.monotonic() - started < nudge.NUDGE_TIMEOUT + 1.0
+        assert status == 200 and body["ready"] and body["failed"] == []
+        assert body["checks"]["broker"]["ok"] is False
+        lag = body["checks"]["lag"]
+        assert lag["ok"] and lag["changes"] == 3 and "error" not in lag
+        assert "3 change(s) behind" in lag["warning"]
+        assert "the broker shared by every node is unreachable" in lag["warning"]
+        assert "`manage.py sync_filter` on each node" in lag["warning"]
+        # Probed every few seconds: the broker is asked at most every 5 s.
+        asked = time.monotonic()
+        _ready(client)
+        assert time.monotonic() - asked < 0.5
+
+
+def test_lag_without_a_broker_outage_still_fails(client, lagging_node):
+    # In-process tasks (no broker): the lag is this node's own.
+    status, body = _ready(client)
+    assert status == 503 and body["failed"] == ["lag"] and "broker" not in body["checks"]
+
+
+def test_a_broker_outage_without_lag_is_not_looked_for(client, ready_node, monkeypatch):
+    monkeypatch.setattr(nudge, "broker_problem", lambda: pytest.fail("asked the broker"))
+    with broker("redis://127.0.0.1:1/0"):
+        status, body = _ready(client)
+    assert status == 200 and "broker" not in body["checks"]

@@ -462,3 +462,39 @@ def test_a_worker_catches_up_as_soon_as_its_broker_is_back(
     # Celery's reconnect back-off, not CATCHUP_INTERVAL (an hour here).
     assert time.monotonic() - back < 35
     assert rule.expression in registry.get_filter(), private_redis.log.read_text()
+
+
+def _holds(path: Path, expression: str) -> bool:
+    """The file at `path` now (not this process's mapping) holds `expression`."""
+    from filterengine import ScalingCountingBloomFilter
+
+    try:
+        with ScalingCountingBloomFilter.open(str(path), readonly=True) as f:
+            return expression in f
+    except (OSError, ValueError):
+        return False
+
+
+def test_a_backup_moved_over_the_file_is_caught_up_by_the_worker_at_once(
+    start_worker, filter_path, tmp_path
+):
+    # Beat's catch-up far away: what catches the file up is the worker's watch.
+    worker = start_worker(catchup_interval=600)
+    first = changes.add_rule("first.example.org", category="spam")
+    wait_for(lambda: _holds(filter_path, first.expression), log=worker.log)
+    backup = tmp_path / "backup.bin"
+    subprocess.run(["cp", str(filter_path), str(backup)], check=True)
+    later = changes.add_rule("later.example.org", category="spam")
+    wait_for(lambda: _holds(filter_path, later.expression), log=worker.log)
+    assert registry.get_filter() is not None  # this process maps the current file
+    subprocess.run(["mv", str(backup), str(filter_path)], check=True)
+    assert not _holds(filter_path, later.expression)
+    started = time.monotonic()
+    wait_for(
+        lambda: _holds(filter_path, later.expression),
+        timeout=10,
+        what="the worker's watch to catch the backup up",
+        log=worker.log,
+    )
+    assert time.monotonic() - started < 5
+    wait_for(lambda: later.expression in (registry.get_filter() or ()), log=worker.log)

@@ -14,7 +14,7 @@ import pytest
 from django.db import transaction
 
 from filterengine import ScalingCountingBloomFilter, fileformat
-from urlguard import changes, registry, sync, tasks, worker
+from urlguard import changes, embedded, registry, sync, tasks, worker
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
 from urlguard_service.celery import app as celery_app
@@ -95,6 +95,7 @@ def test_a_missed_message_is_caught_up_and_the_staleness_logged(
     quiet, filter_path, sync_filter, caplog
 ):
     sync_filter()
+    assert reader(filter_path) is not None  # a process that mapped it before the change
     rule = add("missed.example.org")  # its nudge is lost (quiet)
     assert rule.expression not in reader(filter_path)
     with caplog.at_level(logging.WARNING, logger="urlguard.sync"):
@@ -309,6 +310,7 @@ def test_broker_down_then_catch_up(
     settings, filter_path, sync_filter, django_capture_on_commit_callbacks
 ):
     sync_filter()
+    assert reader(filter_path) is not None  # a process that mapped it before the change
     saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
     celery_app.conf.update(task_always_eager=False, broker_url="redis://127.0.0.1:1/0")
     celery_app._pool = None
@@ -321,7 +323,10 @@ def test_broker_down_then_catch_up(
         celery_app._pool = None
         celery_app.amqp._producer_pool = None
     assert rule.expression not in reader(filter_path)
-    worker._catch_up_at_boot()  # the worker's boot-time catch-up (beat's does the same)
+    try:
+        worker._catch_up_at_boot()  # the worker's boot-time catch-up (beat's does the same)
+    finally:
+        embedded.stop()  # the watch it starts
     assert rule.expression in reader(filter_path)
 
 
