@@ -31,6 +31,7 @@ from django.db import connections, models, router, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from urlguard import ownership
 from urlguard.importing import ParsedLine
 from urlguard.models import (
     Category,
@@ -210,31 +211,57 @@ def change_set(
     reason: str = "",
     source: str | Source | None = None,
     reverts: ChangeSet | None = None,
+    resume: ChangeSet | None = None,
 ) -> Iterator[ChangeSet]:
     """Open a change set: every write of this module inside the block that is given
     no `change_set=` belongs to it. The row is written at once (inside the caller's
     transaction, if any); its counts grow as each chunk commits and are read back
-    into the yielded object when the block ends."""
-    cs = ChangeSet.objects.create(
-        kind=kind,
-        actor=_actor(actor),
-        note=note,
-        reason=reason,
-        source=source_for(source) if source is not None else None,
-        reverts=reverts,
-    )
+    into the yielded object when the block ends. Until the block ends the set is
+    unfinished and owned by this process (urlguard.ownership): a process that dies
+    inside it leaves it partial, and `resume=` (that set) lets the work run again
+    finish it in the same set."""
+    owner = str(ownership.me())
+    now = timezone.now()
+    if resume is not None:
+        ChangeSet.objects.filter(pk=resume.pk).update(finished=None, owner=owner, heartbeat=now)
+        cs = resume
+        cs.finished, cs.owner, cs.heartbeat = None, owner, now
+    else:
+        cs = ChangeSet.objects.create(
+            kind=kind,
+            actor=_actor(actor),
+            note=note,
+            reason=reason,
+            source=source_for(source) if source is not None else None,
+            reverts=reverts,
+            finished=None,
+            owner=owner,
+            heartbeat=now,
+        )
+    ownership.beat_while_owned()
     token = _current.set(cs)
+    completed = False
     try:
         yield cs
+        completed = True
     finally:
         _current.reset(token)
+        # An error leaves the set partial but nobody's: running the work again
+        # finishes it at once.
+        ended = {"finished": timezone.now()} if completed else {}
+        ChangeSet.objects.filter(pk=cs.pk, owner=owner).update(owner="", **ended)
         _reload_counts(cs)
 
 
 def _reload_counts(cs: ChangeSet) -> None:
-    row = ChangeSet.objects.filter(pk=cs.pk).values("added", "removed", "refused").first()
+    row = (
+        ChangeSet.objects.filter(pk=cs.pk)
+        .values("added", "removed", "refused", "finished", "owner")
+        .first()
+    )
     if row is not None:  # None: the caller's transaction rolled it back
         cs.added, cs.removed, cs.refused = row["added"], row["removed"], row["refused"]
+        cs.finished, cs.owner = row["finished"], row["owner"]
 
 
 def _one_off(

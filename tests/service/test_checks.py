@@ -128,6 +128,8 @@ REFUSED = {
     "FEED_RETRIES": [-1, "3", 0.5],
     "FEED_CLAIM_TIMEOUT": [0, "3600", None],
     "FEED_EMBEDDED_REFRESH": ["yes", 1, None],
+    "HEARTBEAT_INTERVAL": [0, -1, "10", None, True],
+    "HEARTBEAT_TIMEOUT": [0, -1, "60", None, True],
     "STATS_FLUSH_INTERVAL": [0, -1, "1", None, True, math.nan],
     "STATS_BUFFER_MAX": [0, -1, 1.5, "100000", None, True],
     "STATS_STOP_TIMEOUT": [-1, "5", None, math.inf],

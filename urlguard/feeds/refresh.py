@@ -33,10 +33,10 @@ import mmh3
 import numpy as np
 import psycopg
 from django.db import connections, router
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
-from urlguard import changes
+from urlguard import changes, ownership
 from urlguard.conf import conf
 from urlguard.feeds import allowlist, formats, memo
 from urlguard.feeds.decoding import FeedError, open_text
@@ -92,7 +92,7 @@ class RefreshResult:
         if self.status == Source.Status.NOT_MODIFIED:
             return f"{self.source}: not modified"
         if self.status == "busy":
-            return f"{self.source}: another refresh of it is running; skipped"
+            return f"{self.source}: another refresh of it is running ({self.error}); skipped"
         head = {
             Source.Status.HELD: "HELD (shrink over FEED_SHRINK_THRESHOLD; nothing applied)",
             "dry-run": "dry run (nothing applied)",
@@ -144,9 +144,12 @@ def refresh_source(
     if not source.is_feed or not source.url:
         result.status, result.error = Source.Status.FAILED, "not a feed (no URL to fetch)"
         return result
-    if not dry_run and not _claim(source):
-        result.status = "busy"
-        return result
+    owner = str(ownership.me())
+    if not dry_run:
+        busy = _claim(source, owner)
+        if busy:
+            result.status, result.error = "busy", busy
+            return result
     staged: _Staged | None = None
     try:
         report = progress or (lambda stage, done, total: None)
@@ -217,7 +220,10 @@ def refresh_source(
             staged = None
             _give_back_memory()
         if not dry_run:
-            Source.objects.filter(pk=source.pk).update(refreshing_since=None)
+            # Only our own claim: one taken over from us is the new owner's.
+            Source.objects.filter(pk=source.pk, refresh_owner=owner).update(
+                refreshing_since=None, refresh_owner="", refresh_heartbeat=None
+            )
     result.duration = time.perf_counter() - started
     if result.status not in (Source.Status.FAILED, "busy"):
         logger.info("feed %s", result.summary())
@@ -240,14 +246,51 @@ def accept_held(source: Source, *, user: Any = None) -> RefreshResult:
     return refresh_source(source, accept_shrink=True, user=user)
 
 
-def _claim(source: Source) -> bool:
-    now = timezone.now()
-    stale = now - timedelta(seconds=float(conf.FEED_CLAIM_TIMEOUT))
-    return bool(
+def _claim(source: Source, owner: str) -> str:
+    """Claim `source` for a refresh by `owner`: "" when claimed, else who holds it. A
+    claim whose owner is gone (urlguard.ownership), or older than FEED_CLAIM_TIMEOUT,
+    is taken over at once."""
+    held = (
         Source.objects.filter(pk=source.pk)
-        .filter(Q(refreshing_since__isnull=True) | Q(refreshing_since__lt=stale))
-        .update(refreshing_since=now)
+        .values_list("refreshing_since", "refresh_owner", "refresh_heartbeat")
+        .first()
     )
+    if held is None:
+        return "the source was deleted"
+    since, holder, heartbeat = held
+    now = timezone.now()
+    gone = ""
+    if since is not None:
+        # A claim of no recorded owner (made before claims named one) waits out
+        # FEED_CLAIM_TIMEOUT.
+        gone = ownership.gone_reason(holder, heartbeat, since) if holder else ""
+        if not gone and since > now - timedelta(seconds=float(conf.FEED_CLAIM_TIMEOUT)):
+            beat = f", heartbeat {(now - (heartbeat or since)).total_seconds():.0f} s ago"
+            return f"{ownership.describe(holder)} since {since:%Y-%m-%d %H:%M:%S}{beat}"
+        gone = gone or f"claimed over FEED_CLAIM_TIMEOUT={conf.FEED_CLAIM_TIMEOUT:g} s ago"
+    # Only the claim as read: another process may take it over at the same moment.
+    taken = Source.objects.filter(
+        pk=source.pk, refreshing_since=since, refresh_owner=holder
+    ).update(refreshing_since=now, refresh_owner=owner, refresh_heartbeat=now)
+    if not taken:
+        return "claimed by another process a moment ago"
+    if since is not None:
+        logger.warning(
+            "feed %s: took over the refresh claimed at %s (%s)", source.name, since, gone
+        )
+    ownership.beat_while_owned()
+    return ""
+
+
+def _partial_change_set(source: Source) -> ChangeSet | None:
+    """The change set of a refresh of `source` that was interrupted (its writer
+    gone): the next refresh that applies anything finishes it."""
+    for partial in ChangeSet.objects.filter(
+        kind=ChangeSet.Kind.REFRESH, source=source, finished__isnull=True
+    ).order_by("-pk"):
+        if ownership.gone_reason(partial.owner, partial.heartbeat, partial.created):
+            return partial
+    return None
 
 
 # -- reading the body into a diffable form --------------------------------------------
@@ -569,11 +612,21 @@ def _diff_and_apply(
     picked = np.zeros(len(staged.keys), dtype=bool)
     picked[fresh[first]] = True
     total = result.added + result.removed
+    partial = _partial_change_set(source)
+    if partial is not None:
+        logger.warning(
+            "feed %s: finishing %s, a refresh interrupted after %d added, %d removed",
+            source.name,
+            partial,
+            partial.added,
+            partial.removed,
+        )
     with changes.change_set(
         kind=ChangeSet.Kind.REFRESH,
         actor=user,
         source=source,
         reason=f"refresh of {source.url}" + (" (shrink accepted)" if accept_shrink else ""),
+        resume=partial,
     ) as cs:
         result.change_set = cs.pk
         if result.added:
