@@ -18,7 +18,7 @@ from celery.utils.time import get_exponential_backoff_interval
 from django.core.management.base import SystemCheckError
 from django.db import DatabaseError
 
-from urlguard import registry, sync
+from urlguard import ownership, registry, sync
 from urlguard.celery import (
     APPLY_CHANGES_TASK,
     CATCH_UP_TASK,
@@ -113,6 +113,11 @@ def _catch_up_at_boot(sender: Any = None, **kwargs: Any) -> None:
     # Runs in the worker before it takes messages: a node that was down while rules
     # changed is current again before it applies the next nudge.
     _catch_up_now("boot-time")
+    # Work a killed worker of this host left claimed or running is let go at once.
+    try:
+        ownership.recover_orphans()
+    except Exception:
+        logger.exception("boot-time recovery of orphaned jobs and claims failed")
 
 
 class CatchUpOnReconnect(bootsteps.StartStopStep):

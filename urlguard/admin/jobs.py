@@ -23,7 +23,7 @@ from celery import shared_task
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from urlguard import changes
+from urlguard import changes, ownership
 from urlguard.admin.pages import counted
 from urlguard.impact import build_link_index, impact_of_adding, impact_of_removing
 from urlguard.importing import parse_rules
@@ -168,9 +168,12 @@ def _begin(job_id: int, kind: str, state: str = AdminJob.State.RUNNING) -> Admin
         logger.warning("admin job %s (%s) no longer exists; nothing to do", job_id, kind)
         return None
     job.state = state
-    job.started = timezone.now()
+    job.started = job.heartbeat = timezone.now()
     job.message = ""
-    job.save(update_fields=["state", "started", "message"])
+    # Its owner's heartbeat tells a job that runs from one whose runner died.
+    job.owner = str(ownership.me())
+    job.save(update_fields=["state", "started", "message", "owner", "heartbeat"])
+    ownership.beat_while_owned()
     return job
 
 

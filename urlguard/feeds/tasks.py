@@ -12,6 +12,7 @@ from celery import shared_task
 from celery.utils.time import get_exponential_backoff_interval
 from django.utils import timezone
 
+from urlguard import ownership
 from urlguard.conf import conf
 from urlguard.feeds.refresh import due_sources, refresh_source
 from urlguard.models import AdminJob, Source
@@ -47,9 +48,15 @@ def refresh_feed(
         logger.warning("feed source #%s no longer exists; nothing to refresh", source_id)
         return None
     if job_id is not None:
+        now = timezone.now()
         AdminJob.objects.filter(pk=job_id).update(
-            state=AdminJob.State.RUNNING, started=timezone.now(), message="Fetching…"
+            state=AdminJob.State.RUNNING,
+            started=now,
+            message="Fetching…",
+            owner=str(ownership.me()),
+            heartbeat=now,
         )
+        ownership.beat_while_owned()
     result = refresh_source(source, accept_shrink=accept_shrink, progress=_job_progress(job_id))
     retries = int(conf.FEED_RETRIES)
     if result.transient and not self.request.is_eager and self.request.retries < retries:
@@ -73,7 +80,9 @@ def refresh_feed(
 
 @shared_task(name=REFRESH_DUE_TASK, ignore_result=True)
 def refresh_due_feeds() -> list[str]:
-    """Queue a refresh of every enabled feed whose interval has passed."""
+    """Queue a refresh of every enabled feed whose interval has passed (first marking
+    admin jobs whose worker died failed, and releasing claims whose owner is gone)."""
+    ownership.recover_orphans()
     names = []
     for source in due_sources():
         refresh_feed.delay(source.pk)
