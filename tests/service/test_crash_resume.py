@@ -1,0 +1,166 @@
+"""A long write killed with SIGKILL is finished by running it again, with real
+processes on the embedded default (SQLite in a throw-away var dir): a feed refresh
+and a revert die right after a known number of chunks committed (the child kills
+itself: no sleep-then-kill race), the state they leave is shown for what it is, and
+the command run again finishes the work with nothing left claimed or running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Runs a management command with chunks of CHUNK rules, and SIGKILLs itself right
+# after the KILL_AFTER-th chunk committed (and was applied to the filter).
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    import django
+    django.setup()
+    from django.core.management import call_command
+    from urlguard import changes, revert
+
+    kill_after = int(os.environ.get("KILL_AFTER", "0"))
+    chunk = int(os.environ.get("CHUNK", "0"))
+    if kill_after:
+        real_nudge, committed = changes._nudge, [0]
+
+        def nudge_then_die(seq):
+            real_nudge(seq)
+            committed[0] += 1
+            if committed[0] >= kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        changes._nudge = nudge_then_die
+    if chunk:
+        revert.BATCH = chunk
+        real_add = changes.add_rules
+
+        def add_rules(*args, **kwargs):
+            kwargs["chunk_size"] = chunk
+            return real_add(*args, **kwargs)
+
+        changes.add_rules = add_rules
+    call_command(*sys.argv[1:])
+""")
+
+RULES = 3000
+CHUNK = 500
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A throw-away var dir, migrated: run(*command, kill_after=N) runs a management
+    command in a process of its own; db() reads its database."""
+    var = tmp_path / "node"
+    var.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(
+        URLGUARD_VAR_DIR=str(var),
+        URLGUARD_FILTER_PATH=str(var / "filter.bin"),
+        DJANGO_SETTINGS_MODULE="urlguard.settings",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    child = tmp_path / "child.py"
+    child.write_text(CHILD)
+
+    class Node:
+        path = tmp_path
+
+        def run(self, *command: str, kill_after: int = 0) -> subprocess.CompletedProcess:
+            extra = {"KILL_AFTER": str(kill_after), "CHUNK": str(CHUNK)}
+            return subprocess.run(
+                [sys.executable, str(child), *command],
+                cwd=ROOT,
+                env={**env, **extra},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+
+        def ok(self, *command: str) -> str:
+            done = self.run(*command)
+            assert done.returncode == 0, done.stdout + done.stderr
+            return done.stdout
+
+        def killed(self, *command: str, kill_after: int) -> None:
+            done = self.run(*command, kill_after=kill_after)
+            assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
+
+        def db(self, query: str, *params) -> list[tuple]:
+            with sqlite3.connect(var / "urlguard.sqlite3") as connection:
+                return connection.execute(query, params).fetchall()
+
+        def one(self, query: str, *params):
+            (row,) = self.db(query, *params)
+            return row[0] if len(row) == 1 else row
+
+    made = Node()
+    made.ok("migrate", "-v", "0")
+    return made
+
+
+def _feed(node, count: int) -> Path:
+    body = node.path / "feed.txt"
+    body.write_text("".join(f"crash{i}.example.net\n" for i in range(count)))
+    return body
+
+
+def test_a_refresh_killed_mid_load_is_finished_by_the_next_refresh(node):
+    body = _feed(node, RULES)
+    node.ok("add_feed", "big", f"file://{body}")
+    node.killed("refresh_feeds", "big", kill_after=2)
+    written = node.one("SELECT COUNT(*) FROM urlguard_spamrule")
+    assert written == 2 * CHUNK
+    since, owner = node.one(
+        "SELECT refreshing_since, refresh_owner FROM urlguard_source WHERE name = 'big'"
+    )
+    assert since is not None and owner, "the killed refresh left no claim: nothing was tested"
+    # The claim's owner is dead: shown as such, and partial.
+    info = node.ok("feeds_info")
+    assert f"partial: {written:,} rules of a refresh interrupted at" in info, info
+    # Run again at once (not after FEED_CLAIM_TIMEOUT): it takes the claim over and
+    # finishes the interrupted refresh's change set.
+    out = node.ok("refresh_feeds", "big")
+    assert "ok" in out and "another refresh" not in out, out
+    assert node.one("SELECT COUNT(*) FROM urlguard_spamrule") == RULES
+    assert node.one(
+        "SELECT refreshing_since, refresh_owner FROM urlguard_source WHERE name = 'big'"
+    ) == (None, "")
+    sets = node.db("SELECT added, finished, owner FROM urlguard_changeset WHERE kind = 'refresh'")
+    assert len(sets) == 1 and sets[0][0] == RULES and sets[0][1] is not None and sets[0][2] == ""
+    assert "partial" not in node.ok("feeds_info")
+    assert f"OK: all {RULES:,} rules are in" in node.ok("verify_filter")
+
+
+def test_a_revert_killed_mid_way_is_finished_by_reverting_again(node):
+    body = _feed(node, RULES)
+    node.ok("import_rules", str(body))
+    imported = node.one("SELECT id FROM urlguard_changeset WHERE kind = 'import'")
+    node.killed("revert_change_set", str(imported), kill_after=2)
+    left = node.one("SELECT COUNT(*) FROM urlguard_spamrule")
+    assert left == RULES - 2 * CHUNK
+    # The plan of the rest: what the killed revert undid is skipped.
+    plan = node.ok("revert_change_set", str(imported), "--dry-run")
+    assert "was interrupted after 1,000 removed" in plan, plan
+    assert f"removes {left:,} rule(s)" in plan, plan
+    assert node.one("SELECT COUNT(*) FROM urlguard_spamrule") == left  # a dry run
+    out = node.ok("revert_change_set", str(imported))
+    assert f"{RULES:,} rule(s) removed" in out, out
+    assert node.one("SELECT COUNT(*) FROM urlguard_spamrule") == 0
+    reverts = node.db(
+        "SELECT removed, finished, owner FROM urlguard_changeset WHERE reverts_id = ?", imported
+    )
+    assert len(reverts) == 1 and reverts[0][0] == RULES and reverts[0][1] is not None
+    assert reverts[0][2] == ""
+    assert "OK: all 0 rules are in" in node.ok("verify_filter")
+    # Done now: a third revert is refused, saying by which.
+    again = node.run("revert_change_set", str(imported))
+    assert again.returncode != 0 and "already reverted by Revert #" in again.stderr
