@@ -48,7 +48,10 @@ CHILD = textwrap.dedent("""
             return real_add(*args, **kwargs)
 
         changes.add_rules = add_rules
-    call_command(*sys.argv[1:])
+    if sys.argv[1] == "--python":
+        exec(sys.argv[2])
+    else:
+        call_command(*sys.argv[1:])
 """)
 
 RULES = 3000
@@ -119,10 +122,8 @@ def test_a_refresh_killed_mid_load_is_finished_by_the_next_refresh(node):
     node.killed("refresh_feeds", "big", kill_after=2)
     written = node.one("SELECT COUNT(*) FROM urlguard_spamrule")
     assert written == 2 * CHUNK
-    since, owner = node.one(
-        "SELECT refreshing_since, refresh_owner FROM urlguard_source WHERE name = 'big'"
-    )
-    assert since is not None and owner, "the killed refresh left no claim: nothing was tested"
+    claimed = node.one("SELECT refreshing_since FROM urlguard_source WHERE name = 'big'")
+    assert claimed is not None, "the killed refresh left no claim: nothing was tested"
     # The claim's owner is dead: shown as such, and partial.
     info = node.ok("feeds_info")
     assert f"partial: {written:,} rules of a refresh interrupted at" in info, info
@@ -164,3 +165,40 @@ def test_a_revert_killed_mid_way_is_finished_by_reverting_again(node):
     # Done now: a third revert is refused, saying by which.
     again = node.run("revert_change_set", str(imported))
     assert again.returncode != 0 and "already reverted by Revert #" in again.stderr
+
+
+# The admin's revert, as the embedded default runs it (on the runner thread of the
+# serving process); the process dies in the middle.
+ADMIN_REVERT = """
+from urlguard.admin import jobs
+from urlguard.models import ChangeSet
+job = jobs.create_revert(ChangeSet.objects.get(kind="import"), user=None)
+jobs.runner.join()
+job.refresh_from_db()
+assert job.state == "previewed", (job.state, job.message)
+jobs.start_revert(job, reason="bad import")
+jobs.runner.join()
+job.refresh_from_db()
+print(job.pk, job.state, job.message)
+"""
+
+
+def test_an_admin_revert_whose_process_died_is_marked_failed_and_runs_again(node):
+    node.ok("import_rules", str(_feed(node, RULES)))
+    node.killed("--python", ADMIN_REVERT, kill_after=2)
+    job, state = node.one("SELECT id, state FROM urlguard_adminjob WHERE kind = 'revert'")
+    assert state == "running"
+    # The serving process that comes back sweeps (its runner, like a worker's boot
+    # and the beat): the job is failed, saying what to do.
+    node.ok("--python", "from urlguard.feeds import runner; runner.run_once()")
+    state, message = node.one("SELECT state, message FROM urlguard_adminjob WHERE id = ?", job)
+    assert (state, message) == ("failed", "The worker stopped; run it again to finish.")
+    # Run again from the admin: the revert is not refused, and finishes.
+    out = node.ok("--python", ADMIN_REVERT)
+    assert " done Reverted Import #" in out, out
+    assert node.one("SELECT COUNT(*) FROM urlguard_spamrule") == 0
+    assert node.db("SELECT state FROM urlguard_adminjob WHERE kind = 'revert' ORDER BY id") == [
+        ("failed",),
+        ("done",),
+    ]
+    assert node.one("SELECT COUNT(*) FROM urlguard_changeset WHERE finished IS NULL") == 0
