@@ -8,6 +8,7 @@ failed to be run again (a job, by recover_orphans)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -45,6 +46,21 @@ def _start_ticks(pid: int) -> tuple[str, str] | None:
     return fields[0], fields[19]
 
 
+@functools.cache
+def this_host() -> str:
+    """The host name, and where Linux tells them, the pid namespace and the boot: two
+    containers of one host name (host networking) or one host after a reboot never
+    take each other's pids for their own."""
+    host = socket.gethostname().replace(":", "_")
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()[:8]
+    except OSError:
+        return host
+    return f"{host}~{namespace}~{boot}"
+
+
 @dataclass(frozen=True)
 class Owner:
     host: str
@@ -66,13 +82,13 @@ class Owner:
         return cls(host, int(pid), rest, task)
 
     def describe(self) -> str:
-        where = f"pid {self.pid} on {self.host}"
+        where = f"pid {self.pid} on {self.host.partition('~')[0]}"
         return f"{where} (Celery task {self.task})" if self.task else where
 
     def alive(self) -> bool:
         """False only when certain: this host, and its process is dead (or a zombie,
         or the pid is another process's now)."""
-        if self.host != socket.gethostname():
+        if self.host != this_host():
             return True
         try:
             os.kill(self.pid, 0)
@@ -100,7 +116,7 @@ def me() -> Owner:
             task = str(request.id)
     except Exception:  # no Celery task context: a command, a web process
         task = ""
-    return Owner(socket.gethostname(), pid, found[1] if found else "", task)
+    return Owner(this_host(), pid, found[1] if found else "", task)
 
 
 def describe(owner: str) -> str:
@@ -110,13 +126,15 @@ def describe(owner: str) -> str:
 
 def gone_reason(owner: str, heartbeat: datetime | None, since: datetime | None) -> str:
     """Why the owner of a claim, job or change set is gone ("" while it may still be
-    working): nobody owns it, its process is dead (this host), or no heartbeat for
-    over HEARTBEAT_TIMEOUT."""
+    working): nobody owns it, its process is dead (an owner on this host), or no
+    heartbeat for over HEARTBEAT_TIMEOUT (an owner elsewhere)."""
     if not owner:
         return "nobody owns it"
     parsed = Owner.parse(owner)
-    if parsed is not None and not parsed.alive():
-        return f"{parsed.describe()} is dead"
+    if parsed is not None and parsed.host == this_host():
+        # Its process tells for certain, where a heartbeat may only be late (a
+        # database busy with a long write).
+        return "" if parsed.alive() else f"{parsed.describe()} is dead"
     last = heartbeat or since
     timeout = float(conf.HEARTBEAT_TIMEOUT)
     age = (timezone.now() - last).total_seconds() if last is not None else math.inf
