@@ -127,6 +127,7 @@ def test_a_refresh_killed_mid_load_is_finished_by_the_next_refresh(node):
     # The claim's owner is dead: shown as such, and partial.
     info = node.ok("feeds_info")
     assert f"partial: {written:,} rules of a refresh interrupted at" in info, info
+    assert "stuck: the refresh claimed at" in info and "is dead" in info, info
     # Run again at once (not after FEED_CLAIM_TIMEOUT): it takes the claim over and
     # finishes the interrupted refresh's change set.
     out = node.ok("refresh_feeds", "big")
