@@ -301,3 +301,40 @@ def test_refused_download_needs_add_permission(viewer, editor):
         viewer.get(reverse("admin:urlguard_spamrule_import_refused", args=[job.pk])).status_code
         == 403
     )
+
+
+def test_an_import_that_stopped_runs_again_to_the_end_in_one_change_set(
+    editor, committed, monkeypatch
+):
+    from urlguard.admin import jobs
+    from urlguard.models import ChangeSet
+
+    _upload(editor, b"".join(b"again%d.example.com\n" % i for i in range(5)))
+    job = AdminJob.objects.get(kind="import")
+    commit = reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])
+    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 2)
+    real, chunks = changes._add_chunk, []
+
+    def dies_on_the_second_chunk(*args, **kwargs):
+        chunks.append(1)
+        if len(chunks) == 2:
+            raise OSError("the worker's disk went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(changes, "_add_chunk", dies_on_the_second_chunk)
+    with committed():
+        editor.post(commit)
+    job.refresh_from_db()
+    assert job.state == "failed" and SpamRule.objects.count() == 2
+    page = editor.get(_job_page(job)).content.decode()
+    assert "Run it again" in page and f'action="{commit}"' in page
+    monkeypatch.setattr(changes, "_add_chunk", real)
+    with committed():
+        editor.post(commit)
+    job.refresh_from_db()
+    assert job.state == "done", job.message
+    assert job.message == "Added 5 rules (0 already present)."
+    assert SpamRule.objects.count() == 5
+    (change_set,) = ChangeSet.objects.filter(kind="import")
+    assert change_set.added == 5 and change_set.finished is not None
+    assert job.result["change_set"] == change_set.pk

@@ -82,7 +82,9 @@ def commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
     if not model_admin.has_add_permission(request):
         raise PermissionDenied
     job = _job(job_id, AdminJob.Kind.IMPORT)
-    if job.state != AdminJob.State.PREVIEWED:
+    if job.state == AdminJob.State.FAILED and jobs.run_again(job):
+        report_job_outcome(request, job, f"Import #{job.pk} is queued again to finish.")
+    elif job.state != AdminJob.State.PREVIEWED:
         messages.warning(
             request, f"Import #{job.pk} was already committed ({job.get_state_display()})."
         )
