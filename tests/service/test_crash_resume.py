@@ -203,3 +203,14 @@ def test_an_admin_revert_whose_process_died_is_marked_failed_and_runs_again(node
         ("done",),
     ]
     assert node.one("SELECT COUNT(*) FROM urlguard_changeset WHERE finished IS NULL") == 0
+
+
+def test_an_import_killed_mid_way_is_finished_by_importing_again(node):
+    body = _feed(node, RULES)
+    node.killed("import_rules", str(body), kill_after=2)
+    assert node.one("SELECT COUNT(*) FROM urlguard_spamrule") == 2 * CHUNK
+    out = node.ok("import_rules", str(body))
+    assert f"{RULES - 2 * CHUNK} added, {2 * CHUNK} skipped" in out, out
+    assert node.one("SELECT COUNT(*) FROM urlguard_spamrule") == RULES
+    # One change set, finished: reverting the import reverts all of it.
+    assert node.db("SELECT added, finished IS NOT NULL FROM urlguard_changeset") == [(RULES, 1)]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard import changes
+from urlguard import changes, ownership
 from urlguard.importing import parse_rules
-from urlguard.models import Category
+from urlguard.models import Category, ChangeSet
 
 from ._progress import Progress
 
@@ -78,15 +79,26 @@ class Command(BaseCommand):
                 raise CommandError(f"{file}: {exc}") from exc
             name = path.name
         progress = Progress(self.stdout, "lines")
+        label = source or f"import:{name}"[:200]
+        note = f"import_rules {name}"[:1000]
+        writing = (
+            nullcontext(None)
+            if dry_run
+            else changes.change_set(
+                kind=ChangeSet.Kind.IMPORT, source=label, note=note, resume=_interrupted(note)
+            )
+        )
         try:
             lines = (line.rstrip("\r\n") for line in stream)
-            result = changes.add_rules(
-                parse_rules(lines, default_category=category),
-                source=source or f"import:{name}"[:200],
-                category=category,
-                dry_run=dry_run,
-                progress=progress,
-            )
+            with writing as change_set:
+                result = changes.add_rules(
+                    parse_rules(lines, default_category=category),
+                    source=label,
+                    category=category,
+                    dry_run=dry_run,
+                    progress=progress,
+                    change_set=change_set,
+                )
         except UnicodeDecodeError as exc:
             what = "stdin" if file == "-" else file
             raise CommandError(f"{what} is not UTF-8 text ({exc}); re-save it as UTF-8.") from exc
@@ -103,3 +115,14 @@ class Command(BaseCommand):
         style = self.style.SUCCESS if not result.refused else self.style.WARNING
         prefix = "Dry run: " if dry_run else ""
         self.stdout.write(style(f"{prefix}{result.summary()}."))
+
+
+def _interrupted(note: str) -> ChangeSet | None:
+    """The change set of an import of the same file that was killed half-way: this
+    run finishes it (rules it listed already are skipped)."""
+    for partial in ChangeSet.objects.filter(
+        kind=ChangeSet.Kind.IMPORT, note=note, finished__isnull=True
+    ).order_by("-pk"):
+        if ownership.gone_reason(partial.owner, partial.heartbeat, partial.created):
+            return partial
+    return None
