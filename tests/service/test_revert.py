@@ -154,6 +154,9 @@ def test_a_revert_that_was_interrupted_is_finished_by_reverting_again(editor):
     imported, partial = _interrupted_revert()
     plan = revert.plan_revert(imported)
     assert (plan.resumes, plan.to_remove, plan.unchanged) == (partial, 2, 1)
+    listing = editor.get(reverse("admin:urlguard_changeset_changelist")).content.decode()
+    assert "being reverted by" in listing
+    assert "partial (interrupted): running it again finishes it" in listing
     # From the admin: the change set offers the revert again, and it finishes the same set.
     page = editor.get(reverse("admin:urlguard_changeset_change", args=[imported.pk]))
     assert "Revert this change set" in page.content.decode()
