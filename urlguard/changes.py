@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from django.db import connections, models, router, transaction
+from django.db import DatabaseError, connections, models, router, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
@@ -246,11 +246,18 @@ def change_set(
         completed = True
     finally:
         _current.reset(token)
-        # An error leaves the set partial but nobody's: running the work again
-        # finishes it at once.
-        ended = {"finished": timezone.now()} if completed else {}
-        ChangeSet.objects.filter(pk=cs.pk, owner=owner).update(owner="", **ended)
-        _reload_counts(cs)
+        if completed:
+            ChangeSet.objects.filter(pk=cs.pk, owner=owner).update(
+                owner="", finished=timezone.now()
+            )
+            _reload_counts(cs)
+        else:
+            # An error leaves the set partial but nobody's (running the work again
+            # finishes it at once), unless the caller's transaction is broken and
+            # takes the set with it: that error is the one to see.
+            with suppress(DatabaseError):
+                ChangeSet.objects.filter(pk=cs.pk, owner=owner).update(owner="")
+                _reload_counts(cs)
 
 
 def _reload_counts(cs: ChangeSet) -> None:

@@ -64,19 +64,21 @@ def check_revertible(change_set: ChangeSet) -> ChangeSet | None:
 
 
 def _events(change_set: ChangeSet, action: str) -> Iterator[list[ChangeEvent]]:
-    events = (
-        ChangeEvent.objects.filter(change_set=change_set, action=action)
-        .order_by("seq")
-        .only("seq", "expression", "added_at", "category", "note", "source")
-    )
-    batch: list[ChangeEvent] = []
-    for event in events.iterator(chunk_size=BATCH):
-        batch.append(event)
-        if len(batch) >= BATCH:
-            yield batch
-            batch = []
-    if batch:
+    """The set's events of `action` in seq order, a batch at a time, each batch read
+    whole: a cursor kept open across the revert's writes would hold an SQLite read
+    snapshot, and the first write after another connection's (a heartbeat, a node's
+    status) would fail at once with "database is locked"."""
+    last = 0
+    while True:
+        batch = list(
+            ChangeEvent.objects.filter(change_set=change_set, action=action, seq__gt=last)
+            .order_by("seq")
+            .only("seq", "expression", "added_at", "category", "note", "source")[:BATCH]
+        )
+        if not batch:
+            return
         yield batch
+        last = batch[-1].seq
 
 
 def _still_added(batch: list[ChangeEvent]) -> dict[int, str]:

@@ -217,3 +217,34 @@ def test_a_failed_revert_job_offers_to_run_it_again(editor):
     assert "The worker stopped; run it again to finish." in html
     action = reverse("admin:urlguard_changeset_revert", args=[imported.pk])
     assert f'action="{action}"' in html and "Run it again" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_revert_survives_another_connection_writing_between_its_batches(monkeypatch):
+    """On SQLite a cursor left open across the revert's writes made the first write
+    after another connection's fail at once ("database is locked"); a heartbeat or a
+    node's status report is such a write."""
+    import sqlite3
+
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the read snapshot held by an open cursor is SQLite's")
+    imported = changes.add_rules(
+        [f"busy{i}.example.net" for i in range(6)], source="import:list.txt"
+    ).change_set
+    monkeypatch.setattr(revert, "BATCH", 2)
+    other = sqlite3.connect(connection.settings_dict["NAME"], timeout=5)
+    real = changes.withdraw_rules
+
+    def another_writer_first(*args, **kwargs):
+        other.execute("UPDATE urlguard_source SET interval = interval + 1")
+        other.commit()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(changes, "withdraw_rules", another_writer_first)
+    try:
+        done = revert.revert_change_set(imported)
+    finally:
+        other.close()
+    assert done.removed == 6 and not SpamRule.objects.exists()

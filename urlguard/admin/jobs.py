@@ -140,10 +140,21 @@ def store_chunks(job: AdminJob, texts: Iterable[str]) -> int:
 
 
 def iter_lines(job: AdminJob) -> Iterator[str]:
-    """The job's input, line by line, one chunk in memory at a time."""
-    chunks = AdminJobChunk.objects.filter(job=job).order_by("seq").values_list("text", flat=True)
-    for chunk in chunks.iterator(chunk_size=1):
-        yield from chunk.splitlines()
+    """The job's input, line by line, one chunk in memory at a time, each read by a
+    query of its own (an open cursor across the job's writes would hold an SQLite read
+    snapshot: see urlguard.revert._events)."""
+    seq = -1
+    while True:
+        chunk = (
+            AdminJobChunk.objects.filter(job=job, seq__gt=seq)
+            .order_by("seq")
+            .values_list("seq", "text")
+            .first()
+        )
+        if chunk is None:
+            return
+        seq, text = chunk
+        yield from text.splitlines()
 
 
 class _Progress:
