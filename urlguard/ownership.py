@@ -1,10 +1,10 @@
 """Who runs a long write, and whether they still do: a feed refresh's claim, an admin
 job and an unfinished change set each record their owner (host, pid and the pid's
 start time, plus the Celery task id on a worker) and a heartbeat that one thread per
-process writes while the process owns anything. An owner is gone when its heartbeat
-is older than HEARTBEAT_TIMEOUT, or at once when it ran on this host and its process
-is dead; work whose owner is gone is taken over (a claim, a change set) or marked
-failed to be run again (a job, by recover_orphans)."""
+process writes while the process owns anything. An owner on this host is gone as
+soon as its process is dead; one elsewhere when its heartbeat is older than
+HEARTBEAT_TIMEOUT. Work whose owner is gone is taken over (a claim, a change set) or
+marked failed to be run again (a job, by recover_orphans)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connections
 from django.db.models import Q
@@ -241,12 +241,18 @@ def recover_orphans() -> dict[str, int]:
             pk=job.pk, state=job.state, owner=job.owner, heartbeat=job.heartbeat
         ).update(state="failed", finished=now, message=ORPHANED_JOB)
         logger.warning("admin job %s (%s) marked failed: %s", job.pk, job.kind, reason)
+    # A claim of no recorded owner (made before claims named one) waits out
+    # FEED_CLAIM_TIMEOUT, as urlguard.feeds.refresh does.
+    unowned_stale = now - timedelta(seconds=float(conf.FEED_CLAIM_TIMEOUT))
     for source in Source.objects.filter(refreshing_since__isnull=False).only(
         "pk", "name", "refreshing_since", "refresh_owner", "refresh_heartbeat"
     ):
         reason = gone_reason(
             source.refresh_owner, source.refresh_heartbeat, source.refreshing_since
         )
+        since = source.refreshing_since
+        if not source.refresh_owner and since is not None and since > unowned_stale:
+            reason = ""
         if not reason:
             continue
         claims += Source.objects.filter(

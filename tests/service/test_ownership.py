@@ -107,8 +107,12 @@ def test_the_sweep_releases_claims_and_change_sets_of_dead_owners():
         refresh_owner=str(ownership.me()),
         refresh_heartbeat=now,
     )
+    # Claimed before claims named their owner: FEED_CLAIM_TIMEOUT still decides.
+    unowned = Source.objects.create(name="h", url="file:///nowhere", refreshing_since=now)
     partial = ChangeSet.objects.create(kind="refresh", finished=None, owner=dead_owner())
     assert ownership.recover_orphans() == {"jobs": 0, "claims": 1, "change_sets": 1}
+    unowned.refresh_from_db()
+    assert unowned.refreshing_since is not None
     feed.refresh_from_db()
     live.refresh_from_db()
     assert (feed.refreshing_since, feed.refresh_owner) == (None, "")
