@@ -172,12 +172,17 @@ class _Heart:
 
     def _loop(self) -> None:
         process = str(me()).partition(" task ")[0]
+        failures = 0
         while not self.stop.wait(float(conf.HEARTBEAT_INTERVAL)):
             try:
                 beaten = beat(process)
-            except Exception:
-                logger.warning("heartbeat of %s could not be written", process, exc_info=True)
-                beaten = 1  # a busy database is no end of the work: beat again
+                failures = 0
+            except Exception as exc:
+                if not failures:
+                    logger.warning("heartbeat of %s could not be written: %s", process, exc)
+                failures += 1
+                # A busy database is no end of the work: beat again, a few times.
+                beaten = int(failures < _TRIES)
             finally:
                 connections.close_all()
             with self.lock:
@@ -185,6 +190,10 @@ class _Heart:
                     self.thread = None
                     return
                 self.kicked = False
+
+
+# Failed beats in a row after which the thread stops until work is taken again.
+_TRIES = 3
 
 
 ACTIVE_JOB_STATES = ("running", "previewing")
@@ -229,11 +238,14 @@ def recover_orphans() -> dict[str, int]:
     unfinished change set whose writer is gone (it is partial: the work run again
     finishes it). Cheap: it reads only rows that are running."""
     now = timezone.now()
+    stale = now - timedelta(seconds=float(conf.HEARTBEAT_TIMEOUT))
     jobs = claims = sets = 0
     for job in AdminJob.objects.filter(state__in=ACTIVE_JOB_STATES).only(
-        "pk", "kind", "state", "owner", "heartbeat", "started", "message"
+        "pk", "kind", "state", "owner", "heartbeat", "started", "created", "message"
     ):
         reason = gone_reason(job.owner, job.heartbeat, job.started)
+        if not job.owner and (job.started or job.created) > stale:
+            reason = ""  # started before jobs named their runner: given the heartbeat's time
         if not reason:
             continue
         # Only if nothing changed since it was read (its owner may just have beaten).

@@ -81,13 +81,17 @@ def test_the_sweep_fails_orphaned_jobs_and_leaves_live_ones():
         kind="refresh", state="running", owner=elsewhere(), heartbeat=now
     )
     queued = AdminJob.objects.create(kind="rescan", state="queued")
-    assert ownership.recover_orphans()["jobs"] == 2
+    # Started before jobs named their runner: judged by their age.
+    unnamed_new = AdminJob.objects.create(kind="rescan", state="running", started=now)
+    unnamed_old = AdminJob.objects.create(kind="rescan", state="running", started=old)
+    assert ownership.recover_orphans()["jobs"] == 3
     states = {
         job.pk: (job.state, job.message)
-        for job in AdminJob.objects.filter(pk__in=[dead.pk, silent.pk])
+        for job in AdminJob.objects.filter(pk__in=[dead.pk, silent.pk, unnamed_old.pk])
     }
     failed = ("failed", "The worker stopped; run it again to finish.")
-    assert states == {dead.pk: failed, silent.pk: failed}
+    assert states == {dead.pk: failed, silent.pk: failed, unnamed_old.pk: failed}
+    assert AdminJob.objects.get(pk=unnamed_new.pk).state == "running"
     # On this host a live process is alive whatever its heartbeat (a database busy
     # with a long write may hold the beat back).
     assert AdminJob.objects.get(pk=mine.pk).state == "running"
