@@ -58,6 +58,7 @@ __all__ = [
     "add_rules",
     "change_set",
     "current_change_set",
+    "interrupted",
     "record_refused",
     "remove_rule",
     "remove_rules",
@@ -258,6 +259,15 @@ def change_set(
             with suppress(DatabaseError):
                 ChangeSet.objects.filter(pk=cs.pk, owner=owner).update(owner="")
                 _reload_counts(cs)
+
+
+def interrupted(**filters: Any) -> ChangeSet | None:
+    """The newest change set matching `filters` that was left unfinished by a writer
+    now gone (urlguard.ownership): partial, for the work run again to finish."""
+    for cs in ChangeSet.objects.filter(finished__isnull=True, **filters).order_by("-pk"):
+        if ownership.gone_reason(cs.owner, cs.heartbeat, cs.created):
+            return cs
+    return None
 
 
 def _reload_counts(cs: ChangeSet) -> None:

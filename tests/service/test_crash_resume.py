@@ -18,36 +18,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Runs a management command with chunks of CHUNK rules, and SIGKILLs itself right
-# after the KILL_AFTER-th chunk committed (and was applied to the filter).
+# Runs a management command (or code) with chunks of CHUNK rules, SIGKILLing itself
+# right after the KILL_AFTER-th chunk committed (tests.service.killhook).
 CHILD = textwrap.dedent("""
-    import os, signal, sys
+    import sys
     import django
     django.setup()
+    import tests.service.killhook  # noqa: F401  (the kill, from the environment)
     from django.core.management import call_command
-    from urlguard import changes, revert
 
-    kill_after = int(os.environ.get("KILL_AFTER", "0"))
-    chunk = int(os.environ.get("CHUNK", "0"))
-    if kill_after:
-        real_nudge, committed = changes._nudge, [0]
-
-        def nudge_then_die(seq):
-            real_nudge(seq)
-            committed[0] += 1
-            if committed[0] >= kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        changes._nudge = nudge_then_die
-    if chunk:
-        revert.BATCH = chunk
-        real_add = changes.add_rules
-
-        def add_rules(*args, **kwargs):
-            kwargs["chunk_size"] = chunk
-            return real_add(*args, **kwargs)
-
-        changes.add_rules = add_rules
     if sys.argv[1] == "--python":
         exec(sys.argv[2])
     else:
@@ -78,7 +57,11 @@ def node(tmp_path):
         path = tmp_path
 
         def run(self, *command: str, kill_after: int = 0) -> subprocess.CompletedProcess:
-            extra = {"KILL_AFTER": str(kill_after), "CHUNK": str(CHUNK)}
+            extra = {
+                "URLGUARD_TEST_KILL_AFTER": str(kill_after),
+                "URLGUARD_TEST_CHUNK": str(CHUNK),
+                "PYTHONPATH": str(ROOT),
+            }
             return subprocess.run(
                 [sys.executable, str(child), *command],
                 cwd=ROOT,

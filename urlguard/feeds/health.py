@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from urlguard import ownership
+from urlguard import changes, ownership
 from urlguard.conf import conf
 from urlguard.models import ChangeSet, Source
 
@@ -61,11 +61,8 @@ def refresh_state(source: Source) -> str:
             )
         else:
             parts.append(f"refreshing since {when} ({ownership.describe(owner)})")
-    for partial in ChangeSet.objects.filter(
-        kind=ChangeSet.Kind.REFRESH, source=source, finished__isnull=True
-    ).order_by("-pk"):
-        if not ownership.gone_reason(partial.owner, partial.heartbeat, partial.created):
-            continue  # the refresh running now writes it
+    partial = changes.interrupted(kind=ChangeSet.Kind.REFRESH, source=source)
+    if partial is not None:
         stopped = timezone.localtime(partial.heartbeat or partial.created)
         removed = f", {partial.removed:,} removed" if partial.removed else ""
         parts.append(

@@ -282,17 +282,6 @@ def _claim(source: Source, owner: str) -> str:
     return ""
 
 
-def _partial_change_set(source: Source) -> ChangeSet | None:
-    """The change set of a refresh of `source` that was interrupted (its writer
-    gone): the next refresh that applies anything finishes it."""
-    for partial in ChangeSet.objects.filter(
-        kind=ChangeSet.Kind.REFRESH, source=source, finished__isnull=True
-    ).order_by("-pk"):
-        if ownership.gone_reason(partial.owner, partial.heartbeat, partial.created):
-            return partial
-    return None
-
-
 # -- reading the body into a diffable form --------------------------------------------
 
 
@@ -612,7 +601,7 @@ def _diff_and_apply(
     picked = np.zeros(len(staged.keys), dtype=bool)
     picked[fresh[first]] = True
     total = result.added + result.removed
-    partial = _partial_change_set(source)
+    partial = changes.interrupted(kind=ChangeSet.Kind.REFRESH, source=source)
     if partial is not None:
         logger.warning(
             "feed %s: finishing %s, a refresh interrupted after %d added, %d removed",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard import changes, ownership
+from urlguard import changes
 from urlguard.importing import parse_rules
 from urlguard.models import Category, ChangeSet
 
@@ -85,7 +85,11 @@ class Command(BaseCommand):
             nullcontext(None)
             if dry_run
             else changes.change_set(
-                kind=ChangeSet.Kind.IMPORT, source=label, note=note, resume=_interrupted(note)
+                kind=ChangeSet.Kind.IMPORT,
+                source=label,
+                note=note,
+                # An import of this file killed half-way: rules it listed are skipped.
+                resume=changes.interrupted(kind=ChangeSet.Kind.IMPORT, note=note),
             )
         )
         try:
@@ -115,14 +119,3 @@ class Command(BaseCommand):
         style = self.style.SUCCESS if not result.refused else self.style.WARNING
         prefix = "Dry run: " if dry_run else ""
         self.stdout.write(style(f"{prefix}{result.summary()}."))
-
-
-def _interrupted(note: str) -> ChangeSet | None:
-    """The change set of an import of the same file that was killed half-way: this
-    run finishes it (rules it listed already are skipped)."""
-    for partial in ChangeSet.objects.filter(
-        kind=ChangeSet.Kind.IMPORT, note=note, finished__isnull=True
-    ).order_by("-pk"):
-        if ownership.gone_reason(partial.owner, partial.heartbeat, partial.created):
-            return partial
-    return None
