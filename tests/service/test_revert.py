@@ -248,3 +248,32 @@ def test_a_revert_survives_another_connection_writing_between_its_batches(monkey
     finally:
         other.close()
     assert done.removed == 6 and not SpamRule.objects.exists()
+
+
+def test_a_bulk_delete_that_stopped_runs_again_to_the_end_in_one_change_set(editor, monkeypatch):
+    rules = [changes.add_rule(f"bulk{i}.example.net", category="spam") for i in range(5)]
+    job = jobs.create_delete(SpamRule.objects.filter(pk__in=[r.pk for r in rules]), user=None)
+    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 2)
+    real, calls = changes.remove_rules, []
+
+    def dies_on_the_second_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("the worker's disk went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(changes, "remove_rules", dies_on_the_second_batch)
+    jobs.start_delete(AdminJob.objects.get(pk=job.pk), reason="cleanup")
+    job.refresh_from_db()
+    assert job.state == "failed" and SpamRule.objects.count() == 3
+    commit = reverse("admin:urlguard_spamrule_delete_commit", args=[job.pk])
+    page = editor.get(reverse("admin:urlguard_spamrule_delete_job", args=[job.pk]))
+    assert f'action="{commit}"' in page.content.decode() and "Run it again" in page.content.decode()
+    monkeypatch.setattr(changes, "remove_rules", real)
+    editor.post(commit)
+    job.refresh_from_db()
+    assert job.state == "done", job.message
+    assert not SpamRule.objects.exists()
+    (change_set,) = ChangeSet.objects.filter(kind="bulk-delete")
+    assert change_set.removed == 5 and change_set.finished is not None
+    assert job.result == {**job.result, "removed": 5, "change_set": change_set.pk}
