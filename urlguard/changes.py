@@ -263,8 +263,10 @@ def change_set(
 
 def interrupted(**filters: Any) -> ChangeSet | None:
     """The newest change set matching `filters` that was left unfinished by a writer
-    now gone (urlguard.ownership): partial, for the work run again to finish."""
-    for cs in ChangeSet.objects.filter(finished__isnull=True, **filters).order_by("-pk"):
+    now gone (urlguard.ownership): partial, for the work run again to finish. One
+    reverted since is not: what it did was undone, and more would go on top."""
+    sets = ChangeSet.objects.filter(finished__isnull=True, reverted_by__isnull=True, **filters)
+    for cs in sets.order_by("-pk"):
         if ownership.gone_reason(cs.owner, cs.heartbeat, cs.created):
             return cs
     return None

@@ -48,7 +48,14 @@ class RevertPlan:
 def check_revertible(change_set: ChangeSet) -> ChangeSet | None:
     """Raise RevertError if `change_set` was reverted, or a revert of it is running;
     return the revert of it that was interrupted (its writer gone), which reverting
-    again resumes, or None."""
+    again resumes, or None. A set still being written is not reverted yet."""
+    if change_set.finished is None and not ownership.gone_reason(
+        change_set.owner, change_set.heartbeat, change_set.created
+    ):
+        raise RevertError(
+            f"{change_set} is still being written ({ownership.describe(change_set.owner)}); "
+            "revert it when it is done"
+        )
     for done in ChangeSet.objects.filter(reverts=change_set).order_by("pk"):
         if done.finished is not None:
             raise RevertError(

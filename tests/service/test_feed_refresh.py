@@ -382,6 +382,20 @@ def test_an_interrupted_refresh_is_finished_in_its_own_change_set(server):
     assert "partial" not in out.getvalue()
 
 
+def test_an_interrupted_refresh_that_was_reverted_is_not_written_into_again(server):
+    feed = make_feed(server.serve("/l", lines("a.example", "b.example")))
+    partial = ChangeSet.objects.create(
+        kind="refresh", source=feed, finished=None, owner=_exited_process()
+    )
+    changes.add_rules(["a.example"], source=feed, change_set=partial)
+    from urlguard import revert
+
+    revert.revert_change_set(partial)
+    result = refresh_source(feed)
+    assert result.status == "ok" and result.change_set != partial.pk
+    assert ChangeSet.objects.get(pk=result.change_set).added == 2
+
+
 def test_two_refreshes_from_the_same_old_state_do_not_double_apply(server, monkeypatch):
     feed = make_feed(server.serve("/l", lines("a.example", "b.example", "c.example")))
     refresh_source(feed)

@@ -277,3 +277,15 @@ def test_a_bulk_delete_that_stopped_runs_again_to_the_end_in_one_change_set(edit
     (change_set,) = ChangeSet.objects.filter(kind="bulk-delete")
     assert change_set.removed == 5 and change_set.finished is not None
     assert job.result == {**job.result, "removed": 5, "change_set": change_set.pk}
+
+
+def test_a_change_set_still_being_written_is_not_reverted_yet():
+    from urlguard import ownership
+
+    writing = ChangeSet.objects.create(kind="import", finished=None, owner=str(ownership.me()))
+    changes.add_rules(["writing.example.net"], source="import:x", change_set=writing)
+    with pytest.raises(revert.RevertError, match="is still being written"):
+        revert.plan_revert(writing)
+    ChangeSet.objects.filter(pk=writing.pk).update(owner="")  # its writer stopped
+    writing.refresh_from_db()
+    assert revert.plan_revert(writing).to_remove == 1
