@@ -35,7 +35,7 @@ def main() -> None:
     os.environ["URLGUARD_VAR_DIR"] = var
     os.environ.pop("URLGUARD_FILTER_PATH", None)
     os.environ.pop("DATABASE_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
     try:
         run(args.repeat)
     finally:

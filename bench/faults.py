@@ -143,6 +143,9 @@ def main() -> None:
     parser.add_argument(
         "--costs-only", action="store_true", help="only the costs of the reader's file check"
     )
+    parser.add_argument(
+        "--long-writes", type=int, default=100_000, help="rules of the killed refresh and revert"
+    )
     args = parser.parse_args()
     check_costs()
     if args.costs_only:
@@ -323,7 +326,11 @@ def main() -> None:
         # 11. A rebuild killed with SIGKILL: its temp file, until the next catch-up.
         row(*_killed_rebuild(env, path, args.catchup))
 
-        # 12. The broker stopped and started again under a real worker; then, with
+        # 12. A worker killed with SIGKILL mid-refresh and mid-revert, then restarted.
+        for killed in _killed_long_writes(env, tmp, site, args.long_writes):
+            row(*killed)
+
+        # 13. The broker stopped and started again under a real worker; then, with
         # that worker alone keeping the file (gunicorn stopped), a backup moved over it.
         site.stop()
         for result in _broker_outage(env, tmp, path, changes):
@@ -716,6 +723,192 @@ def _reachable(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+# -- a worker SIGKILLed in the middle of a long write, then restarted ----------------------
+
+
+class _Worker:
+    """`celery worker` (concurrency 1) on the throw-away var dir and a broker of its own."""
+
+    def __init__(self, env: dict[str, str], tmp: Path, url: str, name: str) -> None:
+        self.log_path = tmp / f"{name}.log"
+        self.log = open(self.log_path, "w")  # noqa: SIM115 (closed in kill())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "urlguard_service", "worker", "-Q"]
+            + ["urlguard.broadcast,celery", "--concurrency", "1", "-l", "INFO"]
+            + ["--without-gossip", "--without-mingle", "-n", f"{name}@%h"],
+            cwd=ROOT,
+            env={**env, "CELERY_BROKER_URL": url},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        ready = until(lambda: " ready." in self.log_path.read_text(), 60)
+        assert ready is not None, self.log_path.read_text()[-3000:]
+
+    def kill(self) -> None:
+        """SIGKILL, the whole process group (the pool's child runs the task)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(20)
+        self.log.close()
+
+
+def _killed_long_writes(
+    env: dict[str, str], tmp: Path, site: Site, count: int
+) -> list[tuple[str, str, str]]:
+    """A feed refresh and an admin revert of `count` rules, each on a real worker that
+    is SIGKILLed at 30% and started again: how long until the work is finished."""
+    names = ("worker SIGKILLed mid-refresh, restarted", "worker SIGKILLed mid-revert, restarted")
+    if not shutil.which("redis-server"):
+        return [(name, "-", "skipped: no redis-server") for name in names]
+    from urlguard.models import ChangeSet, Source
+    from urlguard_service.celery import app as celery_app
+
+    port = 18313
+    url = f"redis://127.0.0.1:{port}/0"
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )
+    until(lambda: _reachable(port), 10)
+    saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
+    celery_app.conf.update(task_always_eager=False, broker_url=url)
+    found: list[tuple[str, str, str]] = []
+    try:
+        body = tmp / "big-feed.txt"
+        body.write_text("".join(f"killed{i}.example.com\n" for i in range(count)))
+        source = Source.objects.create(name="killed-feed", url=f"file://{body}")
+        found.append(
+            _kill_and_restart(
+                names[0],
+                env,
+                tmp,
+                url,
+                site,
+                count,
+                start=lambda: celery_app.send_task("urlguard.feeds.refresh_due_feeds"),
+                written=lambda: (
+                    ChangeSet.objects.filter(kind="refresh", source=source)
+                    .values_list("added", flat=True)
+                    .first()
+                    or 0
+                ),
+                again=lambda: celery_app.send_task("urlguard.feeds.refresh_due_feeds"),
+                finished=lambda: Source.objects.filter(
+                    pk=source.pk, last_status="ok", refreshing_since=None
+                ).exists(),
+                probe="killed{}.example.com",
+                blocked_after=True,
+            )
+        )
+        found.append(_killed_revert(names[1], env, tmp, url, site, source))
+    finally:
+        celery_app.conf.update(saved)
+        server.terminate()
+        server.wait(10)
+    return found
+
+
+def _killed_revert(
+    name: str, env: dict[str, str], tmp: Path, url: str, site: Site, source
+) -> tuple[str, str, str]:
+    from urlguard.admin import jobs
+    from urlguard.models import AdminJob, ChangeSet, RuleSource
+
+    refresh = ChangeSet.objects.get(kind="refresh", source=source)
+    count = RuleSource.objects.filter(source=source).count()
+    job_ids: list[int] = []
+
+    def start() -> None:
+        job = jobs.create_revert(refresh, user=None)
+        previewed = until(
+            lambda: AdminJob.objects.filter(pk=job.pk, state="previewed").exists(), 300
+        )
+        assert previewed is not None, AdminJob.objects.get(pk=job.pk).message
+        jobs.start_revert(AdminJob.objects.get(pk=job.pk), reason="bench")
+        job_ids.append(job.pk)
+
+    def written() -> int:
+        return (
+            ChangeSet.objects.filter(reverts=refresh).values_list("removed", flat=True).first() or 0
+        )
+
+    return _kill_and_restart(
+        name,
+        env,
+        tmp,
+        url,
+        site,
+        count,
+        start=start,
+        written=written,
+        again=start,
+        finished=lambda: AdminJob.objects.filter(pk=job_ids[-1], state="done").exists(),
+        probe="killed{}.example.com",
+        blocked_after=False,
+        orphan=lambda: AdminJob.objects.filter(pk=job_ids[0], state="failed").exists(),
+    )
+
+
+def _kill_and_restart(
+    name: str,
+    env: dict[str, str],
+    tmp: Path,
+    url: str,
+    site: Site,
+    count: int,
+    *,
+    start: Callable[[], object],
+    written: Callable[[], int],
+    again: Callable[[], object],
+    finished: Callable[[], bool],
+    probe: str,
+    blocked_after: bool,
+    orphan: Callable[[], bool] | None = None,
+) -> tuple[str, str, str]:
+    worker = _Worker(env, tmp, url, "long-writes-1")
+    try:
+        start()
+        at = until(lambda: written() >= 0.3 * count, 600)
+    finally:
+        worker.kill()
+    if at is None:
+        return name, "-", f"never reached 30% of {count:,} within 600 s"
+    done_before = written()
+    last = site.check(f"http://{probe.format(count - 1)}/x")
+    restarted = time.monotonic()
+    worker = _Worker(env, tmp, url, "long-writes-2")
+    try:
+        booted = time.monotonic() - restarted
+        released = until(orphan, 60) if orphan is not None else None
+        again()
+        took = until(finished, 900)
+        total = time.monotonic() - restarted
+        answer = site.check(f"http://{probe.format(count - 1)}/x")
+        ok = until(
+            lambda: site.every_worker(
+                f"http://{probe.format(count - 1)}/x",
+                lambda a: a.get("blocked") is blocked_after,
+            ),
+            30,
+        )
+    finally:
+        worker.kill()
+    seen = (
+        f"killed at {done_before:,} of {count:,}; the last rule answered "
+        f"blocked={last.get('blocked')} meanwhile"
+    )
+    if took is None:
+        return name, seen, f"NOT finished within 900 s of the restart (last answer {answer})"
+    orphaned = f"job marked failed {released:.2f} s after boot; " if released is not None else ""
+    return (
+        name,
+        seen,
+        f"worker booted in {booted:.1f} s; {orphaned}run again: finished {total:.1f} s after "
+        f"the restart; every web worker agreed {seconds(ok, 30)} later",
+    )
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def run_one(name: str, body_path: str, fmt: str) -> None:
     """In the child: set up Django in a fresh var dir, refresh once, print JSON (the
     body was written by the parent, so its making is not in this process's peak)."""
     var = Path(body_path).parent
-    os.environ.update(URLGUARD_VAR_DIR=str(var), DJANGO_SETTINGS_MODULE="urlguard.settings")
+    os.environ.update(URLGUARD_VAR_DIR=str(var), DJANGO_SETTINGS_MODULE="urlguard_service.settings")
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("CELERY_BROKER_URL", None)
     sys.path.insert(0, str(ROOT))

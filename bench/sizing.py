@@ -75,7 +75,7 @@ def main() -> None:
         **{k: v for k, v in os.environ.items() if k != "CELERY_BROKER_URL"},
         "DATABASE_URL": f"{args.pg}/{args.db}",
         "URLGUARD_VAR_DIR": str(var),
-        "DJANGO_SETTINGS_MODULE": "urlguard.settings",
+        "DJANGO_SETTINGS_MODULE": "urlguard_service.settings",
         "DJANGO_SECRET_KEY": "bench-" + "x" * 60,
         "PROMETHEUS_MULTIPROC_DIR": str(var / "metrics"),
     }

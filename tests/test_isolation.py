@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_settings_were_imported_with_a_temporary_var_dir():
-    # urlguard.settings made VAR_DIR (and the SQLite file, the demo's secret key) at
+    # urlguard_service.settings made VAR_DIR (and the SQLite file, the demo's secret key) at
     # import, before any fixture ran: it must not have been the checkout's.
     settings_module = sys.modules["urlguard_service.settings"]
     var = Path(settings_module.VAR_DIR).resolve()

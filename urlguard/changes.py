@@ -22,15 +22,16 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from django.db import connections, models, router, transaction
+from django.db import DatabaseError, connections, models, router, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from urlguard import ownership
 from urlguard.importing import ParsedLine
 from urlguard.models import (
     Category,
@@ -57,6 +58,7 @@ __all__ = [
     "add_rules",
     "change_set",
     "current_change_set",
+    "interrupted",
     "record_refused",
     "remove_rule",
     "remove_rules",
@@ -210,31 +212,75 @@ def change_set(
     reason: str = "",
     source: str | Source | None = None,
     reverts: ChangeSet | None = None,
+    resume: ChangeSet | None = None,
 ) -> Iterator[ChangeSet]:
     """Open a change set: every write of this module inside the block that is given
     no `change_set=` belongs to it. The row is written at once (inside the caller's
     transaction, if any); its counts grow as each chunk commits and are read back
-    into the yielded object when the block ends."""
-    cs = ChangeSet.objects.create(
-        kind=kind,
-        actor=_actor(actor),
-        note=note,
-        reason=reason,
-        source=source_for(source) if source is not None else None,
-        reverts=reverts,
-    )
+    into the yielded object when the block ends. Until the block ends the set is
+    unfinished and owned by this process (urlguard.ownership): a process that dies
+    inside it leaves it partial, and `resume=` (that set) lets the work run again
+    finish it in the same set."""
+    owner = str(ownership.me())
+    now = timezone.now()
+    if resume is not None:
+        ChangeSet.objects.filter(pk=resume.pk).update(finished=None, owner=owner, heartbeat=now)
+        cs = resume
+        cs.finished, cs.owner, cs.heartbeat = None, owner, now
+    else:
+        cs = ChangeSet.objects.create(
+            kind=kind,
+            actor=_actor(actor),
+            note=note,
+            reason=reason,
+            source=source_for(source) if source is not None else None,
+            reverts=reverts,
+            finished=None,
+            owner=owner,
+            heartbeat=now,
+        )
+    ownership.beat_while_owned()
     token = _current.set(cs)
+    completed = False
     try:
         yield cs
+        completed = True
     finally:
         _current.reset(token)
-        _reload_counts(cs)
+        if completed:
+            ChangeSet.objects.filter(pk=cs.pk, owner=owner).update(
+                owner="", finished=timezone.now()
+            )
+            _reload_counts(cs)
+        else:
+            # An error leaves the set partial but nobody's (running the work again
+            # finishes it at once), unless the caller's transaction is broken and
+            # takes the set with it: that error is the one to see.
+            with suppress(DatabaseError):
+                ChangeSet.objects.filter(pk=cs.pk, owner=owner).update(owner="")
+                _reload_counts(cs)
+
+
+def interrupted(**filters: Any) -> ChangeSet | None:
+    """The newest change set matching `filters` that was left unfinished by a writer
+    now gone (urlguard.ownership): partial, for the work run again to finish. One
+    reverted since is not: what it did was undone, and more would go on top."""
+    sets = ChangeSet.objects.filter(finished__isnull=True, reverted_by__isnull=True, **filters)
+    for cs in sets.order_by("-pk"):
+        if ownership.gone_reason(cs.owner, cs.heartbeat, cs.created):
+            return cs
+    return None
 
 
 def _reload_counts(cs: ChangeSet) -> None:
-    row = ChangeSet.objects.filter(pk=cs.pk).values("added", "removed", "refused").first()
+    row = (
+        ChangeSet.objects.filter(pk=cs.pk)
+        .values("added", "removed", "refused", "finished", "owner")
+        .first()
+    )
     if row is not None:  # None: the caller's transaction rolled it back
         cs.added, cs.removed, cs.refused = row["added"], row["removed"], row["refused"]
+        cs.finished, cs.owner = row["finished"], row["owner"]
 
 
 def _one_off(

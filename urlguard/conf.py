@@ -784,6 +784,26 @@ class Settings:
         check_id="urlguard.E050",
         hint="e.g. False when something else runs refresh_feeds.",
     )
+    # A long write (a feed refresh, an admin job, a change set) writes its owner's
+    # heartbeat this often, seconds.
+    HEARTBEAT_INTERVAL = Setting(
+        10,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E065",
+        hint="e.g. 10 (well under HEARTBEAT_TIMEOUT).",
+    )
+    # A claim, job or change set whose heartbeat is older than this is taken over
+    # (its owner died on another host), seconds.
+    HEARTBEAT_TIMEOUT = Setting(
+        60,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E066",
+        hint="e.g. 60 (several HEARTBEAT_INTERVALs, so a busy database is not taken for a death).",
+    )
 
 
 # The table, in order: name -> row.

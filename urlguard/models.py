@@ -204,8 +204,12 @@ class Source(models.Model):
     held_added = models.BigIntegerField(null=True, blank=True)
     held_removed = models.BigIntegerField(null=True, blank=True)
     # Set while a refresh runs (claimed by an UPDATE), so that two at once do not
-    # both fetch and diff; a claim older than FEED_CLAIM_TIMEOUT is taken over.
+    # both fetch and diff. The claim names its owner (urlguard.ownership) and its
+    # owner's heartbeat: a claim whose owner is gone is taken over at once, one older
+    # than FEED_CLAIM_TIMEOUT whatever its heartbeat.
     refreshing_since = models.DateTimeField(null=True, blank=True)
+    refresh_owner = models.CharField(max_length=300, blank=True, default="")
+    refresh_heartbeat = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -349,6 +353,12 @@ class ChangeSet(models.Model):
     reverts = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reverted_by"
     )
+    # None while the set's writes go on (urlguard.changes.change_set): a set left
+    # unfinished by a process that died is partial, and running the work again
+    # finishes it. `owner` and `heartbeat` say who writes it now (urlguard.ownership).
+    finished = models.DateTimeField(null=True, blank=True, default=timezone.now)
+    owner = models.CharField(max_length=300, blank=True, default="", db_index=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created", "-pk"]
@@ -620,6 +630,10 @@ class AdminJob(models.Model):
     # Every refused line of an import with its reason, as a file to download, fix
     # and upload again ("# line N: reason" above each line).
     refused = models.TextField(blank=True, default="")
+    # The process running it (urlguard.ownership) and its heartbeat: a running job
+    # whose owner is gone is marked failed, to be run again.
+    owner = models.CharField(max_length=300, blank=True, default="", db_index=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created"]

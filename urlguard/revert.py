@@ -7,14 +7,20 @@ reverted at most once."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from urlguard import changes
+from django.db import router, transaction
+
+from urlguard import changes, ownership
 from urlguard.models import ChangeEvent, ChangeSet, SpamRule
 
 __all__ = ["RevertError", "RevertPlan", "plan_revert", "revert_change_set"]
+
+logger = logging.getLogger(__name__)
 
 BATCH = changes.CHUNK_SIZE
 SAMPLES = 20
@@ -34,33 +40,52 @@ class RevertPlan:
     unchanged: int = 0  # events whose rule changed since (nothing to undo)
     remove_samples: list[str] = field(default_factory=list)
     restore_samples: list[str] = field(default_factory=list)
+    # The interrupted revert this one finishes (what it undid is counted in
+    # `unchanged`: there is nothing left to undo for those).
+    resumes: ChangeSet | None = None
 
 
-def check_revertible(change_set: ChangeSet) -> None:
-    if change_set.kind == ChangeSet.Kind.REVERT and change_set.reverts_id is not None:
-        # A revert of a revert is allowed: it re-applies the original (redo).
-        pass
-    done = ChangeSet.objects.filter(reverts=change_set).first()
-    if done is not None:
+def check_revertible(change_set: ChangeSet) -> ChangeSet | None:
+    """Raise RevertError if `change_set` was reverted, or a revert of it is running;
+    return the revert of it that was interrupted (its writer gone), which reverting
+    again resumes, or None. A set still being written is not reverted yet."""
+    if change_set.finished is None and not ownership.gone_reason(
+        change_set.owner, change_set.heartbeat, change_set.created
+    ):
         raise RevertError(
-            f"{change_set} was already reverted by {done} ({done.created:%Y-%m-%d %H:%M})"
+            f"{change_set} is still being written ({ownership.describe(change_set.owner)}); "
+            "revert it when it is done"
         )
+    for done in ChangeSet.objects.filter(reverts=change_set).order_by("pk"):
+        if done.finished is not None:
+            raise RevertError(
+                f"{change_set} was already reverted by {done} ({done.created:%Y-%m-%d %H:%M})"
+            )
+        if not ownership.gone_reason(done.owner, done.heartbeat, done.created):
+            raise RevertError(
+                f"{change_set} is being reverted by {done} "
+                f"({ownership.describe(done.owner)}, since {done.created:%Y-%m-%d %H:%M})"
+            )
+        return done
+    return None
 
 
 def _events(change_set: ChangeSet, action: str) -> Iterator[list[ChangeEvent]]:
-    events = (
-        ChangeEvent.objects.filter(change_set=change_set, action=action)
-        .order_by("seq")
-        .only("seq", "expression", "added_at", "category", "note", "source")
-    )
-    batch: list[ChangeEvent] = []
-    for event in events.iterator(chunk_size=BATCH):
-        batch.append(event)
-        if len(batch) >= BATCH:
-            yield batch
-            batch = []
-    if batch:
+    """The set's events of `action` in seq order, a batch at a time, each batch read
+    whole: a cursor kept open across the revert's writes would hold an SQLite read
+    snapshot, and the first write after another connection's (a heartbeat, a node's
+    status) would fail at once with "database is locked"."""
+    last = 0
+    while True:
+        batch = list(
+            ChangeEvent.objects.filter(change_set=change_set, action=action, seq__gt=last)
+            .order_by("seq")
+            .only("seq", "expression", "added_at", "category", "note", "source")[:BATCH]
+        )
+        if not batch:
+            return
         yield batch
+        last = batch[-1].seq
 
 
 def _still_added(batch: list[ChangeEvent]) -> dict[int, str]:
@@ -88,8 +113,7 @@ def _not_listed(batch: list[ChangeEvent]) -> list[ChangeEvent]:
 
 
 def plan_revert(change_set: ChangeSet) -> RevertPlan:
-    check_revertible(change_set)
-    plan = RevertPlan(change_set)
+    plan = RevertPlan(change_set, resumes=check_revertible(change_set))
     for batch in _events(change_set, ChangeEvent.Action.ADD):
         still = _still_added(batch)
         plan.to_remove += len(still)
@@ -117,17 +141,36 @@ def revert_change_set(
     reason: str = "",
     progress: Callable[[int], None] | None = None,
 ) -> ChangeSet:
-    """Apply the inverse of `change_set`; returns the new change set (kind "revert")."""
-    check_revertible(change_set)
+    """Apply the inverse of `change_set`; returns the new change set (kind "revert").
+    A revert of it that was interrupted is finished instead, in its own change set:
+    what it undid already is skipped (a rule it removed is no longer the set's rule
+    to remove, a rule it restored is listed)."""
     handled = 0
-    with changes.change_set(
-        kind=ChangeSet.Kind.REVERT,
-        actor=user,
-        reverts=change_set,
-        reason=reason,
-        note=f"revert of {change_set}",
-        source=change_set.source,
-    ) as revert:
+    using = router.db_for_write(ChangeSet)
+    with ExitStack() as stack:
+        # Checked and claimed under the change-log lock: two reverts started at once
+        # cannot both pass the check.
+        with transaction.atomic(using=using):
+            ChangeEvent.objects.lock_log(using)
+            partial = check_revertible(change_set)
+            revert = stack.enter_context(
+                changes.change_set(
+                    kind=ChangeSet.Kind.REVERT,
+                    actor=user,
+                    reverts=change_set,
+                    reason=reason,
+                    note=f"revert of {change_set}",
+                    source=change_set.source,
+                    resume=partial,
+                )
+            )
+        if partial is not None:
+            logger.warning(
+                "finishing %s, interrupted after %d removed and %d restored",
+                partial,
+                partial.removed,
+                partial.added,
+            )
         for batch in _events(change_set, ChangeEvent.Action.ADD):
             still = _still_added(batch)
             if still:

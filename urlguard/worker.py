@@ -11,7 +11,7 @@ from celery import bootsteps
 from celery.signals import celeryd_init, worker_init, worker_ready
 from django.core.management.base import SystemCheckError
 
-from urlguard import embedded, sync
+from urlguard import embedded, ownership, sync
 from urlguard.checks import refuse_to_start
 
 logger = logging.getLogger(__name__)
@@ -54,6 +54,11 @@ def _catch_up_at_boot(sender: Any = None, **kwargs: Any) -> None:
     # Then the node's file is watched (no broker needed): a backup moved or copied
     # over it, or a removed file, is caught up within a second or two.
     embedded.watch()
+    # Work a killed worker of this host left claimed or running is let go at once.
+    try:
+        ownership.recover_orphans()
+    except Exception:
+        logger.exception("boot-time recovery of orphaned jobs and claims failed")
 
 
 class CatchUpOnReconnect(bootsteps.StartStopStep):

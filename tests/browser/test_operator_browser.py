@@ -339,3 +339,54 @@ def test_hit_columns_and_the_week_panel(page, site, shot, filter_path):
     assert page.locator("svg.hits-chart rect.day-bar").count() == 7
     shot("operator-dashboard-hits")
     assert ShortLink.objects.get(slug="shop0").click_count == 0  # warnings are not clicks
+
+
+def test_a_revert_whose_worker_died_is_failed_on_its_page_and_runs_again(page, site, shot):
+    """The revert's runner was killed: its page, polling, learns the job failed, says
+    so, and "Run it again" finishes the revert in the interrupted revert's change set."""
+    import subprocess
+    import sys
+
+    from urlguard import ownership
+    from urlguard.models import AdminJob, ChangeSet
+
+    imported = changes.add_rules(
+        ["died-a.example.net", "died-b.example.net", "died-c.example.net"],
+        source="import:list.txt",
+    ).change_set
+    assert imported is not None
+    pid = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        ).stdout
+    )
+    dead = f"{ownership.this_host()}:{pid}:1"
+    partial = ChangeSet.objects.create(
+        kind="revert", reverts=imported, source=imported.source, finished=None, owner=dead
+    )
+    changes.withdraw_rules(
+        imported.source,
+        SpamRule.objects.filter(expression="died-a.example.net/"),
+        change_set=partial,
+    )
+    job = AdminJob.objects.create(
+        kind="revert",
+        state="running",
+        owner=dead,
+        params={"phase": "commit", "change_set": imported.pk},
+        total=3,
+        done=1,
+    )
+    _login(page, site)
+    page.goto(f"{site}/admin/urlguard/changeset/revert/{job.pk}/")
+    page.wait_for_selector("p.errornote", timeout=30_000)
+    assert "The worker stopped; run it again to finish." in page.inner_text("p.errornote")
+    shot("operator-revert-worker-died")
+    page.click('input[value^="Run it again"]')
+    page.wait_for_selector("#revert-summary .revert-counts")
+    assert "2" in page.inner_text("#revert-summary .count-remove")
+    page.click('input[value="Yes, revert it"]')
+    page.wait_for_selector(".revert-done", timeout=60_000)
+    assert not SpamRule.objects.exists()
+    partial.refresh_from_db()
+    assert partial.finished is not None and partial.removed == 3

@@ -108,3 +108,19 @@ def database_fails(monkeypatch):
         )
 
     return fail
+
+
+@pytest.fixture(autouse=True)
+def _no_heartbeat_after_the_test():
+    """A long write a test started leaves this process's heartbeat thread beating (it
+    stops a beat after the process owns nothing): stopped here, so it never writes,
+    or logs, during a later test."""
+    yield
+    from urlguard import ownership
+
+    heart = ownership._heart
+    with heart.lock:
+        thread, heart.thread = heart.thread, None
+    if thread is not None:
+        heart.stop.set()
+        thread.join(5)

@@ -301,3 +301,81 @@ def test_refused_download_needs_add_permission(viewer, editor):
         viewer.get(reverse("admin:urlguard_spamrule_import_refused", args=[job.pk])).status_code
         == 403
     )
+
+
+def test_an_import_that_stopped_runs_again_to_the_end_in_one_change_set(
+    editor, committed, monkeypatch
+):
+    from urlguard.admin import jobs
+    from urlguard.models import ChangeSet
+
+    _upload(editor, b"".join(b"again%d.example.com\n" % i for i in range(5)))
+    job = AdminJob.objects.get(kind="import")
+    commit = reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])
+    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 2)
+    real, chunks = changes._add_chunk, []
+
+    def dies_on_the_second_chunk(*args, **kwargs):
+        chunks.append(1)
+        if len(chunks) == 2:
+            raise OSError("the worker's disk went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(changes, "_add_chunk", dies_on_the_second_chunk)
+    with committed():
+        editor.post(commit)
+    job.refresh_from_db()
+    assert job.state == "failed" and SpamRule.objects.count() == 2
+    page = editor.get(_job_page(job)).content.decode()
+    assert "Run it again" in page and f'action="{commit}"' in page
+    monkeypatch.setattr(changes, "_add_chunk", real)
+    with committed():
+        editor.post(commit)
+    job.refresh_from_db()
+    assert job.state == "done", job.message
+    assert job.message == "Added 5 rules (0 already present)."
+    assert SpamRule.objects.count() == 5
+    (change_set,) = ChangeSet.objects.filter(kind="import")
+    assert change_set.added == 5 and change_set.finished is not None
+    assert job.result["change_set"] == change_set.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_survives_another_connection_writing_between_its_chunks(monkeypatch):
+    """The job's input is read a chunk per query: an open cursor across its writes
+    would hold an SQLite read snapshot (see test_revert)."""
+    import sqlite3
+
+    from django.db import connection
+
+    from urlguard.admin import jobs
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the read snapshot held by an open cursor is SQLite's")
+    monkeypatch.setattr(jobs, "CHUNK_CHARS", 40)
+    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 2)
+    lines = [f"chunked{i}.example.com\n" for i in range(8)]
+    job = jobs.create_import(lines, default_category="spam", filename="x.txt", user=None)
+    assert job.chunks.count() > 2
+    jobs.preview_import_job(job.pk)
+    other = sqlite3.connect(connection.settings_dict["NAME"], timeout=5)
+    real = changes.add_rules
+
+    def another_writer_between(items, **kwargs):
+        def each():
+            for n, item in enumerate(items):
+                if n % 2 == 0:
+                    other.execute("UPDATE urlguard_source SET interval = interval + 1")
+                    other.commit()
+                yield item
+
+        return real(each(), **kwargs)
+
+    monkeypatch.setattr(changes, "add_rules", another_writer_between)
+    try:
+        assert jobs.start_import(AdminJob.objects.get(pk=job.pk), user=None)
+    finally:
+        other.close()
+    job.refresh_from_db()
+    assert job.state == "done", job.message
+    assert SpamRule.objects.count() == 8

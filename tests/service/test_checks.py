@@ -137,6 +137,8 @@ REFUSED = {
     "FEED_MAX_ENTRIES": [0, -1, "100", 1.5, None, True],
     "FEED_MAX_LINE": [0, 1023, "65536", None, 1.5],
     "FEED_SHRINK_WINDOW": [-1, "604800", None, math.inf, True],
+    "HEARTBEAT_INTERVAL": [0, -1, "10", None, True],
+    "HEARTBEAT_TIMEOUT": [0, -1, "60", None, True],
     "STATS_FLUSH_INTERVAL": [0, -1, "1", None, True, math.nan],
     "STATS_BUFFER_MAX": [0, -1, 1.5, "100000", None, True],
     "STATS_STOP_TIMEOUT": [-1, "5", None, math.inf],

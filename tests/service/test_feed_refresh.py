@@ -327,6 +327,109 @@ def test_a_second_refresh_while_one_runs_does_nothing(server):
     assert not server.requests
 
 
+def _exited_process() -> str:
+    """The owner string of a process of this host that has exited."""
+    import subprocess
+    import sys
+
+    from urlguard import ownership
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return f"{ownership.this_host()}:{int(done.stdout)}:1"
+
+
+def test_a_claim_whose_process_died_is_taken_over_at_once(server, caplog):
+    from django.utils import timezone
+
+    feed = make_feed(server.serve("/l", lines("a.example")))
+    now = timezone.now()
+    Source.objects.filter(pk=feed.pk).update(
+        refreshing_since=now, refresh_owner=_exited_process(), refresh_heartbeat=now
+    )
+    result = refresh_source(feed)
+    assert result.status == "ok" and rules() == {"a.example/"}
+    assert "took over the refresh claimed at" in caplog.text and "is dead" in caplog.text
+    feed.refresh_from_db()
+    assert (feed.refreshing_since, feed.refresh_owner, feed.refresh_heartbeat) == (None, "", None)
+
+
+def test_a_claim_elsewhere_waits_for_its_heartbeat_to_stop(server, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.URLGUARD = {**settings.URLGUARD, "HEARTBEAT_TIMEOUT": 60}
+    feed = make_feed(server.serve("/l", lines("a.example")))
+    now = timezone.now()
+    elsewhere = "worker-2.invalid:77:123 task 9a"
+    Source.objects.filter(pk=feed.pk).update(
+        refreshing_since=now - timedelta(minutes=5),
+        refresh_owner=elsewhere,
+        refresh_heartbeat=now - timedelta(seconds=5),
+    )
+    busy = refresh_source(feed)
+    assert busy.status == "busy" and not server.requests
+    assert "pid 77 on worker-2.invalid (Celery task 9a)" in busy.summary()
+    assert "heartbeat 5 s ago" in busy.summary()
+    Source.objects.filter(pk=feed.pk).update(refresh_heartbeat=now - timedelta(seconds=61))
+    assert refresh_source(feed).status == "ok" and rules() == {"a.example/"}
+
+
+def test_a_refresh_leaves_a_claim_taken_over_from_it_alone(server, monkeypatch):
+    feed = make_feed(server.serve("/l", lines("a.example")))
+    real = refreshing._listed_now
+    other = "worker-2.invalid:77:123"
+
+    def taken_over_meanwhile(source):
+        Source.objects.filter(pk=source.pk).update(refresh_owner=other)
+        return real(source)
+
+    monkeypatch.setattr(refreshing, "_listed_now", taken_over_meanwhile)
+    refresh_source(feed)
+    feed.refresh_from_db()
+    assert feed.refresh_owner == other and feed.refreshing_since is not None
+
+
+def test_an_interrupted_refresh_is_finished_in_its_own_change_set(server):
+    from django.core.management import call_command
+
+    feed = make_feed(server.serve("/l", lines("a.example", "b.example")))
+    # What a refresh killed after its first chunk leaves: a rule, its listing and
+    # event, and its change set unfinished, its writer dead.
+    partial = ChangeSet.objects.create(
+        kind="refresh", source=feed, finished=None, owner=_exited_process()
+    )
+    changes.add_rules(["a.example"], source=feed, change_set=partial)
+    out = io.StringIO()
+    call_command("feeds_info", stdout=out)
+    assert "partial: 1 rules of a refresh interrupted at" in out.getvalue()
+    assert f"({partial}); the next refresh finishes it" in out.getvalue()
+    result = refresh_source(feed)
+    assert (result.status, result.added, result.change_set) == ("ok", 1, partial.pk)
+    partial.refresh_from_db()
+    assert partial.finished is not None and partial.owner == "" and partial.added == 2
+    assert ChangeSet.objects.filter(kind="refresh").count() == 1
+    out = io.StringIO()
+    call_command("feeds_info", stdout=out)
+    assert "partial" not in out.getvalue()
+
+
+def test_an_interrupted_refresh_that_was_reverted_is_not_written_into_again(server):
+    feed = make_feed(server.serve("/l", lines("a.example", "b.example")))
+    partial = ChangeSet.objects.create(
+        kind="refresh", source=feed, finished=None, owner=_exited_process()
+    )
+    changes.add_rules(["a.example"], source=feed, change_set=partial)
+    from urlguard import revert
+
+    revert.revert_change_set(partial)
+    result = refresh_source(feed)
+    assert result.status == "ok" and result.change_set != partial.pk
+    assert ChangeSet.objects.get(pk=result.change_set).added == 2
+
+
 def test_two_refreshes_from_the_same_old_state_do_not_double_apply(server, monkeypatch):
     feed = make_feed(server.serve("/l", lines("a.example", "b.example", "c.example")))
     refresh_source(feed)

@@ -130,3 +130,162 @@ def test_view_only_staff_cannot_revert(viewer, editor, make_staff):
         looker.get(reverse("admin:urlguard_spamrule_job_status", args=[job.pk])).status_code == 403
     )
     assert SpamRule.objects.count() == 1
+
+
+def _interrupted_revert(owner: str = "") -> tuple[ChangeSet, ChangeSet]:
+    """An import of three rules, and a revert of it that stopped after removing one
+    (its change set unfinished, of `owner`)."""
+    imported = changes.add_rules(
+        ["r1.example.net", "r2.example.net", "r3.example.net"], source="import:list.txt"
+    ).change_set
+    assert imported is not None
+    partial = ChangeSet.objects.create(
+        kind="revert", reverts=imported, source=imported.source, finished=None, owner=owner
+    )
+    changes.withdraw_rules(
+        imported.source,
+        SpamRule.objects.filter(expression="r1.example.net/"),
+        change_set=partial,
+    )
+    return imported, partial
+
+
+def test_a_revert_that_was_interrupted_is_finished_by_reverting_again(editor):
+    imported, partial = _interrupted_revert()
+    plan = revert.plan_revert(imported)
+    assert (plan.resumes, plan.to_remove, plan.unchanged) == (partial, 2, 1)
+    listing = editor.get(reverse("admin:urlguard_changeset_changelist")).content.decode()
+    assert "being reverted by" in listing
+    assert "partial (interrupted): running it again finishes it" in listing
+    # From the admin: the change set offers the revert again, and it finishes the same set.
+    page = editor.get(reverse("admin:urlguard_changeset_change", args=[imported.pk]))
+    assert "Revert this change set" in page.content.decode()
+    job = _revert(editor, imported)
+    assert job.state == "done", job.message
+    assert job.result["revert_change_set"] == partial.pk
+    partial.refresh_from_db()
+    assert (partial.removed, partial.owner) == (3, "") and partial.finished is not None
+    assert not SpamRule.objects.exists()
+    with pytest.raises(revert.RevertError, match=f"already reverted by Revert #{partial.pk}"):
+        revert.plan_revert(imported)
+
+
+def test_a_revert_whose_owner_still_runs_is_refused():
+    from urlguard import ownership
+
+    imported, partial = _interrupted_revert(owner=str(ownership.me()))
+    for attempt in (revert.plan_revert, revert.revert_change_set):
+        with pytest.raises(revert.RevertError, match=f"is being reverted by Revert #{partial.pk}"):
+            attempt(imported)
+    assert SpamRule.objects.count() == 2
+
+
+def test_the_revert_command_prints_the_plan_and_its_impact_then_reverts():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    imported, partial = _interrupted_revert()
+    ShortLink.objects.create(slug="x", destination="https://r2.example.net/page")
+    out = StringIO()
+    call_command("revert_change_set", str(imported.pk), "--dry-run", stdout=out)
+    text = out.getvalue()
+    assert f"Revert #{partial.pk} of it was interrupted after 1 removed" in text
+    assert "removes 2 rule(s) and restores 0" in text and "  remove r2.example.net/" in text
+    assert "Removing: Would unblock 1 of the 1 short link" in text
+    assert "Dry run: nothing was changed." in text and SpamRule.objects.count() == 2
+    out = StringIO()
+    call_command("revert_change_set", str(imported.pk), "--reason", "bad list", stdout=out)
+    assert f"in Revert #{partial.pk}: 3 rule(s) removed" in out.getvalue()
+    assert not SpamRule.objects.exists()
+    with pytest.raises(CommandError, match="already reverted"):
+        call_command("revert_change_set", str(imported.pk))
+    with pytest.raises(CommandError, match="there is no change set #999999"):
+        call_command("revert_change_set", "999999")
+
+
+def test_a_failed_revert_job_offers_to_run_it_again(editor):
+    imported, _ = _interrupted_revert()
+    job = AdminJob.objects.create(
+        kind="revert",
+        state="failed",
+        params={"phase": "commit", "change_set": imported.pk},
+        message="The worker stopped; run it again to finish.",
+    )
+    page = editor.get(reverse("admin:urlguard_changeset_revert_job", args=[job.pk]))
+    html = page.content.decode()
+    assert "The worker stopped; run it again to finish." in html
+    action = reverse("admin:urlguard_changeset_revert", args=[imported.pk])
+    assert f'action="{action}"' in html and "Run it again" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_revert_survives_another_connection_writing_between_its_batches(monkeypatch):
+    """On SQLite a cursor left open across the revert's writes made the first write
+    after another connection's fail at once ("database is locked"); a heartbeat or a
+    node's status report is such a write."""
+    import sqlite3
+
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the read snapshot held by an open cursor is SQLite's")
+    imported = changes.add_rules(
+        [f"busy{i}.example.net" for i in range(6)], source="import:list.txt"
+    ).change_set
+    monkeypatch.setattr(revert, "BATCH", 2)
+    other = sqlite3.connect(connection.settings_dict["NAME"], timeout=5)
+    real = changes.withdraw_rules
+
+    def another_writer_first(*args, **kwargs):
+        other.execute("UPDATE urlguard_source SET interval = interval + 1")
+        other.commit()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(changes, "withdraw_rules", another_writer_first)
+    try:
+        done = revert.revert_change_set(imported)
+    finally:
+        other.close()
+    assert done.removed == 6 and not SpamRule.objects.exists()
+
+
+def test_a_bulk_delete_that_stopped_runs_again_to_the_end_in_one_change_set(editor, monkeypatch):
+    rules = [changes.add_rule(f"bulk{i}.example.net", category="spam") for i in range(5)]
+    job = jobs.create_delete(SpamRule.objects.filter(pk__in=[r.pk for r in rules]), user=None)
+    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 2)
+    real, calls = changes.remove_rules, []
+
+    def dies_on_the_second_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("the worker's disk went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(changes, "remove_rules", dies_on_the_second_batch)
+    jobs.start_delete(AdminJob.objects.get(pk=job.pk), reason="cleanup")
+    job.refresh_from_db()
+    assert job.state == "failed" and SpamRule.objects.count() == 3
+    commit = reverse("admin:urlguard_spamrule_delete_commit", args=[job.pk])
+    page = editor.get(reverse("admin:urlguard_spamrule_delete_job", args=[job.pk]))
+    assert f'action="{commit}"' in page.content.decode() and "Run it again" in page.content.decode()
+    monkeypatch.setattr(changes, "remove_rules", real)
+    editor.post(commit)
+    job.refresh_from_db()
+    assert job.state == "done", job.message
+    assert not SpamRule.objects.exists()
+    (change_set,) = ChangeSet.objects.filter(kind="bulk-delete")
+    assert change_set.removed == 5 and change_set.finished is not None
+    assert job.result == {**job.result, "removed": 5, "change_set": change_set.pk}
+
+
+def test_a_change_set_still_being_written_is_not_reverted_yet():
+    from urlguard import ownership
+
+    writing = ChangeSet.objects.create(kind="import", finished=None, owner=str(ownership.me()))
+    changes.add_rules(["writing.example.net"], source="import:x", change_set=writing)
+    with pytest.raises(revert.RevertError, match="is still being written"):
+        revert.plan_revert(writing)
+    ChangeSet.objects.filter(pk=writing.pk).update(owner="")  # its writer stopped
+    writing.refresh_from_db()
+    assert revert.plan_revert(writing).to_remove == 1

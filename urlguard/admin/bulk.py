@@ -59,7 +59,9 @@ def delete_commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpRe
     if not model_admin.has_delete_permission(request):
         raise PermissionDenied
     job = _delete_job(job_id)
-    if job.state != AdminJob.State.PREVIEWED:
+    if job.state == AdminJob.State.FAILED and jobs.run_again(job):
+        report_job_outcome(request, job, f"Bulk delete #{job.pk} is queued again to finish.")
+    elif job.state != AdminJob.State.PREVIEWED:
         messages.warning(
             request, f"Bulk delete #{job.pk} was already started ({job.get_state_display()})."
         )

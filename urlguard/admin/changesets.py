@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html
 
+from urlguard import ownership
 from urlguard.admin import jobs
 from urlguard.admin.changelog import ReadOnlyAdmin
 from urlguard.admin.pages import http_methods, render_tool, report_job_outcome, tool_urls
@@ -81,12 +82,16 @@ class ChangeSetAdmin(ReadOnlyAdmin):
         if obj.refused:
             parts.append(f"{obj.refused:,} refused")
         text = ", ".join(parts) or "no change"
-        return format_html(
+        link = format_html(
             '<a href="{}?change_set__id__exact={}">{}</a>',
             reverse("admin:urlguard_changeevent_changelist"),
             obj.pk,
             text,
         )
+        unfinished = _unfinished(obj)
+        if unfinished:
+            link += format_html(' <strong class="changeset-partial">{}</strong>', unfinished)
+        return link
 
     @admin.display(description="note")
     def note_short(self, obj: ChangeSet) -> str:
@@ -103,7 +108,8 @@ class ChangeSetAdmin(ReadOnlyAdmin):
             done = obj.reverted_by.first()
         if done is not None:
             return format_html(
-                'reverted by <a href="{}">#{}</a>',
+                '{} by <a href="{}">#{}</a>',
+                "reverted" if done.finished is not None else "being reverted",
                 reverse("admin:urlguard_changeset_change", args=[done.pk]),
                 done.pk,
             )
@@ -154,6 +160,15 @@ class ChangeSetAdmin(ReadOnlyAdmin):
             )
             + super().get_urls()
         )
+
+
+def _unfinished(change_set: ChangeSet) -> str:
+    """ "running" or "partial (interrupted)" for a set whose writes did not all commit."""
+    if change_set.finished is not None:
+        return ""
+    if ownership.gone_reason(change_set.owner, change_set.heartbeat, change_set.created):
+        return "partial (interrupted): running it again finishes it"
+    return "running"
 
 
 def _revert_job(job_id: int) -> AdminJob:

@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 
+from urlguard import ownership
 from urlguard.admin import jobs
 from urlguard.admin.pages import http_methods, render_tool, report_job_outcome
 from urlguard.forms import ImportForm, decoded
@@ -81,7 +82,9 @@ def commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
     if not model_admin.has_add_permission(request):
         raise PermissionDenied
     job = _job(job_id, AdminJob.Kind.IMPORT)
-    if job.state != AdminJob.State.PREVIEWED:
+    if job.state == AdminJob.State.FAILED and jobs.run_again(job):
+        report_job_outcome(request, job, f"Import #{job.pk} is queued again to finish.")
+    elif job.state != AdminJob.State.PREVIEWED:
         messages.warning(
             request, f"Import #{job.pk} was already committed ({job.get_state_display()})."
         )
@@ -114,6 +117,8 @@ def status_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         allowed = links_admin.has_view_permission(request)
     if not allowed:
         raise PermissionDenied
+    if job.state in ownership.ACTIVE_JOB_STATES and ownership.recover_orphans()["jobs"]:
+        job.refresh_from_db()  # its runner died: the page says so now
     return JsonResponse(
         {
             "id": job.pk,

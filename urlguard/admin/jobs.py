@@ -18,11 +18,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from urlguard import changes, shortlinks
+from urlguard import changes, ownership, shortlinks
 from urlguard.admin.pages import counted
 from urlguard.celery import shared_task
 from urlguard.impact import build_link_index, impact_of_adding, impact_of_removing
@@ -139,10 +140,21 @@ def store_chunks(job: AdminJob, texts: Iterable[str]) -> int:
 
 
 def iter_lines(job: AdminJob) -> Iterator[str]:
-    """The job's input, line by line, one chunk in memory at a time."""
-    chunks = AdminJobChunk.objects.filter(job=job).order_by("seq").values_list("text", flat=True)
-    for chunk in chunks.iterator(chunk_size=1):
-        yield from chunk.splitlines()
+    """The job's input, line by line, one chunk in memory at a time, each read by a
+    query of its own (an open cursor across the job's writes would hold an SQLite read
+    snapshot: see urlguard.revert._events)."""
+    seq = -1
+    while True:
+        chunk = (
+            AdminJobChunk.objects.filter(job=job, seq__gt=seq)
+            .order_by("seq")
+            .values_list("seq", "text")
+            .first()
+        )
+        if chunk is None:
+            return
+        seq, text = chunk
+        yield from text.splitlines()
 
 
 class _Progress:
@@ -168,10 +180,41 @@ def _begin(job_id: int, kind: str, state: str = AdminJob.State.RUNNING) -> Admin
         logger.warning("admin job %s (%s) no longer exists; nothing to do", job_id, kind)
         return None
     job.state = state
-    job.started = timezone.now()
+    job.started = job.heartbeat = timezone.now()
     job.message = ""
-    job.save(update_fields=["state", "started", "message"])
+    # Its owner's heartbeat tells a job that runs from one whose runner died.
+    job.owner = str(ownership.me())
+    job.save(update_fields=["state", "started", "message", "owner", "heartbeat"])
+    ownership.beat_while_owned()
     return job
+
+
+def _written_before(job: AdminJob) -> ChangeSet | None:
+    """The change set a first run of this job left unfinished (it stopped), which the
+    job run again finishes."""
+    pk = job.params.get("writes")
+    return ChangeSet.objects.filter(pk=pk, finished__isnull=True).first() if pk else None
+
+
+def _writes_into(job: AdminJob, change_set: ChangeSet) -> None:
+    job.params = {**job.params, "writes": change_set.pk}
+    AdminJob.objects.filter(pk=job.pk).update(params=job.params)
+
+
+def run_again(job: AdminJob) -> bool:
+    """Queue a failed import or bulk delete again (its input is kept until it is
+    done): what its first run wrote stays, and the rest is written into the same
+    change set. A failed revert is run again from its change set's page."""
+    tasks: dict[str, Any] = {"import": import_rules_job, "delete": delete_rules_job}
+    task = tasks.get(job.kind)
+    if task is None or job.params.get("phase") != "commit":
+        return False
+    claimed = AdminJob.objects.filter(pk=job.pk, state=AdminJob.State.FAILED).update(
+        state=AdminJob.State.QUEUED, message="Waiting for a worker.", finished=None
+    )
+    if claimed:
+        dispatch(task, job.pk)
+    return bool(claimed)
 
 
 def _fail(job: AdminJob, exc: BaseException, message: str) -> None:
@@ -348,7 +391,9 @@ def import_rules_job(job_id: int) -> dict | None:
             actor=job.created_by,
             note=f"import #{job.pk}: {job.params.get('filename', '')}"[:1000],
             source=source,
+            resume=_written_before(job),
         ) as change_set:
+            _writes_into(job, change_set)
             bulk = changes.add_rules(
                 entries,
                 source=source,
@@ -358,13 +403,17 @@ def import_rules_job(job_id: int) -> dict | None:
                 change_set=change_set,
             )
     except Exception as exc:
+        entries.close()  # and so the cursor over the job's input, while the database is open
         added = SpamRule.objects.filter(source=source, created__gte=job.started).count()
         job.result = {**job.result, "added": added}
         # Not re-raised: the job row carries the error to the page, and in-process
         # execution must not turn it into a traceback page.
         _fail(job, exc, f"Stopped after {added} rules were added (those stay)")
         return None
-    added, skipped = len(bulk.added), len(bulk.skipped) - int(job.result.get("repeated", 0))
+    # A job run again counts what its first run added too (those it now skipped).
+    earlier = change_set.added - len(bulk.added)
+    added = change_set.added
+    skipped = len(bulk.skipped) - int(job.result.get("repeated", 0)) - earlier
     refused = [str(r) for r in bulk.refused]
     # New rules may block existing short links: rescan them, where the site has any.
     rescan = (
@@ -500,7 +549,10 @@ def delete_rules_job(job_id: int) -> dict | None:
             actor=job.created_by,
             reason=job.params.get("reason", ""),
             note=f"bulk delete #{job.pk}",
+            resume=_written_before(job),
         ) as change_set:
+            _writes_into(job, change_set)
+            removed = change_set.removed  # by a first run that stopped
             for batch in _job_pks(job):
                 removed += changes.remove_rules(
                     batch, user=job.created_by, source="admin", change_set=change_set

@@ -22,7 +22,7 @@ from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
 from urlguard.conf import conf
 from urlguard.feeds import holds
 from urlguard.feeds.formats import NAMES
-from urlguard.feeds.health import HEALTH_LABELS, health
+from urlguard.feeds.health import HEALTH_LABELS, health, refresh_state
 from urlguard.models import AdminJob, AllowedHost, FeedHold, FeedRefresh, Source
 from urlguard.rules import RuleError, normalize_rule
 
@@ -45,9 +45,13 @@ def age(when) -> str:  # type: ignore[no-untyped-def]
 def health_badge(source: Source) -> str:
     state = health(source)
     title = source.last_error[:300] if state in ("failing", "stale") else ""
-    return format_html(
+    badge = format_html(
         '<span class="feed-health feed-{}" title="{}">{}</span>', state, title, HEALTH_LABELS[state]
     )
+    running = refresh_state(source)
+    if running:
+        badge += format_html(' <span class="feed-refresh-state">{}</span>', running)
+    return badge
 
 
 class SourceForm(forms.ModelForm):

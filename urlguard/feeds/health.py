@@ -1,7 +1,8 @@
 """A source's health at a glance, for feeds_info, the sources admin and the
 dashboard: never refreshed, fresh, stale (no success for over two intervals),
 held (a shrink waits for an admin), failing (FEED_UNHEALTHY_FAILURES in a row;
-its rules stay), or disabled."""
+its rules stay), or disabled; and a refresh that runs, is stuck (its owner died) or
+left a partial change set, in words."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from urlguard import changes, ownership
 from urlguard.conf import conf
-from urlguard.models import Source
+from urlguard.models import ChangeSet, Source
 
-__all__ = ["HEALTH_LABELS", "health"]
+__all__ = ["HEALTH_LABELS", "health", "refresh_state"]
 
 HEALTH_LABELS = {
     "ok": "OK",
@@ -39,3 +41,33 @@ def health(source: Source) -> str:
     if timezone.now() - source.last_success_at > timedelta(seconds=2 * source.interval + 60):
         return "stale"
     return "ok"
+
+
+def refresh_state(source: Source) -> str:
+    """A refresh running now, stuck (its owner is gone) or interrupted with its
+    change set partial, in words; "" when none is."""
+    if not source.is_feed:
+        return ""
+    parts = []
+    since = source.refreshing_since
+    if since is not None:
+        owner = source.refresh_owner
+        gone = ownership.gone_reason(owner, source.refresh_heartbeat, since) if owner else ""
+        when = f"{timezone.localtime(since):%Y-%m-%d %H:%M:%S}"
+        if gone:
+            parts.append(
+                f"stuck: the refresh claimed at {when} stopped ({gone}); the next refresh "
+                "takes it over"
+            )
+        else:
+            parts.append(f"refreshing since {when} ({ownership.describe(owner)})")
+    partial = changes.interrupted(kind=ChangeSet.Kind.REFRESH, source=source)
+    if partial is not None:
+        stopped = timezone.localtime(partial.heartbeat or partial.created)
+        removed = f", {partial.removed:,} removed" if partial.removed else ""
+        parts.append(
+            f"partial: {partial.added:,} rules{' added' if removed else ''}{removed} of a "
+            f"refresh interrupted at {stopped:%Y-%m-%d %H:%M:%S} ({partial}); the next "
+            "refresh finishes it"
+        )
+    return "; ".join(parts)

@@ -32,10 +32,10 @@ from typing import Any
 import mmh3
 import numpy as np
 from django.db import connections, router
-from django.db.models import F, Max, Q
+from django.db.models import F, Max
 from django.utils import timezone
 
-from urlguard import changes
+from urlguard import changes, ownership
 from urlguard.conf import conf
 from urlguard.feeds import allowlist, formats, holds, memo
 from urlguard.feeds.decoding import FeedError, numbered, open_text
@@ -95,7 +95,7 @@ class RefreshResult:
         if self.status == Source.Status.NOT_MODIFIED:
             return f"{self.source}: not modified"
         if self.status == "busy":
-            return f"{self.source}: another refresh of it is running; skipped"
+            return f"{self.source}: another refresh of it is running ({self.error}); skipped"
         head = {
             Source.Status.HELD: "HELD (shrink over FEED_SHRINK_THRESHOLD; nothing applied)",
             "dry-run": "dry run (nothing applied)",
@@ -151,9 +151,12 @@ def refresh_source(
     if not source.is_feed or not source.url:
         result.status, result.error = Source.Status.FAILED, "not a feed (no URL to fetch)"
         return result
-    if not dry_run and not _claim(source):
-        result.status = "busy"
-        return result
+    owner = str(ownership.me())
+    if not dry_run:
+        busy = _claim(source, owner)
+        if busy:
+            result.status, result.error = "busy", busy
+            return result
     staged: _Staged | None = None
     try:
         report = progress or (lambda stage, done, total: None)
@@ -233,7 +236,10 @@ def refresh_source(
             staged = None
             _give_back_memory()
         if not dry_run:
-            Source.objects.filter(pk=source.pk).update(refreshing_since=None)
+            # Only our own claim: one taken over from us is the new owner's.
+            Source.objects.filter(pk=source.pk, refresh_owner=owner).update(
+                refreshing_since=None, refresh_owner="", refresh_heartbeat=None
+            )
     result.duration = time.perf_counter() - started
     if result.status not in (Source.Status.FAILED, "busy"):
         logger.info("feed %s", result.summary())
@@ -270,14 +276,40 @@ def accept_held(source: Source, *, user: Any = None) -> RefreshResult:
     return refresh_source(source, accept_shrink=True, user=user)
 
 
-def _claim(source: Source) -> bool:
-    now = timezone.now()
-    stale = now - timedelta(seconds=float(conf.FEED_CLAIM_TIMEOUT))
-    return bool(
+def _claim(source: Source, owner: str) -> str:
+    """Claim `source` for a refresh by `owner`: "" when claimed, else who holds it. A
+    claim whose owner is gone (urlguard.ownership), or older than FEED_CLAIM_TIMEOUT,
+    is taken over at once."""
+    held = (
         Source.objects.filter(pk=source.pk)
-        .filter(Q(refreshing_since__isnull=True) | Q(refreshing_since__lt=stale))
-        .update(refreshing_since=now)
+        .values_list("refreshing_since", "refresh_owner", "refresh_heartbeat")
+        .first()
     )
+    if held is None:
+        return "the source was deleted"
+    since, holder, heartbeat = held
+    now = timezone.now()
+    gone = ""
+    if since is not None:
+        # A claim of no recorded owner (made before claims named one) waits out
+        # FEED_CLAIM_TIMEOUT.
+        gone = ownership.gone_reason(holder, heartbeat, since) if holder else ""
+        if not gone and since > now - timedelta(seconds=float(conf.FEED_CLAIM_TIMEOUT)):
+            beat = f", heartbeat {(now - (heartbeat or since)).total_seconds():.0f} s ago"
+            return f"{ownership.describe(holder)} since {since:%Y-%m-%d %H:%M:%S}{beat}"
+        gone = gone or f"claimed over FEED_CLAIM_TIMEOUT={conf.FEED_CLAIM_TIMEOUT:g} s ago"
+    # Only the claim as read: another process may take it over at the same moment.
+    taken = Source.objects.filter(
+        pk=source.pk, refreshing_since=since, refresh_owner=holder
+    ).update(refreshing_since=now, refresh_owner=owner, refresh_heartbeat=now)
+    if not taken:
+        return "claimed by another process a moment ago"
+    if since is not None:
+        logger.warning(
+            "feed %s: took over the refresh claimed at %s (%s)", source.name, since, gone
+        )
+    ownership.beat_while_owned()
+    return ""
 
 
 # -- reading the body into a diffable form --------------------------------------------
@@ -646,11 +678,21 @@ def _diff_and_apply(
     if dry_run:
         return
     total = result.added + result.removed
+    partial = changes.interrupted(kind=ChangeSet.Kind.REFRESH, source=source)
+    if partial is not None:
+        logger.warning(
+            "feed %s: finishing %s, a refresh interrupted after %d added, %d removed",
+            source.name,
+            partial,
+            partial.added,
+            partial.removed,
+        )
     with changes.change_set(
         kind=ChangeSet.Kind.REFRESH,
         actor=user,
         source=source,
         reason=f"refresh of {source.url}" + (SHRINK_ACCEPTED if accept_shrink else ""),
+        resume=partial,
     ) as cs:
         result.change_set = cs.pk
         if result.added:

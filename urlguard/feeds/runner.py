@@ -39,9 +39,12 @@ def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
 
 
 def run_once() -> list[str]:
-    """Refresh every due source now, in this thread; returns their names."""
+    """Refresh every due source now, in this thread; returns their names. First marks
+    admin jobs whose runner died failed and releases claims whose owner is gone."""
+    from urlguard import ownership
     from urlguard.feeds.refresh import due_sources, refresh_source
 
+    ownership.recover_orphans()
     names = []
     for source in due_sources():
         refresh_source(source)

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from urlguard import ownership
 from urlguard.celery import shared_task
 from urlguard.conf import conf
 from urlguard.feeds.refresh import due_sources, refresh_source
@@ -46,9 +47,15 @@ def refresh_feed(
         logger.warning("feed source #%s no longer exists; nothing to refresh", source_id)
         return None
     if job_id is not None:
+        now = timezone.now()
         AdminJob.objects.filter(pk=job_id).update(
-            state=AdminJob.State.RUNNING, started=timezone.now(), message="Fetching…"
+            state=AdminJob.State.RUNNING,
+            started=now,
+            message="Fetching…",
+            owner=str(ownership.me()),
+            heartbeat=now,
         )
+        ownership.beat_while_owned()
     try:
         result = refresh_source(source, accept_shrink=accept_shrink, progress=_job_progress(job_id))
     except Exception as exc:
@@ -85,7 +92,9 @@ def refresh_feed(
 
 @shared_task(name=REFRESH_DUE_TASK, ignore_result=True)
 def refresh_due_feeds() -> list[str]:
-    """Queue a refresh of every enabled feed whose interval has passed."""
+    """Queue a refresh of every enabled feed whose interval has passed (first marking
+    admin jobs whose worker died failed, and releasing claims whose owner is gone)."""
+    ownership.recover_orphans()
     names = []
     for source in due_sources():
         refresh_feed.delay(source.pk)

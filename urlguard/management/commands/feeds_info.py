@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 from django.db.models import Count
 from django.utils import timezone
 
-from urlguard.feeds.health import HEALTH_LABELS, health
+from urlguard.feeds.health import HEALTH_LABELS, health, refresh_state
 from urlguard.models import Source
 
 
@@ -52,6 +52,7 @@ class Command(BaseCommand):
                     "failures": source.failures,
                     "error": source.last_error,
                     "held_removed": source.held_removed,
+                    "refresh": refresh_state(source),
                 }
             )
         if as_json:
@@ -74,6 +75,8 @@ class Command(BaseCommand):
             )
             if row["kind"] == "feed":
                 self.stdout.write(f"    {row['url']} [{row['format']}]")
+            if row["refresh"]:
+                self.stdout.write(f"    {row['refresh']}")
             if row["held_removed"] is not None:
                 self.stdout.write(
                     f"    shrink held: would remove {row['held_removed']:,}; "

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 from urlguard import changes
 from urlguard.importing import parse_rules
-from urlguard.models import Category
+from urlguard.models import Category, ChangeSet
 
 from ._progress import Progress
 
@@ -78,15 +79,30 @@ class Command(BaseCommand):
                 raise CommandError(f"{file}: {exc}") from exc
             name = path.name
         progress = Progress(self.stdout, "lines")
+        label = source or f"import:{name}"[:200]
+        note = f"import_rules {name}"[:1000]
+        writing = (
+            nullcontext(None)
+            if dry_run
+            else changes.change_set(
+                kind=ChangeSet.Kind.IMPORT,
+                source=label,
+                note=note,
+                # An import of this file killed half-way: rules it listed are skipped.
+                resume=changes.interrupted(kind=ChangeSet.Kind.IMPORT, note=note),
+            )
+        )
         try:
             lines = (line.rstrip("\r\n") for line in stream)
-            result = changes.add_rules(
-                parse_rules(lines, default_category=category),
-                source=source or f"import:{name}"[:200],
-                category=category,
-                dry_run=dry_run,
-                progress=progress,
-            )
+            with writing as change_set:
+                result = changes.add_rules(
+                    parse_rules(lines, default_category=category),
+                    source=label,
+                    category=category,
+                    dry_run=dry_run,
+                    progress=progress,
+                    change_set=change_set,
+                )
         except UnicodeDecodeError as exc:
             what = "stdin" if file == "-" else file
             raise CommandError(f"{what} is not UTF-8 text ({exc}); re-save it as UTF-8.") from exc
