@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.utils import timezone
-from prometheus_client.core import GaugeMetricFamily
 
 from urlguard import metrics, nudge, registry
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent
+
+if TYPE_CHECKING:
+    from prometheus_client.core import GaugeMetricFamily
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +134,10 @@ class ReadyCollector:
     """What `GET /readyz` would answer now: alertable where a probe only steers traffic."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        # Only a /metrics answered with prometheus_client installed (the `metrics` extra)
+        # collects: a site without it imports this module all the same.
+        from prometheus_client.core import GaugeMetricFamily
+
         answer = readiness()
         yield GaugeMetricFamily(
             "urlguard_ready", "1 if this node's /readyz answers 200", value=float(answer["ready"])
