@@ -129,12 +129,8 @@ def test_disable_action_keeps_rules(make_staff, feed, committed):
     assert not feed.enabled and SpamRule.objects.count() == 3
 
 
-def test_allowlist_hosts_edited_inline(make_staff):
-    allow = Source.objects.create(name="allowlist", kind="manual", is_allowlist=True)
-    client = make_staff(*SOURCE_EDITOR, "add_allowedhost", "change_allowedhost", "view_allowedhost")
-    url = reverse("admin:urlguard_source_change", args=[allow.pk])
-    assert "Allowlisted hosts" in client.get(url).content.decode()
-    prefix = "allowed_hosts"
+def test_a_manual_source_cannot_be_an_allowlist(make_staff):
+    client = make_staff(*SOURCE_EDITOR)
     data = {
         "name": "allowlist",
         "kind": "manual",
@@ -144,19 +140,21 @@ def test_allowlist_hosts_edited_inline(make_staff):
         "interval": 3600,
         "enabled": "on",
         "is_allowlist": "on",
-        f"{prefix}-TOTAL_FORMS": 1,
-        f"{prefix}-INITIAL_FORMS": 0,
-        f"{prefix}-0-host": "HTTPS://WWW.Example.COM/",
-        f"{prefix}-0-note": "ours",
     }
-    response = client.post(url, data)
-    assert response.status_code == 302, response.content.decode()[-2000:]
-    assert AllowedHost.objects.get().host == "www.example.com"
-    data[f"{prefix}-0-host"] = "example.org/some/path"
-    data[f"{prefix}-INITIAL_FORMS"] = 0
-    AllowedHost.objects.all().delete()
-    html = client.post(url, data).content.decode()
-    assert "names hosts" in html and not AllowedHost.objects.exists()
+    html = client.post(reverse("admin:urlguard_source_add"), data).content.decode()
+    assert "go on the Allowlist" in html
+    assert not Source.objects.filter(name="allowlist").exists()
+
+
+def test_an_allowlist_feed_shows_its_hosts_read_only(make_staff):
+    allow = Source.objects.create(
+        name="top", kind="feed", url="https://lists.example/top.txt", is_allowlist=True
+    )
+    AllowedHost.objects.create(source=allow, host="www.example.com")
+    client = make_staff(*SOURCE_EDITOR, "view_allowedhost")
+    html = client.get(reverse("admin:urlguard_source_change", args=[allow.pk])).content.decode()
+    assert "from the feed" in html and "www.example.com" in html
+    assert 'name="allowed_hosts-0-host"' not in html
 
 
 def test_rule_page_lists_its_sources_and_the_list_filters_by_source(make_staff, feed, committed):

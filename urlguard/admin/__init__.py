@@ -5,6 +5,7 @@ and the read-only change log. Every rule write goes through urlguard.changes."""
 from django.contrib import admin
 
 from urlguard.admin import (  # noqa: F401  (registers)
+    allowlist,
     apikeys,
     changelog,
     changesets,

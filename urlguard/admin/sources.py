@@ -22,7 +22,6 @@ from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health
 from urlguard.models import AdminJob, AllowedHost, FeedRefresh, Source
-from urlguard.rules import RuleError, normalize_rule
 
 HISTORY_SHOWN = 20
 
@@ -70,6 +69,12 @@ class SourceForm(forms.ModelForm):
                 self.add_error("url", "A feed needs an http://, https:// or file:///path URL.")
         elif url:
             self.add_error("url", "A manual source has no URL (its rules are added by hand).")
+        if data.get("is_allowlist") and kind != Source.Kind.FEED:
+            self.add_error(
+                "is_allowlist",
+                "Hosts a person allowlists go on the Allowlist (its own admin page); "
+                "a source is an allowlist only when it is a feed of hosts.",
+            )
         if data.get("format") not in ("auto", *NAMES):
             self.add_error("format", "Unknown format.")
         interval = data.get("interval")
@@ -78,32 +83,24 @@ class SourceForm(forms.ModelForm):
         return data
 
 
-class AllowedHostForm(forms.ModelForm):
-    class Meta:
-        model = AllowedHost
-        fields = ("host", "note")
-
-    def clean_host(self) -> str:
-        text = self.cleaned_data["host"]
-        try:
-            expression = normalize_rule(text)
-        except RuleError as exc:
-            raise forms.ValidationError(str(exc)) from None
-        host, _, path = expression.partition("/")
-        if path:
-            raise forms.ValidationError(
-                "An allowlist names hosts (example.com), not paths or pages."
-            )
-        return host
-
-
 class AllowedHostInline(admin.TabularInline):
+    """The hosts an allowlist feed lists: its refreshes write them, so read-only."""
+
     model = AllowedHost
-    form = AllowedHostForm
-    extra = 1
+    extra = 0
     fields = ("host", "note", "created")
-    readonly_fields = ("created",)
+    readonly_fields = ("host", "note", "created")
     verbose_name = "allowlisted host"
+    verbose_name_plural = "allowlisted hosts (from the feed)"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 # The source page's "Last refresh" section, all read-only.

@@ -32,7 +32,7 @@ from typing import Any
 import mmh3
 import numpy as np
 import psycopg
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -185,7 +185,7 @@ def refresh_source(
                 "list is never taken for a source that listed nothing"
             )
         if source.is_allowlist:
-            _apply_allowlist(source, staged, result, dry_run=dry_run)
+            _apply_allowlist(source, staged, result, dry_run=dry_run, user=user)
         else:
             _diff_and_apply(
                 source,
@@ -199,6 +199,8 @@ def refresh_source(
             )
         if dry_run and result.status == Source.Status.OK:
             result.status = "dry-run"
+        if not dry_run and result.status == Source.Status.OK and not source.is_allowlist:
+            allowlist.record_refusals(source, staged.allowlisted)
         if not dry_run:
             if result.status == Source.Status.OK:
                 source.etag, source.last_modified = fetched.etag, fetched.last_modified
@@ -280,6 +282,9 @@ class _Staged:
         self.unit_of = np.zeros(0, dtype=np.int64)
         self.unique_keys = np.zeros(0, dtype=np.int64)  # sorted
         self.refused_units = np.zeros(0, dtype=np.int64)
+        # Entries the allowlist refused, expression -> category (AllowlistRefusal).
+        self.allowlisted: dict[str, str] = {}
+        self.allowlist_digest = ""
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -322,6 +327,7 @@ class _Staged:
         this source lists that rule now; by parsing the line (by_line) and
         normalizing the entries (then the allowlist) otherwise."""
         count = len(self)
+        self.allowlist_digest = protected.digest()
         high = np.frombuffer(self.high, dtype=np.int64)
         low = np.frombuffer(self.low, dtype=np.int64)
         found = np.zeros(count, dtype=bool)
@@ -368,6 +374,7 @@ class _Staged:
                 if reason is not None:
                     _refuse(result, lineno, token, reason)
                     refused_units.append(index)
+                    self.allowlisted[expression] = category or self.source_category
                     continue
                 self.expressions.write(
                     f"{base + len(keys)}\t{category or self.source_category}\t{expression}\n"
@@ -578,7 +585,7 @@ def _diff_and_apply(
         result.change_set = cs.pk
         if result.added:
             bulk = changes.add_rules(
-                (pair for pair in staged.lines(picked)),
+                _still_allowed(staged.lines(picked), staged, result),
                 source=source,
                 user=user,
                 category=source.category,
@@ -599,10 +606,29 @@ def _diff_and_apply(
     report("done", total, total)
 
 
+def _still_allowed(
+    lines: Iterator[tuple[str, str]], staged: _Staged, result: RefreshResult
+) -> Iterator[tuple[str, str]]:
+    """The entries to add, less any a host allowlisted since this refresh read the
+    allowlist now refuses (the allowlist acts at once, also on a refresh under way)."""
+    protected = allowlist.load()
+    if protected.digest() == staged.allowlist_digest:
+        yield from lines
+        return
+    for expression, category in lines:
+        reason = protected.refusal(expression)
+        if reason is None:
+            yield expression, category
+        else:
+            _refuse(result, 0, expression, reason)
+            staged.allowlisted[expression] = category
+
+
 def _apply_allowlist(
-    source: Source, staged: _Staged, result: RefreshResult, *, dry_run: bool
+    source: Source, staged: _Staged, result: RefreshResult, *, dry_run: bool, user: Any = None
 ) -> None:
-    """An allowlist's entries are hosts, never rules: replace its AllowedHost rows."""
+    """An allowlist's entries are hosts, never rules: replace its AllowedHost rows, and
+    act on the hosts that came and went as a person's allowlisting does."""
     everything = np.ones(len(staged.keys), dtype=bool)
     hosts = {expression.partition("/")[0] for expression, _ in staged.lines(everything)}
     present = set(AllowedHost.objects.filter(source=source).values_list("host", flat=True))
@@ -612,11 +638,27 @@ def _apply_allowlist(
     result.unchanged = len(hosts & present)
     if dry_run:
         return
-    AllowedHost.objects.filter(source=source, host__in=present - hosts).delete()
-    AllowedHost.objects.bulk_create(
-        [AllowedHost(source=source, host=host) for host in sorted(hosts - present)],
-        ignore_conflicts=True,
-    )
+    with (
+        transaction.atomic(using=router.db_for_write(AllowedHost)),
+        changes.change_set(
+            kind=ChangeSet.Kind.ALLOWLIST,
+            actor=user,
+            source=source,
+            reason=f"refresh of {source.url}",
+        ) as cs,
+    ):
+        AllowedHost.objects.filter(source=source, host__in=present - hosts).delete()
+        AllowedHost.objects.bulk_create(
+            [AllowedHost(source=source, host=host) for host in sorted(hosts - present)],
+            ignore_conflicts=True,
+        )
+        if source.enabled:
+            allowlist.release(sorted(present - hosts), change_set=cs, user=user)
+            allowlist.enforce(sorted(hosts - present), change_set=cs, user=user)
+    if cs.added or cs.removed:
+        result.change_set = cs.pk
+    else:
+        cs.delete()
 
 
 def _record(source: Source, result: RefreshResult) -> None:

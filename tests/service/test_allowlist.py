@@ -1,0 +1,213 @@
+"""The allowlist acts at once: allowing a host withdraws the feed listings that block
+it whole (in one change set, hand-listed rules shown and left), the next refresh
+(304 or a body) keeps them out, and taking the host off lists them again without
+waiting for the feed to change; the same from `manage.py allow_host`, from an
+allowlist feed, and the migration of manual allowlist sources."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tests.service.feedserver import feed_server
+from urlguard import changes
+from urlguard.feeds.allowlist import allow_host, unallow_host
+from urlguard.feeds.refresh import refresh_source
+from urlguard.models import (
+    AllowedHost,
+    AllowlistRefusal,
+    ChangeSet,
+    RuleSource,
+    Source,
+    SpamRule,
+)
+from urlguard.rules import RuleError
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch, settings):
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
+
+
+@pytest.fixture
+def server():
+    with feed_server() as feeds:
+        yield feeds
+
+
+def lines(*hosts: str) -> bytes:
+    return "".join(f"{h}\n" for h in hosts).encode()
+
+
+def rules() -> set[str]:
+    return set(SpamRule.objects.values_list("expression", flat=True))
+
+
+def listed(source: Source) -> set[str]:
+    return set(RuleSource.objects.filter(source=source).values_list("rule__expression", flat=True))
+
+
+@pytest.fixture
+def hosts_feed(server) -> Source:
+    url = server.serve(
+        "/hosts", lines("github.com", "evil.example", "docs.github.com"), ETag='"v1"'
+    )
+    feed = Source.objects.create(name="hosts", kind=Source.Kind.FEED, url=url)
+    assert refresh_source(feed).status == "ok"
+    assert rules() == {"github.com/", "evil.example/", "docs.github.com/"}
+    return feed
+
+
+def test_allowing_withdraws_the_feed_listing_at_once(hosts_feed, admin_user):
+    result = allow_host("https://github.com/some/page", note="feed mistake", user=admin_user)
+    assert result.host == "github.com" and result.created
+    assert rules() == {"evil.example/", "docs.github.com/"}  # a child host is narrower
+    assert result.withdrawn == [("github.com/", "hosts")] and result.rules_removed == 1
+    cs = result.change_set
+    assert (cs.kind, cs.removed, cs.actor) == ("allowlist", 1, admin_user)
+    assert "github.com" in cs.reason and "feed mistake" in cs.reason
+    entry = AllowedHost.objects.get(host="github.com")
+    assert (entry.source, entry.note, entry.added_by) == (None, "feed mistake", admin_user)
+    assert list(AllowlistRefusal.objects.values_list("source__name", "expression")) == [
+        ("hosts", "github.com/")
+    ]
+
+
+def test_a_parent_domain_rule_is_withdrawn_too(server):
+    url = server.serve("/f", lines("example.org", "other.example"))
+    feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url=url)
+    refresh_source(feed)
+    allow_host("docs.example.org")
+    assert rules() == {"other.example/"}
+
+
+def test_the_next_refresh_keeps_it_out_whether_304_or_a_new_body(server, hosts_feed):
+    allow_host("github.com")
+    not_modified = refresh_source(hosts_feed)
+    assert not_modified.status == "not-modified"
+    assert "github.com/" not in rules()
+    server.serve("/hosts", lines("github.com", "evil.example", "new.example"), ETag='"v2"')
+    changed = refresh_source(hosts_feed)
+    assert changed.status == "ok" and changed.refused == 1
+    assert rules() == {"evil.example/", "new.example/"}
+    # The refusal is still on record, for the day the host leaves the allowlist.
+    assert AllowlistRefusal.objects.filter(expression="github.com/").exists()
+
+
+def test_removing_the_host_lists_the_feed_again_without_a_new_body(hosts_feed, server):
+    allow_host("github.com")
+    result = unallow_host("github.com")
+    assert result.relisted == [("github.com/", "hosts")] and result.rules_added == 1
+    assert "github.com/" in listed(hosts_feed)
+    assert result.change_set.kind == "allowlist" and result.change_set.added == 1
+    assert not AllowlistRefusal.objects.exists()
+    assert refresh_source(hosts_feed).status == "not-modified"
+    assert "github.com/" in rules()
+
+
+def test_a_refusal_the_feed_no_longer_lists_is_forgotten(server, hosts_feed):
+    allow_host("github.com")
+    server.serve("/hosts", lines("evil.example"), ETag='"v2"')
+    refresh_source(hosts_feed, accept_shrink=True)
+    assert not AllowlistRefusal.objects.exists()
+    unallow_host("github.com")
+    assert "github.com/" not in rules()
+
+
+def test_a_host_listed_first_after_allowlisting_comes_in_when_it_is_removed(server):
+    allow_host("github.com")
+    url = server.serve("/f", lines("github.com", "evil.example"), ETag='"a"')
+    feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url=url)
+    assert refresh_source(feed).refused == 1
+    assert rules() == {"evil.example/"}
+    unallow_host("github.com")
+    assert "github.com/" in listed(feed)
+
+
+def test_another_allowlisted_host_still_keeps_a_parent_rule_out(server):
+    url = server.serve("/f", lines("example.org"))
+    feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url=url)
+    refresh_source(feed)
+    allow_host("a.example.org")
+    allow_host("b.example.org")
+    unallow_host("a.example.org")
+    assert rules() == set()  # b.example.org still forbids example.org/
+    unallow_host("b.example.org")
+    assert rules() == {"example.org/"}
+
+
+def test_a_rule_added_by_hand_is_shown_and_left(hosts_feed):
+    rule = SpamRule.objects.get(expression="github.com/")
+    changes.add_rules(["github.com"], source="admin")  # the admin lists it too
+    result = allow_host("github.com")
+    assert result.left == [rule] and "github.com/" in rules()
+    assert listed(hosts_feed) == {"evil.example/", "docs.github.com/"}
+    assert any("listed by hand" in line for line in result.lines())
+
+
+def test_a_refresh_under_way_does_not_add_a_host_allowlisted_meanwhile(server, monkeypatch):
+    from urlguard.feeds import refresh
+
+    url = server.serve("/f", lines("github.com", "evil.example"))
+    feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url=url)
+    diff = refresh._diff_and_apply
+
+    def allow_meanwhile(*args, **kwargs):
+        allow_host("github.com")
+        return diff(*args, **kwargs)
+
+    monkeypatch.setattr(refresh, "_diff_and_apply", allow_meanwhile)
+    result = refresh_source(feed)
+    assert rules() == {"evil.example/"} and result.refused == 1
+    assert AllowlistRefusal.objects.filter(expression="github.com/").exists()
+
+
+def test_bad_hosts_are_refused():
+    with pytest.raises(RuleError, match="path or page"):
+        allow_host("github.com/some/path")
+    with pytest.raises(RuleError):
+        allow_host("com")
+    with pytest.raises(LookupError, match="not on the allowlist"):
+        unallow_host("github.com")
+
+
+def test_allowing_twice_keeps_one_entry_and_updates_the_note():
+    allow_host("github.com", note="one")
+    again = allow_host("github.com", note="two")
+    assert not again.created and again.change_set is None
+    assert list(AllowedHost.objects.values_list("host", "note")) == [("github.com", "two")]
+    assert not ChangeSet.objects.exists()  # nothing withdrawn, no empty change sets
+
+
+def test_allow_host_command(hosts_feed):
+    out = io.StringIO()
+    call_command("allow_host", "github.com", "--note", "popular", stdout=out)
+    text = out.getvalue()
+    assert "github.com is on the allowlist" in text
+    assert "1 feed listing withdrawn (hosts): github.com/" in text
+    assert "github.com/" not in rules()
+    out = io.StringIO()
+    call_command("allow_host", "--remove", "github.com", stdout=out)
+    assert "listed again (hosts): github.com/" in out.getvalue()
+    assert "github.com/" in rules()
+    with pytest.raises(CommandError, match="not on the allowlist"):
+        call_command("allow_host", "--remove", "github.com")
+    with pytest.raises(CommandError, match="no host to allowlist"):
+        call_command("allow_host", "github.com/a/b")
+
+
+def test_an_allowlist_feed_acts_at_once_too(server, hosts_feed):
+    url = server.serve("/allow", lines("github.com"))
+    allow = Source.objects.create(name="top", kind=Source.Kind.FEED, url=url, is_allowlist=True)
+    result = refresh_source(allow)
+    assert result.status == "ok"
+    assert "github.com/" not in rules()
+    assert ChangeSet.objects.get(pk=result.change_set).kind == "allowlist"
+    server.serve("/allow", lines("other.example"))
+    refresh_source(allow, accept_shrink=True)
+    assert "github.com/" in rules()
