@@ -43,6 +43,7 @@ __all__ = [
     "LinkIndex",
     "build_link_index",
     "impact_of_adding",
+    "impact_of_listing",
     "impact_of_removing",
     "link_index",
 ]
@@ -268,6 +269,7 @@ class Impact:
     samples: list[dict] = field(default_factory=list)
     per_rule: dict[str, int] = field(default_factory=dict)
     exact: bool = True  # False: the index is being built, the figures are unknown
+    changed_clicks: int = 0  # impact_of_listing: clicks of the links newly blocked
     seconds: float = 0.0
     note: str = ""
 
@@ -420,6 +422,55 @@ def impact_of_removing(rule_expressions: Iterable[str]) -> Impact:
     """What unlisting `rule_expressions` would unblock, and what stays blocked by
     other rules ("still blocked by R": each sample's other_rule)."""
     return _compute(rule_expressions, "remove")
+
+
+def impact_of_listing(rule_expressions: Iterable[str], *, chunk: int = 100_000) -> Impact:
+    """What listing `rule_expressions` would newly block, before they are written (a
+    feed refresh's new entries, however many): read a chunk at a time, a link counted
+    once, and `covered` are the links a rule already in the table blocks."""
+    started = time.perf_counter()
+    impact = Impact(action="add")
+    matched: dict[int, tuple[int, str, str, bool, list[str]]] = {}
+    first_hit: dict[int, str] = {}
+    iterator = iter(rule_expressions)
+    while True:
+        rule_set = {e for _, e in zip(range(chunk), iterator, strict=False)}
+        if not rule_set:
+            break
+        impact.rules += len(rule_set)
+        pks, exact, note = _candidate_links(sorted(rule_set))
+        if not exact:
+            return Impact(action="add", rules=impact.rules, exact=False, note=note)
+        part, rows = _match(rule_set, pks - matched.keys(), "add")
+        for expression, n in part.per_rule.items():
+            impact.per_rule[expression] = impact.per_rule.get(expression, 0) + n
+        for row in rows:
+            matched[row[0]] = row
+            first_hit[row[0]] = next(e for e in row[4] if e in rule_set)
+    # Nothing is excluded: the new entries are not in the table yet, and one that is
+    # (another source lists it) does already block its links.
+    others = _other_rules(list(matched.values()), set())
+    enabled = [m for pk, m in sorted(matched.items()) if not m[3]]
+    impact.disabled = len(matched) - len(enabled)
+    impact.links = len(enabled)
+    for pk, slug, destination, _disabled, exprs in enabled:
+        other = next((e for e in exprs if e in others), None)
+        if other is not None:
+            impact.covered += 1
+        elif len(impact.samples) < SAMPLES:
+            impact.samples.append(
+                {
+                    "id": pk,
+                    "slug": slug,
+                    "destination": destination,
+                    "rule": first_hit[pk],
+                    "other_rule": None,
+                }
+            )
+    impact.clicks = _clicks([m[0] for m in enabled])
+    impact.changed_clicks = _clicks([m[0] for m in enabled if not any(e in others for e in m[4])])
+    impact.seconds = time.perf_counter() - started
+    return impact
 
 
 def index_status() -> dict:

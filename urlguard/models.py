@@ -203,6 +203,8 @@ class Source(models.Model):
     held_entries = models.BigIntegerField(null=True, blank=True)
     held_added = models.BigIntegerField(null=True, blank=True)
     held_removed = models.BigIntegerField(null=True, blank=True)
+    # Why it is held: a shrink, or more short links blocked than CONFIRM_IMPACT_LINKS.
+    held_reason = models.CharField(max_length=500, blank=True, default="")
     # Set while a refresh runs (claimed by an UPDATE), so that two at once do not
     # both fetch and diff; a claim older than FEED_CLAIM_TIMEOUT is taken over.
     refreshing_since = models.DateTimeField(null=True, blank=True)
@@ -242,6 +244,8 @@ class FeedRefresh(models.Model):
     )
     # A sample of the refused entries: [line, text, reason].
     refusals = models.JSONField(default=list, blank=True)
+    # What its new entries blocked of the short links (urlguard.impact.Impact.as_dict).
+    impact = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-at", "-pk"]

@@ -195,3 +195,13 @@ def test_a_rule_added_by_hand_on_an_allowlisted_host_is_warned_not_refused(super
         response.content.decode()[-3000:]
     )
     assert "allowlisted" in response.content.decode()
+
+
+def test_the_refresh_page_says_what_it_blocks_and_links_the_rescan(make_staff, feed, committed):
+    from urlguard.models import ShortLink
+
+    ShortLink.objects.create(slug="docs", destination="https://a.example/page")
+    client = make_staff(*SOURCE_EDITOR)
+    html = refresh(client, feed, committed).content.decode()
+    assert "Short links: blocks 1 short link that was open: /docs" in html
+    assert "The rescan of the short links that followed" in html

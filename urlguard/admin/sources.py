@@ -196,6 +196,12 @@ class SourceAdmin(admin.ModelAdmin):
     def held(self, obj: Source) -> str:
         if obj.held_at is None:
             return ""
+        if "CONFIRM_IMPACT_LINKS" in obj.held_reason:
+            return format_html(
+                '<strong class="feed-held" title="held {}">{}</strong>',
+                age(obj.held_at),
+                obj.held_reason,
+            )
         return format_html(
             '<strong class="feed-held" title="held {}; leaves {} entries">would remove {}</strong>',
             age(obj.held_at),

@@ -41,6 +41,7 @@ from urlguard.conf import conf
 from urlguard.feeds import allowlist, formats, memo
 from urlguard.feeds.decoding import FeedError, open_text
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
+from urlguard.impact import impact_of_listing
 from urlguard.importing import pending_entry
 from urlguard.models import (
     AllowedHost,
@@ -82,9 +83,35 @@ class RefreshResult:
     transient: bool = False  # a retry may help (network, timeout, 5xx)
     change_set: int | None = None
     refusals: list[tuple[int, str, str]] = field(default_factory=list)
+    # What the entries new to the source block of the short links (Impact.as_dict).
+    impact: dict[str, Any] | None = None
+    held_reason: str = ""
+    rescan_job: int | None = None  # the rescan of the short links that followed
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def impact_lines(self, shown: int = 5) -> list[str]:
+        """The refresh's effect on the short links, in words: the links it newly
+        blocks (a handful named, then a count) and their clicks."""
+        impact = self.impact
+        if not impact:
+            return []
+        if not impact["exact"]:
+            return [impact["note"] or "its effect on the short links is not known yet"]
+        changed = int(impact["changed"])
+        verb = "blocks" if self.status == Source.Status.OK else "would block"
+        if changed == 0:
+            return [f"{verb} no short link that was open"]
+        slugs = [f"/{sample['slug']}" for sample in impact["samples"][:shown]]
+        more = changed - len(slugs)
+        named = ", ".join(slugs) + (f" and {more:,} more" if more > 0 else "")
+        clicks = int(impact.get("changed_clicks", 0))
+        return [
+            f"{verb} {changed:,} short link{'' if changed == 1 else 's'} that "
+            f"{'was' if changed == 1 else 'were'} open: {named} "
+            f"({clicks:,} click{'' if clicks == 1 else 's'} in the last 30 days)"
+        ]
 
     def summary(self) -> str:
         if self.status == Source.Status.FAILED:
@@ -94,7 +121,7 @@ class RefreshResult:
         if self.status == "busy":
             return f"{self.source}: another refresh of it is running; skipped"
         head = {
-            Source.Status.HELD: "HELD (shrink over FEED_SHRINK_THRESHOLD; nothing applied)",
+            Source.Status.HELD: f"HELD ({self.held_reason or 'shrink'}; nothing applied)",
             "dry-run": "dry run (nothing applied)",
         }.get(self.status, "ok")
         return (
@@ -206,6 +233,8 @@ def refresh_source(
                 source.etag, source.last_modified = fetched.etag, fetched.last_modified
             result.duration = time.perf_counter() - started
             _record(source, result)
+            if result.rules_added and _may_block_links(result.impact):
+                result.rescan_job = _start_rescan(user)
     except FeedError as exc:
         result.status, result.error = Source.Status.FAILED, str(exc)
         result.transient = isinstance(exc, TransientFeedError)
@@ -224,6 +253,19 @@ def refresh_source(
     if result.status not in (Source.Status.FAILED, "busy"):
         logger.info("feed %s", result.summary())
     return result
+
+
+def _may_block_links(impact: dict[str, Any] | None) -> bool:
+    return impact is None or not impact["exact"] or impact["changed"] > 0
+
+
+def _start_rescan(user: Any) -> int:
+    """The rescan of the short links an import runs too (it also brings the impact
+    index up to date): queued, as a job of its own."""
+    from urlguard.admin.jobs import start_rescan
+
+    person = user if getattr(user, "is_authenticated", False) else None
+    return start_rescan(user=person).pk
 
 
 def _give_back_memory() -> None:
@@ -559,6 +601,10 @@ def _diff_and_apply(
     threshold = float(conf.FEED_SHRINK_THRESHOLD)
     if len(old_keys) and result.removed > threshold * len(old_keys) and not accept_shrink:
         result.status = Source.Status.HELD
+        result.held_reason = (
+            f"it would remove {result.removed:,} of {len(old_keys):,} entries, more than "
+            f"FEED_SHRINK_THRESHOLD={threshold}"
+        )
         if not dry_run:
             logger.warning(
                 "feed %s: refresh held: it would remove %d of %d entries (over "
@@ -571,10 +617,30 @@ def _diff_and_apply(
                 source.name,
             )
         return
-    if dry_run:
-        return
     picked = np.zeros(len(staged.keys), dtype=bool)
     picked[fresh[first]] = True
+    if result.added:
+        report("impact", 0, 0)
+        impact = impact_of_listing(expression for expression, _ in staged.lines(picked))
+        result.impact = impact.as_dict()
+        limit = int(conf.CONFIRM_IMPACT_LINKS)
+        if limit and impact.exact and impact.changed > limit and not accept_shrink:
+            result.status = Source.Status.HELD
+            result.held_reason = (
+                f"it would block {impact.changed:,} short links, more than "
+                f"CONFIRM_IMPACT_LINKS={limit:,}"
+            )
+            if not dry_run:
+                logger.warning(
+                    "feed %s: refresh held: %s; accept it in the admin or with "
+                    "`manage.py refresh_feeds %s --accept-shrink`",
+                    source.name,
+                    result.held_reason,
+                    source.name,
+                )
+            return
+    if dry_run:
+        return
     total = result.added + result.removed
     with changes.change_set(
         kind=ChangeSet.Kind.REFRESH,
@@ -690,6 +756,7 @@ def _record(source: Source, result: RefreshResult) -> None:
         fields.update(
             etag=source.etag[:500],
             last_modified=source.last_modified[:100],
+            held_reason="",
             held_at=None,
             held_entries=None,
             held_added=None,
@@ -698,6 +765,7 @@ def _record(source: Source, result: RefreshResult) -> None:
     elif result.status == Source.Status.HELD:
         fields.update(
             held_at=now,
+            held_reason=result.held_reason[:500],
             held_entries=result.entries,
             held_added=result.added,
             held_removed=result.removed,
@@ -721,4 +789,5 @@ def _record(source: Source, result: RefreshResult) -> None:
         error=result.error[:10_000],
         change_set_id=result.change_set,
         refusals=[list(r) for r in result.refusals],
+        impact=result.impact or {},
     )

@@ -64,7 +64,7 @@ def refresh_feed(
             state=AdminJob.State.FAILED if failed else AdminJob.State.DONE,
             finished=timezone.now(),
             message=result.summary(),
-            result=result.as_dict(),
+            result={**result.as_dict(), "impact_lines": result.impact_lines()},
             done=result.added + result.removed,
             total=result.added + result.removed,
         )

@@ -81,6 +81,16 @@ class Migration(migrations.Migration):
                 max_length=16,
             ),
         ),
+        migrations.AddField(
+            model_name="feedrefresh",
+            name="impact",
+            field=models.JSONField(blank=True, default=dict),
+        ),
+        migrations.AddField(
+            model_name="source",
+            name="held_reason",
+            field=models.CharField(blank=True, default="", max_length=500),
+        ),
         migrations.RunPython(hosts_to_the_allowlist, migrations.RunPython.noop),
         migrations.AddConstraint(
             model_name="allowedhost",
