@@ -701,6 +701,7 @@ class MistakeReport(models.Model):
         OPEN = "open", "Open"
         REMOVED = "removed", "Rule removed"
         NARROWED = "narrowed", "Rule narrowed"
+        ALLOWLISTED = "allowlisted", "Host allowlisted"
         DISMISSED = "dismissed", "Dismissed"
 
     destination = models.CharField(max_length=4000)
@@ -722,6 +723,10 @@ class MistakeReport(models.Model):
         related_name="+",
     )
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # The change set that acted on it (the rule removed, narrowed, the host allowlisted).
+    change_set = models.ForeignKey(
+        ChangeSet, null=True, blank=True, on_delete=models.SET_NULL, related_name="reports"
+    )
 
     class Meta:
         ordering = ["-created"]

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_http_methods
 from urlguard.clicks import visitor_id
 from urlguard.conf import conf
 from urlguard.models import MistakeReport, SpamRule
+from urlguard.reportmail import report_arrived
 
 __all__ = ["REPORT_SALT", "report_form_url", "report_token", "report_view"]
 
@@ -100,7 +101,7 @@ def report_view(request: HttpRequest) -> HttpResponse:
                 )
             rule = SpamRule.objects.filter(pk=data.get("r")).first() if data.get("r") else None
             # One open report per visitor and destination: a second click adds nothing.
-            report, _ = MistakeReport.objects.get_or_create(
+            report, created = MistakeReport.objects.get_or_create(
                 destination=destination[:4000],
                 visitor=visitor,
                 status=MistakeReport.Status.OPEN,
@@ -111,6 +112,8 @@ def report_view(request: HttpRequest) -> HttpResponse:
                     "comment": form.cleaned_data["comment"],
                 },
             )
+            if created:
+                report_arrived(report, request)
             return render(request, "urlguard/report.html", {**context, "sent": True})
     else:
         form = MistakeReportForm()

@@ -15,7 +15,13 @@ from django.utils.html import format_html
 
 from urlguard import changes, hitlog, nudge
 from urlguard.admin import bulk, checkurl, dashboard, imports, reportqueue
-from urlguard.admin.pages import BatchAnnotatedChangeList, http_methods, render_tool, tool_urls
+from urlguard.admin.pages import (
+    BatchAnnotatedChangeList,
+    http_methods,
+    parse_id,
+    render_tool,
+    tool_urls,
+)
 from urlguard.admin.preview import rule_preview
 from urlguard.admin.sources import ListedByFilter, listed_by
 from urlguard.canonical import expressions
@@ -238,19 +244,25 @@ class SpamRuleAdmin(admin.ModelAdmin):
                     data["expression"] = proposed
             form = SpamRuleAddForm(data, preview=previewing, request_host=request.get_host())
             if form.is_valid() and not previewing:
+                report_id = (
+                    form.cleaned_data.get("report") if form.cleaned_data.get("replace") else None
+                )
                 try:
-                    rule = changes.add_rule(
-                        form.cleaned_data["expression"],
-                        category=form.cleaned_data["category"],
-                        note=form.cleaned_data["note"],
-                        user=request.user,
-                        source="admin",
-                    )
+                    # Narrowing from a mistake report: one change set, the report its reason.
+                    with reportqueue.acting_on(parse_id(report_id), request.user) as cs:
+                        rule = changes.add_rule(
+                            form.cleaned_data["expression"],
+                            category=form.cleaned_data["category"],
+                            note=form.cleaned_data["note"],
+                            user=request.user,
+                            source="admin",
+                            change_set=cs,
+                        )
+                        self._replace(request, form, rule, cs)
                 except RuleError as exc:  # includes RuleExists from a concurrent add
                     form.add_error("expression", str(exc))
                 else:
                     self.log_addition(request, rule, [{"added": {}}])
-                    self._replace(request, form, rule)
                     self.message_user(
                         request,
                         format_html(
@@ -305,14 +317,14 @@ class SpamRuleAdmin(admin.ModelAdmin):
             },
         )
 
-    def _replace(self, request, form, rule: SpamRule) -> None:
+    def _replace(self, request, form, rule: SpamRule, change_set=None) -> None:
         """ "Narrow" from a mistake report: the new rule replaces the broad one."""
         old = form.cleaned_data.get("replace")
         if old is None or old.pk == rule.pk or not self.has_delete_permission(request):
             return
         # Closed first: removing the rule unlinks its reports (SET_NULL).
-        closed = reportqueue.resolve(old, MistakeReport.Status.NARROWED, request.user)
-        changes.remove_rule(old, user=request.user, source="admin")
+        closed = reportqueue.resolve(old, MistakeReport.Status.NARROWED, request.user, change_set)
+        changes.remove_rule(old, user=request.user, source="admin", change_set=change_set)
         self.message_user(
             request,
             f"It replaces {old.expression}, now removed ({closed} mistake report"

@@ -1,0 +1,37 @@
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("urlguard", "0013_i22_allowlist"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="mistakereport",
+            name="change_set",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="reports",
+                to="urlguard.changeset",
+            ),
+        ),
+        migrations.AlterField(
+            model_name="mistakereport",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("open", "Open"),
+                    ("removed", "Rule removed"),
+                    ("narrowed", "Rule narrowed"),
+                    ("allowlisted", "Host allowlisted"),
+                    ("dismissed", "Dismissed"),
+                ],
+                default="open",
+                max_length=16,
+            ),
+        ),
+    ]
