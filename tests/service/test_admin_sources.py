@@ -62,7 +62,7 @@ def test_refresh_now_runs_a_job_with_its_page(make_staff, feed, committed):
     assert status["finished"] and status["state"] == "done"
     # The source page: history and the refresh button.
     html = client.get(reverse("admin:urlguard_source_change", args=[feed.pk])).content.decode()
-    assert 'id="refresh-now"' in html and "feed-history" in html and "+3" in html
+    assert 'id="refresh-now"' in html and "feed-history" in html and "3 added, none removed" in html
 
 
 def test_a_held_shrink_is_shown_and_accepted(make_staff, server, committed):
@@ -205,3 +205,21 @@ def test_the_refresh_page_says_what_it_blocks_and_links_the_rescan(make_staff, f
     html = refresh(client, feed, committed).content.decode()
     assert "Short links: blocks 1 short link that was open: /docs" in html
     assert "The rescan of the short links that followed" in html
+
+
+def test_failing_means_feed_unhealthy_failures_in_a_row_as_the_readme_says(settings):
+    from urlguard.feeds.health import health
+
+    feed = Source(name="f", kind="feed", url="https://x.example/", failures=1)
+    assert health(feed) == "failed"  # once: a retry may mend it
+    feed.failures = 3
+    assert health(feed) == "failing"
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_UNHEALTHY_FAILURES": 5}
+    assert health(feed) == "failed"
+
+
+def test_results_in_words():
+    from urlguard.feeds.health import in_words
+
+    assert in_words(5, 0, 0) == "5 added, none removed, none refused"
+    assert in_words(1200, 3, None, 7) == "1,200 added, 3 removed, 7 unchanged"

@@ -20,7 +20,7 @@ from django.utils.html import format_html, format_html_join
 
 from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
 from urlguard.feeds.formats import NAMES
-from urlguard.feeds.health import HEALTH_LABELS, health
+from urlguard.feeds.health import HEALTH_LABELS, health, in_words
 from urlguard.models import AdminJob, AllowedHost, FeedRefresh, Source
 
 HISTORY_SHOWN = 20
@@ -41,7 +41,7 @@ def age(when) -> str:  # type: ignore[no-untyped-def]
 
 def health_badge(source: Source) -> str:
     state = health(source)
-    title = source.last_error[:300] if state in ("failing", "stale") else ""
+    title = source.last_error[:300] if state in ("failing", "failed", "stale") else ""
     return format_html(
         '<span class="feed-health feed-{}" title="{}">{}</span>', state, title, HEALTH_LABELS[state]
     )
@@ -189,8 +189,7 @@ class SourceAdmin(admin.ModelAdmin):
     def last_change(self, obj: Source) -> str:
         if obj.last_added is None:
             return ""
-        text = f"+{obj.last_added:,} −{obj.last_removed or 0:,}"
-        return f"{text}, {obj.last_refused:,} refused" if obj.last_refused else text
+        return in_words(obj.last_added, obj.last_removed, obj.last_refused)
 
     @admin.display(description="held shrink")
     def held(self, obj: Source) -> str:
@@ -217,17 +216,18 @@ class SourceAdmin(admin.ModelAdmin):
         body = format_html_join(
             "",
             "<tr class='refresh-{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
                     r.status,
                     timezone.localtime(r.at).strftime("%Y-%m-%d %H:%M:%S"),
                     r.get_status_display(),
                     f"{r.entries:,}",
-                    f"+{r.added:,}",
-                    f"-{r.removed:,}",
+                    f"{r.added:,}",
+                    f"{r.removed:,}",
                     f"{r.refused:,}",
-                    f"+{r.rules_added:,} / -{r.rules_removed:,}",
+                    in_words(r.rules_added, r.rules_removed),
+                    _links_blocked(r),
                     f"{r.duration:.2f} s",
                     _why(r),
                 )
@@ -237,7 +237,8 @@ class SourceAdmin(admin.ModelAdmin):
         return format_html(
             "<table class='feed-history'><thead><tr><th>When</th><th>Status</th><th>Entries"
             "</th><th>Added</th><th>Removed</th><th>Refused</th><th>Rules written</th>"
-            "<th>Took</th><th>Why / refused samples</th></tr></thead><tbody>{}</tbody></table>",
+            "<th>Short links newly blocked</th><th>Took</th><th>Why / refused samples</th>"
+            "</tr></thead><tbody>{}</tbody></table>",
             body,
         )
 
@@ -290,6 +291,17 @@ class SourceAdmin(admin.ModelAdmin):
             )
             + super().get_urls()
         )
+
+
+def _links_blocked(refresh: FeedRefresh) -> str:
+    impact = refresh.impact
+    if not impact:
+        return ""
+    if not impact.get("exact", True):
+        return "not known"
+    slugs = ", ".join(f"/{sample['slug']}" for sample in impact.get("samples", [])[:3])
+    changed = int(impact.get("changed", 0))
+    return f"{changed:,}" + (f": {slugs}" if slugs else "") + (" …" if changed > 3 else "")
 
 
 def _why(refresh: FeedRefresh) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Q, Sum
+from django.db.models import Sum
 from django.urls import reverse
 from django.utils import timezone
 
@@ -22,10 +22,7 @@ def operator_summary() -> dict[str, Any]:
     held = feeds.filter(held_at__isnull=False).count()
     failing = (
         feeds.filter(held_at__isnull=True)
-        .filter(
-            Q(failures__gte=int(conf.FEED_UNHEALTHY_FAILURES))
-            | Q(last_success_at__isnull=True, failures__gt=0)
-        )
+        .filter(failures__gte=int(conf.FEED_UNHEALTHY_FAILURES))
         .count()
     )
     head = ChangeEvent.objects.head()

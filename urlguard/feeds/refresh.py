@@ -41,6 +41,7 @@ from urlguard.conf import conf
 from urlguard.feeds import allowlist, formats, memo
 from urlguard.feeds.decoding import FeedError, open_text
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
+from urlguard.feeds.health import in_words
 from urlguard.impact import impact_of_listing
 from urlguard.importing import pending_entry
 from urlguard.models import (
@@ -125,9 +126,9 @@ class RefreshResult:
             "dry-run": "dry run (nothing applied)",
         }.get(self.status, "ok")
         return (
-            f"{self.source}: {head}: {self.entries:,} entries ({self.format}), "
-            f"+{self.added:,} -{self.removed:,} ={self.unchanged:,}, {self.refused:,} refused; "
-            f"rules written: +{self.rules_added:,} -{self.rules_removed:,}; "
+            f"{self.source}: {head}: {self.entries:,} entries ({self.format}): "
+            f"{in_words(self.added, self.removed, self.refused, self.unchanged)}; "
+            f"rules {in_words(self.rules_added, self.rules_removed)}; "
             f"{self.duration:.2f} s"
         )
 
