@@ -374,7 +374,7 @@ class ChangeSet(models.Model):
         ordering = ["-created", "-pk"]
 
     def __str__(self) -> str:
-        return f"{self.get_kind_display()} #{self.pk}"
+        return f"Change set #{self.pk} ({self.get_kind_display().lower()})"
 
 
 # pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
@@ -645,7 +645,17 @@ class AdminJob(models.Model):
         ordering = ["-created"]
 
     def __str__(self) -> str:
-        return f"{self.get_kind_display()} #{self.pk} ({self.state})"
+        return f"{self.get_kind_display()} #{self.number} ({self.state})"
+
+    @property
+    def number(self) -> int:
+        """This job's number among the jobs of its kind (the first refresh is refresh
+        #1 whatever imports ran before it); the primary key stays the job's address."""
+        cached = self.__dict__.get("_number")
+        if cached is None:
+            cached = AdminJob.objects.filter(kind=self.kind, pk__lte=self.pk).count()
+            self.__dict__["_number"] = cached
+        return int(cached)
 
 
 class APIKey(models.Model):

@@ -205,10 +205,10 @@ def revert_commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpRe
     job = _revert_job(job_id)
     if job.state != AdminJob.State.PREVIEWED:
         messages.warning(
-            request, f"Revert #{job.pk} was already started ({job.get_state_display()})."
+            request, f"Revert #{job.number} was already started ({job.get_state_display()})."
         )
     elif jobs.start_revert(job, reason=request.POST.get("reason", "")):
         report_job_outcome(
-            request, job, f"Revert #{job.pk} is queued; this page shows its progress."
+            request, job, f"Revert #{job.number} is queued; this page shows its progress."
         )
     return HttpResponseRedirect(reverse("admin:urlguard_changeset_revert_job", args=[job.pk]))

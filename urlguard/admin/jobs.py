@@ -346,7 +346,7 @@ def import_rules_job(job_id: int) -> dict | None:
         with changes.change_set(
             kind=ChangeSet.Kind.IMPORT,
             actor=job.created_by,
-            note=f"import #{job.pk}: {job.params.get('filename', '')}"[:1000],
+            note=f"import #{job.number}: {job.params.get('filename', '')}"[:1000],
             source=source,
         ) as change_set:
             bulk = changes.add_rules(
@@ -496,7 +496,7 @@ def delete_rules_job(job_id: int) -> dict | None:
             kind=ChangeSet.Kind.BULK_DELETE,
             actor=job.created_by,
             reason=job.params.get("reason", ""),
-            note=f"bulk delete #{job.pk}",
+            note=f"bulk delete #{job.number}",
         ) as change_set:
             for batch in _job_pks(job):
                 removed += changes.remove_rules(
