@@ -223,3 +223,39 @@ def test_results_in_words():
 
     assert in_words(5, 0, 0) == "5 added, none removed, none refused"
     assert in_words(1200, 3, None, 7) == "1,200 added, 3 removed, 7 unchanged"
+
+
+@pytest.mark.parametrize(
+    ("typed", "seconds"),
+    [("1 h", 3600), ("15 min", 900), ("90 s", 90), ("2d", 172800), ("600", 600), ("1.5 h", 5400)],
+)
+def test_the_interval_is_typed_in_human_units(make_staff, typed, seconds):
+    client = make_staff(*SOURCE_EDITOR)
+    data = {"name": "f", "kind": "feed", "url": "https://feeds.example/f.txt"}
+    data |= {"format": "auto", "category": "spam", "interval": typed, "enabled": "on"}
+    response = client.post(reverse("admin:urlguard_source_add"), data)
+    assert response.status_code == 302, response.content.decode()[-1500:]
+    assert Source.objects.get(name="f").interval == seconds
+
+
+@pytest.mark.parametrize("typed", ["30 s", "soon", "-1 h", "1 week"])
+def test_a_bad_interval_is_refused_with_the_units(make_staff, typed):
+    client = make_staff(*SOURCE_EDITOR)
+    data = {"name": "f", "kind": "feed", "url": "https://feeds.example/f.txt"}
+    data |= {"format": "auto", "category": "spam", "interval": typed, "enabled": "on"}
+    html = client.post(reverse("admin:urlguard_source_add"), data).content.decode()
+    assert ("At least 1 min" in html) or ("90 s, 15 min, 1 h or 1 d" in html)
+    assert not Source.objects.filter(name="f").exists()
+
+
+def test_the_list_shows_url_status_entries_last_success_and_next_refresh(
+    make_staff, feed, committed
+):
+    client = make_staff(*SOURCE_EDITOR)
+    refresh(client, feed, committed)
+    html = client.get(reverse("admin:urlguard_source_changelist")).content.decode()
+    for header in ("URL", "Health", "Entries", "Last success", "Next refresh"):
+        assert f">{header}<" in html or f">{header}</a>" in html, header
+    assert feed.url in html and "in 1 h (every 1 h)" in html
+    edit = client.get(reverse("admin:urlguard_source_change", args=[feed.pk])).content.decode()
+    assert 'value="1 h"' in edit and ">URL:<" in edit

@@ -6,6 +6,9 @@ filter by source, the dashboard's feed health panel)."""
 
 from __future__ import annotations
 
+import math
+import re
+from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -47,9 +50,55 @@ def health_badge(source: Source) -> str:
     )
 
 
+_UNITS = {
+    **dict.fromkeys(("", "s", "sec", "secs", "second", "seconds"), 1),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600),
+    **dict.fromkeys(("d", "day", "days"), 86400),
+}
+_INTERVAL = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
+def human_interval(seconds: int | None) -> str:
+    """3600 -> "1 h", 90 -> "90 s", 5400 -> "90 min": the largest unit that divides."""
+    if not seconds:
+        return ""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+class IntervalField(forms.CharField):
+    """An interval typed as a person says it ("15 min", "1 h", "1 d", or seconds),
+    stored in seconds."""
+
+    def prepare_value(self, value):  # type: ignore[no-untyped-def]
+        return human_interval(value) if isinstance(value, int) else value
+
+    def to_python(self, value):  # type: ignore[no-untyped-def]
+        text = str(super().to_python(value) or "").strip().lower()
+        if not text:
+            return None
+        match = _INTERVAL.fullmatch(text)
+        if match is None or match.group(2) not in _UNITS or float(match.group(1)) <= 0:
+            raise forms.ValidationError(
+                "Give the interval as a number and a unit: 90 s, 15 min, 1 h or 1 d."
+            )
+        return round(float(match.group(1)) * _UNITS[match.group(2)])
+
+
 class SourceForm(forms.ModelForm):
+    interval = IntervalField(
+        initial="1 h",
+        help_text="How often the feed is fetched: 90 s, 15 min, 1 h, 1 d (at least 1 min).",
+        widget=forms.TextInput(attrs={"size": 10}),
+    )
+
     class Meta:
         model = Source
+        labels = {"url": "URL"}
+        widgets = {"url": forms.URLInput(attrs={"size": 80})}
         fields = (
             "name",
             "kind",
@@ -79,7 +128,7 @@ class SourceForm(forms.ModelForm):
             self.add_error("format", "Unknown format.")
         interval = data.get("interval")
         if interval is not None and interval < 60:
-            self.add_error("interval", "At least 60 seconds.")
+            self.add_error("interval", "At least 1 min.")
         return data
 
 
@@ -130,14 +179,14 @@ class SourceAdmin(admin.ModelAdmin):
     change_form_template = "admin/urlguard/source/change_form.html"
     list_display = (
         "name",
-        "kind",
+        "url_short",
         "health",
-        "last_refresh",
         "entries",
+        "last_success",
+        "next_refresh",
         "rules",
         "last_change",
         "held",
-        "enabled",
     )
     list_filter = ("kind", "enabled", "is_allowlist", "last_status")
     search_fields = ("name", "url")
@@ -170,6 +219,32 @@ class SourceAdmin(admin.ModelAdmin):
     @admin.display(description="last refresh", ordering="last_refresh_at")
     def last_refresh(self, obj: Source) -> str:
         return age(obj.last_refresh_at)
+
+    @admin.display(description="URL", ordering="url")
+    def url_short(self, obj: Source) -> str:
+        if not obj.url:
+            return "manual: rules added by hand"
+        text = obj.url if len(obj.url) <= 60 else obj.url[:57] + "…"
+        return format_html('<span class="feed-url" title="{}">{}</span>', obj.url, text)
+
+    @admin.display(description="last success", ordering="last_success_at")
+    def last_success(self, obj: Source) -> str:
+        return age(obj.last_success_at) if obj.is_feed else ""
+
+    @admin.display(description="next refresh")
+    def next_refresh(self, obj: Source) -> str:
+        if not obj.is_feed:
+            return ""
+        if not obj.enabled:
+            return "disabled"
+        every = f"every {human_interval(obj.interval)}"
+        if obj.last_refresh_at is None:
+            return f"due now ({every})"
+        due = obj.last_refresh_at + timedelta(seconds=obj.interval)
+        seconds = (due - timezone.now()).total_seconds()
+        if seconds <= 0:
+            return f"due now ({every})"
+        return f"in {human_interval(max(math.ceil(seconds / 60), 1) * 60)} ({every})"
 
     @admin.display(description="entries", ordering="last_entries")
     def entries(self, obj: Source) -> str:
