@@ -610,6 +610,7 @@ class AdminJob(models.Model):
         REFRESH = "refresh", "Feed refresh"
         DELETE = "delete", "Bulk delete"
         REVERT = "revert", "Revert"
+        TEST_FETCH = "test-fetch", "Test fetch"
 
     class State(models.TextChoices):
         PREVIEWING = "previewing", "Previewing (dry run)"

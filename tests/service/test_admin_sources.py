@@ -4,6 +4,9 @@ filter, the dashboard's feed panel, and the allowlist warning on a rule added by
 
 from __future__ import annotations
 
+import re
+from html import unescape
+
 import pytest
 from django.urls import reverse
 
@@ -259,3 +262,46 @@ def test_the_list_shows_url_status_entries_last_success_and_next_refresh(
     assert feed.url in html and "in 1 h (every 1 h)" in html
     edit = client.get(reverse("admin:urlguard_source_change", args=[feed.pk])).content.decode()
     assert 'value="1 h"' in edit and ">URL:<" in edit
+
+
+def test_a_test_fetch_shows_what_subscribing_would_do_and_changes_nothing(make_staff, server):
+    from urlguard.models import ShortLink
+
+    ShortLink.objects.create(slug="docs", destination="https://a.example/page")
+    url = server.serve("/t", b"a.example\nb.example\nnot a host at all!\n")
+    client = make_staff(*SOURCE_EDITOR)
+    form = client.get(reverse("admin:urlguard_source_add")).content.decode()
+    assert 'id="test-fetch"' in form
+    data = {"name": "trial", "kind": "feed", "url": url, "format": "auto", "category": "spam"}
+    data |= {"interval": "15 min", "enabled": "on", "_test_fetch": "1"}
+    response = client.post(reverse("admin:urlguard_source_test_fetch_start"), data, follow=True)
+    html = response.content.decode()
+    assert "Format detected" in html and 'id="test-fetch-entries">2' in html
+    assert 'id="test-fetch-refused">1' in html and "not a host at all" in html
+    assert "Would block 1 short link" in html and "/docs" in html
+    assert not Source.objects.filter(name="trial").exists() and not SpamRule.objects.exists()
+    subscribe = re.search(r'id="subscribe" href="([^"]+)"', html).group(1)
+    prefilled = client.get(unescape(subscribe)).content.decode()
+    assert 'value="trial"' in prefilled and 'value="15 min"' in prefilled
+
+
+def test_a_test_fetch_of_a_broken_feed_says_why(make_staff, server):
+    url = server.serve("/gone", b"", status=404)
+    client = make_staff(*SOURCE_EDITOR)
+    data = {"name": "t", "kind": "feed", "url": url, "format": "auto", "category": "spam"}
+    data |= {"interval": "1 h", "enabled": "on"}
+    html = client.post(
+        reverse("admin:urlguard_source_test_fetch_start"), data, follow=True
+    ).content.decode()
+    assert 'id="test-fetch-error"' in html and "404" in html
+
+
+def test_a_test_fetch_of_a_bad_form_goes_back_with_the_mistakes(make_staff):
+    client = make_staff(*SOURCE_EDITOR)
+    data = {"name": "t", "kind": "feed", "url": "ftp://x", "format": "auto", "category": "spam"}
+    data |= {"interval": "1 h"}
+    response = client.post(reverse("admin:urlguard_source_test_fetch_start"), data)
+    assert response.status_code == 302 and "/add/?" in response["Location"]
+    assert not AdminJob.objects.exists()
+    viewer = make_staff("view_source")
+    assert viewer.post(reverse("admin:urlguard_source_test_fetch_start"), data).status_code == 403

@@ -10,6 +10,7 @@ import math
 import re
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -362,6 +363,8 @@ class SourceAdmin(admin.ModelAdmin):
                     ("<int:source_id>/refresh/", refresh_view, "refresh"),
                     ("<int:source_id>/refresh/<int:job_id>/", refresh_job_view, "refresh_job"),
                     ("refresh-status/<int:job_id>/", refresh_status_view, "refresh_status"),
+                    ("test-fetch/", test_fetch_start_view, "test_fetch_start"),
+                    ("test-fetch/<int:job_id>/", test_fetch_view, "test_fetch"),
                 ],
             )
             + super().get_urls()
@@ -401,6 +404,85 @@ def start_refresh(source: Source, *, user: Any, accept_shrink: bool = False) -> 
         lambda: refresh_feed.delay(source.pk, accept_shrink=accept_shrink, job_id=job.pk)
     )
     return job
+
+
+def start_test_fetch(data: dict[str, Any], *, user: Any) -> AdminJob:
+    """Queue a test fetch of the subscribe form's feed (a worker, or this process's
+    runner thread: never inside the request)."""
+    from urlguard.admin.jobs import dispatch
+    from urlguard.feeds.tasks import test_fetch_job
+
+    job = AdminJob.objects.create(
+        kind=AdminJob.Kind.TEST_FETCH,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+        params={
+            "name": data.get("name", ""),
+            "url": data["url"].strip(),
+            "format": data.get("format") or "auto",
+            "category": data.get("category") or "spam",
+            "interval": data.get("interval") or 3600,
+        },
+        message="Waiting for a worker.",
+    )
+    dispatch(test_fetch_job, job.pk)
+    return job
+
+
+def _form_query(data: Any) -> str:
+    fields = ("name", "kind", "url", "format", "category", "interval")
+    return urlencode({name: data.get(name, "") for name in fields if data.get(name)})
+
+
+@http_methods("POST")
+def test_fetch_start_view(model_admin: SourceAdmin, request: HttpRequest) -> HttpResponse:
+    """The subscribe form's "Test fetch" button: the form checked as for saving, then
+    the fetch queued as a job; nothing is saved. A form with mistakes goes back, filled
+    in, with them."""
+    if not model_admin.has_add_permission(request):
+        raise PermissionDenied
+    form = model_admin.get_form(request)(request.POST)
+    back = reverse("admin:urlguard_source_add") + "?" + _form_query(request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            label = (form.fields[field].label or field) if field in form.fields else ""
+            for error in errors:
+                messages.error(request, f"{label}: {error}" if label else str(error))
+        return HttpResponseRedirect(back)
+    if form.cleaned_data.get("kind") != Source.Kind.FEED:
+        messages.error(request, "Only a feed has something to fetch.")
+        return HttpResponseRedirect(back)
+    job = start_test_fetch(form.cleaned_data, user=request.user)
+    return HttpResponseRedirect(reverse("admin:urlguard_source_test_fetch", args=[job.pk]))
+
+
+@http_methods("GET")
+def test_fetch_view(model_admin: SourceAdmin, request: HttpRequest, job_id: int) -> HttpResponse:
+    if not model_admin.has_add_permission(request):
+        raise PermissionDenied
+    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.TEST_FETCH).first()
+    if job is None:
+        raise Http404(f"There is no test fetch #{job_id}.")
+    params = job.params
+    subscribe = (
+        reverse("admin:urlguard_source_add")
+        + "?"
+        + _form_query(
+            {
+                **params,
+                "kind": Source.Kind.FEED,
+                "interval": human_interval(int(params.get("interval") or 3600)),
+            }
+        )
+    )
+    return render_tool(
+        model_admin,
+        request,
+        "admin/urlguard/source/test_fetch.html",
+        title=f"Test fetch #{job.number}: {params['url']}",
+        job=job,
+        status_url=reverse("admin:urlguard_source_refresh_status", args=[job.pk]),
+        subscribe_url=subscribe,
+    )
 
 
 def _source(source_id: int) -> Source:
@@ -456,7 +538,9 @@ def refresh_job_view(
 def refresh_status_view(model_admin: SourceAdmin, request: HttpRequest, job_id: int):  # type: ignore[no-untyped-def]
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.REFRESH).first()
+    job = AdminJob.objects.filter(
+        pk=job_id, kind__in=(AdminJob.Kind.REFRESH, AdminJob.Kind.TEST_FETCH)
+    ).first()
     if job is None:
         raise Http404(f"There is no refresh job #{job_id}.")
     return JsonResponse(

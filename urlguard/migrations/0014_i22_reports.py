@@ -8,6 +8,21 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AlterField(
+            model_name="adminjob",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("import", "Import"),
+                    ("rescan", "Rescan"),
+                    ("refresh", "Feed refresh"),
+                    ("delete", "Bulk delete"),
+                    ("revert", "Revert"),
+                    ("test-fetch", "Test fetch"),
+                ],
+                max_length=16,
+            ),
+        ),
         migrations.AddField(
             model_name="mistakereport",
             name="change_set",
