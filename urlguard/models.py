@@ -795,3 +795,31 @@ class HostHitDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host} on {self.day}: {self.hits}"
+
+
+class HitEvent(models.Model):
+    """One warning shown, or one "continue anyway" past it: the hit log's events
+    (urlguard.hitlog; written in batches, the newest HIT_EVENTS_KEPT kept). The rule's
+    expression is copied, so an event outlives its rule readable."""
+
+    class Action(models.TextChoices):
+        WARNED = "warned", "Warned"
+        CONTINUED = "continued", "Continued anyway"
+
+    at = models.DateTimeField(db_index=True)
+    action = models.CharField(max_length=10, choices=Action.choices, default=Action.WARNED)
+    # Where the redirect came from: a short link's path ("/bloom"), or another page's.
+    where = models.CharField(max_length=200, blank=True, default="", db_index=True)
+    destination = models.CharField(max_length=2000, blank=True, default="")
+    host = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    rule_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    expression = models.CharField(max_length=2000, blank=True, default="")
+    category = models.CharField(max_length=16, choices=Category.choices, blank=True, default="")
+
+    class Meta:
+        ordering = ["-pk"]
+        verbose_name = "hit"
+        verbose_name_plural = "hit log"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.host} ({self.expression})"

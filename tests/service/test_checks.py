@@ -111,6 +111,7 @@ REFUSED = {
     "REPORT_RATE_LIMIT": [0, -1, "5", None, True],
     "REPORT_MAIL_INTERVAL": [-1, "900", None, 1.5, True],
     "HIT_LOG_DAYS": [0, -7, "90", None, 1.5],
+    "HIT_EVENTS_KEPT": [0, -1, "100000", None, 1.5, True],
     "NODE_NAME": ["", "  ", 7],
     "CATCHUP_INTERVAL": [0, -1, "60", None],
     "EMBEDDED_CATCH_UP": ["false", 0],

@@ -9,6 +9,7 @@ from urlguard.admin import (  # noqa: F401  (registers)
     apikeys,
     changelog,
     changesets,
+    hits,
     jobs,
     links,
     reportqueue,
