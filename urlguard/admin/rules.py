@@ -30,7 +30,7 @@ from urlguard.forms import SpamRuleAddForm, SpamRuleChangeForm, proposed_express
 from urlguard.impact import impact_of_removing
 from urlguard.models import MistakeReport, SpamRule
 from urlguard.rules import RuleError, rule_level
-from urlguard.templatetags.urlguard_format import micros_date
+from urlguard.templatetags.urlguard_format import breakable_expression, micros_date
 
 
 @admin.register(SpamRule)
@@ -46,7 +46,8 @@ class SpamRuleAdmin(admin.ModelAdmin):
         "continued",
         "disputes",
     )
-    list_filter = ("category", ListedByFilter, "source", "created")
+    # "Listed by" is the sources filter (the rule's `source` label only repeats it).
+    list_filter = ("category", ListedByFilter, "created")
     search_fields = ("expression",)
     search_help_text = (
         "Part of an expression (example.com), or a whole URL to find the rules that block it."
@@ -81,6 +82,10 @@ class SpamRuleAdmin(admin.ModelAdmin):
     # Django's delete_selected renders every selected object on one page (584,336
     # rules: 105 MB, 44 s); ours sums up the selection and deletes as a job.
     actions = ["delete_selected_rules"]
+
+    @admin.display(description="expression", ordering="expression")
+    def expression(self, obj: SpamRule) -> str:
+        return breakable_expression(obj.expression)
 
     @admin.display(description="added", ordering="added_at")
     def added(self, obj: SpamRule) -> str:
