@@ -29,9 +29,7 @@ def site(live_server, django_user_model, filter_path):
     sync.rebuild(str(filter_path))
     reset_guard()
     with feed_server() as feeds:
-        feeds.serve(
-            "/hosts.txt", b"0.0.0.0 popular-code.example\n0.0.0.0 really-bad.example\n"
-        )
+        feeds.serve("/hosts.txt", b"0.0.0.0 popular-code.example\n0.0.0.0 really-bad.example\n")
         yield live_server.url, feeds
     reset_guard()
 

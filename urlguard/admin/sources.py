@@ -224,7 +224,7 @@ class SourceAdmin(admin.ModelAdmin):
     @admin.display(description="URL", ordering="url")
     def url_short(self, obj: Source) -> str:
         if not obj.url:
-            return "manual: rules added by hand"
+            return ""
         text = obj.url if len(obj.url) <= 60 else obj.url[:57] + "…"
         return format_html('<span class="feed-url" title="{}">{}</span>', obj.url, text)
 
@@ -267,7 +267,7 @@ class SourceAdmin(admin.ModelAdmin):
             return ""
         return in_words(obj.last_added, obj.last_removed, obj.last_refused)
 
-    @admin.display(description="held shrink")
+    @admin.display(description="held")
     def held(self, obj: Source) -> str:
         if obj.held_at is None:
             return ""
