@@ -72,6 +72,8 @@ def test_remove_warns_that_the_feed_will_list_it_again(report, make_staff):
     assert cs.reason.startswith(f"mistake report #{report.pk} about https://github.com/django")
     assert "it is a code host" in cs.reason
     assert f"change set #{cs.pk}" in client.get(QUEUE + "?status__exact=removed").content.decode()
+    page = client.get(reverse("admin:urlguard_changeset_change", args=[cs.pk])).content.decode()
+    assert f"report #{report.pk}</a>" in page
 
 
 def test_a_hand_rule_has_no_relist_warning_and_no_allowlist(make_staff):

@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils import formats, timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from urlguard.admin import jobs
 from urlguard.admin.changelog import ReadOnlyAdmin
@@ -55,6 +55,7 @@ class ChangeSetAdmin(ReadOnlyAdmin):
         "refused",
         "reverts",
         "reverted_by_link",
+        "reports_link",
     )
     fields = readonly_fields
 
@@ -86,6 +87,25 @@ class ChangeSetAdmin(ReadOnlyAdmin):
             reverse("admin:urlguard_changeevent_changelist"),
             obj.pk,
             text,
+        )
+
+    @admin.display(description="mistake reports")
+    def reports_link(self, obj: ChangeSet) -> str:
+        """The visitors' reports this change set acted on."""
+        reports = list(obj.reports.order_by("pk")[:20])
+        if not reports:
+            return "none"
+        return format_html_join(
+            ", ",
+            '<a href="{}">report #{}</a> ({})',
+            (
+                (
+                    reverse("admin:urlguard_mistakereport_change", args=[r.pk]),
+                    r.pk,
+                    r.destination[:80],
+                )
+                for r in reports
+            ),
         )
 
     @admin.display(description="note")

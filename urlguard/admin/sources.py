@@ -330,7 +330,7 @@ class SourceAdmin(admin.ModelAdmin):
         self.message_user(request, f"Refreshing {counted(len(jobs), 'feed')}.", messages.INFO)
         return None
 
-    @admin.action(description="Accept the held shrink of selected feeds", permissions=["change"])
+    @admin.action(description="Accept the held refresh of selected feeds", permissions=["change"])
     def accept_held_shrink(self, request, queryset):
         held = [s for s in queryset if s.held_at is not None]
         if not held:
