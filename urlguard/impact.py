@@ -381,6 +381,37 @@ def _clicks(pks: list[int]) -> int:
     return total
 
 
+def _tally(
+    impact: Impact,
+    matched: list[tuple[int, str, str, bool, list[str]]],
+    others: dict[str, str],
+    rule_of: Callable[[int, list[str]], str],
+    *,
+    sample_covered: bool,
+) -> list[tuple[int, str, str, bool, list[str]]]:
+    """Count the matched links into `impact` (enabled, disabled, covered by one of
+    `others`, their clicks) and take its samples; returns the enabled links."""
+    enabled = [m for m in matched if not m[3]]
+    impact.disabled = len(matched) - len(enabled)
+    impact.links = len(enabled)
+    for pk, slug, destination, _disabled, exprs in enabled:
+        other = next((e for e in exprs if e in others), None)
+        if other is not None:
+            impact.covered += 1
+        if len(impact.samples) < SAMPLES and (other is None or sample_covered):
+            impact.samples.append(
+                {
+                    "id": pk,
+                    "slug": slug,
+                    "destination": destination,
+                    "rule": rule_of(pk, exprs),
+                    "other_rule": other,
+                }
+            )
+    impact.clicks = _clicks([m[0] for m in enabled])
+    return enabled
+
+
 def _compute(rule_expressions: Iterable[str], action: str) -> Impact:
     started = time.perf_counter()
     rule_set = set(rule_expressions)
@@ -391,24 +422,13 @@ def _compute(rule_expressions: Iterable[str], action: str) -> Impact:
         return Impact(action=action, rules=len(rule_set), exact=False, note=note)
     impact, matched = _match(rule_set, pks, action)
     others = _other_rules(matched, rule_set)
-    enabled = [m for m in matched if not m[3]]
-    impact.disabled = len(matched) - len(enabled)
-    impact.links = len(enabled)
-    for pk, slug, destination, _disabled, exprs in enabled:
-        other = next((e for e in exprs if e in others), None)
-        if other is not None:
-            impact.covered += 1
-        if len(impact.samples) < SAMPLES:
-            impact.samples.append(
-                {
-                    "id": pk,
-                    "slug": slug,
-                    "destination": destination,
-                    "rule": next(e for e in exprs if e in rule_set),
-                    "other_rule": other,
-                }
-            )
-    impact.clicks = _clicks([m[0] for m in enabled])
+    _tally(
+        impact,
+        matched,
+        others,
+        lambda pk, exprs: next(e for e in exprs if e in rule_set),
+        sample_covered=True,
+    )
     impact.seconds = time.perf_counter() - started
     return impact
 
@@ -450,24 +470,8 @@ def impact_of_listing(rule_expressions: Iterable[str], *, chunk: int = 100_000) 
     # Nothing is excluded: the new entries are not in the table yet, and one that is
     # (another source lists it) does already block its links.
     others = _other_rules(list(matched.values()), set())
-    enabled = [m for pk, m in sorted(matched.items()) if not m[3]]
-    impact.disabled = len(matched) - len(enabled)
-    impact.links = len(enabled)
-    for pk, slug, destination, _disabled, exprs in enabled:
-        other = next((e for e in exprs if e in others), None)
-        if other is not None:
-            impact.covered += 1
-        elif len(impact.samples) < SAMPLES:
-            impact.samples.append(
-                {
-                    "id": pk,
-                    "slug": slug,
-                    "destination": destination,
-                    "rule": first_hit[pk],
-                    "other_rule": None,
-                }
-            )
-    impact.clicks = _clicks([m[0] for m in enabled])
+    rows = [matched[pk] for pk in sorted(matched)]
+    enabled = _tally(impact, rows, others, lambda pk, exprs: first_hit[pk], sample_covered=False)
     impact.changed_clicks = _clicks([m[0] for m in enabled if not any(e in others for e in m[4])])
     impact.seconds = time.perf_counter() - started
     return impact
