@@ -11,7 +11,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.service.feedserver import feed_server
+from tests.service.feedserver import feed_server, lines
 from urlguard import changes
 from urlguard.feeds.allowlist import allow_host, unallow_host
 from urlguard.feeds.refresh import refresh_source
@@ -38,10 +38,6 @@ def quiet(monkeypatch, settings):
 def server():
     with feed_server() as feeds:
         yield feeds
-
-
-def lines(*hosts: str) -> bytes:
-    return "".join(f"{h}\n" for h in hosts).encode()
 
 
 def rules() -> set[str]:

@@ -10,7 +10,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from tests.service.feedserver import feed_server
+from tests.service.feedserver import feed_server, lines
 from urlguard import changes
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import AdminJob, Click, FeedRefresh, ShortLink, Source, SpamRule
@@ -28,10 +28,6 @@ def quiet(monkeypatch, settings):
 def server():
     with feed_server() as feeds:
         yield feeds
-
-
-def lines(*hosts: str) -> bytes:
-    return "".join(f"{h}\n" for h in hosts).encode()
 
 
 @pytest.fixture
