@@ -25,7 +25,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django_ratelimit.core import get_usage
 
-from urlguard import apikeys
+from urlguard import apikeys, hitlog
 from urlguard.conf import conf
 from urlguard.guard import InvalidURL, Verdict, get_guard
 from urlguard.ratelimitedlog import RateLimitedLog
@@ -142,6 +142,8 @@ def _check_one(request: HttpRequest) -> JsonResponse:
         return json_error(str(exc), 400)
     except Exception:
         return _unavailable(f"/api/check of {url!r}")
+    if verdict.blocked:
+        hitlog.api_blocked(verdict, where="API")
     return _answer(verdict_json(verdict), verdict.degraded)
 
 
@@ -204,4 +206,6 @@ def _check_batch(request: HttpRequest) -> JsonResponse:
             results.append({"url": given, "error": "not a string"})
         else:
             results.append(verdict_json(verdict))
+            if verdict.blocked:
+                hitlog.api_blocked(verdict, where=f"API key {key.name}")
     return _answer({"results": results}, any(v.degraded for v in verdicts))

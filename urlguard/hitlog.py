@@ -24,7 +24,7 @@ from urlguard import stats
 from urlguard.conf import conf
 from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
 
-__all__ = ["continued", "prune", "top_hosts", "top_rules", "warned"]
+__all__ = ["api_blocked", "continued", "prune", "top_hosts", "top_rules", "warned"]
 
 WARNED, CONTINUED = 0, 1
 
@@ -151,6 +151,27 @@ def warned(
             rule_id=rule_id,
             expression=expression[:2000],
             category=category,
+        )
+    )
+
+
+def api_blocked(verdict: Any, *, where: str) -> None:
+    """The check API answered "blocked" for `verdict` (an event of the hit log only:
+    no warning was shown, so the daily warning counts do not move)."""
+    rule = verdict.rule
+    if rule is None:
+        return
+    host = verdict.canonical.split("://", 1)[-1].split("/", 1)[0] if verdict.canonical else ""
+    HIT_EVENTS.append(
+        HitEvent(
+            at=timezone.now(),
+            action=HitEvent.Action.API,
+            where=where[:200],
+            destination=str(verdict.url)[:2000],
+            host=host[:255],
+            rule_id=rule.pk,
+            expression=rule.expression[:2000],
+            category=rule.category,
         )
     )
 

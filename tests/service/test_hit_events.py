@@ -89,3 +89,26 @@ def test_the_admin_list_filters_and_leads_on(client, blocked, make_staff):
     assert "/hs</a>" not in by_host and "/other</a>" in by_host
     assert staff.get(HITS + f"?rule_id={blocked.pk}").status_code == 200
     assert make_staff("view_spamrule").get(HITS).status_code == 403
+
+
+def test_a_blocked_api_answer_is_an_event_but_no_warning(client, blocked):
+    import json
+
+    from urlguard import apikeys
+    from urlguard.models import RuleHitDay
+
+    assert client.get("/api/check", {"url": "https://hit-spam.example/q"}).json()["blocked"]
+    client.get("/api/check", {"url": "https://fine.example/"})
+    key = apikeys.create_api_key("gateway")[1]
+    client.post(
+        "/api/check",
+        json.dumps({"urls": ["https://x.hit-spam.example/", "https://fine.example/"]}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {key}",
+    )
+    stats.flush()
+    assert list(HitEvent.objects.order_by("pk").values_list("action", "where", "host")) == [
+        ("api", "API", "hit-spam.example"),
+        ("api", "API key gateway", "x.hit-spam.example"),
+    ]
+    assert not RuleHitDay.objects.exists()

@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('at', models.DateTimeField(db_index=True)),
-                ('action', models.CharField(choices=[('warned', 'Warned'), ('continued', 'Continued anyway')], default='warned', max_length=10)),
+                ('action', models.CharField(choices=[('warned', 'Warned'), ('continued', 'Continued anyway'), ('api', 'Blocked (API answer)')], default='warned', max_length=10)),
                 ('where', models.CharField(blank=True, db_index=True, default='', max_length=200)),
                 ('destination', models.CharField(blank=True, default='', max_length=2000)),
                 ('host', models.CharField(blank=True, db_index=True, default='', max_length=255)),
