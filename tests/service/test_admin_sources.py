@@ -257,6 +257,8 @@ def test_the_list_shows_url_status_entries_last_success_and_next_refresh(
     client = make_staff(*SOURCE_EDITOR)
     refresh(client, feed, committed)
     html = client.get(reverse("admin:urlguard_source_changelist")).content.decode()
+    feeds = client.get(reverse("admin:urlguard_source_changelist") + "?kind__exact=feed")
+    assert "<h1>Feeds</h1>" in feeds.content.decode()
     for header in ("URL", "Health", "Entries", "Last success", "Next refresh"):
         assert f">{header}<" in html or f">{header}</a>" in html, header
     assert feed.url in html and "in 1 h (every 1 h)" in html

@@ -354,6 +354,11 @@ class SourceAdmin(admin.ModelAdmin):
         n = queryset.update(enabled=True)
         self.message_user(request, f"Enabled {counted(n, 'source')}.")
 
+    def changelist_view(self, request, extra_context=None):
+        if request.GET.get("kind__exact") == Source.Kind.FEED:
+            extra_context = {**(extra_context or {}), "title": "Feeds"}
+        return super().changelist_view(request, extra_context)
+
     # --- refresh now with progress ----------------------------------------------------
     def get_urls(self):
         return (
