@@ -207,3 +207,22 @@ def test_an_allowlist_feed_acts_at_once_too(server, hosts_feed):
     server.serve("/allow", lines("other.example"))
     refresh_source(allow, accept_shrink=True)
     assert "github.com/" in rules()
+
+
+def test_a_refresh_under_way_keeps_the_record_of_a_listing_withdrawn_meanwhile(
+    server, hosts_feed, monkeypatch
+):
+    from urlguard.feeds import refresh
+
+    server.serve("/hosts", lines("github.com", "evil.example", "more.example"), ETag='"v2"')
+    diff = refresh._diff_and_apply
+
+    def allow_meanwhile(*args, **kwargs):
+        allow_host("github.com")  # after this refresh read the allowlist
+        return diff(*args, **kwargs)
+
+    monkeypatch.setattr(refresh, "_diff_and_apply", allow_meanwhile)
+    refresh_source(hosts_feed)
+    assert "github.com/" not in rules()
+    unallow_host("github.com")
+    assert "github.com/" in listed(hosts_feed)

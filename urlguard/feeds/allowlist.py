@@ -297,13 +297,16 @@ def _kept(cs: ChangeSet) -> ChangeSet | None:
     return None
 
 
-def record_refusals(source: Source, refused: dict[str, str]) -> None:
+def record_refusals(source: Source, refused: dict[str, str], *, forget: bool = True) -> None:
     """After a refresh applied a body: `source`'s listings the allowlist kept out are
-    exactly `refused` (expression -> category)."""
+    exactly `refused` (expression -> category). `forget=False` (the allowlist changed
+    while the refresh ran, and what it withdrew meanwhile is on record): add only."""
     with transaction.atomic(using=router.db_for_write(AllowlistRefusal)):
         rows = AllowlistRefusal.objects.filter(source=source)
         present = dict(rows.values_list("expression", "pk"))
         stale = [pk for expression, pk in present.items() if expression not in refused]
+        if not forget:
+            stale = []
         for batch in changes.in_batches(stale):
             AllowlistRefusal.objects.filter(pk__in=batch).delete()
         AllowlistRefusal.objects.bulk_create(

@@ -228,7 +228,8 @@ def refresh_source(
         if dry_run and result.status == Source.Status.OK:
             result.status = "dry-run"
         if not dry_run and result.status == Source.Status.OK and not source.is_allowlist:
-            allowlist.record_refusals(source, staged.allowlisted)
+            unchanged = allowlist.load().digest() == staged.allowlist_digest
+            allowlist.record_refusals(source, staged.allowlisted, forget=unchanged)
         if not dry_run:
             if result.status == Source.Status.OK:
                 source.etag, source.last_modified = fetched.etag, fetched.last_modified
