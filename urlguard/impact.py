@@ -448,8 +448,12 @@ def impact_of_listing(rule_expressions: Iterable[str], *, chunk: int = 100_000) 
     """What listing `rule_expressions` would newly block, before they are written (a
     feed refresh's new entries, however many): read a chunk at a time, a link counted
     once, and `covered` are the links a rule already in the table blocks."""
+    from urlguard.models import ShortLink
+
     started = time.perf_counter()
     impact = Impact(action="add")
+    if not ShortLink.objects.exists():  # nothing to block: the entries need no reading
+        return impact
     matched: dict[int, tuple[int, str, str, bool, list[str]]] = {}
     first_hit: dict[int, str] = {}
     iterator = iter(rule_expressions)
@@ -458,7 +462,7 @@ def impact_of_listing(rule_expressions: Iterable[str], *, chunk: int = 100_000) 
         if not rule_set:
             break
         impact.rules += len(rule_set)
-        pks, exact, note = _candidate_links(sorted(rule_set))
+        pks, exact, note = _candidate_links(list(rule_set))
         if not exact:
             return Impact(action="add", rules=impact.rules, exact=False, note=note)
         part, rows = _match(rule_set, pks - matched.keys(), "add")
