@@ -23,10 +23,18 @@ $(BENCH_STAMP): $(STAMP)
 
 bench-install: $(BENCH_STAMP)
 
+# `make run PORT=8001` for another port. A busy port stops it before anything is
+# migrated or seeded; the system checks run once, by runserver, after the demo has
+# built its filter file (before, they would warn that it is missing).
+PORT ?= 8000
 run: install
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
-	$(PY) manage.py runserver 127.0.0.1:8000
+	@$(PY) -c 'import socket, sys; port = sys.argv[1]; s = socket.socket(); \
+	s.bind(("127.0.0.1", int(port))) if port.isdigit() and 0 < int(port) < 65536 else \
+	sys.exit(f"make run: PORT={port!r} is no port number (1-65535)")' "$(PORT)" \
+	2>/dev/null || { echo "make run: port $(PORT) is busy or not a port: stop what uses it, or run \`make run PORT=8001\`" >&2; exit 1; }
+	$(PY) manage.py migrate --noinput --skip-checks
+	$(PY) manage.py seed_demo --skip-checks --base-url http://127.0.0.1:$(PORT)
+	$(PY) manage.py runserver 127.0.0.1:$(PORT)
 
 # Lint, format and type checks first, then two passes of the suite with the deterministic
 # Hypothesis profile `ci` (tests/conftest.py): the same answer on every run.

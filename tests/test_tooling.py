@@ -98,3 +98,39 @@ def test_pre_commit_runs_the_same_checks():
     assert "typecheck" in config and _make_n("typecheck") == [
         line for line in _make_n("test") if "mypy" in line
     ]
+
+
+def test_make_run_takes_a_port_and_stops_on_a_busy_one_before_migrating():
+    import socket
+
+    assert any(
+        "runserver 127.0.0.1:8123" in line and "seed_demo" not in line
+        for line in _make_n("run", "PORT=8123")
+    )
+    assert any("--base-url http://127.0.0.1:8123" in line for line in _make_n("run", "PORT=8123"))
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        done = subprocess.run(
+            [
+                "make",
+                "--no-print-directory",
+                "-o",
+                "install",
+                "-o",
+                ".venv/.installed",
+                "run",
+                f"PORT={port}",
+                f"PY={sys.executable}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        busy.close()
+    assert done.returncode != 0
+    assert f"port {port} is busy" in done.stderr and "migrate" not in done.stdout

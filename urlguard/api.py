@@ -31,7 +31,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django_ratelimit.core import get_usage
 
-from urlguard import apikeys
+from urlguard import apikeys, hitlog
 from urlguard.clientaddress import client_network
 from urlguard.conf import conf
 from urlguard.guard import InvalidURL, Verdict, get_guard
@@ -167,6 +167,8 @@ def _check_one(request: HttpRequest) -> JsonResponse:
         return json_error(str(exc), 400)
     except Exception as exc:
         return _unavailable(request, f"/api/check of {url[:200]!r}", exc)
+    if verdict.blocked:
+        hitlog.api_blocked(verdict, where="API")
     return _answer(verdict_json(verdict), verdict.degraded)
 
 
@@ -286,4 +288,6 @@ def _check_batch(request: HttpRequest) -> JsonResponse:
             results.append({"url": _echo(given), "error": error})
         else:
             results.append(verdict_json(verdict))
+            if verdict.blocked:
+                hitlog.api_blocked(verdict, where=f"API key {key.name}")
     return _answer({"results": results}, any(v.degraded for v in verdicts))

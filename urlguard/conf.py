@@ -348,6 +348,25 @@ class Settings:
         check_id="urlguard.E051",
         hint="e.g. 5.",
     )
+    # At most one mail to MANAGERS about new mistake reports per this many seconds
+    # (a burst of reports is one mail with the open count); 0: no mail.
+    REPORT_MAIL_INTERVAL = Setting(
+        900,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E098",
+        hint="e.g. 900 (15 minutes); 0 sends no mail.",
+    )
+    # Hit log events (each warning, each "continue anyway") kept: the newest this many.
+    HIT_EVENTS_KEPT = Setting(
+        100_000,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E099",
+        hint="e.g. 100000.",
+    )
     # Days the hit log keeps its daily rows (per rule and per blocked host); the
     # per-rule totals stay as long as the rule.
     HIT_LOG_DAYS = Setting(

@@ -6,7 +6,9 @@ warning costs an append in memory, never a database write.
 
 Per rule and day (RuleHitDay: hits, continued, last hit) and per blocked host and
 day (HostHitDay), kept HIT_LOG_DAYS days; per rule since it was listed
-(RuleHitTotal: the sortable columns of the rules list)."""
+(RuleHitTotal: the sortable columns of the rules list). And each event on its own
+(HitEvent: when, where from, the destination, the rule and its expression), the
+newest HIT_EVENTS_KEPT kept: the admin's hit log."""
 
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ from django.utils import timezone
 
 from urlguard import stats
 from urlguard.conf import conf
-from urlguard.models import HostHitDay, RuleHitDay, RuleHitTotal
+from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
 
-__all__ = ["continued", "prune", "top_hosts", "top_rules", "warned"]
+__all__ = ["api_blocked", "continued", "prune", "top_hosts", "top_rules", "warned"]
 
 WARNED, CONTINUED = 0, 1
 
@@ -100,14 +102,93 @@ def _write(items: list[tuple[int, int, str, dt.datetime]]) -> None:
 EVENTS = stats.batch("rule_hits", flush=_write, model=RuleHitDay)
 
 
-def warned(rule_id: int, host: str) -> None:
-    """The warning page was shown for `rule_id`'s block of `host`."""
-    EVENTS.append((WARNED, rule_id, host, timezone.now()))
+def _write_events(events: list[HitEvent]) -> None:
+    """Flush (urlguard.stats, inside a transaction): the events, each with its rule's
+    expression and category (one query), then forget all but the newest
+    HIT_EVENTS_KEPT (one indexed DELETE: ids grow with time)."""
+    missing = {e.rule_id for e in events if e.rule_id is not None and not e.expression}
+    if missing:
+        known = {
+            pk: (expression, category)
+            for pk, expression, category in SpamRule.objects.filter(pk__in=missing).values_list(
+                "pk", "expression", "category"
+            )
+        }
+        for event in events:
+            if not event.expression and event.rule_id in known:
+                event.expression, event.category = known[event.rule_id]
+    created = HitEvent.objects.bulk_create(events)
+    newest = max((e.pk for e in created if e.pk is not None), default=None)
+    if newest is None:
+        newest = HitEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
+    if newest is not None:
+        HitEvent.objects.filter(pk__lte=newest - int(conf.HIT_EVENTS_KEPT)).delete()
 
 
-def continued(rule_id: int) -> None:
+HIT_EVENTS = stats.batch("hit_events", flush=_write_events, model=HitEvent)
+
+
+def warned(
+    rule_id: int,
+    host: str,
+    *,
+    where: str = "",
+    destination: str = "",
+    expression: str = "",
+    category: str = "",
+) -> None:
+    """The warning page was shown for `rule_id`'s block of `host` (a redirect from
+    `where` to `destination`)."""
+    now = timezone.now()
+    EVENTS.append((WARNED, rule_id, host, now))
+    HIT_EVENTS.append(
+        HitEvent(
+            at=now,
+            action=HitEvent.Action.WARNED,
+            where=where[:200],
+            destination=destination[:2000],
+            host=host[:255],
+            rule_id=rule_id,
+            expression=expression[:2000],
+            category=category,
+        )
+    )
+
+
+def api_blocked(verdict: Any, *, where: str) -> None:
+    """The check API answered "blocked" for `verdict` (an event of the hit log only:
+    no warning was shown, so the daily warning counts do not move)."""
+    rule = verdict.rule
+    if rule is None:
+        return
+    host = verdict.canonical.split("://", 1)[-1].split("/", 1)[0] if verdict.canonical else ""
+    HIT_EVENTS.append(
+        HitEvent(
+            at=timezone.now(),
+            action=HitEvent.Action.API,
+            where=where[:200],
+            destination=str(verdict.url)[:2000],
+            host=host[:255],
+            rule_id=rule.pk,
+            expression=rule.expression[:2000],
+            category=rule.category,
+        )
+    )
+
+
+def continued(rule_id: int, *, destination: str = "", host: str = "") -> None:
     """A visitor followed "continue anyway" past `rule_id`'s warning."""
-    EVENTS.append((CONTINUED, rule_id, "", timezone.now()))
+    now = timezone.now()
+    EVENTS.append((CONTINUED, rule_id, "", now))
+    HIT_EVENTS.append(
+        HitEvent(
+            at=now,
+            action=HitEvent.Action.CONTINUED,
+            destination=destination[:2000],
+            host=host[:255],
+            rule_id=rule_id,
+        )
+    )
 
 
 def prune(now: dt.datetime | None = None) -> int:
@@ -132,10 +213,18 @@ def top_rules(days: int = 7, limit: int = 10) -> list[dict]:
         .annotate(hits=Sum("hits"), continued=Sum("continued"))
         .order_by("-hits")[:limit]
     )
-    names = dict(
-        SpamRule.objects.filter(pk__in=[r["rule_id"] for r in rows]).values_list("pk", "expression")
+    ids = [r["rule_id"] for r in rows]
+    names = dict(SpamRule.objects.filter(pk__in=ids).values_list("pk", "expression"))
+    # A removed rule is named by the expression its events kept.
+    gone = dict(
+        HitEvent.objects.filter(rule_id__in=set(ids) - names.keys())
+        .exclude(expression="")
+        .values_list("rule_id", "expression")
     )
-    return [{**r, "expression": names.get(r["rule_id"])} for r in rows]
+    return [
+        {**r, "expression": names.get(r["rule_id"]), "removed": gone.get(r["rule_id"])}
+        for r in rows
+    ]
 
 
 def top_hosts(days: int = 7, limit: int = 10) -> list[dict]:

@@ -43,6 +43,7 @@ __all__ = [
     "LinkIndex",
     "build_link_index",
     "impact_of_adding",
+    "impact_of_listing",
     "impact_of_removing",
     "link_index",
 ]
@@ -274,6 +275,7 @@ class Impact:
     samples: list[dict] = field(default_factory=list)
     per_rule: dict[str, int] = field(default_factory=dict)
     exact: bool = True  # False: the index is being built, the figures are unknown
+    changed_clicks: int = 0  # impact_of_listing: clicks of the links newly blocked
     seconds: float = 0.0
     note: str = ""
 
@@ -385,6 +387,37 @@ def _clicks(pks: list[int]) -> int:
     return total
 
 
+def _tally(
+    impact: Impact,
+    matched: list[tuple[int, str, str, bool, list[str]]],
+    others: dict[str, str],
+    rule_of: Callable[[int, list[str]], str],
+    *,
+    sample_covered: bool,
+) -> list[tuple[int, str, str, bool, list[str]]]:
+    """Count the matched links into `impact` (enabled, disabled, covered by one of
+    `others`, their clicks) and take its samples; returns the enabled links."""
+    enabled = [m for m in matched if not m[3]]
+    impact.disabled = len(matched) - len(enabled)
+    impact.links = len(enabled)
+    for pk, slug, destination, _disabled, exprs in enabled:
+        other = next((e for e in exprs if e in others), None)
+        if other is not None:
+            impact.covered += 1
+        if len(impact.samples) < SAMPLES and (other is None or sample_covered):
+            impact.samples.append(
+                {
+                    "id": pk,
+                    "slug": slug,
+                    "destination": destination,
+                    "rule": rule_of(pk, exprs),
+                    "other_rule": other,
+                }
+            )
+    impact.clicks = _clicks([m[0] for m in enabled])
+    return enabled
+
+
 def _compute(rule_expressions: Iterable[str], action: str) -> Impact:
     started = time.perf_counter()
     rule_set = set(rule_expressions)
@@ -395,24 +428,13 @@ def _compute(rule_expressions: Iterable[str], action: str) -> Impact:
         return Impact(action=action, rules=len(rule_set), exact=False, note=note)
     impact, matched = _match(rule_set, pks, action)
     others = _other_rules(matched, rule_set)
-    enabled = [m for m in matched if not m[3]]
-    impact.disabled = len(matched) - len(enabled)
-    impact.links = len(enabled)
-    for pk, slug, destination, _disabled, exprs in enabled:
-        other = next((e for e in exprs if e in others), None)
-        if other is not None:
-            impact.covered += 1
-        if len(impact.samples) < SAMPLES:
-            impact.samples.append(
-                {
-                    "id": pk,
-                    "slug": slug,
-                    "destination": destination,
-                    "rule": next(e for e in exprs if e in rule_set),
-                    "other_rule": other,
-                }
-            )
-    impact.clicks = _clicks([m[0] for m in enabled])
+    _tally(
+        impact,
+        matched,
+        others,
+        lambda pk, exprs: next(e for e in exprs if e in rule_set),
+        sample_covered=True,
+    )
     impact.seconds = time.perf_counter() - started
     return impact
 
@@ -426,6 +448,43 @@ def impact_of_removing(rule_expressions: Iterable[str]) -> Impact:
     """What unlisting `rule_expressions` would unblock, and what stays blocked by
     other rules ("still blocked by R": each sample's other_rule)."""
     return _compute(rule_expressions, "remove")
+
+
+def impact_of_listing(rule_expressions: Iterable[str], *, chunk: int = 100_000) -> Impact:
+    """What listing `rule_expressions` would newly block, before they are written (a
+    feed refresh's new entries, however many): read a chunk at a time, a link counted
+    once, and `covered` are the links a rule already in the table blocks."""
+    from urlguard.models import ShortLink
+
+    started = time.perf_counter()
+    impact = Impact(action="add")
+    if not ShortLink.objects.exists():  # nothing to block: the entries need no reading
+        return impact
+    matched: dict[int, tuple[int, str, str, bool, list[str]]] = {}
+    first_hit: dict[int, str] = {}
+    iterator = iter(rule_expressions)
+    while True:
+        rule_set = {e for _, e in zip(range(chunk), iterator, strict=False)}
+        if not rule_set:
+            break
+        impact.rules += len(rule_set)
+        pks, exact, note = _candidate_links(list(rule_set))
+        if not exact:
+            return Impact(action="add", rules=impact.rules, exact=False, note=note)
+        part, rows = _match(rule_set, pks - matched.keys(), "add")
+        for expression, n in part.per_rule.items():
+            impact.per_rule[expression] = impact.per_rule.get(expression, 0) + n
+        for row in rows:
+            matched[row[0]] = row
+            first_hit[row[0]] = next(e for e in row[4] if e in rule_set)
+    # Nothing is excluded: the new entries are not in the table yet, and one that is
+    # (another source lists it) does already block its links.
+    others = _other_rules(list(matched.values()), set())
+    rows = [matched[pk] for pk in sorted(matched)]
+    enabled = _tally(impact, rows, others, lambda pk, exprs: first_hit[pk], sample_covered=False)
+    impact.changed_clicks = _clicks([m[0] for m in enabled if not any(e in others for e in m[4])])
+    impact.seconds = time.perf_counter() - started
+    return impact
 
 
 def index_status() -> dict:

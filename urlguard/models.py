@@ -203,6 +203,8 @@ class Source(models.Model):
     held_entries = models.BigIntegerField(null=True, blank=True)
     held_added = models.BigIntegerField(null=True, blank=True)
     held_removed = models.BigIntegerField(null=True, blank=True)
+    # Why it is held: a shrink, or more short links blocked than CONFIRM_IMPACT_LINKS.
+    held_reason = models.CharField(max_length=500, blank=True, default="")
     # Set while a refresh runs (claimed by an UPDATE), so that two at once do not
     # both fetch and diff. The claim names its owner (urlguard.ownership) and its
     # owner's heartbeat: a claim whose owner is gone is taken over at once, one older
@@ -248,6 +250,8 @@ class FeedRefresh(models.Model):
     refusals = models.JSONField(default=list, blank=True)
     # Entries held for an operator's yes (FeedHold), not applied.
     held = models.BigIntegerField(default=0)
+    # What its new entries blocked of the short links (urlguard.impact.Impact.as_dict).
+    impact = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-at", "-pk"]
@@ -285,22 +289,67 @@ class FeedHold(models.Model):
 
 
 class AllowedHost(models.Model):
-    """A host an allowlist source names: feeds may not block it, or a parent domain of
-    it, as a whole (rules on a path or page of it are still accepted)."""
+    """A host on the allowlist: feeds may not block it, or a parent domain of it, as a
+    whole (rules on a path or page of it are still accepted). Entered by a person
+    (`source` empty: the admin's "Allowlist", `manage.py allow_host`) or listed by an
+    allowlist feed (`source`, replaced at each of its refreshes)."""
 
-    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="allowed_hosts")
+    source = models.ForeignKey(
+        Source,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="allowed_hosts",
+        help_text="The allowlist feed that lists it; empty for a host entered by a person.",
+    )
     host = models.CharField(max_length=255)
     note = models.CharField(max_length=200, blank=True, default="")
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["host"]
+        verbose_name = "allowlisted host"
+        verbose_name_plural = "allowlist"
         constraints = [
-            models.UniqueConstraint(fields=["source", "host"], name="urlguard_allowedhost_unique")
+            models.UniqueConstraint(fields=["source", "host"], name="urlguard_allowedhost_unique"),
+            models.UniqueConstraint(
+                fields=["host"],
+                condition=models.Q(source__isnull=True),
+                name="urlguard_allowedhost_by_hand_unique",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.host
+
+
+class AllowlistRefusal(models.Model):
+    """A feed's listing the allowlist keeps out: `source` lists `expression` (as of its
+    last applied body) but the allowlist refuses it. Kept so that a 304 or an
+    unchanged body keeps it out, and so that removing the host from the allowlist
+    lists it again at once, without waiting for the feed's body to change."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="allowlist_refusals")
+    expression = models.CharField(max_length=2000)
+    category = models.CharField(max_length=16, choices=Category.choices, default=Category.SPAM)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "expression"], name="urlguard_allowlistrefusal_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} lists {self.expression} (kept out by the allowlist)"
 
 
 class RuleSource(models.Model):
@@ -331,6 +380,7 @@ class ChangeSet(models.Model):
         REFRESH = "refresh", "Feed refresh"
         REVERT = "revert", "Revert"
         BULK_DELETE = "bulk-delete", "Bulk delete"
+        ALLOWLIST = "allowlist", "Allowlist"
         OTHER = "other", "Other"
 
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.OTHER)
@@ -364,7 +414,7 @@ class ChangeSet(models.Model):
         ordering = ["-created", "-pk"]
 
     def __str__(self) -> str:
-        return f"{self.get_kind_display()} #{self.pk}"
+        return f"Change set #{self.pk} ({self.get_kind_display().lower()})"
 
 
 # pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
@@ -600,6 +650,7 @@ class AdminJob(models.Model):
         REFRESH = "refresh", "Feed refresh"
         DELETE = "delete", "Bulk delete"
         REVERT = "revert", "Revert"
+        TEST_FETCH = "test-fetch", "Test fetch"
 
     class State(models.TextChoices):
         PREVIEWING = "previewing", "Previewing (dry run)"
@@ -639,7 +690,17 @@ class AdminJob(models.Model):
         ordering = ["-created"]
 
     def __str__(self) -> str:
-        return f"{self.get_kind_display()} #{self.pk} ({self.state})"
+        return f"{self.get_kind_display()} #{self.number} ({self.state})"
+
+    @property
+    def number(self) -> int:
+        """This job's number among the jobs of its kind (the first refresh is refresh
+        #1 whatever imports ran before it); the primary key stays the job's address."""
+        cached = self.__dict__.get("_number")
+        if cached is None:
+            cached = AdminJob.objects.filter(kind=self.kind, pk__lte=self.pk).count()
+            self.__dict__["_number"] = cached
+        return int(cached)
 
 
 class APIKey(models.Model):
@@ -695,6 +756,7 @@ class MistakeReport(models.Model):
         OPEN = "open", "Open"
         REMOVED = "removed", "Rule removed"
         NARROWED = "narrowed", "Rule narrowed"
+        ALLOWLISTED = "allowlisted", "Host allowlisted"
         DISMISSED = "dismissed", "Dismissed"
 
     destination = models.CharField(max_length=4000)
@@ -716,6 +778,10 @@ class MistakeReport(models.Model):
         related_name="+",
     )
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # The change set that acted on it (the rule removed, narrowed, the host allowlisted).
+    change_set = models.ForeignKey(
+        ChangeSet, null=True, blank=True, on_delete=models.SET_NULL, related_name="reports"
+    )
 
     class Meta:
         ordering = ["-created"]
@@ -773,3 +839,33 @@ class HostHitDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host} on {self.day}: {self.hits}"
+
+
+class HitEvent(models.Model):
+    """One warning shown, or one "continue anyway" past it: the hit log's events
+    (urlguard.hitlog; written in batches, the newest HIT_EVENTS_KEPT kept). The rule's
+    expression is copied, so an event outlives its rule readable."""
+
+    class Action(models.TextChoices):
+        WARNED = "warned", "Warned"
+        CONTINUED = "continued", "Continued anyway"
+        API = "api", "Blocked (API answer)"
+
+    at = models.DateTimeField(db_index=True)
+    action = models.CharField(max_length=10, choices=Action.choices, default=Action.WARNED)
+    # Where the redirect came from: a short link's path ("/bloom"), another page's, or
+    # "API" / "API key NAME" for a check API answer.
+    where = models.CharField(max_length=200, blank=True, default="", db_index=True)
+    destination = models.CharField(max_length=2000, blank=True, default="")
+    host = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    rule_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    expression = models.CharField(max_length=2000, blank=True, default="")
+    category = models.CharField(max_length=16, choices=Category.choices, blank=True, default="")
+
+    class Meta:
+        ordering = ["-pk"]
+        verbose_name = "hit"
+        verbose_name_plural = "hit log"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.host} ({self.expression})"

@@ -25,6 +25,7 @@ from urlguard.clicks import visitor_id
 from urlguard.clientaddress import client_network
 from urlguard.conf import conf
 from urlguard.models import MistakeReport, SpamRule
+from urlguard.reportmail import report_arrived
 
 __all__ = ["REPORT_SALT", "report_form_url", "report_token", "report_view"]
 
@@ -125,7 +126,7 @@ def report_view(request: HttpRequest) -> HttpResponse:
                 return render(request, "urlguard/report.html", {**context, "sent": True})
             rule = SpamRule.objects.filter(pk=data.get("r")).first() if data.get("r") else None
             # One open report per visitor and destination: a second click adds nothing.
-            report, _ = MistakeReport.objects.get_or_create(
+            report, created = MistakeReport.objects.get_or_create(
                 destination=destination[:4000],
                 visitor=visitor,
                 status=MistakeReport.Status.OPEN,
@@ -136,6 +137,8 @@ def report_view(request: HttpRequest) -> HttpResponse:
                     "comment": form.cleaned_data["comment"],
                 },
             )
+            if created:
+                report_arrived(report, request)
             return render(request, "urlguard/report.html", {**context, "sent": True})
     else:
         form = MistakeReportForm()

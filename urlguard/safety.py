@@ -194,7 +194,9 @@ def default_candidate(text: str, candidates: list[RuleCandidate]) -> RuleCandida
     """The level the add form proposes for pasted `text`: the narrowest one that covers
     what was evidently meant. A bare host or expression means exactly that; a URL on a
     shared platform (a shortener, a popular site, a hosting platform) means its page;
-    any other URL means its exact host, never a registrable domain nobody typed."""
+    any other URL means its exact host, never a registrable domain nobody typed, except
+    that `www.` before a registrable domain means the domain itself (the spammer's own:
+    a rule on www. alone would leave the bare domain open)."""
     if not candidates:
         return None
     hosts = [c for c in candidates if c.level in ("domain", "subdomain")]
@@ -210,6 +212,9 @@ def default_candidate(text: str, candidates: list[RuleCandidate]) -> RuleCandida
         paths = [c for c in candidates if c.level == "path"]
         if paths:
             return paths[-1]
+    domain = next((c for c in hosts if c.level == "domain"), None)
+    if domain is not None and f"www.{domain.expression}" == exact_host.expression:
+        return domain
     return exact_host
 
 

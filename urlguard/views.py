@@ -65,7 +65,7 @@ def continue_anyway(request: HttpRequest) -> HttpResponse:
             render(request, "urlguard/bad_token.html", {"problem": problem}, status=400)
         )
     if isinstance(data.get("r"), int):
-        hitlog.continued(data["r"])
+        hitlog.continued(data["r"], destination=destination, host=scheme_and_host(destination)[1])
     response = HttpResponseRedirect(iri_to_uri(destination))
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"

@@ -211,7 +211,14 @@ def warning_response(
             )
         )
     if kind == "rule" and rule is not None:
-        hitlog.warned(rule.pk, host)
+        hitlog.warned(
+            rule.pk,
+            host,
+            where=request.path,
+            destination=destination,
+            expression=rule.expression,
+            category=rule.category,
+        )
     status = 503 if kind == "unchecked" else 403
     response = protect_page(render(request, "urlguard/warning.html", context, status=status))
     if kind == "unchecked":

@@ -3,6 +3,7 @@ in-process, filter under var/); DATABASE_URL and CELERY_BROKER_URL in the enviro
 switch to real services."""
 
 import contextlib
+import email.utils
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -148,6 +149,19 @@ STATIC_ROOT = VAR_DIR / "static"
 WHITENOISE_USE_FINDERS = True
 
 # Celery: no broker configured means tasks run in-process (embedded default).
+# Who is mailed when a visitor reports a mistake (URLGUARD["REPORT_MAIL_INTERVAL"]):
+# "Name <address>, address, ...".
+MANAGERS = [
+    (name.strip(), address)
+    for name, address in (
+        email.utils.parseaddr(entry) for entry in os.environ.get("DJANGO_MANAGERS", "").split(",")
+    )
+    if address
+]
+SERVER_EMAIL = os.environ.get("DJANGO_SERVER_EMAIL", "urlguard@localhost")
+EMAIL_HOST = os.environ.get("DJANGO_EMAIL_HOST", "localhost")
+EMAIL_TIMEOUT = 10
+
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = True

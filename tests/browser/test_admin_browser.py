@@ -55,10 +55,10 @@ def _table_fits(page) -> None:
 
 def test_add_rule_block_remove_unblock(page, site, shot):
     _login(page, site)
-    # The tools sit in the main column under the app list (not floating beside the
-    # "Recent actions" box), as wide as the app list.
+    # The tools sit in the main column with the URL guard entries (not floating beside
+    # the "Recent actions" box), as wide as the app list.
     tools = page.locator("#content-main #urlguard-tools").bounding_box()
-    apps = page.locator("#content-main .app-urlguard.module").bounding_box()
+    apps = page.locator("#content-main #urlguard-entries").bounding_box()
     assert tools is not None and apps is not None and tools["width"] == apps["width"]
     shot("admin-index")
 

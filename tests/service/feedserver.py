@@ -102,3 +102,8 @@ def feed_server() -> Iterator[FeedServer]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def lines(*entries: str) -> bytes:
+    """A plain-list feed body: one entry per line."""
+    return "".join(f"{entry}\n" for entry in entries).encode()

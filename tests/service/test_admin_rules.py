@@ -70,11 +70,11 @@ def test_preview_without_javascript_lists_every_level_and_saves_nothing(editor):
     assert {c.level for c in candidates} >= {"domain", "page"}
     for candidate in candidates:
         assert f'value="{candidate.expression}"' in html
-    # The narrowest level that covers the pasted URL (its exact host, not the
-    # registrable domain nobody typed) is proposed, and its preview sorts the samples.
-    assert page.context["preview"]["expression"] == "www.evil-example.com/"
+    # The narrowest level that covers the pasted URL is proposed (its host; for www.
+    # before a registrable domain, that domain), and its preview sorts the samples.
+    assert page.context["preview"]["expression"] == "evil-example.com/"
     assert "Would block" in html and "Would not block" in html
-    assert "http://www.evil-example.com.example.net/" in html  # a look-alike, not blocked
+    assert "http://evil-example.com.example.net/" in html  # a look-alike, not blocked
     assert not SpamRule.objects.exists() and not ChangeEvent.objects.exists()
 
 

@@ -4,6 +4,9 @@ filter, the dashboard's feed panel, and the allowlist warning on a rule added by
 
 from __future__ import annotations
 
+import re
+from html import unescape
+
 import pytest
 from django.urls import reverse
 
@@ -63,7 +66,7 @@ def test_refresh_now_runs_a_job_with_its_page(make_staff, feed, committed):
     assert status["finished"] and status["state"] == "done"
     # The source page: history and the refresh button.
     html = client.get(reverse("admin:urlguard_source_change", args=[feed.pk])).content.decode()
-    assert 'id="refresh-now"' in html and "feed-history" in html and "+3" in html
+    assert 'id="refresh-now"' in html and "feed-history" in html and "3 added, none removed" in html
 
 
 def test_a_held_shrink_is_shown_and_accepted(make_staff, server, committed):
@@ -130,12 +133,8 @@ def test_disable_action_keeps_rules(make_staff, feed, committed):
     assert not feed.enabled and SpamRule.objects.count() == 3
 
 
-def test_allowlist_hosts_edited_inline(make_staff):
-    allow = Source.objects.create(name="allowlist", kind="manual", is_allowlist=True)
-    client = make_staff(*SOURCE_EDITOR, "add_allowedhost", "change_allowedhost", "view_allowedhost")
-    url = reverse("admin:urlguard_source_change", args=[allow.pk])
-    assert "Allowlisted hosts" in client.get(url).content.decode()
-    prefix = "allowed_hosts"
+def test_a_manual_source_cannot_be_an_allowlist(make_staff):
+    client = make_staff(*SOURCE_EDITOR)
     data = {
         "name": "allowlist",
         "kind": "manual",
@@ -145,19 +144,21 @@ def test_allowlist_hosts_edited_inline(make_staff):
         "interval": 3600,
         "enabled": "on",
         "is_allowlist": "on",
-        f"{prefix}-TOTAL_FORMS": 1,
-        f"{prefix}-INITIAL_FORMS": 0,
-        f"{prefix}-0-host": "HTTPS://WWW.Example.COM/",
-        f"{prefix}-0-note": "ours",
     }
-    response = client.post(url, data)
-    assert response.status_code == 302, response.content.decode()[-2000:]
-    assert AllowedHost.objects.get().host == "www.example.com"
-    data[f"{prefix}-0-host"] = "example.org/some/path"
-    data[f"{prefix}-INITIAL_FORMS"] = 0
-    AllowedHost.objects.all().delete()
-    html = client.post(url, data).content.decode()
-    assert "names hosts" in html and not AllowedHost.objects.exists()
+    html = client.post(reverse("admin:urlguard_source_add"), data).content.decode()
+    assert "go on the Allowlist" in html
+    assert not Source.objects.filter(name="allowlist").exists()
+
+
+def test_an_allowlist_feed_shows_its_hosts_read_only(make_staff):
+    allow = Source.objects.create(
+        name="top", kind="feed", url="https://lists.example/top.txt", is_allowlist=True
+    )
+    AllowedHost.objects.create(source=allow, host="www.example.com")
+    client = make_staff(*SOURCE_EDITOR, "view_allowedhost")
+    html = client.get(reverse("admin:urlguard_source_change", args=[allow.pk])).content.decode()
+    assert "from the feed" in html and "www.example.com" in html
+    assert 'name="allowed_hosts-0-host"' not in html
 
 
 def test_rule_page_lists_its_sources_and_the_list_filters_by_source(make_staff, feed, committed):
@@ -211,3 +212,112 @@ def test_the_refresh_page_shows_the_body_lines_to_superusers_only(make_staff, se
     assert "xyz-secret" not in client.get(page).content.decode()
     html = make_staff(superuser=True).get(page).content.decode()
     assert "xyz-secret" in html and "<th>Entry</th>" in html
+
+
+def test_the_refresh_page_says_what_it_blocks_and_links_the_rescan(make_staff, feed, committed):
+    from urlguard.models import ShortLink
+
+    ShortLink.objects.create(slug="docs", destination="https://a.example/page")
+    client = make_staff(*SOURCE_EDITOR)
+    html = refresh(client, feed, committed).content.decode()
+    assert "Short links: blocks 1 short link that was open: /docs" in html
+    assert "The rescan of the short links that followed" in html
+
+
+def test_failing_means_feed_unhealthy_failures_in_a_row_as_the_readme_says(settings):
+    from urlguard.feeds.health import health
+
+    feed = Source(name="f", kind="feed", url="https://x.example/", failures=1)
+    assert health(feed) == "failed"  # once: a retry may mend it
+    feed.failures = 3
+    assert health(feed) == "failing"
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_UNHEALTHY_FAILURES": 5}
+    assert health(feed) == "failed"
+
+
+def test_results_in_words():
+    from urlguard.feeds.health import in_words
+
+    assert in_words(5, 0, 0) == "5 added, none removed, none refused"
+    assert in_words(1200, 3, None, 7) == "1,200 added, 3 removed, 7 unchanged"
+
+
+@pytest.mark.parametrize(
+    ("typed", "seconds"),
+    [("1 h", 3600), ("15 min", 900), ("90 s", 90), ("2d", 172800), ("600", 600), ("1.5 h", 5400)],
+)
+def test_the_interval_is_typed_in_human_units(make_staff, typed, seconds):
+    client = make_staff(*SOURCE_EDITOR)
+    data = {"name": "f", "kind": "feed", "url": "https://feeds.example/f.txt"}
+    data |= {"format": "auto", "category": "spam", "interval": typed, "enabled": "on"}
+    response = client.post(reverse("admin:urlguard_source_add"), data)
+    assert response.status_code == 302, response.content.decode()[-1500:]
+    assert Source.objects.get(name="f").interval == seconds
+
+
+@pytest.mark.parametrize("typed", ["30 s", "soon", "-1 h", "1 week"])
+def test_a_bad_interval_is_refused_with_the_units(make_staff, typed):
+    client = make_staff(*SOURCE_EDITOR)
+    data = {"name": "f", "kind": "feed", "url": "https://feeds.example/f.txt"}
+    data |= {"format": "auto", "category": "spam", "interval": typed, "enabled": "on"}
+    html = client.post(reverse("admin:urlguard_source_add"), data).content.decode()
+    assert ("At least 1 min" in html) or ("90 s, 15 min, 1 h or 1 d" in html)
+    assert not Source.objects.filter(name="f").exists()
+
+
+def test_the_list_shows_url_status_entries_last_success_and_next_refresh(
+    make_staff, feed, committed
+):
+    client = make_staff(*SOURCE_EDITOR)
+    refresh(client, feed, committed)
+    html = client.get(reverse("admin:urlguard_source_changelist")).content.decode()
+    feeds = client.get(reverse("admin:urlguard_source_changelist") + "?kind__exact=feed")
+    assert "<h1>Feeds</h1>" in feeds.content.decode()
+    for header in ("URL", "Health", "Entries", "Last success", "Next refresh"):
+        assert f">{header}<" in html or f">{header}</a>" in html, header
+    assert feed.url in html and "in 1 h (every 1 h)" in html
+    edit = client.get(reverse("admin:urlguard_source_change", args=[feed.pk])).content.decode()
+    assert 'value="1 h"' in edit and ">URL:<" in edit
+
+
+def test_a_test_fetch_shows_what_subscribing_would_do_and_changes_nothing(make_staff, server):
+    from urlguard.models import ShortLink
+
+    ShortLink.objects.create(slug="docs", destination="https://a.example/page")
+    url = server.serve("/t", b"a.example\nb.example\nnot a host at all!\n")
+    client = make_staff(*SOURCE_EDITOR)
+    form = client.get(reverse("admin:urlguard_source_add")).content.decode()
+    assert 'id="test-fetch"' in form
+    data = {"name": "trial", "kind": "feed", "url": url, "format": "auto", "category": "spam"}
+    data |= {"interval": "15 min", "enabled": "on", "_test_fetch": "1"}
+    response = client.post(reverse("admin:urlguard_source_test_fetch_start"), data, follow=True)
+    html = response.content.decode()
+    assert "Format detected" in html and 'id="test-fetch-entries">2' in html
+    assert 'id="test-fetch-refused">1' in html and "not a host at all" in html
+    assert "Would block 1 short link" in html and "/docs" in html
+    assert not Source.objects.filter(name="trial").exists() and not SpamRule.objects.exists()
+    subscribe = re.search(r'id="subscribe" href="([^"]+)"', html).group(1)
+    prefilled = client.get(unescape(subscribe)).content.decode()
+    assert 'value="trial"' in prefilled and 'value="15 min"' in prefilled
+
+
+def test_a_test_fetch_of_a_broken_feed_says_why(make_staff, server):
+    url = server.serve("/gone", b"", status=404)
+    client = make_staff(*SOURCE_EDITOR)
+    data = {"name": "t", "kind": "feed", "url": url, "format": "auto", "category": "spam"}
+    data |= {"interval": "1 h", "enabled": "on"}
+    html = client.post(
+        reverse("admin:urlguard_source_test_fetch_start"), data, follow=True
+    ).content.decode()
+    assert 'id="test-fetch-error"' in html and "404" in html
+
+
+def test_a_test_fetch_of_a_bad_form_goes_back_with_the_mistakes(make_staff):
+    client = make_staff(*SOURCE_EDITOR)
+    data = {"name": "t", "kind": "feed", "url": "ftp://x", "format": "auto", "category": "spam"}
+    data |= {"interval": "1 h"}
+    response = client.post(reverse("admin:urlguard_source_test_fetch_start"), data)
+    assert response.status_code == 302 and "/add/?" in response["Location"]
+    assert not AdminJob.objects.exists()
+    viewer = make_staff("view_source")
+    assert viewer.post(reverse("admin:urlguard_source_test_fetch_start"), data).status_code == 403

@@ -192,7 +192,7 @@ def test_a_revert_killed_mid_way_is_finished_by_reverting_again(node):
     assert reverts[0][2] == ""
     assert "OK: all 0 rules are in" in verified
     # Done now: a third revert is refused, saying by which.
-    assert "CommandError: " in again and "already reverted by Revert #" in again
+    assert "CommandError: " in again and "already reverted by Change set #" in again
 
 
 # The admin's revert, as the embedded default runs it (on the runner thread of the
@@ -228,7 +228,7 @@ def test_an_admin_revert_whose_process_died_is_marked_failed_and_runs_again(node
     )
     state, message = node.one("SELECT state, message FROM urlguard_adminjob WHERE id = ?", job)
     assert (state, message) == ("failed", "The worker stopped; run it again to finish.")
-    assert " done Reverted Import #" in out, out
+    assert " done Reverted Change set #" in out, out
     assert node.one("SELECT COUNT(*) FROM urlguard_spamrule") == 0
     assert node.db("SELECT state FROM urlguard_adminjob WHERE kind = 'revert' ORDER BY id") == [
         ("failed",),

@@ -175,16 +175,19 @@ def test_the_queue_shows_the_report_beside_its_rule(report, editor, make_staff):
     )
     html = resolver.get(QUEUE).content.decode()
     assert "https://docs-spam.example/legit" in html and "<code>docs-spam.example/</code>" in html
-    assert "Remove rule" in html and "Dismiss" in html
+    assert "Remove…" in html and "Dismiss" in html
 
 
-def test_remove_in_one_click(report, make_staff):
+def test_remove_after_a_confirmation_with_the_impact(report, make_staff):
     resolver = make_staff(
         "view_mistakereport", "change_mistakereport", "view_spamrule", "delete_spamrule"
     )
-    response = resolver.post(
-        reverse("admin:urlguard_mistakereport_remove", args=[report.pk]), follow=True
-    )
+    url = reverse("admin:urlguard_mistakereport_remove", args=[report.pk])
+    page = resolver.get(url).content.decode()
+    assert "Would unblock 2 of the 2 short links" in page and 'id="confirm-remove"' in page
+    assert resolver.post(url).status_code == 200  # no confirmation: the page again
+    assert SpamRule.objects.exists()
+    response = resolver.post(url, {"confirm": "1"}, follow=True)
     assert response.status_code == 200
     assert not SpamRule.objects.exists()
     assert ChangeEvent.objects.filter(action="remove").count() == 1
@@ -236,8 +239,8 @@ def test_narrow_opens_the_add_form_that_replaces_the_rule(report, make_staff):
 def test_view_only_staff_cannot_act(report, make_staff, editor):
     viewer = make_staff("view_mistakereport", "view_spamrule")
     html = viewer.get(QUEUE).content.decode()
-    assert "https://docs-spam.example/legit" in html and "Remove rule" not in html
-    for name in ("remove", "narrow", "dismiss"):
+    assert "https://docs-spam.example/legit" in html and "Remove…" not in html
+    for name in ("remove", "narrow", "dismiss", "allowlist"):
         url = reverse(f"admin:urlguard_mistakereport_{name}", args=[report.pk])
         assert viewer.post(url).status_code == 403
         assert viewer.get(url).status_code in (403, 405)

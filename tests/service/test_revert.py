@@ -5,6 +5,8 @@ and imports are change sets. View-only staff cannot revert."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
@@ -166,7 +168,10 @@ def test_a_revert_that_was_interrupted_is_finished_by_reverting_again(editor):
     partial.refresh_from_db()
     assert (partial.removed, partial.owner) == (3, "") and partial.finished is not None
     assert not SpamRule.objects.exists()
-    with pytest.raises(revert.RevertError, match=f"already reverted by Revert #{partial.pk}"):
+    with pytest.raises(
+        revert.RevertError,
+        match=re.escape(f"already reverted by Change set #{partial.pk} (revert)"),
+    ):
         revert.plan_revert(imported)
 
 
@@ -175,7 +180,10 @@ def test_a_revert_whose_owner_still_runs_is_refused():
 
     imported, partial = _interrupted_revert(owner=str(ownership.me()))
     for attempt in (revert.plan_revert, revert.revert_change_set):
-        with pytest.raises(revert.RevertError, match=f"is being reverted by Revert #{partial.pk}"):
+        with pytest.raises(
+            revert.RevertError,
+            match=re.escape(f"is being reverted by Change set #{partial.pk} (revert)"),
+        ):
             attempt(imported)
     assert SpamRule.objects.count() == 2
 
@@ -190,13 +198,13 @@ def test_the_revert_command_prints_the_plan_and_its_impact_then_reverts():
     out = StringIO()
     call_command("revert_change_set", str(imported.pk), "--dry-run", stdout=out)
     text = out.getvalue()
-    assert f"Revert #{partial.pk} of it was interrupted after 1 removed" in text
+    assert f"Change set #{partial.pk} (revert) of it was interrupted after 1 removed" in text
     assert "removes 2 rule(s) and restores 0" in text and "  remove r2.example.net/" in text
     assert "Removing: Would unblock 1 of the 1 short link" in text
     assert "Dry run: nothing was changed." in text and SpamRule.objects.count() == 2
     out = StringIO()
     call_command("revert_change_set", str(imported.pk), "--reason", "bad list", stdout=out)
-    assert f"in Revert #{partial.pk}: 3 rule(s) removed" in out.getvalue()
+    assert f"in Change set #{partial.pk} (revert): 3 rule(s) removed" in out.getvalue()
     assert not SpamRule.objects.exists()
     with pytest.raises(CommandError, match="already reverted"):
         call_command("revert_change_set", str(imported.pk))

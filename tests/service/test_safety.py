@@ -24,7 +24,14 @@ PREVIEW = reverse("admin:urlguard_spamrule_preview")
         ("https://sites.google.com/view/x", "sites.google.com/view/x"),
         ("https://bit.ly/xyz", "bit.ly/xyz"),
         ("https://bit.ly/xyz?ref=1", "bit.ly/xyz"),
-        ("http://www.spam-shop.example/landing?utm=1", "www.spam-shop.example/"),
+        # www. before a registrable domain: the spammer's own domain, bare host included.
+        ("http://www.spam-shop.example/landing?utm=1", "spam-shop.example/"),
+        ("https://www.mega-spam-deals.example/offers/x", "mega-spam-deals.example/"),
+        ("www.spam-shop.example", "spam-shop.example/"),
+        ("https://www.spam-shop.co.uk/x", "spam-shop.co.uk/"),
+        ("https://www.evil.github.io/x", "evil.github.io/"),  # a customer's own site
+        # ... but not a www. deeper down.
+        ("https://www.shop.spam.example/x", "www.shop.spam.example/"),
         ("spam.example.com", "spam.example.com/"),
         ("example.com", "example.com/"),
         ("https://evil.github.io/x", "evil.github.io/"),  # a customer's site: its host

@@ -48,3 +48,14 @@ def test_seeding_twice_adds_nothing(settings):
     settings.EMBEDDED_DEMO = False
     seed()
     assert "(4 and 12 already there)" in seed("--no-superuser")
+
+
+def test_the_first_filter_build_is_news_not_a_warning(settings, tmp_path, caplog):
+    settings.URLGUARD = {**settings.URLGUARD, "FILTER_PATH": str(tmp_path / "filter.bin")}
+    caplog.set_level("INFO")
+    text = seed("--no-superuser", "--base-url", "http://127.0.0.1:8123/")
+    assert (tmp_path / "filter.bin").exists()
+    assert "building the demo's first filter file" in caplog.text
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == []
+    assert "http://127.0.0.1:8123/prize " in text  # the printed links follow the port

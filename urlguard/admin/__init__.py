@@ -4,9 +4,11 @@ registered by urlguard.shortlinks), and the read-only change log. Every rule wri
 goes through urlguard.changes."""
 
 from urlguard.admin import (  # noqa: F401  (registers)
+    allowlist,
     apikeys,
     changelog,
     changesets,
+    hits,
     jobs,
     links,
     reportqueue,

@@ -47,7 +47,7 @@ def delete_job_view(model_admin, request: HttpRequest, job_id: int) -> HttpRespo
         model_admin,
         request,
         "admin/urlguard/spamrule/delete_job.html",
-        title=f"Bulk delete #{job.pk}",
+        title=f"Bulk delete #{job.number}",
         job=job,
         categories=[(labels.get(c, c), n) for c, n in sorted(result.get("categories", {}).items())],
         status_url=reverse("admin:urlguard_spamrule_job_status", args=[job.pk]),
@@ -63,12 +63,12 @@ def delete_commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpRe
         report_job_outcome(request, job, f"Bulk delete #{job.pk} is queued again to finish.")
     elif job.state != AdminJob.State.PREVIEWED:
         messages.warning(
-            request, f"Bulk delete #{job.pk} was already started ({job.get_state_display()})."
+            request, f"Bulk delete #{job.number} was already started ({job.get_state_display()})."
         )
     elif job.total == 0:
         messages.info(request, "Nothing to delete: the selected rules are already gone.")
     elif jobs.start_delete(job, reason=request.POST.get("reason", "")):
         report_job_outcome(
-            request, job, f"Bulk delete #{job.pk} is queued; this page shows its progress."
+            request, job, f"Bulk delete #{job.number} is queued; this page shows its progress."
         )
     return HttpResponseRedirect(job_url(job))

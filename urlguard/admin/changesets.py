@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils import formats, timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from urlguard import ownership
 from urlguard.admin import jobs
@@ -56,6 +56,7 @@ class ChangeSetAdmin(ReadOnlyAdmin):
         "refused",
         "reverts",
         "reverted_by_link",
+        "reports_link",
     )
     fields = readonly_fields
 
@@ -92,6 +93,25 @@ class ChangeSetAdmin(ReadOnlyAdmin):
         if unfinished:
             link += format_html(' <strong class="changeset-partial">{}</strong>', unfinished)
         return link
+
+    @admin.display(description="mistake reports")
+    def reports_link(self, obj: ChangeSet) -> str:
+        """The visitors' reports this change set acted on."""
+        reports = list(obj.reports.order_by("pk")[:20])
+        if not reports:
+            return "none"
+        return format_html_join(
+            ", ",
+            '<a href="{}">report #{}</a> ({})',
+            (
+                (
+                    reverse("admin:urlguard_mistakereport_change", args=[r.pk]),
+                    r.pk,
+                    r.destination[:80],
+                )
+                for r in reports
+            ),
+        )
 
     @admin.display(description="note")
     def note_short(self, obj: ChangeSet) -> str:
@@ -220,10 +240,10 @@ def revert_commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpRe
     job = _revert_job(job_id)
     if job.state != AdminJob.State.PREVIEWED:
         messages.warning(
-            request, f"Revert #{job.pk} was already started ({job.get_state_display()})."
+            request, f"Revert #{job.number} was already started ({job.get_state_display()})."
         )
     elif jobs.start_revert(job, reason=request.POST.get("reason", "")):
         report_job_outcome(
-            request, job, f"Revert #{job.pk} is queued; this page shows its progress."
+            request, job, f"Revert #{job.number} is queued; this page shows its progress."
         )
     return HttpResponseRedirect(reverse("admin:urlguard_changeset_revert_job", args=[job.pk]))

@@ -67,7 +67,7 @@ def job_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         model_admin,
         request,
         "admin/urlguard/spamrule/import_job.html",
-        title=f"Import #{job.pk}: {job.params.get('filename', '')}",
+        title=f"Import #{job.number}: {job.params.get('filename', '')}",
         job=job,
         rescan=rescan,
         status_url=reverse("admin:urlguard_spamrule_job_status", args=[job.pk]),
@@ -83,16 +83,16 @@ def commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         raise PermissionDenied
     job = _job(job_id, AdminJob.Kind.IMPORT)
     if job.state == AdminJob.State.FAILED and jobs.run_again(job):
-        report_job_outcome(request, job, f"Import #{job.pk} is queued again to finish.")
+        report_job_outcome(request, job, f"Import #{job.number} is queued again to finish.")
     elif job.state != AdminJob.State.PREVIEWED:
         messages.warning(
-            request, f"Import #{job.pk} was already committed ({job.get_state_display()})."
+            request, f"Import #{job.number} was already committed ({job.get_state_display()})."
         )
     elif job.total == 0:
         messages.info(request, "Nothing to import: every line is already present or refused.")
     elif jobs.start_import(job, user=request.user):
         report_job_outcome(
-            request, job, f"Import #{job.pk} is queued; this page shows its progress."
+            request, job, f"Import #{job.number} is queued; this page shows its progress."
         )
     return HttpResponseRedirect(reverse("admin:urlguard_spamrule_import_job", args=[job.pk]))
 

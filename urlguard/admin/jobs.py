@@ -389,7 +389,7 @@ def import_rules_job(job_id: int) -> dict | None:
         with changes.change_set(
             kind=ChangeSet.Kind.IMPORT,
             actor=job.created_by,
-            note=f"import #{job.pk}: {job.params.get('filename', '')}"[:1000],
+            note=f"import #{job.number}: {job.params.get('filename', '')}"[:1000],
             source=source,
             resume=_written_before(job),
         ) as change_set:
@@ -548,7 +548,7 @@ def delete_rules_job(job_id: int) -> dict | None:
             kind=ChangeSet.Kind.BULK_DELETE,
             actor=job.created_by,
             reason=job.params.get("reason", ""),
-            note=f"bulk delete #{job.pk}",
+            note=f"bulk delete #{job.number}",
             resume=_written_before(job),
         ) as change_set:
             _writes_into(job, change_set)

@@ -1,11 +1,17 @@
 """The mistake-report queue: what visitors reported from the warning page, newest
-first, each beside the rule that blocked it, with one-click actions per report:
-remove the rule (through urlguard.changes), narrow it (the add form, prefilled, that
-replaces it) or dismiss the report. Acting needs the permission to change reports
-(and, for the rule, to delete or add rules); viewing alone changes nothing."""
+first, each beside the rule that blocked it and who listed that rule and when (feeds,
+a person, an import), with actions per report: remove the rule (after a page with its
+impact, and a warning when a feed will list it again), allowlist the host (a feed's
+rule on a whole host), narrow it (the add form, prefilled, that replaces it) or
+dismiss the report. The change set an action makes carries the report as its reason,
+and the report links it. Acting needs the permission to change reports (and, for the
+rule, to delete or add rules, or to add allowlisted hosts); viewing changes nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -13,18 +19,21 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from urlguard import changes
-from urlguard.admin.pages import http_methods, tool_urls
+from urlguard.admin.pages import http_methods, render_tool, tool_urls
+from urlguard.canonical import split_expression
+from urlguard.feeds.allowlist import allow_host
 from urlguard.impact import impact_of_removing
-from urlguard.models import MistakeReport, SpamRule
+from urlguard.models import AllowedHost, ChangeSet, MistakeReport, RuleSource, Source, SpamRule
 
 CHANGELIST = "admin:urlguard_mistakereport_changelist"
 
 
-def resolve(rule_or_report, status: str, user) -> int:
-    """Close the open reports about the report's rule (or about `rule`)."""
+def resolve(rule_or_report, status: str, user, change_set: ChangeSet | None = None) -> int:
+    """Close the open reports about the report's rule (or about `rule`), linking the
+    change set that acted on them."""
     if isinstance(rule_or_report, MistakeReport):
         reports = MistakeReport.objects.filter(pk=rule_or_report.pk)
         if rule_or_report.rule_id is not None:
@@ -32,8 +41,70 @@ def resolve(rule_or_report, status: str, user) -> int:
     else:
         reports = MistakeReport.objects.filter(rule=rule_or_report)
     return reports.filter(status=MistakeReport.Status.OPEN).update(
-        status=status, resolved_by=user, resolved_at=timezone.now()
+        status=status, resolved_by=user, resolved_at=timezone.now(), change_set=change_set
     )
+
+
+def reason_of(report: MistakeReport) -> str:
+    """What a change set made for `report` says as its reason."""
+    text = f"mistake report #{report.pk} about {report.destination[:300]}"
+    if report.comment:
+        text += f": “{report.comment[:300]}”"
+    return text
+
+
+@contextmanager
+def acting_on(report_id: Any, user: Any) -> Iterator[ChangeSet | None]:
+    """A change set for the writes inside, carrying the report (given by its id, as
+    the narrow form passes it) as its reason; None (no set) for no such report."""
+    report = MistakeReport.objects.filter(pk=int(report_id)).first() if report_id else None
+    if report is None:
+        yield None
+        return
+    with changes.change_set(kind=ChangeSet.Kind.ADMIN, actor=user, reason=reason_of(report)) as cs:
+        try:
+            yield cs
+        except BaseException:
+            if not ChangeSet.objects.filter(pk=cs.pk, events__isnull=False).exists():
+                cs.delete()  # refused before anything was written: no empty set stays
+            raise
+
+
+def listings(rule: SpamRule) -> list[RuleSource]:
+    """Who lists `rule` and since when, feeds first."""
+    rows = RuleSource.objects.filter(rule=rule).select_related("source")
+    return sorted(rows, key=lambda row: (not row.source.is_feed, row.source.name))
+
+
+def provenance(rule: SpamRule) -> str:
+    """ "the feed hosts since 2026-11-25; by hand (admin) since …" with links."""
+    rows = listings(rule)
+    if not rows:
+        return "no source lists it (it stays until removed by hand)"
+    return format_html_join(
+        "; ",
+        '{} <a href="{}">{}</a> <span class="help">since {}</span>',
+        (
+            (
+                "the feed" if row.source.is_feed else "by hand:",
+                reverse("admin:urlguard_source_change", args=[row.source.pk]),
+                row.source.name,
+                timezone.localtime(row.created).strftime("%Y-%m-%d %H:%M"),
+            )
+            for row in rows
+        ),
+    )
+
+
+def allowlist_host_of(rule: SpamRule) -> str | None:
+    """The host to allowlist against `rule`: a rule on a whole host that a feed lists
+    (the allowlist refuses only such rules, and only from feeds)."""
+    host, path = split_expression(rule.expression)
+    if path != "/":
+        return None
+    if not RuleSource.objects.filter(rule=rule, source__kind=Source.Kind.FEED).exists():
+        return None
+    return host
 
 
 @admin.register(MistakeReport)
@@ -42,13 +113,14 @@ class MistakeReportAdmin(admin.ModelAdmin):
         "created_on",
         "destination_short",
         "blocked_by",
-        "status",
+        "listed_by",
+        "status_and_change",
         "comment_short",
         "act",
     )
     list_filter = ("status", "created")
     search_fields = ("destination", "expression", "comment", "email")
-    list_select_related = ("rule",)
+    list_select_related = ("rule", "change_set")
     list_per_page = 100
     readonly_fields = (
         "destination",
@@ -60,6 +132,7 @@ class MistakeReportAdmin(admin.ModelAdmin):
         "status",
         "resolved_by",
         "resolved_at",
+        "change_set",
     )
     fields = readonly_fields
     actions = None
@@ -91,28 +164,54 @@ class MistakeReportAdmin(admin.ModelAdmin):
             obj.rule.expression,
         )
 
+    @admin.display(description="listed by")
+    def listed_by(self, obj: MistakeReport) -> str:
+        return provenance(obj.rule) if obj.rule is not None else ""
+
+    @admin.display(description="status", ordering="status")
+    def status_and_change(self, obj: MistakeReport) -> str:
+        if obj.change_set_id is None:
+            return obj.get_status_display()
+        return format_html(
+            '{} (<a href="{}">change set #{}</a>)',
+            obj.get_status_display(),
+            reverse("admin:urlguard_changeset_change", args=[obj.change_set_id]),
+            obj.change_set_id,
+        )
+
     @admin.display(description="act")
     def act(self, obj: MistakeReport) -> str:
         if obj.status != MistakeReport.Status.OPEN or not getattr(self, "_can_act", False):
             return ""
-        # Buttons of the change list's own form (its CSRF token comes along), each
+        # "Remove…" opens a page with the impact and the confirmation; the others are
+        # buttons of the change list's own form (its CSRF token comes along), each
         # posting to its action's URL: one click, no nested forms.
+        parts = []
+        if obj.rule is not None:
+            parts.append(
+                format_html(
+                    '<a class="button report-remove" href="{}">Remove…</a>',
+                    reverse("admin:urlguard_mistakereport_remove", args=[obj.pk]),
+                )
+            )
         buttons = []
-        if obj.rule_id is not None:
-            buttons.append(("remove", "Remove rule", "report-remove"))
+        if obj.rule is not None and allowlist_host_of(obj.rule):
+            host = split_expression(obj.rule.expression)[0]
+            buttons.append(("allowlist", f"Allowlist {host}", "report-allowlist"))
+        if obj.rule is not None:
             buttons.append(("narrow", "Narrow…", "report-narrow"))
         buttons.append(("dismiss", "Dismiss", "report-dismiss"))
-        return format_html(
-            "".join(
-                f'<button type="submit" class="button {css}" formaction="{{}}" formmethod="post">'
-                f"{label}</button> "
-                for _, label, css in buttons
-            ),
-            *[
-                reverse(f"admin:urlguard_mistakereport_{name}", args=[obj.pk])
-                for name, _, _ in buttons
-            ],
-        )
+        for name, label, css in buttons:
+            parts.append(
+                format_html(
+                    '<button type="submit" class="button {}" formaction="{}" formmethod="post">'
+                    "{}</button>",
+                    css,
+                    reverse(f"admin:urlguard_mistakereport_{name}", args=[obj.pk]),
+                    label,
+                )
+            )
+        return format_html_join(" ", "{}", ((part,) for part in parts))
 
     def changelist_view(self, request, extra_context=None):
         self._can_act = self.has_change_permission(request)
@@ -124,6 +223,7 @@ class MistakeReportAdmin(admin.ModelAdmin):
                 self,
                 [
                     ("<int:report_id>/remove/", remove_view, "remove"),
+                    ("<int:report_id>/allowlist/", allowlist_view, "allowlist"),
                     ("<int:report_id>/narrow/", narrow_view, "narrow"),
                     ("<int:report_id>/dismiss/", dismiss_view, "dismiss"),
                 ],
@@ -143,8 +243,11 @@ def _rules_admin(model_admin):
     return model_admin.admin_site.get_model_admin(SpamRule)
 
 
-@http_methods("POST")
+@http_methods("GET", "POST")
 def remove_view(model_admin, request: HttpRequest, report_id: int) -> HttpResponse:
+    """GET: what removing the report's rule would unblock, who listed it (and a warning
+    when a feed will list it again), and the confirmation. POST with `confirm`: remove
+    it, in a change set whose reason is the report."""
     if not (
         model_admin.has_change_permission(request)
         and _rules_admin(model_admin).has_delete_permission(request)
@@ -154,15 +257,87 @@ def remove_view(model_admin, request: HttpRequest, report_id: int) -> HttpRespon
     rule = report.rule
     if rule is None:
         messages.warning(request, "The rule of this report is already gone.")
-    else:
+        return HttpResponseRedirect(reverse(CHANGELIST))
+    feeds = [row.source for row in listings(rule) if row.source.is_feed]
+    if request.method == "POST" and request.POST.get("confirm"):
         impact = impact_of_removing([rule.expression])
-        # Closed first: removing the rule unlinks its reports (SET_NULL).
-        closed = resolve(report, MistakeReport.Status.REMOVED, request.user)
-        changes.remove_rule(rule, user=request.user, source="admin")
+        with changes.change_set(
+            kind=ChangeSet.Kind.ADMIN, actor=request.user, reason=reason_of(report)
+        ) as cs:
+            # Closed first: removing the rule unlinks its reports (SET_NULL).
+            closed = resolve(report, MistakeReport.Status.REMOVED, request.user, cs)
+            changes.remove_rule(rule, user=request.user, source="admin", change_set=cs)
         messages.success(
             request,
             f"Removed the rule {rule.expression} ({closed} report{'s' if closed != 1 else ''} "
-            f"closed). {impact.text()}",
+            f"closed; change set #{cs.pk}). {impact.text()}",
+        )
+        if feeds:
+            messages.warning(
+                request,
+                f"Still listed by {'the feed' if len(feeds) == 1 else 'the feeds'} "
+                f"{', '.join(f.name for f in feeds)}: {rule.expression} comes back at the "
+                "next refresh that is not a 304. Allowlist the host to keep it out.",
+            )
+        return HttpResponseRedirect(reverse(CHANGELIST))
+    host = allowlist_host_of(rule)
+    return render_tool(
+        model_admin,
+        request,
+        "admin/urlguard/mistakereport/remove.html",
+        title=f"Remove the rule {rule.expression}?",
+        report=report,
+        rule=rule,
+        provenance=provenance(rule),
+        feeds=feeds,
+        impact=impact_of_removing([rule.expression]).as_dict(),
+        allowlist_host=host,
+        can_allowlist=host is not None and _may_allowlist(model_admin, request),
+    )
+
+
+def _may_allowlist(model_admin, request: HttpRequest) -> bool:
+    allowlist_admin = model_admin.admin_site.get_model_admin(AllowedHost)
+    return bool(allowlist_admin.has_add_permission(request))
+
+
+@http_methods("POST")
+def allowlist_view(model_admin, request: HttpRequest, report_id: int) -> HttpResponse:
+    """Allowlist the host a feed's rule blocks whole: the feeds' listings are withdrawn
+    at once and stay out at their next refreshes (urlguard.feeds.allowlist)."""
+    if not (model_admin.has_change_permission(request) and _may_allowlist(model_admin, request)):
+        raise PermissionDenied
+    report = _report(report_id)
+    rule = report.rule
+    host = allowlist_host_of(rule) if rule is not None else None
+    if rule is None or host is None:
+        messages.warning(
+            request, "Only a feed's rule on a whole host can be lifted by the allowlist."
+        )
+        return HttpResponseRedirect(reverse(CHANGELIST))
+    # Read first: withdrawing the rule unlinks its reports (SET_NULL).
+    about = list(
+        MistakeReport.objects.filter(rule=rule, status=MistakeReport.Status.OPEN).values_list(
+            "pk", flat=True
+        )
+    )
+    result = allow_host(host, note=reason_of(report)[:200], user=request.user)
+    closed = MistakeReport.objects.filter(pk__in=about, status=MistakeReport.Status.OPEN).update(
+        status=MistakeReport.Status.ALLOWLISTED,
+        resolved_by=request.user,
+        resolved_at=timezone.now(),
+        change_set=result.change_set,
+    )
+    messages.success(
+        request,
+        f"Allowlisted {host}: {'; '.join(result.lines(left=False)) or 'no feed listing changed'} "
+        f"({closed} report{'s' if closed != 1 else ''} closed).",
+    )
+    for left in result.left:
+        messages.warning(
+            request,
+            f"{left.expression} still blocks {host}: a person or an import listed it; "
+            "remove it if it is a mistake.",
         )
     return HttpResponseRedirect(reverse(CHANGELIST))
 

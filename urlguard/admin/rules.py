@@ -15,7 +15,13 @@ from django.utils.html import format_html
 
 from urlguard import changes, hitlog, nudge
 from urlguard.admin import bulk, checkurl, dashboard, imports, reportqueue
-from urlguard.admin.pages import BatchAnnotatedChangeList, http_methods, render_tool, tool_urls
+from urlguard.admin.pages import (
+    BatchAnnotatedChangeList,
+    http_methods,
+    parse_id,
+    render_tool,
+    tool_urls,
+)
 from urlguard.admin.preview import rule_preview
 from urlguard.admin.sources import ListedByFilter, listed_by
 from urlguard.canonical import expressions
@@ -24,7 +30,7 @@ from urlguard.forms import SpamRuleAddForm, SpamRuleChangeForm, proposed_express
 from urlguard.impact import impact_of_removing
 from urlguard.models import MistakeReport, SpamRule
 from urlguard.rules import RuleError, rule_level
-from urlguard.templatetags.urlguard_format import micros_date
+from urlguard.templatetags.urlguard_format import breakable_expression, micros_date
 
 
 @admin.register(SpamRule)
@@ -40,7 +46,8 @@ class SpamRuleAdmin(admin.ModelAdmin):
         "continued",
         "disputes",
     )
-    list_filter = ("category", ListedByFilter, "source", "created")
+    # "Listed by" is the sources filter (the rule's `source` label only repeats it).
+    list_filter = ("category", ListedByFilter, "created")
     search_fields = ("expression",)
     search_help_text = (
         "Part of an expression (example.com), or a whole URL to find the rules that block it."
@@ -75,6 +82,10 @@ class SpamRuleAdmin(admin.ModelAdmin):
     # Django's delete_selected renders every selected object on one page (584,336
     # rules: 105 MB, 44 s); ours sums up the selection and deletes as a job.
     actions = ["delete_selected_rules"]
+
+    @admin.display(description="expression", ordering="expression")
+    def expression(self, obj: SpamRule) -> str:
+        return breakable_expression(obj.expression)
 
     @admin.display(description="added", ordering="added_at")
     def added(self, obj: SpamRule) -> str:
@@ -238,19 +249,25 @@ class SpamRuleAdmin(admin.ModelAdmin):
                     data["expression"] = proposed
             form = SpamRuleAddForm(data, preview=previewing, request_host=request.get_host())
             if form.is_valid() and not previewing:
+                report_id = (
+                    form.cleaned_data.get("report") if form.cleaned_data.get("replace") else None
+                )
                 try:
-                    rule = changes.add_rule(
-                        form.cleaned_data["expression"],
-                        category=form.cleaned_data["category"],
-                        note=form.cleaned_data["note"],
-                        user=request.user,
-                        source="admin",
-                    )
+                    # Narrowing from a mistake report: one change set, the report its reason.
+                    with reportqueue.acting_on(parse_id(report_id), request.user) as cs:
+                        rule = changes.add_rule(
+                            form.cleaned_data["expression"],
+                            category=form.cleaned_data["category"],
+                            note=form.cleaned_data["note"],
+                            user=request.user,
+                            source="admin",
+                            change_set=cs,
+                        )
+                        self._replace(request, form, rule, cs)
                 except RuleError as exc:  # includes RuleExists from a concurrent add
                     form.add_error("expression", str(exc))
                 else:
                     self.log_addition(request, rule, [{"added": {}}])
-                    self._replace(request, form, rule)
                     self.message_user(
                         request,
                         format_html(
@@ -305,14 +322,14 @@ class SpamRuleAdmin(admin.ModelAdmin):
             },
         )
 
-    def _replace(self, request, form, rule: SpamRule) -> None:
+    def _replace(self, request, form, rule: SpamRule, change_set=None) -> None:
         """ "Narrow" from a mistake report: the new rule replaces the broad one."""
         old = form.cleaned_data.get("replace")
         if old is None or old.pk == rule.pk or not self.has_delete_permission(request):
             return
         # Closed first: removing the rule unlinks its reports (SET_NULL).
-        closed = reportqueue.resolve(old, MistakeReport.Status.NARROWED, request.user)
-        changes.remove_rule(old, user=request.user, source="admin")
+        closed = reportqueue.resolve(old, MistakeReport.Status.NARROWED, request.user, change_set)
+        changes.remove_rule(old, user=request.user, source="admin", change_set=change_set)
         self.message_user(
             request,
             f"It replaces {old.expression}, now removed ({closed} mistake report"

@@ -6,7 +6,11 @@ filter by source, the dashboard's feed health panel)."""
 
 from __future__ import annotations
 
+import math
+import re
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -22,9 +26,8 @@ from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
 from urlguard.conf import conf
 from urlguard.feeds import holds
 from urlguard.feeds.formats import NAMES
-from urlguard.feeds.health import HEALTH_LABELS, health, refresh_state
+from urlguard.feeds.health import HEALTH_LABELS, health, in_words, refresh_state
 from urlguard.models import AdminJob, AllowedHost, FeedHold, FeedRefresh, Source
-from urlguard.rules import RuleError, normalize_rule
 
 HISTORY_SHOWN = 20
 
@@ -44,7 +47,7 @@ def age(when) -> str:  # type: ignore[no-untyped-def]
 
 def health_badge(source: Source) -> str:
     state = health(source)
-    title = source.last_error[:300] if state in ("failing", "stale") else ""
+    title = source.last_error[:300] if state in ("failing", "failed", "stale") else ""
     badge = format_html(
         '<span class="feed-health feed-{}" title="{}">{}</span>', state, title, HEALTH_LABELS[state]
     )
@@ -54,13 +57,59 @@ def health_badge(source: Source) -> str:
     return badge
 
 
+_UNITS = {
+    **dict.fromkeys(("", "s", "sec", "secs", "second", "seconds"), 1),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600),
+    **dict.fromkeys(("d", "day", "days"), 86400),
+}
+_INTERVAL = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
+def human_interval(seconds: int | None) -> str:
+    """3600 -> "1 h", 90 -> "90 s", 5400 -> "90 min": the largest unit that divides."""
+    if not seconds:
+        return ""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+class IntervalField(forms.CharField):
+    """An interval typed as a person says it ("15 min", "1 h", "1 d", or seconds),
+    stored in seconds."""
+
+    def prepare_value(self, value):  # type: ignore[no-untyped-def]
+        return human_interval(value) if isinstance(value, int) else value
+
+    def to_python(self, value):  # type: ignore[no-untyped-def]
+        text = str(super().to_python(value) or "").strip().lower()
+        if not text:
+            return None
+        match = _INTERVAL.fullmatch(text)
+        if match is None or match.group(2) not in _UNITS or float(match.group(1)) <= 0:
+            raise forms.ValidationError(
+                "Give the interval as a number and a unit: 90 s, 15 min, 1 h or 1 d."
+            )
+        return round(float(match.group(1)) * _UNITS[match.group(2)])
+
+
 class SourceForm(forms.ModelForm):
     # Set by SourceAdmin.get_form: a file:// URL reads a file on this server, which
     # only a superuser may point a feed at.
     may_read_files = False
 
+    interval = IntervalField(
+        initial="1 h",
+        help_text="How often the feed is fetched: 90 s, 15 min, 1 h, 1 d (at least 1 min).",
+        widget=forms.TextInput(attrs={"size": 10}),
+    )
+
     class Meta:
         model = Source
+        labels = {"url": "URL"}
+        widgets = {"url": forms.URLInput(attrs={"size": 80})}
         fields = (
             "name",
             "kind",
@@ -82,11 +131,17 @@ class SourceForm(forms.ModelForm):
                 self.add_error("url", refusal)
         elif url:
             self.add_error("url", "A manual source has no URL (its rules are added by hand).")
+        if data.get("is_allowlist") and kind != Source.Kind.FEED:
+            self.add_error(
+                "is_allowlist",
+                "Hosts a person allowlists go on the Allowlist (its own admin page); "
+                "a source is an allowlist only when it is a feed of hosts.",
+            )
         if data.get("format") not in ("auto", *NAMES):
             self.add_error("format", "Unknown format.")
         interval = data.get("interval")
         if interval is not None and interval < 60:
-            self.add_error("interval", "At least 60 seconds.")
+            self.add_error("interval", "At least 1 min.")
         return data
 
     def _file_url_refusal(self, url: str) -> str:
@@ -104,32 +159,24 @@ class SourceForm(forms.ModelForm):
         return ""
 
 
-class AllowedHostForm(forms.ModelForm):
-    class Meta:
-        model = AllowedHost
-        fields = ("host", "note")
-
-    def clean_host(self) -> str:
-        text = self.cleaned_data["host"]
-        try:
-            expression = normalize_rule(text)
-        except RuleError as exc:
-            raise forms.ValidationError(str(exc)) from None
-        host, _, path = expression.partition("/")
-        if path:
-            raise forms.ValidationError(
-                "An allowlist names hosts (example.com), not paths or pages."
-            )
-        return host
-
-
 class AllowedHostInline(admin.TabularInline):
+    """The hosts an allowlist feed lists: its refreshes write them, so read-only."""
+
     model = AllowedHost
-    form = AllowedHostForm
-    extra = 1
+    extra = 0
     fields = ("host", "note", "created")
-    readonly_fields = ("created",)
+    readonly_fields = ("host", "note", "created")
     verbose_name = "allowlisted host"
+    verbose_name_plural = "allowlisted hosts (from the feed)"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 # The source page's "Last refresh" section, all read-only.
@@ -159,14 +206,14 @@ class SourceAdmin(admin.ModelAdmin):
     change_form_template = "admin/urlguard/source/change_form.html"
     list_display = (
         "name",
-        "kind",
+        "url_short",
         "health",
-        "last_refresh",
         "entries",
+        "last_success",
+        "next_refresh",
         "rules",
         "last_change",
         "held",
-        "enabled",
     )
     list_filter = ("kind", "enabled", "is_allowlist", "last_status")
     search_fields = ("name", "url")
@@ -205,6 +252,32 @@ class SourceAdmin(admin.ModelAdmin):
     def last_refresh(self, obj: Source) -> str:
         return age(obj.last_refresh_at)
 
+    @admin.display(description="URL", ordering="url")
+    def url_short(self, obj: Source) -> str:
+        if not obj.url:
+            return ""
+        text = obj.url if len(obj.url) <= 60 else obj.url[:57] + "…"
+        return format_html('<span class="feed-url" title="{}">{}</span>', obj.url, text)
+
+    @admin.display(description="last success", ordering="last_success_at")
+    def last_success(self, obj: Source) -> str:
+        return age(obj.last_success_at) if obj.is_feed else ""
+
+    @admin.display(description="next refresh")
+    def next_refresh(self, obj: Source) -> str:
+        if not obj.is_feed:
+            return ""
+        if not obj.enabled:
+            return "disabled"
+        every = f"every {human_interval(obj.interval)}"
+        if obj.last_refresh_at is None:
+            return f"due now ({every})"
+        due = obj.last_refresh_at + timedelta(seconds=obj.interval)
+        seconds = (due - timezone.now()).total_seconds()
+        if seconds <= 0:
+            return f"due now ({every})"
+        return f"in {human_interval(max(math.ceil(seconds / 60), 1) * 60)} ({every})"
+
     @admin.display(description="entries", ordering="last_entries")
     def entries(self, obj: Source) -> str:
         return "" if obj.last_entries is None else f"{obj.last_entries:,}"
@@ -223,13 +296,18 @@ class SourceAdmin(admin.ModelAdmin):
     def last_change(self, obj: Source) -> str:
         if obj.last_added is None:
             return ""
-        text = f"+{obj.last_added:,} −{obj.last_removed or 0:,}"
-        return f"{text}, {obj.last_refused:,} refused" if obj.last_refused else text
+        return in_words(obj.last_added, obj.last_removed, obj.last_refused)
 
-    @admin.display(description="held shrink")
+    @admin.display(description="held")
     def held(self, obj: Source) -> str:
         if obj.held_at is None:
             return ""
+        if "CONFIRM_IMPACT_LINKS" in obj.held_reason:
+            return format_html(
+                '<strong class="feed-held" title="held {}">{}</strong>',
+                age(obj.held_at),
+                obj.held_reason,
+            )
         return format_html(
             '<strong class="feed-held" title="held {}; leaves {} entries">would remove {}</strong>',
             age(obj.held_at),
@@ -245,17 +323,18 @@ class SourceAdmin(admin.ModelAdmin):
         body = format_html_join(
             "",
             "<tr class='refresh-{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
                     r.status,
                     timezone.localtime(r.at).strftime("%Y-%m-%d %H:%M:%S"),
                     r.get_status_display(),
                     f"{r.entries:,}",
-                    f"+{r.added:,}",
-                    f"-{r.removed:,}",
+                    f"{r.added:,}",
+                    f"{r.removed:,}",
                     f"{r.refused:,}",
-                    f"+{r.rules_added:,} / -{r.rules_removed:,}",
+                    in_words(r.rules_added, r.rules_removed),
+                    _links_blocked(r),
                     f"{r.duration:.2f} s",
                     _why(r),
                 )
@@ -265,7 +344,8 @@ class SourceAdmin(admin.ModelAdmin):
         return format_html(
             "<table class='feed-history'><thead><tr><th>When</th><th>Status</th><th>Entries"
             "</th><th>Added</th><th>Removed</th><th>Refused</th><th>Rules written</th>"
-            "<th>Took</th><th>Why / refused samples</th></tr></thead><tbody>{}</tbody></table>",
+            "<th>Short links newly blocked</th><th>Took</th><th>Why / refused samples</th>"
+            "</tr></thead><tbody>{}</tbody></table>",
             body,
         )
 
@@ -281,7 +361,7 @@ class SourceAdmin(admin.ModelAdmin):
         self.message_user(request, f"Refreshing {counted(len(jobs), 'feed')}.", messages.INFO)
         return None
 
-    @admin.action(description="Accept the held shrink of selected feeds", permissions=["change"])
+    @admin.action(description="Accept the held refresh of selected feeds", permissions=["change"])
     def accept_held_shrink(self, request, queryset):
         held = [s for s in queryset if s.held_at is not None]
         if not held:
@@ -305,6 +385,11 @@ class SourceAdmin(admin.ModelAdmin):
         n = queryset.update(enabled=True)
         self.message_user(request, f"Enabled {counted(n, 'source')}.")
 
+    def changelist_view(self, request, extra_context=None):
+        if request.GET.get("kind__exact") == Source.Kind.FEED:
+            extra_context = {**(extra_context or {}), "title": "Feeds"}
+        return super().changelist_view(request, extra_context)
+
     # --- refresh now with progress ----------------------------------------------------
     def get_urls(self):
         return (
@@ -314,10 +399,23 @@ class SourceAdmin(admin.ModelAdmin):
                     ("<int:source_id>/refresh/", refresh_view, "refresh"),
                     ("<int:source_id>/refresh/<int:job_id>/", refresh_job_view, "refresh_job"),
                     ("refresh-status/<int:job_id>/", refresh_status_view, "refresh_status"),
+                    ("test-fetch/", test_fetch_start_view, "test_fetch_start"),
+                    ("test-fetch/<int:job_id>/", test_fetch_view, "test_fetch"),
                 ],
             )
             + super().get_urls()
         )
+
+
+def _links_blocked(refresh: FeedRefresh) -> str:
+    impact = refresh.impact
+    if not impact:
+        return ""
+    if not impact.get("exact", True):
+        return "not known"
+    slugs = ", ".join(f"/{sample['slug']}" for sample in impact.get("samples", [])[:3])
+    changed = int(impact.get("changed", 0))
+    return f"{changed:,}" + (f": {slugs}" if slugs else "") + (" …" if changed > 3 else "")
 
 
 def _why(refresh: FeedRefresh) -> str:
@@ -342,6 +440,85 @@ def start_refresh(source: Source, *, user: Any, accept_shrink: bool = False) -> 
         lambda: refresh_feed.delay(source.pk, accept_shrink=accept_shrink, job_id=job.pk)
     )
     return job
+
+
+def start_test_fetch(data: dict[str, Any], *, user: Any) -> AdminJob:
+    """Queue a test fetch of the subscribe form's feed (a worker, or this process's
+    runner thread: never inside the request)."""
+    from urlguard.admin.jobs import dispatch
+    from urlguard.feeds.tasks import test_fetch_job
+
+    job = AdminJob.objects.create(
+        kind=AdminJob.Kind.TEST_FETCH,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+        params={
+            "name": data.get("name", ""),
+            "url": data["url"].strip(),
+            "format": data.get("format") or "auto",
+            "category": data.get("category") or "spam",
+            "interval": data.get("interval") or 3600,
+        },
+        message="Waiting for a worker.",
+    )
+    dispatch(test_fetch_job, job.pk)
+    return job
+
+
+def _form_query(data: Any) -> str:
+    fields = ("name", "kind", "url", "format", "category", "interval")
+    return urlencode({name: data.get(name, "") for name in fields if data.get(name)})
+
+
+@http_methods("POST")
+def test_fetch_start_view(model_admin: SourceAdmin, request: HttpRequest) -> HttpResponse:
+    """The subscribe form's "Test fetch" button: the form checked as for saving, then
+    the fetch queued as a job; nothing is saved. A form with mistakes goes back, filled
+    in, with them."""
+    if not model_admin.has_add_permission(request):
+        raise PermissionDenied
+    form = model_admin.get_form(request)(request.POST)
+    back = reverse("admin:urlguard_source_add") + "?" + _form_query(request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            label = (form.fields[field].label or field) if field in form.fields else ""
+            for error in errors:
+                messages.error(request, f"{label}: {error}" if label else str(error))
+        return HttpResponseRedirect(back)
+    if form.cleaned_data.get("kind") != Source.Kind.FEED:
+        messages.error(request, "Only a feed has something to fetch.")
+        return HttpResponseRedirect(back)
+    job = start_test_fetch(form.cleaned_data, user=request.user)
+    return HttpResponseRedirect(reverse("admin:urlguard_source_test_fetch", args=[job.pk]))
+
+
+@http_methods("GET")
+def test_fetch_view(model_admin: SourceAdmin, request: HttpRequest, job_id: int) -> HttpResponse:
+    if not model_admin.has_add_permission(request):
+        raise PermissionDenied
+    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.TEST_FETCH).first()
+    if job is None:
+        raise Http404(f"There is no test fetch #{job_id}.")
+    params = job.params
+    subscribe = (
+        reverse("admin:urlguard_source_add")
+        + "?"
+        + _form_query(
+            {
+                **params,
+                "kind": Source.Kind.FEED,
+                "interval": human_interval(int(params.get("interval") or 3600)),
+            }
+        )
+    )
+    return render_tool(
+        model_admin,
+        request,
+        "admin/urlguard/source/test_fetch.html",
+        title=f"Test fetch #{job.number}: {params['url']}",
+        job=job,
+        status_url=reverse("admin:urlguard_source_refresh_status", args=[job.pk]),
+        subscribe_url=subscribe,
+    )
 
 
 def _source(source_id: int) -> Source:
@@ -400,7 +577,9 @@ def refresh_job_view(
 def refresh_status_view(model_admin: SourceAdmin, request: HttpRequest, job_id: int):  # type: ignore[no-untyped-def]
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.REFRESH).first()
+    job = AdminJob.objects.filter(
+        pk=job_id, kind__in=(AdminJob.Kind.REFRESH, AdminJob.Kind.TEST_FETCH)
+    ).first()
     if job is None:
         raise Http404(f"There is no refresh job #{job_id}.")
     return JsonResponse(

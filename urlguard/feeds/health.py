@@ -1,8 +1,9 @@
 """A source's health at a glance, for feeds_info, the sources admin and the
 dashboard: never refreshed, fresh, stale (no success for over two intervals),
-held (a shrink waits for an admin), failing (FEED_UNHEALTHY_FAILURES in a row;
-its rules stay), or disabled; and a refresh that runs, is stuck (its owner died) or
-left a partial change set, in words."""
+held (a refresh waits for an admin), failing (FEED_UNHEALTHY_FAILURES in a row;
+its rules stay), failed (its last refresh failed, fewer times in a row than that:
+a retry may mend it), or disabled; and a refresh that runs, is stuck (its owner died)
+or left a partial change set, in words."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from urlguard import changes, ownership
 from urlguard.conf import conf
 from urlguard.models import ChangeSet, Source
 
-__all__ = ["HEALTH_LABELS", "health", "refresh_state"]
+__all__ = ["HEALTH_LABELS", "health", "in_words", "refresh_state"]
 
 HEALTH_LABELS = {
     "ok": "OK",
     "never": "never refreshed",
     "stale": "stale",
-    "held": "shrink held",
+    "held": "held",
     "failing": "failing",
+    "failed": "last refresh failed",
     "disabled": "disabled",
     "manual": "manual",
 }
@@ -36,8 +38,10 @@ def health(source: Source) -> str:
         return "held"
     if source.failures >= int(conf.FEED_UNHEALTHY_FAILURES):
         return "failing"
+    if source.failures:
+        return "failed"
     if source.last_success_at is None:
-        return "failing" if source.failures else "never"
+        return "never"
     if timezone.now() - source.last_success_at > timedelta(seconds=2 * source.interval + 60):
         return "stale"
     return "ok"
@@ -71,3 +75,23 @@ def refresh_state(source: Source) -> str:
             "refresh finishes it"
         )
     return "; ".join(parts)
+
+
+def _number(n: int | None) -> str:
+    return "none" if not n else f"{n:,}"
+
+
+def in_words(
+    added: int | None,
+    removed: int | None,
+    refused: int | None = None,
+    unchanged: int | None = None,
+) -> str:
+    """Numbers of a refresh as a person says them: "5 added, none removed, 1,000
+    unchanged, 2 refused" (each part only when given, added and removed always)."""
+    parts = [f"{_number(added)} added", f"{_number(removed)} removed"]
+    if unchanged is not None:
+        parts.append(f"{_number(unchanged)} unchanged")
+    if refused is not None:
+        parts.append(f"{_number(refused)} refused")
+    return ", ".join(parts)

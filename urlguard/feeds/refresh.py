@@ -31,7 +31,8 @@ from typing import Any
 
 import mmh3
 import numpy as np
-from django.db import connections, router
+import psycopg
+from django.db import connections, router, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
@@ -40,6 +41,8 @@ from urlguard.conf import conf
 from urlguard.feeds import allowlist, formats, holds, memo
 from urlguard.feeds.decoding import FeedError, numbered, open_text
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
+from urlguard.feeds.health import in_words
+from urlguard.impact import impact_of_listing
 from urlguard.importing import pending_entry
 from urlguard.models import (
     AllowedHost,
@@ -85,9 +88,35 @@ class RefreshResult:
     change_set: int | None = None
     refusals: list[tuple[int, str, str]] = field(default_factory=list)
     holds: list[tuple[str, str]] = field(default_factory=list)  # (expression, reason)
+    # What the entries new to the source block of the short links (Impact.as_dict).
+    impact: dict[str, Any] | None = None
+    held_reason: str = ""
+    rescan_job: int | None = None  # the rescan of the short links that followed
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def impact_lines(self, shown: int = 5) -> list[str]:
+        """The refresh's effect on the short links, in words: the links it newly
+        blocks (a handful named, then a count) and their clicks."""
+        impact = self.impact
+        if not impact:
+            return []
+        if not impact["exact"]:
+            return [impact["note"] or "its effect on the short links is not known yet"]
+        changed = int(impact["changed"])
+        verb = "blocks" if self.status == Source.Status.OK else "would block"
+        if changed == 0:
+            return [f"{verb} no short link that was open"]
+        slugs = [f"/{sample['slug']}" for sample in impact["samples"][:shown]]
+        more = changed - len(slugs)
+        named = ", ".join(slugs) + (f" and {more:,} more" if more > 0 else "")
+        clicks = int(impact.get("changed_clicks", 0))
+        return [
+            f"{verb} {changed:,} short link{'' if changed == 1 else 's'} that "
+            f"{'was' if changed == 1 else 'were'} open: {named} "
+            f"({clicks:,} click{'' if clicks == 1 else 's'} in the last 30 days)"
+        ]
 
     def summary(self) -> str:
         if self.status == Source.Status.FAILED:
@@ -97,15 +126,14 @@ class RefreshResult:
         if self.status == "busy":
             return f"{self.source}: another refresh of it is running ({self.error}); skipped"
         head = {
-            Source.Status.HELD: "HELD (shrink over FEED_SHRINK_THRESHOLD; nothing applied)",
+            Source.Status.HELD: f"HELD ({self.held_reason or 'shrink'}; nothing applied)",
             "dry-run": "dry run (nothing applied)",
         }.get(self.status, "ok")
         return (
-            f"{self.source}: {head}: {self.entries:,} entries ({self.format}), "
-            f"+{self.added:,} -{self.removed:,} ={self.unchanged:,}, {self.refused:,} refused"
+            f"{self.source}: {head}: {self.entries:,} entries ({self.format}): "
+            f"{in_words(self.added, self.removed, self.refused, self.unchanged)}"
             + (f", {self.held:,} held for confirmation" if self.held else "")
-            + "; "
-            f"rules written: +{self.rules_added:,} -{self.rules_removed:,}; "
+            + f"; rules {in_words(self.rules_added, self.rules_removed)}; "
             f"{self.duration:.2f} s"
         )
 
@@ -195,7 +223,7 @@ def refresh_source(
                 "list is never taken for a source that listed nothing"
             )
         if source.is_allowlist:
-            _apply_allowlist(source, staged, result, dry_run=dry_run)
+            _apply_allowlist(source, staged, result, dry_run=dry_run, user=user)
         else:
             _diff_and_apply(
                 source,
@@ -209,11 +237,16 @@ def refresh_source(
             )
         if dry_run and result.status == Source.Status.OK:
             result.status = "dry-run"
+        if not dry_run and result.status == Source.Status.OK and not source.is_allowlist:
+            unchanged = allowlist.load().digest() == staged.allowlist_digest
+            allowlist.record_refusals(source, staged.allowlisted, forget=unchanged)
         if not dry_run:
             if result.status == Source.Status.OK:
                 source.etag, source.last_modified = fetched.etag, fetched.last_modified
             result.duration = time.perf_counter() - started
             _record(source, result)
+            if result.rules_added and _may_block_links(result.impact):
+                result.rescan_job = _start_rescan(user)
     except FeedError as exc:
         result.status, result.error = Source.Status.FAILED, str(exc)
         result.transient = isinstance(exc, TransientFeedError)
@@ -258,6 +291,19 @@ def _remember(staged: _Staged, source: Source, stamp: str) -> None:
             source.name,
             exc,
         )
+
+
+def _may_block_links(impact: dict[str, Any] | None) -> bool:
+    return impact is None or not impact["exact"] or impact["changed"] > 0
+
+
+def _start_rescan(user: Any) -> int:
+    """The rescan of the short links an import runs too (it also brings the impact
+    index up to date): queued, as a job of its own."""
+    from urlguard.admin.jobs import start_rescan
+
+    person = user if getattr(user, "is_authenticated", False) else None
+    return start_rescan(user=person).pk
 
 
 def _give_back_memory() -> None:
@@ -342,6 +388,9 @@ class _Staged:
         self.unit_of = np.zeros(0, dtype=np.int64)
         self.unique_keys = np.zeros(0, dtype=np.int64)  # sorted
         self.refused_units = np.zeros(0, dtype=np.int64)
+        # Entries the allowlist refused, expression -> category (AllowlistRefusal).
+        self.allowlisted: dict[str, str] = {}
+        self.allowlist_digest = ""
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -403,6 +452,7 @@ class _Staged:
         this source lists that rule now; by parsing the line (by_line) and
         normalizing the entries (then the allowlist) otherwise."""
         count = len(self)
+        self.allowlist_digest = protected.digest()
         high = np.frombuffer(self.high, dtype=np.int64)
         low = np.frombuffer(self.low, dtype=np.int64)
         found = np.zeros(count, dtype=bool)
@@ -449,6 +499,7 @@ class _Staged:
                 if reason is not None:
                     _refuse(result, lineno, token, reason)
                     refused_units.append(index)
+                    self.allowlisted[expression] = category or self.source_category
                     continue
                 self.expressions.write(
                     f"{base + len(keys)}\t{category or self.source_category}\t{expression}\n"
@@ -610,7 +661,6 @@ def _listed_aggregated(connection: Any, source: Source) -> tuple[np.ndarray, np.
     # ask for binary results, and in text the 16 MB of a million rows arrive as 32 MB
     # of hex. Both aggregates take the rows in the one order of the scan (asking for
     # key order made PostgreSQL walk the index: twice the time of a sort here).
-    import psycopg  # only on PostgreSQL (the `postgres` extra)
 
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
@@ -660,6 +710,10 @@ def _diff_and_apply(
     drained = high_water and staged.count() < (1 - threshold) * high_water
     if (shrunk or drained) and not accept_shrink:
         result.status = Source.Status.HELD
+        result.held_reason = (
+            f"it would remove {result.removed:,} of {len(old_keys):,} entries, more than "
+            f"FEED_SHRINK_THRESHOLD={threshold}"
+        )
         if not dry_run:
             logger.warning(
                 "feed %s: refresh held: it would remove %d of %d entries, leaving %d of "
@@ -675,6 +729,26 @@ def _diff_and_apply(
                 source.name,
             )
         return
+    if result.added:
+        report("impact", 0, 0)
+        impact = impact_of_listing(expression for expression, _ in staged.lines(picked))
+        result.impact = impact.as_dict()
+        limit = int(conf.CONFIRM_IMPACT_LINKS)
+        if limit and impact.exact and impact.changed > limit and not accept_shrink:
+            result.status = Source.Status.HELD
+            result.held_reason = (
+                f"it would block {impact.changed:,} short links, more than "
+                f"CONFIRM_IMPACT_LINKS={limit:,}"
+            )
+            if not dry_run:
+                logger.warning(
+                    "feed %s: refresh held: %s; accept it in the admin or with "
+                    "`manage.py refresh_feeds %s --accept-shrink`",
+                    source.name,
+                    result.held_reason,
+                    source.name,
+                )
+            return
     if dry_run:
         return
     total = result.added + result.removed
@@ -697,7 +771,7 @@ def _diff_and_apply(
         result.change_set = cs.pk
         if result.added:
             bulk = changes.add_rules(
-                (pair for pair in staged.lines(picked)),
+                _still_allowed(staged.lines(picked), staged, result),
                 source=source,
                 user=user,
                 category=source.category,
@@ -743,10 +817,29 @@ def _high_water(source: Source, listed_now: int) -> int:
     return max(listed_now, most)
 
 
+def _still_allowed(
+    lines: Iterator[tuple[str, str]], staged: _Staged, result: RefreshResult
+) -> Iterator[tuple[str, str]]:
+    """The entries to add, less any a host allowlisted since this refresh read the
+    allowlist now refuses (the allowlist acts at once, also on a refresh under way)."""
+    protected = allowlist.load()
+    if protected.digest() == staged.allowlist_digest:
+        yield from lines
+        return
+    for expression, category in lines:
+        reason = protected.refusal(expression)
+        if reason is None:
+            yield expression, category
+        else:
+            _refuse(result, 0, expression, reason)
+            staged.allowlisted[expression] = category
+
+
 def _apply_allowlist(
-    source: Source, staged: _Staged, result: RefreshResult, *, dry_run: bool
+    source: Source, staged: _Staged, result: RefreshResult, *, dry_run: bool, user: Any = None
 ) -> None:
-    """An allowlist's entries are hosts, never rules: replace its AllowedHost rows."""
+    """An allowlist's entries are hosts, never rules: replace its AllowedHost rows, and
+    act on the hosts that came and went as a person's allowlisting does."""
     everything = np.ones(len(staged.keys), dtype=bool)
     hosts = {expression.partition("/")[0] for expression, _ in staged.lines(everything)}
     present = set(AllowedHost.objects.filter(source=source).values_list("host", flat=True))
@@ -756,11 +849,27 @@ def _apply_allowlist(
     result.unchanged = len(hosts & present)
     if dry_run:
         return
-    AllowedHost.objects.filter(source=source, host__in=present - hosts).delete()
-    AllowedHost.objects.bulk_create(
-        [AllowedHost(source=source, host=host) for host in sorted(hosts - present)],
-        ignore_conflicts=True,
-    )
+    with (
+        transaction.atomic(using=router.db_for_write(AllowedHost)),
+        changes.change_set(
+            kind=ChangeSet.Kind.ALLOWLIST,
+            actor=user,
+            source=source,
+            reason=f"refresh of {source.url}",
+        ) as cs,
+    ):
+        AllowedHost.objects.filter(source=source, host__in=present - hosts).delete()
+        AllowedHost.objects.bulk_create(
+            [AllowedHost(source=source, host=host) for host in sorted(hosts - present)],
+            ignore_conflicts=True,
+        )
+        if source.enabled:
+            allowlist.release(sorted(present - hosts), change_set=cs, user=user)
+            allowlist.enforce(sorted(hosts - present), change_set=cs, user=user)
+    if cs.added or cs.removed:
+        result.change_set = cs.pk
+    else:
+        cs.delete()
 
 
 def _record(source: Source, result: RefreshResult) -> None:
@@ -792,6 +901,7 @@ def _record(source: Source, result: RefreshResult) -> None:
         fields.update(
             etag=source.etag[:500],
             last_modified=source.last_modified[:100],
+            held_reason="",
             held_at=None,
             held_entries=None,
             held_added=None,
@@ -800,6 +910,7 @@ def _record(source: Source, result: RefreshResult) -> None:
     elif result.status == Source.Status.HELD:
         fields.update(
             held_at=now,
+            held_reason=result.held_reason[:500],
             held_entries=result.entries,
             held_added=result.added,
             held_removed=result.removed,
@@ -824,4 +935,5 @@ def _record(source: Source, result: RefreshResult) -> None:
         change_set_id=result.change_set,
         refusals=[list(r) for r in result.refusals],
         held=result.held,
+        impact=result.impact or {},
     )

@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 REFRESH_FEED_TASK = "urlguard.feeds.refresh_feed"
 REFRESH_DUE_TASK = "urlguard.feeds.refresh_due_feeds"
+TEST_FETCH_TASK = "urlguard.feeds.test_fetch_job"
 _PROGRESS_EVERY = 0.5
 
 
@@ -83,11 +84,37 @@ def refresh_feed(
             state=AdminJob.State.FAILED if failed else AdminJob.State.DONE,
             finished=timezone.now(),
             message=result.summary(),
-            result=result.as_dict(),
+            result={**result.as_dict(), "impact_lines": result.impact_lines()},
             done=result.added + result.removed,
             total=result.added + result.removed,
         )
     return result.as_dict()
+
+
+@shared_task(name=TEST_FETCH_TASK, ignore_result=True)
+def test_fetch_job(job_id: int) -> None:
+    """A subscribe form's "test fetch", as an AdminJob: its result is the page."""
+    from urlguard.feeds.trial import test_fetch
+
+    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.TEST_FETCH).first()
+    if job is None:
+        return
+    AdminJob.objects.filter(pk=job_id).update(
+        state=AdminJob.State.RUNNING, started=timezone.now(), message="Fetching…"
+    )
+    try:
+        outcome = test_fetch(
+            job.params["url"], format=job.params["format"], category=job.params["category"]
+        )
+    except Exception as exc:  # the job row carries it to the page, never a traceback
+        logger.exception("test fetch %s failed", job_id)
+        outcome = {"error": f"{type(exc).__name__}: {exc}"}
+    AdminJob.objects.filter(pk=job_id).update(
+        state=AdminJob.State.FAILED if outcome["error"] else AdminJob.State.DONE,
+        finished=timezone.now(),
+        message=outcome["error"] or f"{outcome['entries']:,} entries",
+        result=outcome,
+    )
 
 
 @shared_task(name=REFRESH_DUE_TASK, ignore_result=True)

@@ -4,6 +4,7 @@ and counts with thousands separators."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from django import template
@@ -24,6 +25,15 @@ def unbroken_host(host: str) -> SafeString:
         '<span class="label">{}{}</span>',
         ((label, "." if i < len(labels) - 1 else "") for i, label in enumerate(labels)),
     )
+
+
+@register.filter
+def breakable_expression(expression: str) -> SafeString:
+    """A rule expression that wraps after a dot, a slash or a query's separators, never
+    inside a label or a path segment (only one longer than the column breaks, as a
+    last resort, by the column's overflow-wrap)."""
+    pieces = re.split(r"(?<=[./?&=])", str(expression or ""))
+    return format_html_join(mark_safe("<wbr>"), "{}", ((piece,) for piece in pieces if piece))
 
 
 @register.filter

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from urlguard.admin.jobs import runner
 from urlguard.feeds import holds
 from urlguard.feeds.refresh import refresh_source
-from urlguard.models import Source
+from urlguard.models import AdminJob, Source
+
+
+def _rescan_outcome(job_id: int) -> str:
+    """The rescan a refresh started: its outcome once this process's runner thread (the
+    embedded default) has run it, or where it waits (a Celery worker runs it)."""
+    runner.join()
+    job = AdminJob.objects.filter(pk=job_id).first()
+    if job is None or job.state not in (AdminJob.State.DONE, AdminJob.State.FAILED):
+        return f"rescan of the short links: job #{job_id} queued for a worker"
+    return f"rescan of the short links: {job.message}"
 
 
 class Command(BaseCommand):
@@ -15,11 +26,14 @@ class Command(BaseCommand):
         "feed. Each is fetched (a conditional GET: unchanged costs nothing), diffed against "
         "what it listed last time, and only the difference is written. A failed refresh "
         "changes nothing; a refresh that would remove more than FEED_SHRINK_THRESHOLD of a "
-        "source's entries is held unless --accept-shrink. A new entry the safety policy "
-        "would ask a person to confirm (a popular host, a shortener, this service's own "
-        "host, too many short links) is held, the rest applied; --accept-held accepts the "
-        "held entries of the named sources first. --dry-run prints the numbers and "
-        "writes nothing. Exits non-zero if any refresh failed."
+        "source's entries is held unless --accept-shrink, as is one that would block more "
+        "than CONFIRM_IMPACT_LINKS short links. Each refresh prints what it newly blocks of "
+        "the short links, and one that blocks any is followed by a rescan of them. A new "
+        "entry the safety policy would ask a person to confirm (a popular host, a "
+        "shortener, this service's own host, too many short links) is held, the rest "
+        "applied; --accept-held accepts the held entries of the named sources first. "
+        "--dry-run prints the numbers and writes nothing. Exits non-zero if any refresh "
+        "failed."
     )
 
     def add_arguments(self, parser):
@@ -57,12 +71,15 @@ class Command(BaseCommand):
                 self.stdout.write("No enabled feeds: add one with `manage.py add_feed NAME URL`.")
                 return
         failed = []
+        rescans: list[int] = []
         for source in sources:
             if accept_held:
                 accepted = holds.accept(source)
                 self.stdout.write(f"{source.name}: accepted {accepted:,} held entries")
             result = refresh_source(source, dry_run=dry_run, accept_shrink=accept_shrink)
             self.stdout.write(result.summary())
+            for line in result.impact_lines():
+                self.stdout.write(f"  short links: {line}")
             for lineno, raw, reason in result.refusals[:5]:
                 self.stdout.write(f"  refused line {lineno}: {raw[:80]!r}: {reason}")
             for expression, reason in result.holds[:5]:
@@ -74,11 +91,15 @@ class Command(BaseCommand):
                 )
             if result.status == Source.Status.HELD:
                 self.stdout.write(
-                    f"  held: it would remove {result.removed:,} of its entries; to apply it: "
+                    f"  held: {result.held_reason}; to apply it: "
                     f"`manage.py refresh_feeds {source.name} --accept-shrink`"
                 )
+            if result.rescan_job is not None:
+                rescans.append(result.rescan_job)
             if result.status == Source.Status.FAILED:
                 failed.append(source.name)
+        for job_id in rescans:
+            self.stdout.write(_rescan_outcome(job_id))
         if failed:
             raise CommandError(
                 f"{len(failed)} of {len(sources)} refresh(es) failed ({', '.join(failed)}); "

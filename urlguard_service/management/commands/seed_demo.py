@@ -9,6 +9,9 @@ create one instead). Prints the links to click."""
 
 from __future__ import annotations
 
+import logging
+import os
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -17,9 +20,12 @@ from django.db.models import Q, QuerySet
 
 from urlguard import sync
 from urlguard.changes import RuleExists, add_rule
+from urlguard.conf import conf
 from urlguard.models import ShortLink, SpamRule
 from urlguard.rules import normalize_rule
 from urlguard.slugs import create_short_link
+
+logger = logging.getLogger(__name__)
 
 # (rule as an admin would paste it, category, what it demonstrates)
 DEMO_RULES = [
@@ -66,6 +72,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, base_url: str, no_superuser: bool, **options):
         out = self.stdout
+        self._first_filter()
         added = 0
         for text, category, _ in DEMO_RULES:
             expression = normalize_rule(text)
@@ -120,6 +127,19 @@ class Command(BaseCommand):
                 )
             out.write(f"  {base}/{slug:<12} {outcome:<42} {destination}")
         out.write(f"  {base}/api/check?url=https://win.free-prizes.example/   (the JSON API)")
+
+    def _first_filter(self) -> None:
+        """A fresh demo has no filter file yet: build it now, as news (INFO), before
+        the first rule's change would find it missing (a WARNING, right for a node
+        whose file went missing, alarming on a first run)."""
+        path = str(conf.FILTER_PATH)
+        if os.path.exists(path):
+            return
+        logger.info("building the demo's first filter file %s", path)
+        try:
+            sync.rebuild(path)
+        except Exception as exc:
+            raise CommandError(f"could not build the filter file {path}: {exc}") from exc
 
     def _superuser(self) -> None:
         User = get_user_model()

@@ -1,0 +1,121 @@
+"""A feed refresh reports what it newly blocks of the short links (a handful named,
+then a count, with their clicks), runs the rescan an import runs, prints the same
+from `manage.py refresh_feeds`, and is held like a shrink when it would block more
+than CONFIRM_IMPACT_LINKS links, until accepted."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from tests.service.feedserver import admit_loopback, feed_server, lines
+from urlguard import changes
+from urlguard.feeds.refresh import refresh_source
+from urlguard.models import AdminJob, Click, FeedRefresh, ShortLink, Source, SpamRule
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch, settings):
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
+
+
+@pytest.fixture
+def server(settings):
+    admit_loopback(settings)
+    with feed_server() as feeds:
+        yield feeds
+
+
+@pytest.fixture
+def links():
+    made = {}
+    for slug, destination in [
+        ("django-docs", "https://docs.djangoproject.com/en/5.2/"),
+        ("bloom", "https://bloom-filters.example/wiki/Bloom_filter"),
+        ("bank-home", "https://bank.example/login"),
+        ("phish", "https://evil.example/x"),
+    ]:
+        made[slug] = ShortLink.objects.create(slug=slug, destination=destination)
+    Click.objects.bulk_create([Click(link=made["bloom"], visitor=f"v{i}") for i in range(7)])
+    return made
+
+
+def test_a_refresh_names_the_links_it_newly_blocks(server, links):
+    changes.add_rules(["evil.example"], source="admin")  # /phish was blocked already
+    url = server.serve("/f", lines("docs.djangoproject.com", "bloom-filters.example", "evil.example"))
+    feed = Source.objects.create(name="hosts", kind="feed", url=url)
+    result = refresh_source(feed)
+    assert result.status == "ok"
+    assert result.impact["changed"] == 2 and result.impact["covered"] == 1
+    [line] = result.impact_lines()
+    assert line == (
+        "blocks 2 short links that were open: /django-docs, /bloom (7 clicks in the last 30 days)"
+    )
+    assert FeedRefresh.objects.get().impact["changed"] == 2
+    rescan = AdminJob.objects.get(pk=result.rescan_job)
+    assert rescan.kind == "rescan"
+
+
+def test_a_handful_are_named_then_a_count(server):
+    for i in range(8):
+        ShortLink.objects.create(slug=f"l{i}", destination=f"https://h{i}.example/")
+    url = server.serve("/f", lines(*(f"h{i}.example" for i in range(8))))
+    feed = Source.objects.create(name="hosts", kind="feed", url=url)
+    result = refresh_source(feed)
+    assert result.impact_lines(shown=5)[0].startswith(
+        "blocks 8 short links that were open: /l0, /l1, /l2, /l3, /l4 and 3 more"
+    )
+
+
+def test_no_rescan_when_no_link_is_touched(server, links):
+    url = server.serve("/f", lines("unrelated.example"))
+    result = refresh_source(Source.objects.create(name="hosts", kind="feed", url=url))
+    assert result.impact_lines() == ["blocks no short link that was open"]
+    assert result.rescan_job is None and not AdminJob.objects.exists()
+
+
+def test_over_confirm_impact_links_is_held_until_accepted(server, links, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "CONFIRM_IMPACT_LINKS": 1}
+    url = server.serve("/f", lines("docs.djangoproject.com", "bloom-filters.example"))
+    feed = Source.objects.create(name="hosts", kind="feed", url=url)
+    held = refresh_source(feed)
+    assert held.status == "held" and "CONFIRM_IMPACT_LINKS=1" in held.held_reason
+    assert not SpamRule.objects.exists()
+    feed.refresh_from_db()
+    assert feed.held_at is not None and "2 short links" in feed.held_reason
+    assert held.impact_lines()[0].startswith("would block 2 short links")
+    accepted = refresh_source(feed, accept_shrink=True)
+    assert accepted.status == "ok" and SpamRule.objects.count() == 2
+    feed.refresh_from_db()
+    assert feed.held_at is None and feed.held_reason == ""
+
+
+def test_zero_never_holds(server, links, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "CONFIRM_IMPACT_LINKS": 0}
+    url = server.serve("/f", lines("docs.djangoproject.com", "bloom-filters.example"))
+    assert refresh_source(Source.objects.create(name="f", kind="feed", url=url)).status == "ok"
+
+
+def test_refresh_feeds_prints_the_same_lines(server, links):
+    url = server.serve("/f", lines("docs.djangoproject.com"))
+    Source.objects.create(name="hosts", kind="feed", url=url)
+    out = io.StringIO()
+    call_command("refresh_feeds", stdout=out)
+    text = out.getvalue()
+    assert "  short links: blocks 1 short link that was open: /django-docs (0 clicks" in text
+    assert "rescan of the short links: Scanned 4 links" in text
+
+
+def test_a_dry_run_says_what_it_would_block(server, links):
+    url = server.serve("/f", lines("docs.djangoproject.com"))
+    feed = Source.objects.create(name="hosts", kind="feed", url=url)
+    result = refresh_source(feed, dry_run=True)
+    assert result.impact_lines() == [
+        "would block 1 short link that was open: /django-docs (0 clicks in the last 30 days)"
+    ]
+    assert not SpamRule.objects.exists() and not AdminJob.objects.exists()
