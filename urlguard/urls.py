@@ -7,6 +7,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from urlguard import api, health, metrics, reports, views
+from urlguard.exports import views as exports
 
 site_patterns = [
     path("", views.home, name="home"),
@@ -18,6 +19,7 @@ site_patterns = [
     path("continue", views.continue_anyway, name="continue"),
     # A trailing slash: "report" alone could be a short link's slug.
     path("report-mistake/", reports.report_view, name="report"),
+    path("lists/<str:name>", exports.export_view, name="list"),
     path("<slug:slug>", views.short_link, name="short-link"),
 ]
 

@@ -144,6 +144,16 @@ REFUSED = {
     "API_KEY_RATE": ["120", "120/minute", "fast", 120, None],
     "API_OPEN_RATE": ["60 per minute", "/m", None],
     "LOG_JSON": ["yes", 1, None],
+    "EXPORT_MAX_AGE": [-1, "300", "5m", 1.5, None, True],
+    "EXPORTS_OPEN": ["yes", 1, None],
+    "EXPORT_KEEP_VERSIONS": [0, -1, "20", 1.5, None],
+    "DNS_RPZ_ZONE": ["rpz.urlguard", "", ".", "a..b.", "bad_label-.x.", None, 5],
+    "DNS_URIBL_ZONE": ["uribl.urlguard", "-x.example.", None],
+    "DNS_NOTIFY": ["127.0.0.1:53", ["127.0.0.1"], ["localhost:53"], ["127.0.0.1:0"], None],
+    "DNS_TRANSFER_NETWORKS": ["127.0.0.0/8", ["localhost"], ["10.0.0.0/33"], None],
+    "DNS_JOURNAL_CHANGES": [0, -1, "1000", 1.5, None],
+    "DNS_RATE_LIMIT": [0, -1, "100", 1.5, None, True],
+    "PUBLIC_URL": ["guard.example.com", "ftp://x", "", 5],
 }
 # Values that look odd but are right.
 ACCEPTED = {
@@ -162,6 +172,11 @@ ACCEPTED = {
     "READY_MAX_LAG_CHANGES": [0],
     "METRICS_ALLOWED_NETWORKS": [[], ["10.0.0.1"], ("10.1.2.0/24", "fd00::/8")],
     "API_KEY_RATE": ["100/5m", "1/s", "10000/d"],
+    "EXPORT_MAX_AGE": [0, 86400],
+    "DNS_RPZ_ZONE": ["rpz.example.net.", "RPZ.Example."],
+    "DNS_NOTIFY": [[], ["127.0.0.1:5353"], ("[::1]:53", "10.0.0.2:53")],
+    "DNS_TRANSFER_NETWORKS": [[], ["10.0.0.1"], ("10.1.2.0/24", "fd00::/8")],
+    "PUBLIC_URL": [None, "https://guard.example.com/"],
 }
 
 

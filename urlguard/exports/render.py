@@ -1,0 +1,155 @@
+"""Renders an export to a file under <VAR_DIR>/exports/<name>/, named by the position
+it projects, and keeps the last EXPORT_KEEP_VERSIONS of them: a thousand consumers
+polling one position cost one render, each served by streaming the file. A render
+is written aside and renamed into place (a reader never sees half a file); one
+process renders a given export at a time (a lock file), the others wait for it."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from urlguard.conf import conf
+from urlguard.exports.base import Export, RenderCounts
+from urlguard.exports.projection import Position, snapshot
+from urlguard.vardir import make_private_dir
+
+__all__ = ["RenderBusy", "Rendered", "export_dir", "rendered", "render"]
+
+#: A render waits this long for another process's render of the same export.
+LOCK_TIMEOUT = 600.0
+#: Renders retried when changes keep committing under one (no snapshot isolation).
+ATTEMPTS = 5
+_NAME = re.compile(r"(\d+)-([0-9a-f]{8})\.txt")
+
+
+class RenderBusy(RuntimeError):
+    """The list kept changing under every attempt, or another render held the lock."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    path: Path
+    position: Position
+
+
+def export_dir(name: str) -> Path:
+    return Path(settings.VAR_DIR) / "exports" / name
+
+
+def rendered_path(name: str, key: str) -> Path:
+    return export_dir(name) / f"{key}.txt"
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RenderBusy(f"another process is rendering {directory.name}") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+def rendered(export: Export, position: Position) -> Rendered:
+    """The file of `export` at `position`, rendered now if no process has yet. The
+    result may be of a later position (a change committed meanwhile)."""
+    path = rendered_path(export.name, position.key)
+    if path.exists():
+        return Rendered(path, position)
+    directory = export_dir(export.name)
+    make_private_dir(directory)
+    with _locked(directory):
+        if path.exists():
+            return Rendered(path, position)
+        result = render(export, directory)
+        prune(directory, keep=conf.EXPORT_KEEP_VERSIONS)
+        return result
+
+
+def render(export: Export, directory: Path) -> Rendered:
+    """Project the current rules through `export` into `directory`."""
+    for _attempt in range(ATTEMPTS):
+        with snapshot() as snap:
+            target = rendered_path(export.name, snap.position.key)
+            if target.exists():
+                return Rendered(target, snap.position)
+            export.prepare(snap)
+            counts = RenderCounts()
+            with tempfile.TemporaryFile(dir=directory) as body:
+                for line in export.exception_lines(snap):
+                    body.write(line.encode() + b"\n")
+                    counts.exceptions += 1
+                for expression, category in snap.rules():
+                    counts.rules += 1
+                    lines = export.rule_lines(expression, category)
+                    if isinstance(lines, str):
+                        counts.omitted[lines] += 1
+                        continue
+                    counts.written += 1
+                    body.write("".join(line + "\n" for line in lines).encode())
+                if not snap.consistent():
+                    continue
+                _write(target, export, snap.position, counts, body)
+                return Rendered(target, snap.position)
+    raise RenderBusy(f"the list changed under {ATTEMPTS} renders of {export.name} in a row")
+
+
+def _write(target: Path, export: Export, position: Position, counts: RenderCounts, body) -> None:  # type: ignore[no-untyped-def]
+    head = [*export.preamble(position), *export.header(position, counts)]
+    fd, aside = tempfile.mkstemp(dir=target.parent, prefix=".render-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write("".join(line + "\n" for line in head).encode())
+            body.seek(0)
+            shutil.copyfileobj(body, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(aside, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(aside)
+        raise
+
+
+def kept_keys(directory: Path) -> list[str]:
+    """Keys of the renders in `directory`, oldest first."""
+    found = []
+    for entry in directory.glob("*.txt"):
+        match = _NAME.fullmatch(entry.name)
+        if match:
+            with contextlib.suppress(FileNotFoundError):
+                found.append((int(match.group(1)), entry.stat().st_mtime, entry.name[:-4]))
+    return [key for _, _, key in sorted(found)]
+
+
+def prune(directory: Path, *, keep: int) -> None:
+    """Remove all but the newest `keep` renders, and patches from removed ones (a
+    reader streaming one keeps its open file)."""
+    keys = kept_keys(directory)
+    for key in keys[: max(0, len(keys) - keep)]:
+        with contextlib.suppress(FileNotFoundError):
+            (directory / f"{key}.txt").unlink()
+    kept = set(keys[-keep:])
+    for patch in directory.glob("*.patch"):
+        if patch.name.split("_", 1)[0] not in kept:
+            with contextlib.suppress(FileNotFoundError):
+                patch.unlink()
