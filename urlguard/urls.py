@@ -6,7 +6,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from urlguard import api, health, metrics, reports, views
+from urlguard import api, health, linkshim, metrics, reports, views
 from urlguard.exports import views as exports
 
 site_patterns = [
@@ -20,6 +20,7 @@ site_patterns = [
     # A trailing slash: "report" alone could be a short link's slug.
     path("report-mistake/", reports.report_view, name="report"),
     path("lists/<str:name>", exports.export_view, name="list"),
+    path("go/", linkshim.guarded_redirect, name="guarded"),
     path("<slug:slug>", views.short_link, name="short-link"),
 ]
 
