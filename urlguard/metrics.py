@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "changes_applied",
+    "dns_answered",
+    "dns_dropped",
+    "dns_notified",
+    "dns_transfer",
     "continued",
     "counted_checks",
     "metrics_view",
@@ -111,6 +115,24 @@ class _Metrics:
             "urlguard_rebuilds_total",
             "Rebuilds of this node's filter file from the spam table, by reason",
             ["reason"],
+        )
+        self.dns_answers = Counter(
+            "urlguard_dns_answers_total",
+            "DNS answers of serve_dns, by zone (rpz, uribl, other) and response code",
+            ["zone", "rcode"],
+        )
+        self.dns_dropped = Counter(
+            "urlguard_dns_dropped_total",
+            "DNS packets serve_dns dropped unanswered: malformed, response, rate_limited",
+            ["reason"],
+        )
+        self.dns_transfers = Counter(
+            "urlguard_dns_transfers_total",
+            "RPZ zone transfers served: axfr, ixfr, ixfr_full (too far behind), refused",
+            ["kind"],
+        )
+        self.dns_notifies = Counter(
+            "urlguard_dns_notifies_total", "NOTIFY messages sent, by result", ["result"]
         )
 
 
@@ -289,6 +311,22 @@ def stats_written(kind: str, n: int) -> None:
 def stats_failed(kind: str) -> None:
     """A flush of urlguard.stats could not write `kind` (kept for the next one)."""
     (_metrics or _made()).stats_failures.labels(kind=kind).inc()
+
+
+def dns_answered(zone: str, rcode: str) -> None:
+    (_metrics or _made()).dns_answers.labels(zone=zone, rcode=rcode).inc()
+
+
+def dns_dropped(reason: str) -> None:
+    (_metrics or _made()).dns_dropped.labels(reason=reason).inc()
+
+
+def dns_transfer(kind: str) -> None:
+    (_metrics or _made()).dns_transfers.labels(kind=kind).inc()
+
+
+def dns_notified(result: str) -> None:
+    (_metrics or _made()).dns_notifies.labels(result=result).inc()
 
 
 def changes_applied(n: int) -> None:

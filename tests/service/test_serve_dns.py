@@ -1,0 +1,222 @@
+"""manage.py serve_dns, asked with dnspython: authoritative for its two zones only,
+the URIBL zone answered live (category bitmask, TXT, RFC 5782 test points, never
+127.0.0.1), the RPZ zone transferred (AXFR, IXFR from the change log, a full zone past
+the journal window) only to allowed networks, NOTIFY after a change, malformed
+packets dropped and counted, rate limiting."""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import socket
+import threading
+
+import dns.flags
+import dns.message
+import dns.opcode
+import dns.rcode
+import dns.rdatatype
+import pytest
+
+from tests.service.dnsclient import ask, transfer
+from urlguard import metrics
+from urlguard.changes import add_rule, remove_rule
+from urlguard.exports.categories import CATEGORY_TABLE, uribl_address
+from urlguard.exports.dnsserver import DnsConfig, DnsServer, RateLimiter
+from urlguard.models import ChangeEvent, SpamRule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RPZ = "rpz.urlguard."
+URIBL = "uribl.urlguard."
+
+
+@pytest.fixture
+def start(build_filter, fresh_guard):
+    servers = []
+
+    def start(**config) -> DnsServer:
+        base = {
+            "rpz_zone": RPZ,
+            "uribl_zone": URIBL,
+            "transfer_networks": (ipaddress.ip_network("127.0.0.0/8"),),
+        }
+        server = DnsServer(DnsConfig(**{**base, **config}))
+        server.port = server.start("127.0.0.1", 0)[1]
+        servers.append(server)
+        return server
+
+    build_filter()
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def listed(sync_filter):
+    add_rule("evil.example/", category="malware", source="test")
+    add_rule("login.bank.example/", category="phishing", source="test")
+    add_rule("pages.example/bad/", category="spam", source="test")
+    sync_filter()
+
+
+def records(rrsets):
+    return {(r.name.to_text(), r[0].to_text()) for r in rrsets if r.rdtype == dns.rdatatype.CNAME}
+
+
+def test_refuses_every_other_name_and_never_recurses(start):
+    server = start()
+    answer = ask(server.port, "www.python.org.")
+    assert answer.rcode() == dns.rcode.REFUSED
+    assert not answer.flags & dns.flags.RA and not answer.answer
+
+
+def test_uribl_lists_a_listed_host_with_its_category_bits(start, listed):
+    server = start()
+    answer = ask(server.port, f"evil.example.{URIBL}")
+    assert answer.flags & dns.flags.AA
+    assert [r.to_text() for r in answer.answer[0]] == ["127.0.0.4"]
+    assert ask(server.port, f"www.evil.example.{URIBL}").answer[0][0].to_text() == "127.0.0.4"
+    txt = ask(server.port, f"evil.example.{URIBL}", "TXT").answer[0][0].to_text()
+    assert "evil.example/" in txt and "malware" in txt and "report" in txt
+
+
+def test_uribl_not_listed_is_nxdomain_with_the_soa(start, listed):
+    server = start()
+    for name in ("clean.example", "bank.example", "pages.example"):
+        answer = ask(server.port, f"{name}.{URIBL}")
+        assert answer.rcode() == dns.rcode.NXDOMAIN, name
+        assert answer.authority[0].rdtype == dns.rdatatype.SOA
+
+
+def test_uribl_answers_a_new_rule_at_once(start, listed, sync_filter):
+    server = start()
+    assert ask(server.port, f"new.example.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    add_rule("new.example/", category="spam", source="test")
+    sync_filter()
+    assert ask(server.port, f"new.example.{URIBL}").answer[0][0].to_text() == "127.0.0.8"
+
+
+def test_rfc5782_test_points_and_reversed_addresses(start, sync_filter):
+    add_rule("203.0.113.9/", category="phishing", source="test")
+    sync_filter()
+    server = start()
+    assert ask(server.port, f"2.0.0.127.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
+    assert ask(server.port, f"test.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
+    assert ask(server.port, f"1.0.0.127.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    assert ask(server.port, f"invalid.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    assert ask(server.port, f"9.113.0.203.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
+
+
+def test_no_listing_is_ever_127_0_0_1():
+    categories = list(CATEGORY_TABLE)
+    for n in range(len(categories) + 1):
+        for subset in itertools.combinations(categories, n):
+            assert uribl_address(set(subset)) != "127.0.0.1"
+    assert len({c.uribl_bit for c in CATEGORY_TABLE.values()}) == len(CATEGORY_TABLE)
+
+
+def test_soa_and_ns_at_both_apexes(start, listed):
+    server = start()
+    for zone in (RPZ, URIBL):
+        soa = ask(server.port, zone, "SOA")
+        assert soa.flags & dns.flags.AA and soa.answer[0].rdtype == dns.rdatatype.SOA
+        assert ask(server.port, zone, "NS").answer[0][0].to_text() == f"ns.{zone}"
+        assert ask(server.port, f"ns.{zone}", "A").answer[0][0].to_text() == "127.0.0.1"
+    serial = ask(server.port, RPZ, "SOA").answer[0][0].serial
+    assert serial == ChangeEvent.objects.head()
+
+
+def test_axfr_is_the_zone(start, listed):
+    server = start()
+    rrsets = transfer(server.port, RPZ)
+    assert rrsets[0].rdtype == rrsets[-1].rdtype == dns.rdatatype.SOA
+    assert records(rrsets) == {
+        (f"evil.example.{RPZ}", "."),
+        (f"*.evil.example.{RPZ}", "."),
+        (f"login.bank.example.{RPZ}", "."),
+        (f"*.login.bank.example.{RPZ}", "."),
+    }
+
+
+def test_transfers_only_to_allowed_networks(start, listed):
+    server = start(transfer_networks=(ipaddress.ip_network("10.0.0.0/8"),))
+    (refused,) = transfer(server.port, RPZ)
+    assert refused.rcode() == dns.rcode.REFUSED
+
+
+def test_ixfr_sends_the_log_between_two_serials(start, listed):
+    server = start()
+    old = ChangeEvent.objects.head()
+    add_rule("fresh.example/", category="spam", source="test")
+    remove_rule(SpamRule.objects.get(expression="evil.example/"))
+    add_rule("pages.example/more/", category="spam", source="test")  # no DNS record
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=old)
+    new = ChangeEvent.objects.head()
+    soas = [i for i, r in enumerate(rrsets) if r.rdtype == dns.rdatatype.SOA]
+    assert [rrsets[i][0].serial for i in soas] == [new, old, new, new]
+    deleted, added = rrsets[soas[1] + 1 : soas[2]], rrsets[soas[2] + 1 : soas[3]]
+    assert records(deleted) == {(f"evil.example.{RPZ}", "."), (f"*.evil.example.{RPZ}", ".")}
+    assert records(added) == {(f"fresh.example.{RPZ}", "."), (f"*.fresh.example.{RPZ}", ".")}
+    up_to_date = transfer(server.port, RPZ, "IXFR", serial=new)
+    assert len(up_to_date) == 1 and up_to_date[0][0].serial == new
+
+
+def test_ixfr_from_beyond_the_journal_is_the_whole_zone(start, listed, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "DNS_JOURNAL_CHANGES": 1}
+    server = start()
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=1)
+    soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
+    assert len(soas) == 2 and len(records(rrsets)) == 4
+
+
+def test_malformed_packets_are_dropped_and_counted(start, monkeypatch):
+    dropped = []
+    monkeypatch.setattr(metrics, "dns_dropped", dropped.append)
+    server = start()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.3)
+        sock.sendto(b"\x00\x01garbage", ("127.0.0.1", server.port))
+        with pytest.raises(TimeoutError):
+            sock.recvfrom(512)
+    assert dropped == ["malformed"]
+    assert ask(server.port, f"test.{URIBL}").answer  # still answering
+
+
+def test_notify_reaches_a_secondary_after_a_change(start, listed):
+    secondary = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    secondary.bind(("127.0.0.1", 0))
+    secondary.settimeout(10)
+    got = []
+
+    def listen():
+        while True:
+            try:
+                wire, peer = secondary.recvfrom(4096)
+            except OSError:
+                return
+            message = dns.message.from_wire(wire)
+            got.append(message)
+            secondary.sendto(dns.message.make_response(message).to_wire(), peer)
+            if message.answer and message.answer[0][0].serial == ChangeEvent.objects.head():
+                return
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    start(notify=(secondary.getsockname(),))
+    add_rule("notify.example/", category="spam", source="test")
+    thread.join(15)
+    secondary.close()
+    assert got and got[-1].opcode() == dns.opcode.NOTIFY
+    assert got[-1].answer[0][0].serial == ChangeEvent.objects.head()
+
+
+def test_rate_limiter_truncates_every_second_answer_beyond_the_rate():
+    now = [0.0]
+    limiter = RateLimiter(3, clock=lambda: now[0])
+    seen = [limiter.allow("192.0.2.1") for _ in range(7)]
+    assert seen == ["answer"] * 3 + ["slip", "drop", "slip", "drop"]
+    assert limiter.allow("192.0.2.200") != "answer"  # the same /24 shares the bucket
+    assert limiter.allow("198.51.100.1") == "answer"
+    now[0] = 1.0
+    assert limiter.allow("192.0.2.1") == "answer"
