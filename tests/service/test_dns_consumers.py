@@ -1,0 +1,224 @@
+"""serve_dns with real consumers from Debian's packages: Unbound as an RPZ secondary
+(AXFR at start, NOTIFY + IXFR after a change), and SpamAssassin flagging a message
+that links a listed domain through the URIBL zone. Skipped with the reason where
+the package is not installed (`.ci/run` installs both)."""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import dns.rcode
+import pytest
+
+from tests.service.dnsclient import ask
+from urlguard.changes import add_rule, remove_rule
+from urlguard.exports.dnsserver import DnsConfig, DnsServer
+from urlguard.models import SpamRule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RPZ = "rpz.urlguard."
+URIBL = "uribl.urlguard."
+UNBOUND = shutil.which("unbound") or "/usr/sbin/unbound"
+SPAMASSASSIN = shutil.which("spamassassin") or "/usr/bin/spamassassin"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.bind(("127.0.0.1", 0))
+        return int(udp.getsockname()[1])
+
+
+def until(predicate, seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def dns_server(build_filter, fresh_guard):
+    servers = []
+
+    def start(notify=()):
+        server = DnsServer(
+            DnsConfig(
+                rpz_zone=RPZ,
+                uribl_zone=URIBL,
+                notify=notify,
+                transfer_networks=(ipaddress.ip_network("127.0.0.0/8"),),
+            )
+        )
+        server.port = server.start("127.0.0.1", 0)[1]
+        servers.append(server)
+        return server
+
+    build_filter()
+    yield start
+    for server in servers:
+        server.stop()
+
+
+UNBOUND_CONF = """
+server:
+    interface: 127.0.0.1
+    port: {port}
+    do-ip6: no
+    do-daemonize: no
+    use-syslog: no
+    logfile: "{tmp}/unbound.log"
+    chroot: ""
+    username: ""
+    directory: "{tmp}"
+    pidfile: "{tmp}/unbound.pid"
+    access-control: 127.0.0.0/8 allow
+    module-config: "respip iterator"
+    do-not-query-localhost: no
+    num-threads: 1
+    so-reuseport: no
+    verbosity: 4
+# The names' real answers, as if from upstream (RPZ rewrites resolved answers,
+# not local-data).
+auth-zone:
+    name: "example."
+    zonefile: "{tmp}/example.zone"
+    for-upstream: yes
+    for-downstream: no
+    fallback-enabled: no
+remote-control:
+    control-enable: no
+rpz:
+    name: {zone}
+    primary: 127.0.0.1@{primary}
+    allow-notify: 127.0.0.1
+    rpz-log: yes
+"""
+
+EXAMPLE_ZONE = """$ORIGIN example.
+@ 3600 IN SOA ns.example. hostmaster.example. 1 3600 600 86400 60
+@ NS ns.example.
+ns A 127.0.0.1
+evil A 192.0.2.1
+www.evil A 192.0.2.1
+fresh A 192.0.2.2
+deep.www.fresh A 192.0.2.2
+clean A 192.0.2.3
+"""
+
+
+@pytest.mark.skipif(not Path(UNBOUND).exists(), reason="Debian's unbound is not installed")
+def test_unbound_secondary_follows_the_list_by_notify_and_ixfr(dns_server, sync_filter, tmp_path):
+    add_rule("evil.example/", category="phishing", source="test")
+    port = free_port()
+    server = dns_server(notify=(("127.0.0.1", port),))
+    (tmp_path / "example.zone").write_text(EXAMPLE_ZONE)
+    conf = tmp_path / "unbound.conf"
+    conf.write_text(UNBOUND_CONF.format(port=port, tmp=tmp_path, zone=RPZ, primary=server.port))
+    unbound = subprocess.Popen([UNBOUND, "-d", "-c", str(conf)], stderr=subprocess.DEVNULL)
+    try:
+
+        def rcode(name):
+            try:
+                return ask(port, name, timeout=1).rcode()
+            except Exception:
+                return None
+
+        # The zone's first transfer (AXFR) at start.
+        assert until(lambda: rcode("evil.example.") == dns.rcode.NXDOMAIN), _log(tmp_path)
+        assert rcode("www.evil.example.") == dns.rcode.NXDOMAIN
+        assert rcode("clean.example.") == dns.rcode.NOERROR
+        assert rcode("fresh.example.") == dns.rcode.NOERROR
+        # A new rule: NOTIFY, then IXFR, within seconds (the SOA refresh is a minute).
+        added = time.monotonic()
+        add_rule("fresh.example/", category="spam", source="test")
+        assert until(lambda: rcode("fresh.example.") == dns.rcode.NXDOMAIN), _log(tmp_path)
+        assert rcode("deep.www.fresh.example.") == dns.rcode.NXDOMAIN
+        assert time.monotonic() - added < 10
+        remove_rule(SpamRule.objects.get(expression="evil.example/"))
+        assert until(lambda: rcode("evil.example.") == dns.rcode.NOERROR), _log(tmp_path)
+        assert rcode("www.evil.example.") == dns.rcode.NOERROR
+        assert "IXFR packet" in _log(tmp_path)  # incremental, not a whole transfer
+    finally:
+        unbound.terminate()
+        unbound.wait(10)
+
+
+def _log(tmp_path: Path) -> str:
+    path = tmp_path / "unbound.log"
+    return path.read_text()[-30000:] if path.exists() else "(no unbound log)"
+
+
+SPAMASSASSIN_CF = """
+loadplugin Mail::SpamAssassin::Plugin::URIDNSBL
+# SpamAssassin asks about registered domains: make .example a TLD to it.
+util_rb_tld example
+dns_available yes
+dns_server 127.0.0.1:{port}
+use_bayes 0
+report_safe 0
+add_header all Status _YESNO_, score=_SCORE_ tests=_TESTS_
+urirhssub URLGUARD_MALWARE {zone} A 4
+body URLGUARD_MALWARE eval:check_uridnsbl('URLGUARD_MALWARE')
+tflags URLGUARD_MALWARE net
+score URLGUARD_MALWARE 6.0
+urirhssub URLGUARD_PHISHING {zone} A 2
+body URLGUARD_PHISHING eval:check_uridnsbl('URLGUARD_PHISHING')
+tflags URLGUARD_PHISHING net
+score URLGUARD_PHISHING 6.0
+"""
+
+MESSAGE = """From: someone@sender.example
+To: you@receiver.example
+Subject: your parcel
+Message-ID: <1@sender.example>
+Date: Thu, 26 Nov 2026 03:00:00 +0000
+
+Track it here: http://www.{host}/track?id=42
+"""
+
+
+@pytest.mark.skipif(
+    not Path(SPAMASSASSIN).exists(), reason="Debian's spamassassin is not installed"
+)
+def test_spamassassin_flags_a_message_linking_a_listed_domain(dns_server, sync_filter, tmp_path):
+    add_rule("parcel-tracking.example/", category="malware", source="test")
+    sync_filter()
+    server = dns_server()
+    config = tmp_path / "sa"
+    config.mkdir()
+    for pre in Path("/etc/spamassassin").glob("*.pre"):  # the plugins it always loads
+        shutil.copy(pre, config)
+    (config / "local.cf").write_text(SPAMASSASSIN_CF.format(port=server.port, zone=URIBL))
+
+    def hits(host: str) -> str:
+        run = subprocess.run(
+            [
+                SPAMASSASSIN,
+                "-t",
+                "-C",
+                str(config),
+                "--siteconfigpath",
+                str(config),
+                "-p",
+                "/dev/null",
+                "-x",
+            ],
+            input=MESSAGE.format(host=host),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return run.stdout.partition("\n\n")[0]  # the headers: X-Spam-Status
+
+    flagged = hits("parcel-tracking.example")
+    assert "X-Spam-Status: Yes" in flagged and "URLGUARD_MALWARE" in flagged
+    assert "URLGUARD_PHISHING" not in flagged  # the category: only malware's bit
+    clean = hits("clean-shop.example")
+    assert "X-Spam-Status: No" in clean and "URLGUARD" not in clean
