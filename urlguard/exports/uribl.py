@@ -27,7 +27,19 @@ class Unchecked(RuntimeError):
 @dataclass(frozen=True)
 class Listing:
     address: str
-    text: str
+    rule: SpamRule | None = None
+    host: str = ""
+
+    @property
+    def text(self) -> str:
+        """The TXT answer (made only when asked for: the report link is signed)."""
+        if self.rule is None:
+            return "RFC 5782 test entry"
+        report = report_mistake_url(f"http://{self.host}/", self.rule)
+        if report.startswith("/") and conf.PUBLIC_URL:
+            report = conf.PUBLIC_URL + report
+        rule = self.rule
+        return f"listed by urlguard rule {rule.expression} ({rule.category}); report: {report}"
 
 
 def _subject(labels: list[str]) -> tuple[str, bool]:
@@ -42,7 +54,7 @@ def lookup(relative: str) -> Listing | None:
     labels = relative.lower().rstrip(".").split(".")
     host, address = _subject(labels)
     if host in ("127.0.0.2", "test"):
-        return Listing(TEST_LISTING_ADDRESS, "RFC 5782 test entry")
+        return Listing(TEST_LISTING_ADDRESS)
     if host in ("127.0.0.1", "invalid") or not host:
         return None
     try:
@@ -53,12 +65,11 @@ def lookup(relative: str) -> Listing | None:
         return None
     if verdict.rule is None:
         raise Unchecked(verdict.reason)
-    hits = [e for e in verdict.maybe if host_rule(e) is not None]
-    rules = list(SpamRule.objects.filter(expression__in=hits)) if hits else [verdict.rule]
-    rules = [r for r in rules if host_rule(r.expression) is not None] or [verdict.rule]
     rule = verdict.rule
-    report = report_mistake_url(f"http://{host}/", rule)
-    if report.startswith("/") and conf.PUBLIC_URL:
-        report = conf.PUBLIC_URL + report
-    text = f"listed by urlguard rule {rule.expression} ({rule.category}); report: {report}"
-    return Listing(uribl_address({r.category for r in rules}), text)
+    categories = {rule.category}
+    # Other whole-host rules above it (a domain's and a subdomain's) add their bits.
+    others = [e for e in verdict.maybe if e != rule.expression and host_rule(e) is not None]
+    if others:
+        found = SpamRule.objects.filter(expression__in=others).values_list("category", flat=True)
+        categories.update(found)
+    return Listing(uribl_address(categories), rule, host)
