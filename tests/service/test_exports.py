@@ -226,3 +226,32 @@ def test_abp_list_updated_by_its_patches_equals_the_fresh_list(rules, allowlist,
 
 def test_a_patch_from_a_version_no_longer_kept_is_404(get):
     assert get("abp-7-0123abcd.patch").status_code == 404
+
+
+def test_a_render_the_log_moved_under_is_done_again(rules, get, monkeypatch):
+    """Without a snapshot (SQLite), a change committed mid-render makes the render
+    belong to no position: it is thrown away and done again at the new one."""
+    from urlguard.exports import projection
+
+    real = projection.Snapshot.consistent
+    moved = []
+
+    def consistent(self):
+        if not moved:
+            moved.append(add_rule("mid-render.example/", category="spam", source="test"))
+            return real(self)
+        return real(self)
+
+    monkeypatch.setattr(projection.Snapshot, "consistent", consistent)
+    response = get("domains.txt")
+    assert "mid-render.example" in response.body
+    assert response["X-URLGuard-Position"] == str(ChangeEvent.objects.head())
+
+
+def test_a_list_that_never_holds_still_is_a_503_with_retry_after(rules, get, monkeypatch):
+    from urlguard.exports import projection
+
+    monkeypatch.setattr(projection.Snapshot, "consistent", lambda self: False)
+    response = get("domains.txt")
+    assert response.status_code == 503 and response["Retry-After"] == "30"
+    assert not list(render.export_dir("domains.txt").glob("*.txt"))

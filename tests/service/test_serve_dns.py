@@ -220,3 +220,37 @@ def test_rate_limiter_truncates_every_second_answer_beyond_the_rate():
     assert limiter.allow("198.51.100.1") == "answer"
     now[0] = 1.0
     assert limiter.allow("192.0.2.1") == "answer"
+
+
+def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):
+    import io
+    import os
+    import re
+    import signal
+    import time
+
+    from django.core.management import call_command
+
+    build_filter()
+    settings.URLGUARD = {**settings.URLGUARD, "DNS_URIBL_ZONE": "bl.example.net."}
+    out = io.StringIO()
+    answers = []
+
+    def probe():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not re.search(r"port (\d+)", out.getvalue()):
+            time.sleep(0.05)
+        port = int(re.search(r"port (\d+)", out.getvalue()).group(1))
+        answers.append(ask(port, "test.bl.example.net."))
+        answers.append(ask(port, f"test.{URIBL}"))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=probe)
+    thread.start()
+    call_command("serve_dns", "--address", "127.0.0.1", "--port", "0", stdout=out)
+    thread.join()
+    assert answers[0].answer[0][0].to_text() == "127.0.0.2"
+    assert answers[1].rcode() == dns.rcode.REFUSED  # not its zone any more
+    assert "serve_dns stopped." in out.getvalue()
+    assert signal.getsignal(signal.SIGTERM) == before  # the caller's handler is back

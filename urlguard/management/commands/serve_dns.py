@@ -10,6 +10,8 @@ from django.core.management.base import BaseCommand
 
 from urlguard.exports.dnsserver import DnsConfig, DnsServer
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
 
 class Command(BaseCommand):
     help = (
@@ -33,7 +35,12 @@ class Command(BaseCommand):
         )
         self.stdout.flush()
         stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        stop.wait()
-        server.stop()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
+        try:
+            while not stop.wait(1.0):
+                pass
+        finally:
+            server.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        self.stdout.write("serve_dns stopped.")
