@@ -255,3 +255,24 @@ def test_a_list_that_never_holds_still_is_a_503_with_retry_after(rules, get, mon
     response = get("domains.txt")
     assert response.status_code == 503 and response["Retry-After"] == "30"
     assert not list(render.export_dir("domains.txt").glob("*.txt"))
+
+
+def test_while_another_process_renders_the_newest_kept_render_is_served(rules, get):
+    """Of many pollers after a change one renders; the others get the last render at
+    once, with its own position in its headers, instead of waiting."""
+    import fcntl
+    import os
+
+    before = get("domains.txt")
+    add_rule("new.example/", category="spam", source="test")
+    lock = os.open(render.export_dir("domains.txt") / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process is rendering
+        during = get("domains.txt")
+    finally:
+        os.close(lock)
+    assert during.status_code == 200 and during["ETag"] == before["ETag"]
+    assert during["X-URLGuard-Position"] == before["X-URLGuard-Position"]
+    assert during["Last-Modified"] == before["Last-Modified"]
+    assert "new.example" not in during.body
+    assert "new.example" in get("domains.txt").body

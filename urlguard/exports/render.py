@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -52,7 +54,9 @@ def rendered_path(name: str, key: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
+    """Hold the export's render lock; yields False at once if another process holds
+    it and `wait` is False."""
     fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + LOCK_TIMEOUT
@@ -61,28 +65,53 @@ def _locked(directory: Path) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not wait:
+                    yield False
+                    return
                 if time.monotonic() > deadline:
                     raise RenderBusy(f"another process is rendering {directory.name}") from None
                 time.sleep(0.05)
-        yield
+        yield True
     finally:
         os.close(fd)
 
 
 def rendered(export: Export, position: Position) -> Rendered:
     """The file of `export` at `position`, rendered now if no process has yet. The
-    result may be of a later position (a change committed meanwhile)."""
+    result may be of a later position (a change committed meanwhile). While another
+    process renders it, the newest render kept is the answer (its own position in its
+    headers): of a thousand pollers one renders, the others wait for nothing."""
     path = rendered_path(export.name, position.key)
     if path.exists():
         return Rendered(path, position)
     directory = export_dir(export.name)
     make_private_dir(directory)
-    with _locked(directory):
+    stale = newest(directory)
+    with _locked(directory, wait=stale is None) as mine:
+        if not mine and stale is not None:
+            return stale
         if path.exists():
             return Rendered(path, position)
         result = render(export, directory)
         prune(directory, keep=conf.EXPORT_KEEP_VERSIONS)
         return result
+
+
+def newest(directory: Path) -> Rendered | None:
+    """The newest render kept in `directory`, with the position its sidecar names."""
+    for key in reversed(kept_keys(directory)):
+        try:
+            meta = json.loads((directory / f"{key}.json").read_text())
+            position = Position(
+                seq=int(meta["seq"]),
+                time=datetime.fromisoformat(meta["time"]),
+                allowlist=tuple(meta["allowlist"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if position.key == key:
+            return Rendered(directory / f"{key}.txt", position)
+    return None
 
 
 def render(export: Export, directory: Path) -> Rendered:
@@ -115,6 +144,8 @@ def render(export: Export, directory: Path) -> Rendered:
 
 def _write(target: Path, export: Export, position: Position, counts: RenderCounts, body) -> None:  # type: ignore[no-untyped-def]
     head = [*export.preamble(position), *export.header(position, counts)]
+    meta = {"seq": position.seq, "time": position.time.isoformat(), "allowlist": position.allowlist}
+    _write_aside(target.with_suffix(".json"), json.dumps(meta).encode())
     fd, aside = tempfile.mkstemp(dir=target.parent, prefix=".render-")
     try:
         with os.fdopen(fd, "wb") as out:
@@ -123,6 +154,18 @@ def _write(target: Path, export: Export, position: Position, counts: RenderCount
             shutil.copyfileobj(body, out, 1 << 20)
             out.flush()
             os.fsync(out.fileno())
+        os.replace(aside, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(aside)
+        raise
+
+
+def _write_aside(target: Path, data: bytes) -> None:
+    fd, aside = tempfile.mkstemp(dir=target.parent, prefix=".meta-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
         os.replace(aside, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -146,8 +189,9 @@ def prune(directory: Path, *, keep: int) -> None:
     reader streaming one keeps its open file)."""
     keys = kept_keys(directory)
     for key in keys[: max(0, len(keys) - keep)]:
-        with contextlib.suppress(FileNotFoundError):
-            (directory / f"{key}.txt").unlink()
+        for suffix in (".txt", ".json"):
+            with contextlib.suppress(FileNotFoundError):
+                (directory / f"{key}{suffix}").unlink()
     kept = set(keys[-keep:])
     for patch in directory.glob("*.patch"):
         if patch.name.split("_", 1)[0] not in kept:
