@@ -233,41 +233,6 @@ def produce(server, kind: str, serial: int | None = None) -> tuple[float, int, i
     return time.perf_counter() - started, total, records
 
 
-def transfer(port: int, kind: str, serial: int | None = None) -> tuple[float, int, int]:
-    import struct
-
-    import dns.message
-    import dns.rrset
-
-    zone = "rpz.urlguard."
-    query = dns.message.make_query(zone, kind)
-    if serial is not None:
-        query.authority.append(dns.rrset.from_text(zone, 0, "IN", "SOA", f". . {serial} 0 0 0 0"))
-    wire = query.to_wire()
-    started = time.perf_counter()
-    total = records = soas = 0
-    first = incremental = None
-    with socket.create_connection(("127.0.0.1", port), timeout=600) as sock:
-        sock.sendall(struct.pack("!H", len(wire)) + wire)
-        reader = sock.makefile("rb")
-        while True:
-            size = struct.unpack("!H", reader.read(2))[0]
-            message = dns.message.from_wire(reader.read(size), one_rr_per_rrset=True)
-            total += size + 2
-            for rrset in message.answer:
-                records += 1
-                is_soa = rrset.rdtype == 6
-                if records == 1:
-                    first = rrset[0].serial
-                elif records == 2:
-                    incremental = is_soa and rrset[0].serial != first
-                if is_soa and rrset[0].serial == first:
-                    soas += 1
-            if records == 1 or soas >= (3 if incremental else 2):
-                break
-    return time.perf_counter() - started, total, records
-
-
 def _uribl_client(port: int, seconds: float, k: int, n: int, out) -> None:  # type: ignore[no-untyped-def]
     import dns.message
     import dns.query

@@ -5,7 +5,6 @@ the package is not installed (`.ci/run` installs both)."""
 
 from __future__ import annotations
 
-import ipaddress
 import shutil
 import socket
 import subprocess
@@ -17,7 +16,6 @@ import pytest
 
 from tests.service.dnsclient import ask
 from urlguard.changes import add_rule, remove_rule
-from urlguard.exports.dnsserver import DnsConfig, DnsServer
 from urlguard.models import SpamRule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,29 +39,6 @@ def until(predicate, seconds: float = 15.0) -> bool:
             return True
         time.sleep(0.1)
     return False
-
-
-@pytest.fixture
-def dns_server(build_filter, fresh_guard):
-    servers = []
-
-    def start(notify=()):
-        server = DnsServer(
-            DnsConfig(
-                rpz_zone=RPZ,
-                uribl_zone=URIBL,
-                notify=notify,
-                transfer_networks=(ipaddress.ip_network("127.0.0.0/8"),),
-            )
-        )
-        server.port = server.start("127.0.0.1", 0)[1]
-        servers.append(server)
-        return server
-
-    build_filter()
-    yield start
-    for server in servers:
-        server.stop()
 
 
 UNBOUND_CONF = """

@@ -22,34 +22,13 @@ from tests.service.dnsclient import ask, transfer
 from urlguard import metrics
 from urlguard.changes import add_rule, remove_rule
 from urlguard.exports.categories import CATEGORY_TABLE, uribl_address
-from urlguard.exports.dnsserver import DnsConfig, DnsServer, RateLimiter
+from urlguard.exports.dnsserver import RateLimiter
 from urlguard.models import ChangeEvent, SpamRule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 RPZ = "rpz.urlguard."
 URIBL = "uribl.urlguard."
-
-
-@pytest.fixture
-def start(build_filter, fresh_guard):
-    servers = []
-
-    def start(**config) -> DnsServer:
-        base = {
-            "rpz_zone": RPZ,
-            "uribl_zone": URIBL,
-            "transfer_networks": (ipaddress.ip_network("127.0.0.0/8"),),
-        }
-        server = DnsServer(DnsConfig(**{**base, **config}))
-        server.port = server.start("127.0.0.1", 0)[1]
-        servers.append(server)
-        return server
-
-    build_filter()
-    yield start
-    for server in servers:
-        server.stop()
 
 
 @pytest.fixture
@@ -64,15 +43,15 @@ def records(rrsets):
     return {(r.name.to_text(), r[0].to_text()) for r in rrsets if r.rdtype == dns.rdatatype.CNAME}
 
 
-def test_refuses_every_other_name_and_never_recurses(start):
-    server = start()
+def test_refuses_every_other_name_and_never_recurses(dns_server):
+    server = dns_server()
     answer = ask(server.port, "www.python.org.")
     assert answer.rcode() == dns.rcode.REFUSED
     assert not answer.flags & dns.flags.RA and not answer.answer
 
 
-def test_uribl_lists_a_listed_host_with_its_category_bits(start, listed):
-    server = start()
+def test_uribl_lists_a_listed_host_with_its_category_bits(dns_server, listed):
+    server = dns_server()
     answer = ask(server.port, f"evil.example.{URIBL}")
     assert answer.flags & dns.flags.AA
     assert [r.to_text() for r in answer.answer[0]] == ["127.0.0.4"]
@@ -81,26 +60,26 @@ def test_uribl_lists_a_listed_host_with_its_category_bits(start, listed):
     assert "evil.example/" in txt and "malware" in txt and "report" in txt
 
 
-def test_uribl_not_listed_is_nxdomain_with_the_soa(start, listed):
-    server = start()
+def test_uribl_not_listed_is_nxdomain_with_the_soa(dns_server, listed):
+    server = dns_server()
     for name in ("clean.example", "bank.example", "pages.example"):
         answer = ask(server.port, f"{name}.{URIBL}")
         assert answer.rcode() == dns.rcode.NXDOMAIN, name
         assert answer.authority[0].rdtype == dns.rdatatype.SOA
 
 
-def test_uribl_answers_a_new_rule_at_once(start, listed, sync_filter):
-    server = start()
+def test_uribl_answers_a_new_rule_at_once(dns_server, listed, sync_filter):
+    server = dns_server()
     assert ask(server.port, f"new.example.{URIBL}").rcode() == dns.rcode.NXDOMAIN
     add_rule("new.example/", category="spam", source="test")
     sync_filter()
     assert ask(server.port, f"new.example.{URIBL}").answer[0][0].to_text() == "127.0.0.8"
 
 
-def test_rfc5782_test_points_and_reversed_addresses(start, sync_filter):
+def test_rfc5782_test_points_and_reversed_addresses(dns_server, sync_filter):
     add_rule("203.0.113.9/", category="phishing", source="test")
     sync_filter()
-    server = start()
+    server = dns_server()
     assert ask(server.port, f"2.0.0.127.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
     assert ask(server.port, f"test.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
     assert ask(server.port, f"1.0.0.127.{URIBL}").rcode() == dns.rcode.NXDOMAIN
@@ -116,8 +95,8 @@ def test_no_listing_is_ever_127_0_0_1():
     assert len({c.uribl_bit for c in CATEGORY_TABLE.values()}) == len(CATEGORY_TABLE)
 
 
-def test_soa_and_ns_at_both_apexes(start, listed):
-    server = start()
+def test_soa_and_ns_at_both_apexes(dns_server, listed):
+    server = dns_server()
     for zone in (RPZ, URIBL):
         soa = ask(server.port, zone, "SOA")
         assert soa.flags & dns.flags.AA and soa.answer[0].rdtype == dns.rdatatype.SOA
@@ -127,8 +106,8 @@ def test_soa_and_ns_at_both_apexes(start, listed):
     assert serial == ChangeEvent.objects.head()
 
 
-def test_axfr_is_the_zone(start, listed):
-    server = start()
+def test_axfr_is_the_zone(dns_server, listed):
+    server = dns_server()
     rrsets = transfer(server.port, RPZ)
     assert rrsets[0].rdtype == rrsets[-1].rdtype == dns.rdatatype.SOA
     assert records(rrsets) == {
@@ -139,14 +118,14 @@ def test_axfr_is_the_zone(start, listed):
     }
 
 
-def test_transfers_only_to_allowed_networks(start, listed):
-    server = start(transfer_networks=(ipaddress.ip_network("10.0.0.0/8"),))
+def test_transfers_only_to_allowed_networks(dns_server, listed):
+    server = dns_server(transfer_networks=(ipaddress.ip_network("10.0.0.0/8"),))
     (refused,) = transfer(server.port, RPZ)
     assert refused.rcode() == dns.rcode.REFUSED
 
 
-def test_ixfr_sends_the_log_between_two_serials(start, listed):
-    server = start()
+def test_ixfr_sends_the_log_between_two_serials(dns_server, listed):
+    server = dns_server()
     old = ChangeEvent.objects.head()
     add_rule("fresh.example/", category="spam", source="test")
     remove_rule(SpamRule.objects.get(expression="evil.example/"))
@@ -162,18 +141,18 @@ def test_ixfr_sends_the_log_between_two_serials(start, listed):
     assert len(up_to_date) == 1 and up_to_date[0][0].serial == new
 
 
-def test_ixfr_from_beyond_the_journal_is_the_whole_zone(start, listed, settings):
+def test_ixfr_from_beyond_the_journal_is_the_whole_zone(dns_server, listed, settings):
     settings.URLGUARD = {**settings.URLGUARD, "DNS_JOURNAL_CHANGES": 1}
-    server = start()
+    server = dns_server()
     rrsets = transfer(server.port, RPZ, "IXFR", serial=1)
     soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
     assert len(soas) == 2 and len(records(rrsets)) == 4
 
 
-def test_malformed_packets_are_dropped_and_counted(start, monkeypatch):
+def test_malformed_packets_are_dropped_and_counted(dns_server, monkeypatch):
     dropped = []
     monkeypatch.setattr(metrics, "dns_dropped", dropped.append)
-    server = start()
+    server = dns_server()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(0.3)
         sock.sendto(b"\x00\x01garbage", ("127.0.0.1", server.port))
@@ -183,7 +162,7 @@ def test_malformed_packets_are_dropped_and_counted(start, monkeypatch):
     assert ask(server.port, f"test.{URIBL}").answer  # still answering
 
 
-def test_notify_reaches_a_secondary_after_a_change(start, listed):
+def test_notify_reaches_a_secondary_after_a_change(dns_server, listed):
     secondary = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     secondary.bind(("127.0.0.1", 0))
     secondary.settimeout(10)
@@ -203,7 +182,7 @@ def test_notify_reaches_a_secondary_after_a_change(start, listed):
 
     thread = threading.Thread(target=listen)
     thread.start()
-    start(notify=(secondary.getsockname(),))
+    dns_server(notify=(secondary.getsockname(),))
     add_rule("notify.example/", category="spam", source="test")
     thread.join(15)
     secondary.close()

@@ -51,6 +51,8 @@ TRANSFER_CHUNK = 500
 NOTIFY_POLL = 1.0
 NOTIFY_TRIES = 5
 TCP_IDLE = 10.0
+#: How often the UDP thread looks whether it should stop, seconds.
+UDP_POLL = 0.5
 MAX_TCP_CLIENTS = 32
 
 
@@ -402,9 +404,6 @@ class DnsServer:
         """Bind UDP and TCP on (address, port) and serve in daemon threads; returns
         the bound address (port 0 picks a free one, the same for both)."""
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        udp = socket.socket(family, socket.SOCK_DGRAM)
-        udp.bind((address, port))
-        port = udp.getsockname()[1]
         server = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -416,10 +415,22 @@ class DnsServer:
             allow_reuse_address = True
             daemon_threads = True
 
-        self._tcp = TCPServer((address, port), Handler)
-        self._udp = udp
+        # Port 0: the free UDP port may be taken for TCP; try another.
+        for attempt in range(1 if port else 10):
+            udp = socket.socket(family, socket.SOCK_DGRAM)
+            try:
+                udp.bind((address, port))
+                tcp = TCPServer((address, udp.getsockname()[1]), Handler)
+            except OSError:
+                udp.close()
+                if port or attempt == 9:
+                    raise
+                continue
+            break
+        port = udp.getsockname()[1]
+        self._udp, self._tcp = udp, tcp
         self._tcp_slots = threading.BoundedSemaphore(MAX_TCP_CLIENTS)
-        for target in (self._serve_udp, self._tcp.serve_forever, self._notify_loop):
+        for target in (self._serve_udp, tcp.serve_forever, self._notify_loop):
             thread = threading.Thread(target=target, daemon=True, name=f"dns-{target.__name__}")
             thread.start()
             self._threads.append(thread)
@@ -430,15 +441,26 @@ class DnsServer:
         if self._tcp is not None:
             self._tcp.shutdown()
             self._tcp.server_close()
-        if self._udp is not None:
-            self._udp.close()
+        # The UDP thread closes its socket itself: closed under a blocked recvfrom,
+        # its descriptor could be reused by another socket the thread then reads.
+        for thread in self._threads:
+            thread.join(timeout=2 * UDP_POLL)
 
     def _serve_udp(self) -> None:
         assert self._udp is not None
         udp = self._udp
+        udp.settimeout(UDP_POLL)
+        try:
+            self._udp_loop(udp)
+        finally:
+            udp.close()
+
+    def _udp_loop(self, udp: socket.socket) -> None:
         while not self._stop.is_set():
             try:
                 wire, peer = udp.recvfrom(4096)
+            except TimeoutError:
+                continue
             except OSError:
                 return
             try:

@@ -11,10 +11,9 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +25,7 @@ from urlguard.exports.base import Export, RenderCounts
 from urlguard.exports.projection import Position, snapshot
 from urlguard.vardir import make_private_dir
 
-__all__ = ["RenderBusy", "Rendered", "export_dir", "rendered", "render"]
+__all__ = ["RenderBusy", "Rendered", "export_dir", "render", "rendered", "write_aside"]
 
 #: A render waits this long for another process's render of the same export.
 LOCK_TIMEOUT = 600.0
@@ -145,27 +144,26 @@ def render(export: Export, directory: Path) -> Rendered:
 def _write(target: Path, export: Export, position: Position, counts: RenderCounts, body) -> None:  # type: ignore[no-untyped-def]
     head = [*export.preamble(position), *export.header(position, counts)]
     meta = {"seq": position.seq, "time": position.time.isoformat(), "allowlist": position.allowlist}
-    _write_aside(target.with_suffix(".json"), json.dumps(meta).encode())
-    fd, aside = tempfile.mkstemp(dir=target.parent, prefix=".render-")
+    write_aside(target.with_suffix(".json"), [json.dumps(meta).encode()])
+
+    def chunks() -> Iterator[bytes]:
+        yield "".join(line + "\n" for line in head).encode()
+        body.seek(0)
+        yield from iter(lambda: body.read(1 << 20), b"")
+
+    write_aside(target, chunks())
+
+
+def write_aside(target: Path, chunks: Iterable[bytes]) -> None:
+    """Write `chunks` to a file beside `target`, then rename it into place: a reader
+    sees the old file or the whole new one, never half of it."""
+    fd, aside = tempfile.mkstemp(dir=target.parent, prefix=".aside-")
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write("".join(line + "\n" for line in head).encode())
-            body.seek(0)
-            shutil.copyfileobj(body, out, 1 << 20)
+            for chunk in chunks:
+                out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(aside, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(aside)
-        raise
-
-
-def _write_aside(target: Path, data: bytes) -> None:
-    fd, aside = tempfile.mkstemp(dir=target.parent, prefix=".meta-")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
         os.replace(aside, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

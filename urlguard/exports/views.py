@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import os
 import re
-import tempfile
 
 from django.http import FileResponse, HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.cache import get_conditional_response
@@ -24,7 +22,14 @@ from urlguard.exports import rcs
 from urlguard.exports.abp import AbpExport
 from urlguard.exports.catalog import get_export
 from urlguard.exports.projection import Position, current_position
-from urlguard.exports.render import RenderBusy, Rendered, export_dir, rendered, rendered_path
+from urlguard.exports.render import (
+    RenderBusy,
+    Rendered,
+    export_dir,
+    rendered,
+    rendered_path,
+    write_aside,
+)
 
 __all__ = ["export_view"]
 
@@ -109,16 +114,7 @@ def _patch_response(request: HttpRequest, old_key: str, current: Rendered) -> Ht
     etag = f'"{old_key}_{new_key}"'
     path = export_dir(AbpExport.name) / f"{old_key}_{new_key}.patch"
     if old_key != new_key and not path.exists():
-        fd, aside = tempfile.mkstemp(dir=path.parent, prefix=".patch-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for chunk in rcs.diff(old, current.path):
-                    out.write(chunk)
-            os.replace(aside, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(aside)
-            raise
+        write_aside(path, rcs.diff(old, current.path))
     if old_key == new_key:
         response = get_conditional_response(
             request, etag=etag, last_modified=int(current.position.time.timestamp())
