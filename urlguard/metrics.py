@@ -37,12 +37,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "changes_applied",
+    "continued",
+    "counted_checks",
     "dns_answered",
     "dns_dropped",
     "dns_notified",
     "dns_transfer",
-    "continued",
-    "counted_checks",
     "metrics_view",
     "multiprocess_dir",
     "rebuilt",

@@ -9,10 +9,10 @@ import hashlib
 import ipaddress
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.models import Max
 
 from urlguard.canonical import split_expression
@@ -91,7 +91,6 @@ class Snapshot:
     exceptions: list[str]
     _using: str
     _snapshot: bool
-    _checked: list[bool] = field(default_factory=list)
 
     def rules(self, chunk_size: int = 20_000) -> Iterator[tuple[str, str]]:
         rows = SpamRule.objects.using(self._using).order_by("expression")
@@ -125,8 +124,6 @@ def snapshot() -> Iterator[Snapshot]:
     using = router.db_for_read(SpamRule)
     connection = connections[using]
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        from django.db import transaction
-
         with transaction.atomic(using=using):
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
