@@ -233,3 +233,32 @@ def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):
     assert answers[1].rcode() == dns.rcode.REFUSED  # not its zone any more
     assert "serve_dns stopped." in out.getvalue()
     assert signal.getsignal(signal.SIGTERM) == before  # the caller's handler is back
+
+
+def test_an_allowlisted_hosts_passthru_follows_the_rules_above_it(dns_server, listed):
+    from urlguard.models import AllowedHost, Source
+
+    allow = Source.objects.create(name="allowlist", kind="manual", is_allowlist=True)
+    AllowedHost.objects.create(source=allow, host="partner.hosting.example")
+    server = dns_server()
+    passthru = (f"partner.hosting.example.{RPZ}", "rpz-passthru.")
+    assert passthru in records(transfer(server.port, RPZ))
+    old = ChangeEvent.objects.head()
+    add_rule("hosting.example/", category="malware", source="test")  # blocks it whole now
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=old)
+    soas = [i for i, r in enumerate(rrsets) if r.rdtype == dns.rdatatype.SOA]
+    assert passthru in records(rrsets[soas[1] + 1 : soas[2]])  # deleted
+    assert passthru not in records(transfer(server.port, RPZ))
+
+
+def test_an_unreadable_filter_failing_closed_is_servfail_not_a_listing(
+    dns_server, listed, settings, filter_path
+):
+    from urlguard import registry
+
+    settings.URLGUARD = {**settings.URLGUARD, "ON_FILTER_ERROR": "closed"}
+    server = dns_server()
+    filter_path.unlink()
+    registry.forget(str(filter_path))  # as its once-a-second check would
+    answer = ask(server.port, f"clean.example.{URIBL}")
+    assert answer.rcode() == dns.rcode.SERVFAIL and not answer.answer
