@@ -276,3 +276,22 @@ def test_while_another_process_renders_the_newest_kept_render_is_served(rules, g
     assert during["Last-Modified"] == before["Last-Modified"]
     assert "new.example" not in during.body
     assert "new.example" in get("domains.txt").body
+
+
+def test_a_render_pruned_before_it_is_opened_is_found_again(rules, get, monkeypatch):
+    from urlguard.exports import views
+
+    real = views.rendered
+    calls = []
+
+    def pruned_once(export, position):
+        result = real(export, position)
+        calls.append(result)
+        if len(calls) == 1:  # another process pruned it meanwhile
+            return render.Rendered(result.path.with_name("pruned.txt"), result.position)
+        return result
+
+    monkeypatch.setattr(views, "rendered", pruned_once)
+    response = get("hosts.txt")
+    assert response.status_code == 200 and "evil.example" in response.body
+    assert len(calls) == 2

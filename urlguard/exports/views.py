@@ -92,16 +92,25 @@ def export_view(request: HttpRequest, name: str) -> HttpResponseBase:
     export = get_export(AbpExport.name if patch else name)
     if export is None:
         return _refused(404, f"No list named {name!r}.")
-    try:
-        current = rendered(export, current_position())
-    except RenderBusy as exc:
-        response = _refused(503, f"{exc}; try again shortly.")
-        response["Retry-After"] = "30"
-        return response
-    if patch:
-        return _patch_response(request, patch.group(1), current)
-    etag = f'"{current.position.key}"'
-    return _file_response(request, current.path, export.content_type, etag, current.position)
+    # Twice at most: a render can be pruned (another process kept newer ones)
+    # between finding it and opening it.
+    for attempt in range(2):
+        try:
+            current = rendered(export, current_position())
+            if patch:
+                return _patch_response(request, patch.group(1), current)
+            etag = f'"{current.position.key}"'
+            return _file_response(
+                request, current.path, export.content_type, etag, current.position
+            )
+        except RenderBusy as exc:
+            response = _refused(503, f"{exc}; try again shortly.")
+            response["Retry-After"] = "30"
+            return response
+        except FileNotFoundError:
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _patch_response(request: HttpRequest, old_key: str, current: Rendered) -> HttpResponseBase:
@@ -113,9 +122,12 @@ def _patch_response(request: HttpRequest, old_key: str, current: Rendered) -> Ht
     new_key = current.position.key
     etag = f'"{old_key}_{new_key}"'
     path = export_dir(AbpExport.name) / f"{old_key}_{new_key}.patch"
-    if old_key != new_key and not path.exists():
+    # Nothing newer: the same version, or (served a kept render while another
+    # process renders) an older one than the client's.
+    newest = old_key == new_key or int(old_key.split("-")[0]) > current.position.seq
+    if not newest and not path.exists():
         write_aside(path, rcs.diff(old, current.path))
-    if old_key == new_key:
+    if newest:
         response = get_conditional_response(
             request, etag=etag, last_modified=int(current.position.time.timestamp())
         ) or HttpResponse(b"", content_type="text/plain; charset=utf-8")
