@@ -16,7 +16,7 @@ from django.utils.http import http_date
 from urlguard import apikeys
 from urlguard.changes import add_rule, remove_rule
 from urlguard.exports import rcs, render
-from urlguard.exports.projection import allowlisted_hosts
+from urlguard.exports.projection import read_allowlist
 from urlguard.exports.rspamd_urls import url_pattern
 from urlguard.models import AllowedHost, ChangeEvent, Source, SpamRule
 
@@ -145,10 +145,11 @@ def test_abp_lines(rules, allowlist, get):
 
 
 def test_allowlist_is_read_through_one_function(allowlist):
-    assert allowlisted_hosts() == ["hosting.example"]
+    hosts, modified = read_allowlist()
+    assert hosts == ("hosting.example",) and modified is not None
     allowlist.enabled = False
     allowlist.save()
-    assert allowlisted_hosts() == []
+    assert read_allowlist() == ((), None)
 
 
 def test_an_api_key_is_needed_unless_open(rules, get, key, settings):

@@ -21,21 +21,24 @@ from urlguard.models import AllowedHost, ChangeEvent, SpamRule
 __all__ = [
     "Position",
     "Snapshot",
-    "allowlisted_hosts",
     "current_position",
     "host_rule",
     "is_address",
     "parent_rules",
+    "read_allowlist",
     "snapshot",
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def allowlisted_hosts() -> list[str]:
-    """The hosts the allowlist names, sorted: the one place exports read it."""
+def read_allowlist() -> tuple[tuple[str, ...], datetime | None]:
+    """The hosts the allowlist names (sorted) and when it last gained one: the one
+    place exports read the allowlist."""
     rows = AllowedHost.objects.filter(source__enabled=True, source__is_allowlist=True)
-    return sorted(set(rows.values_list("host", flat=True)))
+    hosts = tuple(sorted(set(rows.values_list("host", flat=True))))
+    latest = AllowedHost.objects.aggregate(m=Max("created"))["m"] if hosts else None
+    return hosts, latest
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,9 @@ class Position:
 
 def current_position() -> Position:
     seq = ChangeEvent.objects.head()
-    allowlist = allowlisted_hosts()
-    times = [ChangeEvent.objects.filter(seq=seq).values_list("created", flat=True).first() or EPOCH]
-    if allowlist:
-        latest = AllowedHost.objects.aggregate(m=Max("created"))["m"]
-        times.append(latest or EPOCH)
-    return Position(seq=seq, time=max(times), allowlist=tuple(allowlist))
+    allowlist, modified = read_allowlist()
+    changed = ChangeEvent.objects.filter(seq=seq).values_list("created", flat=True).first()
+    return Position(seq=seq, time=max(changed or EPOCH, modified or EPOCH), allowlist=allowlist)
 
 
 def is_address(host: str) -> bool:
