@@ -16,13 +16,12 @@ Creates its own database (urlguard_bench_exports, dropped and re-created), loads
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import ipaddress
 import os
 import random
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -277,54 +276,19 @@ def uribl_rate(port: int, seconds: float, clients: int, n: int) -> float:
 
 
 def notify_to_secondary(port: int, server, var: Path, add_rule, listed: str) -> float | None:
-    unbound = shutil.which("unbound") or "/usr/sbin/unbound"
-    if not Path(unbound).exists():
+    if not Path(shutil.which("unbound") or "/usr/sbin/unbound").exists():
         print("(unbound not installed: no secondary latency)")
         return None
     import dns.message
     import dns.query
     import dns.rcode
 
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        uport = s.getsockname()[1]
-    server.config = type(server.config)(
-        **{**server.config.__dict__, "notify": (("127.0.0.1", uport),)}
-    )
-    (var / "example.zone").write_text(
-        "$ORIGIN example.\n@ 3600 IN SOA ns.example. h.example. 1 3600 600 86400 60\n"
-        "@ NS ns.example.\nns A 127.0.0.1\nlate A 192.0.2.1\n"
-    )
-    (var / "unbound.conf").write_text(
-        f"""server:
-    interface: 127.0.0.1
-    port: {uport}
-    do-ip6: no
-    do-daemonize: no
-    use-syslog: no
-    chroot: ""
-    username: ""
-    directory: "{var}"
-    pidfile: "{var}/unbound.pid"
-    access-control: 127.0.0.0/8 allow
-    module-config: "respip iterator"
-    do-not-query-localhost: no
-    num-threads: 1
-auth-zone:
-    name: "example."
-    zonefile: "{var}/example.zone"
-    for-upstream: yes
-    for-downstream: no
-remote-control:
-    control-enable: no
-rpz:
-    name: rpz.urlguard.
-    primary: 127.0.0.1@{port}
-    allow-notify: 127.0.0.1
-"""
-    )
-    process = subprocess.Popen(
-        [unbound, "-d", "-c", str(var / "unbound.conf")], stderr=subprocess.DEVNULL
+    from tests.service.unbound import free_port, start_unbound
+
+    uport = free_port()
+    server.config = dataclasses.replace(server.config, notify=(("127.0.0.1", uport),))
+    process = start_unbound(
+        var, port=uport, primary=port, zone="rpz.urlguard.", names={"late": "192.0.2.1"}
     )
 
     def rcode(name: str = "late.example.") -> int | None:

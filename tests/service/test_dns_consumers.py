@@ -6,7 +6,6 @@ the package is not installed (`.ci/run` installs both)."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import dns.rcode
 import pytest
 
 from tests.service.dnsclient import ask
+from tests.service.unbound import UNBOUND, free_port, start_unbound
 from urlguard.changes import add_rule, remove_rule
 from urlguard.models import SpamRule
 
@@ -22,14 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 RPZ = "rpz.urlguard."
 URIBL = "uribl.urlguard."
-UNBOUND = shutil.which("unbound") or "/usr/sbin/unbound"
 SPAMASSASSIN = shutil.which("spamassassin") or "/usr/bin/spamassassin"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-        udp.bind(("127.0.0.1", 0))
-        return int(udp.getsockname()[1])
 
 
 def until(predicate, seconds: float = 15.0) -> bool:
@@ -41,62 +34,17 @@ def until(predicate, seconds: float = 15.0) -> bool:
     return False
 
 
-UNBOUND_CONF = """
-server:
-    interface: 127.0.0.1
-    port: {port}
-    do-ip6: no
-    do-daemonize: no
-    use-syslog: no
-    logfile: "{tmp}/unbound.log"
-    chroot: ""
-    username: ""
-    directory: "{tmp}"
-    pidfile: "{tmp}/unbound.pid"
-    access-control: 127.0.0.0/8 allow
-    module-config: "respip iterator"
-    do-not-query-localhost: no
-    num-threads: 1
-    so-reuseport: no
-    verbosity: 4
-# The names' real answers, as if from upstream (RPZ rewrites resolved answers,
-# not local-data).
-auth-zone:
-    name: "example."
-    zonefile: "{tmp}/example.zone"
-    for-upstream: yes
-    for-downstream: no
-    fallback-enabled: no
-remote-control:
-    control-enable: no
-rpz:
-    name: {zone}
-    primary: 127.0.0.1@{primary}
-    allow-notify: 127.0.0.1
-    rpz-log: yes
-"""
-
-EXAMPLE_ZONE = """$ORIGIN example.
-@ 3600 IN SOA ns.example. hostmaster.example. 1 3600 600 86400 60
-@ NS ns.example.
-ns A 127.0.0.1
-evil A 192.0.2.1
-www.evil A 192.0.2.1
-fresh A 192.0.2.2
-deep.www.fresh A 192.0.2.2
-clean A 192.0.2.3
-"""
-
-
 @pytest.mark.skipif(not Path(UNBOUND).exists(), reason="Debian's unbound is not installed")
 def test_unbound_secondary_follows_the_list_by_notify_and_ixfr(dns_server, sync_filter, tmp_path):
     add_rule("evil.example/", category="phishing", source="test")
     port = free_port()
     server = dns_server(notify=(("127.0.0.1", port),))
-    (tmp_path / "example.zone").write_text(EXAMPLE_ZONE)
-    conf = tmp_path / "unbound.conf"
-    conf.write_text(UNBOUND_CONF.format(port=port, tmp=tmp_path, zone=RPZ, primary=server.port))
-    unbound = subprocess.Popen([UNBOUND, "-d", "-c", str(conf)], stderr=subprocess.DEVNULL)
+    names = {"evil": "192.0.2.1", "www.evil": "192.0.2.1", "fresh": "192.0.2.2"}
+    names |= {"deep.www.fresh": "192.0.2.2", "clean": "192.0.2.3"}
+    # verbosity 4: the log says whether a change came by IXFR
+    unbound = start_unbound(
+        tmp_path, port=port, primary=server.port, zone=RPZ, names=names, verbosity=4
+    )
     try:
 
         def rcode(name):
