@@ -198,16 +198,18 @@ def run(args: argparse.Namespace, var: Path) -> None:
             f"\nURIBL: {qps:,.0f} queries/s ({args.clients} clients, one query in flight each, "
             f"half listed, {args.seconds:.0f} s)"
         )
-        for label, name in (("listed", "spam20.example20.com"), ("not listed", "clean7.example")):
+        # A domain rule the churn left listed.
+        k = (n // 100 + 10) // 10 * 10
+        listed = f"spam{k}.example{k % 97}.com"
+        for label, name in (("listed", listed), ("not listed", "clean7.example")):
             wire = dns.message.make_query(f"{name}.uribl.urlguard.", "A").to_wire()
             started = time.perf_counter()
             for _ in range(500):
                 list(server.answer(wire, "127.0.0.1", tcp=False))
             each = (time.perf_counter() - started) / 500
             print(f"URIBL answer, {label}: {each * 1e6:,.0f} us in the server")
-        # A domain rule the churn left listed: the secondary has the zone once it is NXDOMAIN.
-        k = (n // 100 + 10) // 10 * 10
-        latency = notify_to_secondary(port, server, var, add_rule, f"spam{k}.example{k % 97}.com.")
+        # The secondary holds the zone once that rule's name is NXDOMAIN there.
+        latency = notify_to_secondary(port, server, var, add_rule, listed + ".")
         if latency is None:
             print("add_rule -> NXDOMAIN at an Unbound secondary: not within 60 s")
         else:

@@ -262,3 +262,35 @@ def test_an_unreadable_filter_failing_closed_is_servfail_not_a_listing(
     registry.forget(str(filter_path))  # as its once-a-second check would
     answer = ask(server.port, f"clean.example.{URIBL}")
     assert answer.rcode() == dns.rcode.SERVFAIL and not answer.answer
+
+
+@pytest.mark.parametrize("edns", [None, 0])
+@pytest.mark.parametrize(
+    "name",
+    ["evil.example", "WWW.Evil.Example", "clean.example", "test", "1.0.0.127", "9.113.0.203"],
+)
+def test_the_fast_path_answers_as_the_general_one(dns_server, listed, name, edns):
+    """The common A question is answered without dnspython's parser and renderer: the
+    same answer, EDNS included, as the general path gives."""
+    server = dns_server()
+    query = dns.message.make_query(f"{name}.{URIBL}", "A", use_edns=edns)
+    query.id = 4242
+    (fast,) = server.answer(query.to_wire(), "127.0.0.1", tcp=False)
+    server._fast_uribl = lambda wire: None
+    (general,) = server.answer(query.to_wire(), "127.0.0.1", tcp=False)
+    a, b = dns.message.from_wire(fast), dns.message.from_wire(general)
+    assert a.id == 4242 and a.flags == b.flags and a.rcode() == b.rcode()
+    assert a.question == b.question and a.answer == b.answer and a.authority == b.authority
+    assert (a.edns, a.payload >= 512) == (b.edns, b.payload >= 512)
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04test\xc0\x0c\x00\x01\x00\x01",
+        b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04test",  # truncated question
+        b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x01\x00\x00\x01\x00\x01\x00\x00\x29",
+    ],
+)
+def test_the_fast_path_leaves_odd_packets_to_the_general_one(dns_server, wire):
+    assert dns_server()._fast_uribl(wire) is None
