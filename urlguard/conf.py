@@ -22,6 +22,7 @@ T = TypeVar("T")
 ON_FILTER_ERROR_POLICIES = ("database", "open", "closed")
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+_DNS_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 
 
 class Setting(Generic[T]):
@@ -153,6 +154,23 @@ def _network(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _dns_zone(value: Any) -> bool:
+    if not (isinstance(value, str) and value.endswith(".") and len(value) <= 254):
+        return False
+    labels = value[:-1].split(".")
+    return all(_DNS_LABEL.fullmatch(label) for label in labels)
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    """('127.0.0.1', 53) of '127.0.0.1:53' or '[::1]:53'; ValueError otherwise."""
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not address:port")
+    ipaddress.ip_address(host)
+    return host, int(port)
 
 
 # django-ratelimit's rates: requests / [count] unit, e.g. "120/m", "100/5m".
@@ -822,6 +840,104 @@ class Settings:
         resolve=float,
         check_id="urlguard.E066",
         hint="e.g. 60 (several HEARTBEAT_INTERVALs, so a busy database is not taken for a death).",
+    )
+
+    # Serving the list to other enforcement points (urlguard.exports, serve_dns).
+    # Consumers poll /lists/<name>: Cache-Control max-age, seconds. Pi-hole, rspamd
+    # and uBO re-fetch (conditionally) after it; a render costs one per position anyway.
+    EXPORT_MAX_AGE = Setting(
+        300,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E026",
+        hint="e.g. 300 (a number, not '5m'); 0 makes every poll revalidate.",
+    )
+    # Exports are read with an API key unless this is on (the list tells an attacker
+    # which of their domains are known).
+    EXPORTS_OPEN = Setting(
+        False,
+        must_be="True or False",
+        valid=lambda v: isinstance(v, bool),
+        resolve=bool,
+        check_id="urlguard.E027",
+        hint="e.g. True to serve /lists/ to anyone without an API key.",
+    )
+    # Rendered versions kept per export under <DATA_DIR>/exports: also how far back an
+    # ABP differential patch reaches (an older list is fetched whole).
+    EXPORT_KEEP_VERSIONS = Setting(
+        20,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E028",
+        hint="e.g. 20.",
+    )
+    # serve_dns: the RPZ zone (transferred to resolvers) and the URIBL zone (answered
+    # live), absolute names.
+    DNS_RPZ_ZONE = Setting(
+        "rpz.urlguard.",
+        must_be="an absolute DNS name ending in a dot",
+        valid=lambda v: _dns_zone(v),
+        resolve=str,
+        check_id="urlguard.E029",
+        hint="e.g. 'rpz.example.net.' (with the trailing dot).",
+    )
+    DNS_URIBL_ZONE = Setting(
+        "uribl.urlguard.",
+        must_be="an absolute DNS name ending in a dot",
+        valid=lambda v: _dns_zone(v),
+        resolve=str,
+        check_id="urlguard.E030",
+        hint="e.g. 'uribl.example.net.' (with the trailing dot).",
+    )
+    # Secondaries told (DNS NOTIFY) within seconds of every change of the RPZ zone.
+    DNS_NOTIFY = Setting(
+        (),
+        must_be="a list of 'address:port' secondaries",
+        valid=lambda v: _names(v) and all(_host_port(t) for t in v),
+        resolve=lambda v: tuple(_host_port(t) for t in v),
+        check_id="urlguard.E031",
+        hint="e.g. ['127.0.0.1:53', '[2001:db8::1]:53'] (a list, not a string).",
+    )
+    # Who may transfer the RPZ zone (AXFR/IXFR); everyone else is REFUSED.
+    DNS_TRANSFER_NETWORKS = Setting(
+        ("127.0.0.0/8", "::1/128"),
+        must_be="a list of IP networks (CIDR), e.g. ['10.0.0.0/8']",
+        valid=lambda v: _names(v) and all(_network(n) for n in v),
+        resolve=lambda v: tuple(ipaddress.ip_network(n, strict=False) for n in v),
+        check_id="urlguard.E032",
+        hint="e.g. ['127.0.0.0/8', '::1/128', '10.0.0.0/8'] (a list, not a string).",
+    )
+    # An IXFR from a serial more changes behind than this gets the full zone.
+    DNS_JOURNAL_CHANGES = Setting(
+        100_000,
+        must_be="a whole number, 1 or more",
+        valid=lambda v: _integer(v) and v >= 1,
+        resolve=int,
+        check_id="urlguard.E033",
+        hint="e.g. 100000.",
+    )
+    # Response-rate limiting: answers per second to one client network (/24, /56);
+    # beyond it every second answer is a truncated one (the client retries over TCP),
+    # the rest are dropped, so the server is no amplifier.
+    DNS_RATE_LIMIT = Setting(
+        100,
+        must_be="a positive whole number of answers per second",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E034",
+        hint="e.g. 100.",
+    )
+    # This service's address as others see it, for links it hands out elsewhere (the
+    # URIBL TXT answer's report-a-mistake link). None: a site-relative path.
+    PUBLIC_URL = Setting(
+        None,
+        must_be="None or an http(s):// URL",
+        valid=lambda v: v is None or (isinstance(v, str) and v.startswith(("http://", "https://"))),
+        resolve=lambda v: None if v is None else str(v).rstrip("/"),
+        check_id="urlguard.E035",
+        hint="e.g. 'https://guard.example.com'.",
     )
 
 

@@ -45,6 +45,10 @@ __all__ = [
     "changes_applied",
     "continued",
     "counted_checks",
+    "dns_answered",
+    "dns_dropped",
+    "dns_notified",
+    "dns_transfer",
     "metrics_view",
     "multiprocess_dir",
     "rebuilt",
@@ -123,6 +127,24 @@ class _Metrics:
             "urlguard_http_responses_total",
             "HTTP responses this node's gunicorn workers sent, by status class (2xx, 5xx ...)",
             ["code"],
+        )
+        self.dns_answers = Counter(
+            "urlguard_dns_answers_total",
+            "DNS answers of serve_dns, by zone (rpz, uribl, other) and response code",
+            ["zone", "rcode"],
+        )
+        self.dns_dropped = Counter(
+            "urlguard_dns_dropped_total",
+            "DNS packets serve_dns dropped unanswered: malformed, response, rate_limited",
+            ["reason"],
+        )
+        self.dns_transfers = Counter(
+            "urlguard_dns_transfers_total",
+            "RPZ zone transfers served: axfr, ixfr, ixfr_full (too far behind), refused",
+            ["kind"],
+        )
+        self.dns_notifies = Counter(
+            "urlguard_dns_notifies_total", "NOTIFY messages sent, by result", ["result"]
         )
 
 
@@ -316,6 +338,22 @@ def stats_written(kind: str, n: int) -> None:
 def stats_failed(kind: str) -> None:
     """A flush of urlguard.stats could not write `kind` (kept for the next one)."""
     (_metrics or _made()).stats_failures.labels(kind=kind).inc()
+
+
+def dns_answered(zone: str, rcode: str) -> None:
+    (_metrics or _made()).dns_answers.labels(zone=zone, rcode=rcode).inc()
+
+
+def dns_dropped(reason: str) -> None:
+    (_metrics or _made()).dns_dropped.labels(reason=reason).inc()
+
+
+def dns_transfer(kind: str) -> None:
+    (_metrics or _made()).dns_transfers.labels(kind=kind).inc()
+
+
+def dns_notified(result: str) -> None:
+    (_metrics or _made()).dns_notifies.labels(result=result).inc()
 
 
 def changes_applied(n: int) -> None:

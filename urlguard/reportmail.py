@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
 from django.core.mail import mail_managers
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
+from urlguard.celery import shared_task
 from urlguard.conf import conf
 from urlguard.models import MistakeReport
 

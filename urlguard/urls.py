@@ -8,7 +8,8 @@ short links are `urlguard.shortlinks.urls`, included only by a site that wants t
 
 from django.urls import path
 
-from urlguard import api, health, reports, views
+from urlguard import api, health, linkshim, reports, views
+from urlguard.exports import views as exports
 
 app_name = "urlguard"
 
@@ -22,4 +23,6 @@ urlpatterns = [
     path("continue", views.continue_anyway, name="continue"),
     # A trailing slash: "report" alone could be a short link's slug.
     path("report-mistake/", reports.report_view, name="report"),
+    path("lists/<str:name>", exports.export_view, name="list"),
+    path("go/", linkshim.guarded_redirect, name="guarded"),
 ]

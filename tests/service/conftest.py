@@ -124,3 +124,33 @@ def _no_heartbeat_after_the_test():
     if thread is not None:
         heart.stop.set()
         thread.join(5)
+
+
+@pytest.fixture
+def dns_server(build_filter, fresh_guard):
+    """dns_server(**overrides) -> a started serve_dns server (urlguard.exports.dnsserver)
+    on a free loopback port (`.port`, UDP and TCP) for the zones rpz.urlguard. and
+    uribl.urlguard., transfers allowed to loopback; stopped after the test. The filter
+    is built first (the URIBL zone answers through the guard)."""
+    import ipaddress
+
+    from urlguard.exports.dnsserver import DnsConfig, DnsServer
+
+    servers = []
+
+    def start(**overrides):
+        config = {
+            "rpz_zone": "rpz.urlguard.",
+            "uribl_zone": "uribl.urlguard.",
+            "transfer_networks": (ipaddress.ip_network("127.0.0.0/8"),),
+            **overrides,
+        }
+        server = DnsServer(DnsConfig(**config))
+        server.port = server.start("127.0.0.1", 0)[1]
+        servers.append(server)
+        return server
+
+    build_filter()
+    yield start
+    for server in servers:
+        server.stop()

@@ -160,6 +160,16 @@ REFUSED = {
     "API_MAX_URL_LENGTH": [0, -1, "8192", 1.5, None],
     "API_MAX_BATCH_CHARS": [0, "512k", None, True],
     "LOG_JSON": ["yes", 1, None],
+    "EXPORT_MAX_AGE": [-1, "300", "5m", 1.5, None, True],
+    "EXPORTS_OPEN": ["yes", 1, None],
+    "EXPORT_KEEP_VERSIONS": [0, -1, "20", 1.5, None],
+    "DNS_RPZ_ZONE": ["rpz.urlguard", "", ".", "a..b.", "bad_label-.x.", None, 5],
+    "DNS_URIBL_ZONE": ["uribl.urlguard", "-x.example.", None],
+    "DNS_NOTIFY": ["127.0.0.1:53", ["127.0.0.1"], ["localhost:53"], ["127.0.0.1:0"], None],
+    "DNS_TRANSFER_NETWORKS": ["127.0.0.0/8", ["localhost"], ["10.0.0.0/33"], None],
+    "DNS_JOURNAL_CHANGES": [0, -1, "1000", 1.5, None],
+    "DNS_RATE_LIMIT": [0, -1, "100", 1.5, None, True],
+    "PUBLIC_URL": ["guard.example.com", "ftp://x", "", 5],
 }
 # Values that look odd but are right.
 ACCEPTED = {
@@ -185,6 +195,11 @@ ACCEPTED = {
     "API_KEY_RATE": ["100/5m", "1/s", "10000/d"],
     "API_FAILED_KEY_RATE": ["3/h", "100/5m"],
     "REPORT_TOKEN_MAX_AGE": [600, 0.5],
+    "EXPORT_MAX_AGE": [0, 86400],
+    "DNS_RPZ_ZONE": ["rpz.example.net.", "RPZ.Example."],
+    "DNS_NOTIFY": [[], ["127.0.0.1:5353"], ("[::1]:53", "10.0.0.2:53")],
+    "DNS_TRANSFER_NETWORKS": [[], ["10.0.0.1"], ("10.1.2.0/24", "fd00::/8")],
+    "PUBLIC_URL": [None, "https://guard.example.com/"],
 }
 
 

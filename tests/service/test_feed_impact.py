@@ -47,7 +47,9 @@ def links():
 
 def test_a_refresh_names_the_links_it_newly_blocks(server, links):
     changes.add_rules(["evil.example"], source="admin")  # /phish was blocked already
-    url = server.serve("/f", lines("docs.djangoproject.com", "bloom-filters.example", "evil.example"))
+    url = server.serve(
+        "/f", lines("docs.djangoproject.com", "bloom-filters.example", "evil.example")
+    )
     feed = Source.objects.create(name="hosts", kind="feed", url=url)
     result = refresh_source(feed)
     assert result.status == "ok"

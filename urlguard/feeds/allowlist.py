@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from urlguard import changes
 from urlguard.canonical import split_expression
@@ -80,10 +80,16 @@ class Allowlist:
         )
 
 
-def load() -> Allowlist:
-    rows = AllowedHost.objects.filter(
+def in_force() -> QuerySet[AllowedHost]:
+    """The entries that protect their host now: a person's, and those of enabled
+    allowlist feeds."""
+    return AllowedHost.objects.filter(
         Q(source__isnull=True) | Q(source__enabled=True, source__is_allowlist=True)
     )
+
+
+def load() -> Allowlist:
+    rows = in_force()
     hosts: dict[str, str] = {}
     for host, source in rows.values_list("host", "source__name").iterator(chunk_size=5000):
         if source is None:

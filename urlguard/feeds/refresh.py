@@ -31,7 +31,6 @@ from typing import Any
 
 import mmh3
 import numpy as np
-import psycopg
 from django.db import connections, router, transaction
 from django.db.models import F, Max
 from django.utils import timezone
@@ -661,6 +660,7 @@ def _listed_aggregated(connection: Any, source: Source) -> tuple[np.ndarray, np.
     # ask for binary results, and in text the 16 MB of a million rows arrive as 32 MB
     # of hex. Both aggregates take the rows in the one order of the scan (asking for
     # key order made PostgreSQL walk the index: twice the time of a sort here).
+    import psycopg  # only on PostgreSQL (the `postgres` extra)
 
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(

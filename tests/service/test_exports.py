@@ -1,0 +1,298 @@
+"""GET/HEAD /lists/<name>: each export's lines and header (position, time, counts,
+what the format could not express), the allowlist as exceptions, API keys, ETag and
+Last-Modified, one render per position, and ABP differential patches that turn an
+old list into the new one exactly."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import dns.zone
+import pytest
+from django.test import Client
+from django.utils.http import http_date
+
+from urlguard import apikeys
+from urlguard.changes import add_rule, remove_rule
+from urlguard.exports import rcs, render
+from urlguard.exports.projection import read_allowlist
+from urlguard.exports.rspamd_urls import url_pattern
+from urlguard.models import AllowedHost, ChangeEvent, Source, SpamRule
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def rules(db):
+    add_rule("evil.example/", category="phishing", source="test")
+    add_rule("login.bank.example/", category="malware", source="test")
+    add_rule("pages.example/cheap-pills/", category="spam", source="test")
+    add_rule("pages.example/bad/page.html", category="spam", source="test")
+    add_rule("203.0.113.7/", category="malware", source="test")
+
+
+@pytest.fixture
+def allowlist(db):
+    source = Source.objects.create(name="allowlist", kind="manual", is_allowlist=True)
+    AllowedHost.objects.create(source=source, host="hosting.example")
+    return source
+
+
+@pytest.fixture
+def key(db) -> str:
+    return apikeys.create_api_key("resolver")[1]
+
+
+@pytest.fixture
+def get(key):
+    client = Client()
+
+    def get(name, *, method="get", auth=True, **headers):
+        if auth:
+            headers.setdefault("HTTP_AUTHORIZATION", f"Bearer {key}")
+        response = getattr(client, method)(f"/lists/{name}", **headers)
+        # Read whole and closed here: a test never leaves a cached file open.
+        if response.streaming:
+            response.body = b"".join(response.streaming_content).decode()
+        else:
+            response.body = response.content.decode()
+        return response
+
+    return get
+
+
+def body(response) -> str:
+    return response.body
+
+
+def test_hosts_names_whole_host_rules_and_counts_the_rest(rules, get):
+    response = get("hosts.txt")
+    assert response.status_code == 200
+    text = body(response)
+    lines = text.splitlines()
+    assert "0.0.0.0 evil.example" in lines and "0.0.0.0 login.bank.example" in lines
+    assert not any("pages.example" in line or "203.0.113.7" in line for line in lines)
+    head = [line for line in lines if line.startswith("#")]
+    seq = ChangeEvent.objects.head()
+    assert response["X-URLGuard-Position"] == str(seq)
+    assert f"# Position: {seq} (urlguard change log)" in head
+    assert "# Rules: 5 listed, 2 in this file, 3 not expressible in this format" in head
+    assert "# Omitted: 2 path and page rules: this format names hosts only" in head
+    assert "# Omitted: 1 rules on IP addresses: this format names hosts by name" in head
+    assert any(line.startswith("# Time: ") for line in head)
+
+
+def test_domains_and_rspamd_maps(rules, get):
+    assert [x for x in body(get("domains.txt")).splitlines() if not x.startswith("#")] == [
+        "evil.example",
+        "login.bank.example",
+    ]
+    domains = body(get("rspamd-domains.map")).splitlines()
+    assert "evil.example URLGUARD_PHISHING:10" in domains
+    assert "203.0.113.7 URLGUARD_MALWARE:10" in domains
+    urls = [x for x in body(get("rspamd-urls.map")).splitlines() if not x.startswith("#")]
+    assert len(urls) == 2 and all(x.endswith(" URLGUARD_SPAM:5") for x in urls)
+
+
+@pytest.mark.parametrize(
+    ("expression", "url", "matches"),
+    [
+        ("pages.example/cheap-pills/", "http://pages.example/cheap-pills/x.html", True),
+        ("pages.example/cheap-pills/", "https://a.pages.example:8443/cheap-pills/", True),
+        ("pages.example/cheap-pills/", "http://notpages.example/cheap-pills/", False),
+        ("pages.example/cheap-pills/", "http://pages.example/cheap-pills", False),
+        ("pages.example/p.html", "http://pages.example/p.html?x=1", True),
+        ("pages.example/p.html", "http://pages.example/p.htmlx", False),
+        ("pages.example/p.html?id=1", "http://pages.example/p.html?id=1", True),
+        ("pages.example/p.html?id=1", "http://pages.example/p.html?id=12", False),
+    ],
+)
+def test_rspamd_url_regexp(expression, url, matches):
+    pattern = url_pattern(expression).replace(r"\/", "/")
+    assert bool(re.search(pattern, url, re.IGNORECASE)) is matches
+
+
+def test_rpz_zone_is_a_valid_zone_with_the_position_as_serial(rules, allowlist, get):
+    response = get("rpz.zone")
+    zone = dns.zone.from_text(body(response), origin="rpz.urlguard.", relativize=False)
+    assert zone.get_soa().serial == int(response["X-URLGuard-Position"])
+    names = {str(name): rdataset for name, rdataset in zone.iterate_rdatasets("CNAME")}
+    assert str(names["evil.example.rpz.urlguard."][0].target) == "."
+    assert str(names["*.evil.example.rpz.urlguard."][0].target) == "."
+    assert str(names["hosting.example.rpz.urlguard."][0].target) == "rpz-passthru."
+    assert not any("pages.example" in n for n in names)
+
+
+def test_an_allowlisted_host_the_list_blocks_whole_gets_no_exception(allowlist, get):
+    add_rule("hosting.example/", category="spam", source="test")
+    text = body(get("abp.txt"))
+    assert "@@||hosting.example^" not in text and "||hosting.example^" in text
+
+
+def test_abp_lines(rules, allowlist, get):
+    add_rule("hosting.example/malware/", category="malware", source="test")
+    lines = body(get("abp.txt")).splitlines()
+    assert lines[0] == "[Adblock Plus 2.0]"
+    assert "@@||hosting.example^" in lines
+    assert "||evil.example^" in lines
+    assert "||pages.example/cheap-pills/" in lines
+    assert "||pages.example/cheap-pills/$document" in lines
+    assert "||pages.example/bad/page.html^$document" in lines
+    assert "||hosting.example/malware/$document,important" in lines
+    assert "||hosting.example/malware/$important" in lines
+    assert any(re.fullmatch(r"! Diff-Path: abp-\d+-[0-9a-f]{8}\.patch", x) for x in lines)
+
+
+def test_allowlist_is_read_through_one_function(allowlist):
+    hosts, modified = read_allowlist()
+    assert hosts == ("hosting.example",) and modified is not None
+    allowlist.enabled = False
+    allowlist.save()
+    assert read_allowlist() == ((), None)
+
+
+def test_an_api_key_is_needed_unless_open(rules, get, key, settings):
+    refused = get("hosts.txt", auth=False)
+    assert refused.status_code == 401 and "Bearer" in refused["WWW-Authenticate"]
+    assert get("hosts.txt", HTTP_AUTHORIZATION="Bearer ugk_wrong").status_code == 401
+    basic = base64.b64encode(f"pihole:{key}".encode()).decode()
+    assert get("hosts.txt", HTTP_AUTHORIZATION=f"Basic {basic}").status_code == 200
+    assert get("hosts.txt", HTTP_AUTHORIZATION="Basic !!!").status_code == 401
+    settings.URLGUARD = {**settings.URLGUARD, "EXPORTS_OPEN": True}
+    response = get("hosts.txt", auth=False)
+    assert response.status_code == 200 and response["Cache-Control"] == "public, max-age=300"
+
+
+def test_unknown_list_and_methods(get):
+    assert get("nope.txt").status_code == 404
+    assert get("hosts.txt", method="post").status_code == 405
+
+
+def test_conditional_get_head_and_max_age(rules, get, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "EXPORT_MAX_AGE": 60}
+    first = get("domains.txt")
+    etag, modified = first["ETag"], first["Last-Modified"]
+    assert first["Cache-Control"] == "private, max-age=60"
+    assert get("domains.txt", HTTP_IF_NONE_MATCH=etag).status_code == 304
+    # Pi-hole's gravity: If-Modified-Since only, from its cached copy's time.
+    not_modified = get("domains.txt", HTTP_IF_MODIFIED_SINCE=modified)
+    assert not_modified.status_code == 304 and not_modified["ETag"] == etag
+    head = get("domains.txt", method="head")
+    assert head.status_code == 200 and head.content == b""
+    assert head["ETag"] == etag and head["Last-Modified"] == modified
+    assert int(head["Content-Length"]) == len(body(first).encode())
+    add_rule("new.example/", category="spam", source="test")
+    changed = get("domains.txt", HTTP_IF_MODIFIED_SINCE=http_date(0), HTTP_IF_NONE_MATCH=etag)
+    assert changed.status_code == 200 and changed["ETag"] != etag
+    assert "new.example" in body(changed)
+
+
+def test_one_render_per_position(rules, get, monkeypatch):
+    calls = []
+    real = render.render
+    monkeypatch.setattr(render, "render", lambda *a: calls.append(a) or real(*a))
+    for _ in range(5):
+        assert get("hosts.txt").status_code == 200
+    assert len(calls) == 1
+    add_rule("new.example/", category="spam", source="test")
+    get("hosts.txt")
+    assert len(calls) == 2
+
+
+def test_old_renders_are_pruned(rules, get, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "EXPORT_KEEP_VERSIONS": 2}
+    for n in range(4):
+        add_rule(f"n{n}.example/", category="spam", source="test")
+        get("hosts.txt")
+    assert len(render.kept_keys(render.export_dir("hosts.txt"))) == 2
+
+
+def test_abp_list_updated_by_its_patches_equals_the_fresh_list(rules, allowlist, get):
+    old = body(get("abp.txt")).splitlines()
+    diff_path = next(x for x in old if x.startswith("! Diff-Path: ")).split(": ", 1)[1]
+    assert get(diff_path).body == ""  # nothing newer yet
+    add_rule("fresh.example/", category="spam", source="test")
+    add_rule("hosting.example/x/", category="spam", source="test")
+    remove_rule(SpamRule.objects.get(expression="evil.example/"))
+    patch = body(get(diff_path))
+    assert patch.startswith(("d", "a"))
+    updated = rcs.apply(old, patch)
+    assert updated == body(get("abp.txt")).splitlines()
+    # and again from there, the next version's own Diff-Path
+    second = next(x for x in updated if x.startswith("! Diff-Path: ")).split(": ", 1)[1]
+    remove_rule(SpamRule.objects.get(expression="pages.example/cheap-pills/"))
+    assert rcs.apply(updated, body(get(second))) == body(get("abp.txt")).splitlines()
+
+
+def test_a_patch_from_a_version_no_longer_kept_is_404(get):
+    assert get("abp-7-0123abcd.patch").status_code == 404
+
+
+def test_a_render_the_log_moved_under_is_done_again(rules, get, monkeypatch):
+    """Without a snapshot (SQLite), a change committed mid-render makes the render
+    belong to no position: it is thrown away and done again at the new one."""
+    from urlguard.exports import projection
+
+    real = projection.Snapshot.consistent
+    moved = []
+
+    def consistent(self):
+        if not moved:
+            moved.append(add_rule("mid-render.example/", category="spam", source="test"))
+            return real(self)
+        return real(self)
+
+    monkeypatch.setattr(projection.Snapshot, "consistent", consistent)
+    response = get("domains.txt")
+    assert "mid-render.example" in response.body
+    assert response["X-URLGuard-Position"] == str(ChangeEvent.objects.head())
+
+
+def test_a_list_that_never_holds_still_is_a_503_with_retry_after(rules, get, monkeypatch):
+    from urlguard.exports import projection
+
+    monkeypatch.setattr(projection.Snapshot, "consistent", lambda self: False)
+    response = get("domains.txt")
+    assert response.status_code == 503 and response["Retry-After"] == "30"
+    assert not list(render.export_dir("domains.txt").glob("*.txt"))
+
+
+def test_while_another_process_renders_the_newest_kept_render_is_served(rules, get):
+    """Of many pollers after a change one renders; the others get the last render at
+    once, with its own position in its headers, instead of waiting."""
+    import fcntl
+    import os
+
+    before = get("domains.txt")
+    add_rule("new.example/", category="spam", source="test")
+    lock = os.open(render.export_dir("domains.txt") / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process is rendering
+        during = get("domains.txt")
+    finally:
+        os.close(lock)
+    assert during.status_code == 200 and during["ETag"] == before["ETag"]
+    assert during["X-URLGuard-Position"] == before["X-URLGuard-Position"]
+    assert during["Last-Modified"] == before["Last-Modified"]
+    assert "new.example" not in during.body
+    assert "new.example" in get("domains.txt").body
+
+
+def test_a_render_pruned_before_it_is_opened_is_found_again(rules, get, monkeypatch):
+    from urlguard.exports import views
+
+    real = views.rendered
+    calls = []
+
+    def pruned_once(export, position):
+        result = real(export, position)
+        calls.append(result)
+        if len(calls) == 1:  # another process pruned it meanwhile
+            return render.Rendered(result.path.with_name("pruned.txt"), result.position)
+        return result
+
+    monkeypatch.setattr(views, "rendered", pruned_once)
+    response = get("hosts.txt")
+    assert response.status_code == 200 and "evil.example" in response.body
+    assert len(calls) == 2

@@ -1,0 +1,48 @@
+"""Exports on PostgreSQL: a render reads one REPEATABLE READ snapshot, so a change
+committed while it runs belongs to the next position, never half to this one."""
+
+from __future__ import annotations
+
+import threading
+
+from django.db import connections
+from django.test import Client
+
+from tests.service.test_services import pytestmark, services_available  # noqa: F401
+from urlguard import apikeys
+from urlguard.changes import add_rule
+from urlguard.exports.domains import DomainsExport
+from urlguard.models import ChangeEvent
+
+
+def test_a_change_committed_during_a_render_is_in_the_next_position(monkeypatch):
+    add_rule("first.example/", category="spam", source="test")
+    before = ChangeEvent.objects.head()
+    key = apikeys.create_api_key("svc")[1]
+    real = DomainsExport.rule_lines
+    committed = []
+
+    def rule_lines(self, expression, category):
+        if not committed:  # another process commits while this render reads
+
+            def other():
+                add_rule("during.example/", category="spam", source="test")
+                committed.append(ChangeEvent.objects.head())
+                connections.close_all()
+
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join()
+            # Not seen from inside the render's snapshot:
+            assert ChangeEvent.objects.head() == before
+        return real(self, expression, category)
+
+    monkeypatch.setattr(DomainsExport, "rule_lines", rule_lines)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+    first = client.get("/lists/domains.txt")
+    text = b"".join(first.streaming_content).decode()
+    assert first["X-URLGuard-Position"] == str(before)
+    assert "first.example" in text and "during.example" not in text
+    second = client.get("/lists/domains.txt")
+    assert second["X-URLGuard-Position"] == str(committed[0]) != str(before)
+    assert "during.example" in b"".join(second.streaming_content).decode()

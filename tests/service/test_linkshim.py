@@ -1,0 +1,86 @@
+"""The link shim: `{{ url|guarded }}` / `urlguard.guarded_url(url)` make a signed
+redirect through this app, checked when clicked (a link listed after the page was
+rendered is caught) and useless as an open redirect."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.template import Context, Template
+from django.test import Client
+
+import urlguard
+from urlguard.changes import add_rule
+
+pytestmark = pytest.mark.django_db
+
+
+def test_guarded_url_is_this_sites_signed_redirect():
+    link = urlguard.guarded_url("https://news.example/story?id=1")
+    parts = urlsplit(link)
+    assert parts.path == "/go/"
+    query = parse_qs(parts.query)
+    assert query["u"] == ["https://news.example/story?id=1"] and query["s"][0]
+
+
+@pytest.mark.parametrize("url", ["/local/page", "#top", "mailto:a@b.example", "javascript:x()", ""])
+def test_links_that_leave_for_no_checked_place_are_left_alone(url):
+    assert urlguard.guarded_url(url) == url
+
+
+def test_template_filter():
+    html = Template("{% load urlguard %}<a href='{{ url|guarded }}'>x</a>").render(
+        Context({"url": "https://news.example/a b"})
+    )
+    assert "href='/go/?u=https%3A%2F%2Fnews.example%2Fa+b&amp;s=" in html
+
+
+def test_a_clean_link_redirects(build_filter, fresh_guard):
+    build_filter()
+    response = Client().get(urlguard.guarded_url("https://news.example/story"))
+    assert response.status_code == 302
+    assert response["Location"] == "https://news.example/story"
+
+
+def test_a_link_listed_after_the_page_was_rendered_is_caught_at_click_time(
+    build_filter, sync_filter, fresh_guard
+):
+    build_filter()
+    link = urlguard.guarded_url("https://evil.example/login")  # the page is rendered
+    add_rule("evil.example/", category="phishing", source="test")  # then listed
+    sync_filter()
+    response = Client().get(link)
+    assert response.status_code == 403
+    assert b"evil.example" in response.content
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "u=https://evil.example/",  # no signature
+        "u=https://evil.example/&s=forged",
+        "",
+    ],
+)
+def test_an_unsigned_or_altered_link_is_refused(query, build_filter, fresh_guard):
+    build_filter()
+    response = Client().get("/go/?" + query)
+    assert response.status_code == 400 and "Location" not in response
+
+
+def test_a_signature_covers_only_its_own_url(build_filter, fresh_guard):
+    build_filter()
+    signature = parse_qs(urlsplit(urlguard.guarded_url("https://news.example/")).query)["s"][0]
+    response = Client().get("/go/", {"u": "https://other.example/", "s": signature})
+    assert response.status_code == 400
+
+
+def test_links_survive_a_key_rotation(settings, build_filter, fresh_guard):
+    build_filter()
+    link = urlguard.guarded_url("https://news.example/")
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "another-" + "k" * 60
+    assert Client().get(link).status_code == 302
+    settings.SECRET_KEY_FALLBACKS = []
+    assert Client().get(link).status_code == 400

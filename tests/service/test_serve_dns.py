@@ -1,0 +1,296 @@
+"""manage.py serve_dns, asked with dnspython: authoritative for its two zones only,
+the URIBL zone answered live (category bitmask, TXT, RFC 5782 test points, never
+127.0.0.1), the RPZ zone transferred (AXFR, IXFR from the change log, a full zone past
+the journal window) only to allowed networks, NOTIFY after a change, malformed
+packets dropped and counted, rate limiting."""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import socket
+import threading
+
+import dns.flags
+import dns.message
+import dns.opcode
+import dns.rcode
+import dns.rdatatype
+import pytest
+
+from tests.service.dnsclient import ask, transfer
+from urlguard import metrics
+from urlguard.changes import add_rule, remove_rule
+from urlguard.exports.categories import CATEGORY_TABLE, uribl_address
+from urlguard.exports.dnsserver import RateLimiter
+from urlguard.models import ChangeEvent, SpamRule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RPZ = "rpz.urlguard."
+URIBL = "uribl.urlguard."
+
+
+@pytest.fixture
+def listed(sync_filter):
+    add_rule("evil.example/", category="malware", source="test")
+    add_rule("login.bank.example/", category="phishing", source="test")
+    add_rule("pages.example/bad/", category="spam", source="test")
+    sync_filter()
+
+
+def records(rrsets):
+    return {(r.name.to_text(), r[0].to_text()) for r in rrsets if r.rdtype == dns.rdatatype.CNAME}
+
+
+def test_refuses_every_other_name_and_never_recurses(dns_server):
+    server = dns_server()
+    answer = ask(server.port, "www.python.org.")
+    assert answer.rcode() == dns.rcode.REFUSED
+    assert not answer.flags & dns.flags.RA and not answer.answer
+
+
+def test_uribl_lists_a_listed_host_with_its_category_bits(dns_server, listed):
+    server = dns_server()
+    answer = ask(server.port, f"evil.example.{URIBL}")
+    assert answer.flags & dns.flags.AA
+    assert [r.to_text() for r in answer.answer[0]] == ["127.0.0.4"]
+    assert ask(server.port, f"www.evil.example.{URIBL}").answer[0][0].to_text() == "127.0.0.4"
+    txt = ask(server.port, f"evil.example.{URIBL}", "TXT").answer[0][0].to_text()
+    assert "evil.example/" in txt and "malware" in txt and "report" in txt
+
+
+def test_uribl_not_listed_is_nxdomain_with_the_soa(dns_server, listed):
+    server = dns_server()
+    for name in ("clean.example", "bank.example", "pages.example"):
+        answer = ask(server.port, f"{name}.{URIBL}")
+        assert answer.rcode() == dns.rcode.NXDOMAIN, name
+        assert answer.authority[0].rdtype == dns.rdatatype.SOA
+
+
+def test_uribl_answers_a_new_rule_at_once(dns_server, listed, sync_filter):
+    server = dns_server()
+    assert ask(server.port, f"new.example.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    add_rule("new.example/", category="spam", source="test")
+    sync_filter()
+    assert ask(server.port, f"new.example.{URIBL}").answer[0][0].to_text() == "127.0.0.8"
+
+
+def test_rfc5782_test_points_and_reversed_addresses(dns_server, sync_filter):
+    add_rule("203.0.113.9/", category="phishing", source="test")
+    sync_filter()
+    server = dns_server()
+    assert ask(server.port, f"2.0.0.127.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
+    assert ask(server.port, f"test.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
+    assert ask(server.port, f"1.0.0.127.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    assert ask(server.port, f"invalid.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    assert ask(server.port, f"9.113.0.203.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
+
+
+def test_no_listing_is_ever_127_0_0_1():
+    categories = list(CATEGORY_TABLE)
+    for n in range(len(categories) + 1):
+        for subset in itertools.combinations(categories, n):
+            assert uribl_address(set(subset)) != "127.0.0.1"
+    assert len({c.uribl_bit for c in CATEGORY_TABLE.values()}) == len(CATEGORY_TABLE)
+
+
+def test_soa_and_ns_at_both_apexes(dns_server, listed):
+    server = dns_server()
+    for zone in (RPZ, URIBL):
+        soa = ask(server.port, zone, "SOA")
+        assert soa.flags & dns.flags.AA and soa.answer[0].rdtype == dns.rdatatype.SOA
+        assert ask(server.port, zone, "NS").answer[0][0].to_text() == f"ns.{zone}"
+        assert ask(server.port, f"ns.{zone}", "A").answer[0][0].to_text() == "127.0.0.1"
+    serial = ask(server.port, RPZ, "SOA").answer[0][0].serial
+    assert serial == ChangeEvent.objects.head()
+
+
+def test_axfr_is_the_zone(dns_server, listed):
+    server = dns_server()
+    rrsets = transfer(server.port, RPZ)
+    assert rrsets[0].rdtype == rrsets[-1].rdtype == dns.rdatatype.SOA
+    assert records(rrsets) == {
+        (f"evil.example.{RPZ}", "."),
+        (f"*.evil.example.{RPZ}", "."),
+        (f"login.bank.example.{RPZ}", "."),
+        (f"*.login.bank.example.{RPZ}", "."),
+    }
+
+
+def test_transfers_only_to_allowed_networks(dns_server, listed):
+    server = dns_server(transfer_networks=(ipaddress.ip_network("10.0.0.0/8"),))
+    (refused,) = transfer(server.port, RPZ)
+    assert refused.rcode() == dns.rcode.REFUSED
+
+
+def test_ixfr_sends_the_log_between_two_serials(dns_server, listed):
+    server = dns_server()
+    old = ChangeEvent.objects.head()
+    add_rule("fresh.example/", category="spam", source="test")
+    remove_rule(SpamRule.objects.get(expression="evil.example/"))
+    add_rule("pages.example/more/", category="spam", source="test")  # no DNS record
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=old)
+    new = ChangeEvent.objects.head()
+    soas = [i for i, r in enumerate(rrsets) if r.rdtype == dns.rdatatype.SOA]
+    assert [rrsets[i][0].serial for i in soas] == [new, old, new, new]
+    deleted, added = rrsets[soas[1] + 1 : soas[2]], rrsets[soas[2] + 1 : soas[3]]
+    assert records(deleted) == {(f"evil.example.{RPZ}", "."), (f"*.evil.example.{RPZ}", ".")}
+    assert records(added) == {(f"fresh.example.{RPZ}", "."), (f"*.fresh.example.{RPZ}", ".")}
+    up_to_date = transfer(server.port, RPZ, "IXFR", serial=new)
+    assert len(up_to_date) == 1 and up_to_date[0][0].serial == new
+
+
+def test_ixfr_from_beyond_the_journal_is_the_whole_zone(dns_server, listed, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "DNS_JOURNAL_CHANGES": 1}
+    server = dns_server()
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=1)
+    soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
+    assert len(soas) == 2 and len(records(rrsets)) == 4
+
+
+def test_malformed_packets_are_dropped_and_counted(dns_server, monkeypatch):
+    dropped = []
+    monkeypatch.setattr(metrics, "dns_dropped", dropped.append)
+    server = dns_server()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.3)
+        sock.sendto(b"\x00\x01garbage", ("127.0.0.1", server.port))
+        with pytest.raises(TimeoutError):
+            sock.recvfrom(512)
+    assert dropped == ["malformed"]
+    assert ask(server.port, f"test.{URIBL}").answer  # still answering
+
+
+def test_notify_reaches_a_secondary_after_a_change(dns_server, listed):
+    secondary = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    secondary.bind(("127.0.0.1", 0))
+    secondary.settimeout(10)
+    got = []
+
+    def listen():
+        while True:
+            try:
+                wire, peer = secondary.recvfrom(4096)
+            except OSError:
+                return
+            message = dns.message.from_wire(wire)
+            got.append(message)
+            secondary.sendto(dns.message.make_response(message).to_wire(), peer)
+            if message.answer and message.answer[0][0].serial == ChangeEvent.objects.head():
+                return
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    dns_server(notify=(secondary.getsockname(),))
+    add_rule("notify.example/", category="spam", source="test")
+    thread.join(15)
+    secondary.close()
+    assert got and got[-1].opcode() == dns.opcode.NOTIFY
+    assert got[-1].answer[0][0].serial == ChangeEvent.objects.head()
+
+
+def test_rate_limiter_truncates_every_second_answer_beyond_the_rate():
+    now = [0.0]
+    limiter = RateLimiter(3, clock=lambda: now[0])
+    seen = [limiter.allow("192.0.2.1") for _ in range(7)]
+    assert seen == ["answer"] * 3 + ["slip", "drop", "slip", "drop"]
+    assert limiter.allow("192.0.2.200") != "answer"  # the same /24 shares the bucket
+    assert limiter.allow("198.51.100.1") == "answer"
+    now[0] = 1.0
+    assert limiter.allow("192.0.2.1") == "answer"
+
+
+def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):
+    import io
+    import os
+    import re
+    import signal
+    import time
+
+    from django.core.management import call_command
+
+    build_filter()
+    settings.URLGUARD = {**settings.URLGUARD, "DNS_URIBL_ZONE": "bl.example.net."}
+    out = io.StringIO()
+    answers = []
+
+    def probe():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not re.search(r"port (\d+)", out.getvalue()):
+            time.sleep(0.05)
+        port = int(re.search(r"port (\d+)", out.getvalue()).group(1))
+        answers.append(ask(port, "test.bl.example.net."))
+        answers.append(ask(port, f"test.{URIBL}"))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=probe)
+    thread.start()
+    call_command("serve_dns", "--address", "127.0.0.1", "--port", "0", stdout=out)
+    thread.join()
+    assert answers[0].answer[0][0].to_text() == "127.0.0.2"
+    assert answers[1].rcode() == dns.rcode.REFUSED  # not its zone any more
+    assert "serve_dns stopped." in out.getvalue()
+    assert signal.getsignal(signal.SIGTERM) == before  # the caller's handler is back
+
+
+def test_an_allowlisted_hosts_passthru_follows_the_rules_above_it(dns_server, listed):
+    from urlguard.models import AllowedHost, Source
+
+    allow = Source.objects.create(name="allowlist", kind="manual", is_allowlist=True)
+    AllowedHost.objects.create(source=allow, host="partner.hosting.example")
+    server = dns_server()
+    passthru = (f"partner.hosting.example.{RPZ}", "rpz-passthru.")
+    assert passthru in records(transfer(server.port, RPZ))
+    old = ChangeEvent.objects.head()
+    add_rule("hosting.example/", category="malware", source="test")  # blocks it whole now
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=old)
+    soas = [i for i, r in enumerate(rrsets) if r.rdtype == dns.rdatatype.SOA]
+    assert passthru in records(rrsets[soas[1] + 1 : soas[2]])  # deleted
+    assert passthru not in records(transfer(server.port, RPZ))
+
+
+def test_an_unreadable_filter_failing_closed_is_servfail_not_a_listing(
+    dns_server, listed, settings, filter_path
+):
+    from urlguard import registry
+
+    settings.URLGUARD = {**settings.URLGUARD, "ON_FILTER_ERROR": "closed"}
+    server = dns_server()
+    filter_path.unlink()
+    registry.forget(str(filter_path))  # as its once-a-second check would
+    answer = ask(server.port, f"clean.example.{URIBL}")
+    assert answer.rcode() == dns.rcode.SERVFAIL and not answer.answer
+
+
+@pytest.mark.parametrize("edns", [None, 0])
+@pytest.mark.parametrize(
+    "name",
+    ["evil.example", "WWW.Evil.Example", "clean.example", "test", "1.0.0.127", "9.113.0.203"],
+)
+def test_the_fast_path_answers_as_the_general_one(dns_server, listed, name, edns):
+    """The common A question is answered without dnspython's parser and renderer: the
+    same answer, EDNS included, as the general path gives."""
+    server = dns_server()
+    query = dns.message.make_query(f"{name}.{URIBL}", "A", use_edns=edns)
+    query.id = 4242
+    (fast,) = server.answer(query.to_wire(), "127.0.0.1", tcp=False)
+    server._fast_uribl = lambda wire: None
+    (general,) = server.answer(query.to_wire(), "127.0.0.1", tcp=False)
+    a, b = dns.message.from_wire(fast), dns.message.from_wire(general)
+    assert a.id == 4242 and a.flags == b.flags and a.rcode() == b.rcode()
+    assert a.question == b.question and a.answer == b.answer and a.authority == b.authority
+    assert (a.edns, a.payload >= 512) == (b.edns, b.payload >= 512)
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04test\xc0\x0c\x00\x01\x00\x01",
+        b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04test",  # truncated question
+        b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x01\x00\x00\x01\x00\x01\x00\x00\x29",
+    ],
+)
+def test_the_fast_path_leaves_odd_packets_to_the_general_one(dns_server, wire):
+    assert dns_server()._fast_uribl(wire) is None

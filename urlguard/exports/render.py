@@ -1,0 +1,195 @@
+"""Renders an export to a file under <DATA_DIR>/exports/<name>/, named by the position
+it projects, and keeps the last EXPORT_KEEP_VERSIONS of them: a thousand consumers
+polling one position cost one render, each served by streaming the file. A render
+is written aside and renamed into place (a reader never sees half a file); one
+process renders a given export at a time (a lock file), the others wait for it."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from urlguard.conf import conf
+from urlguard.exports.base import Export, RenderCounts
+from urlguard.exports.projection import Position, snapshot
+
+__all__ = ["RenderBusy", "Rendered", "export_dir", "render", "rendered", "write_aside"]
+
+#: A render waits this long for another process's render of the same export.
+LOCK_TIMEOUT = 600.0
+#: Renders retried when changes keep committing under one (no snapshot isolation).
+ATTEMPTS = 5
+_NAME = re.compile(r"(\d+)-([0-9a-f]{8})\.txt")
+
+
+class RenderBusy(RuntimeError):
+    """The list kept changing under every attempt, or another render held the lock."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    path: Path
+    position: Position
+
+
+def export_dir(name: str) -> Path:
+    return Path(conf.DATA_DIR) / "exports" / name
+
+
+def rendered_path(name: str, key: str) -> Path:
+    return export_dir(name) / f"{key}.txt"
+
+
+@contextlib.contextmanager
+def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
+    """Hold the export's render lock; yields False at once if another process holds
+    it and `wait` is False."""
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not wait:
+                    yield False
+                    return
+                if time.monotonic() > deadline:
+                    raise RenderBusy(f"another process is rendering {directory.name}") from None
+                time.sleep(0.05)
+        yield True
+    finally:
+        os.close(fd)
+
+
+def rendered(export: Export, position: Position) -> Rendered:
+    """The file of `export` at `position`, rendered now if no process has yet. The
+    result may be of a later position (a change committed meanwhile). While another
+    process renders it, the newest render kept is the answer (its own position in its
+    headers): of a thousand pollers one renders, the others wait for nothing."""
+    path = rendered_path(export.name, position.key)
+    if path.exists():
+        return Rendered(path, position)
+    directory = export_dir(export.name)
+    # Owner only, like the rest of the data directory.
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    stale = newest(directory)
+    with _locked(directory, wait=stale is None) as mine:
+        if not mine and stale is not None:
+            return stale
+        if path.exists():
+            return Rendered(path, position)
+        result = render(export, directory)
+        prune(directory, keep=conf.EXPORT_KEEP_VERSIONS)
+        return result
+
+
+def newest(directory: Path) -> Rendered | None:
+    """The newest render kept in `directory`, with the position its sidecar names."""
+    for key in reversed(kept_keys(directory)):
+        try:
+            meta = json.loads((directory / f"{key}.json").read_text())
+            position = Position(
+                seq=int(meta["seq"]),
+                time=datetime.fromisoformat(meta["time"]),
+                allowlist=tuple(meta["allowlist"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if position.key == key:
+            return Rendered(directory / f"{key}.txt", position)
+    return None
+
+
+def render(export: Export, directory: Path) -> Rendered:
+    """Project the current rules through `export` into `directory`."""
+    for _attempt in range(ATTEMPTS):
+        with snapshot() as snap:
+            target = rendered_path(export.name, snap.position.key)
+            if target.exists():
+                return Rendered(target, snap.position)
+            export.prepare(snap)
+            counts = RenderCounts()
+            with tempfile.TemporaryFile(dir=directory) as body:
+                for line in export.exception_lines(snap):
+                    body.write(line.encode() + b"\n")
+                    counts.exceptions += 1
+                for expression, category in snap.rules():
+                    counts.rules += 1
+                    lines = export.rule_lines(expression, category)
+                    if isinstance(lines, str):
+                        counts.omitted[lines] += 1
+                        continue
+                    counts.written += 1
+                    body.write("".join(line + "\n" for line in lines).encode())
+                if not snap.consistent():
+                    continue
+                _write(target, export, snap.position, counts, body)
+                return Rendered(target, snap.position)
+    raise RenderBusy(f"the list changed under {ATTEMPTS} renders of {export.name} in a row")
+
+
+def _write(target: Path, export: Export, position: Position, counts: RenderCounts, body) -> None:  # type: ignore[no-untyped-def]
+    head = [*export.preamble(position), *export.header(position, counts)]
+    meta = {"seq": position.seq, "time": position.time.isoformat(), "allowlist": position.allowlist}
+    write_aside(target.with_suffix(".json"), [json.dumps(meta).encode()])
+
+    def chunks() -> Iterator[bytes]:
+        yield "".join(line + "\n" for line in head).encode()
+        body.seek(0)
+        yield from iter(lambda: body.read(1 << 20), b"")
+
+    write_aside(target, chunks())
+
+
+def write_aside(target: Path, chunks: Iterable[bytes]) -> None:
+    """Write `chunks` to a file beside `target`, then rename it into place: a reader
+    sees the old file or the whole new one, never half of it."""
+    fd, aside = tempfile.mkstemp(dir=target.parent, prefix=".aside-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(aside, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(aside)
+        raise
+
+
+def kept_keys(directory: Path) -> list[str]:
+    """Keys of the renders in `directory`, oldest first."""
+    found = []
+    for entry in directory.glob("*.txt"):
+        match = _NAME.fullmatch(entry.name)
+        if match:
+            with contextlib.suppress(FileNotFoundError):
+                found.append((int(match.group(1)), entry.stat().st_mtime, entry.name[:-4]))
+    return [key for _, _, key in sorted(found)]
+
+
+def prune(directory: Path, *, keep: int) -> None:
+    """Remove all but the newest `keep` renders, and patches from removed ones (a
+    reader streaming one keeps its open file)."""
+    keys = kept_keys(directory)
+    for key in keys[: max(0, len(keys) - keep)]:
+        for suffix in (".txt", ".json"):
+            with contextlib.suppress(FileNotFoundError):
+                (directory / f"{key}{suffix}").unlink()
+    kept = set(keys[-keep:])
+    for patch in directory.glob("*.patch"):
+        if patch.name.split("_", 1)[0] not in kept:
+            with contextlib.suppress(FileNotFoundError):
+                patch.unlink()

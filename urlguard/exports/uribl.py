@@ -1,0 +1,75 @@
+"""URIBL/DNSBL answers, looked up live through the guard (filter, then the table):
+`<host>.<zone>` or `<reversed IPv4>.<zone>` is listed when a whole-host rule blocks
+that host. The A record's last octet is the categories' bitmask (never 127.0.0.1);
+the TXT names the rule, its category and where to report a mistake. RFC 5782 test
+points: 127.0.0.2 and `test` listed, 127.0.0.1 and `invalid` not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from urlguard.conf import conf
+from urlguard.exports.categories import uribl_address
+from urlguard.exports.projection import host_rule
+from urlguard.guard import InvalidURL, get_guard
+from urlguard.models import SpamRule
+from urlguard.warning import report_mistake_url
+
+__all__ = ["Listing", "Unchecked", "lookup"]
+
+TEST_LISTING_ADDRESS = "127.0.0.2"
+
+
+class Unchecked(RuntimeError):
+    """The guard could not tell (filter unreadable, ON_FILTER_ERROR 'closed')."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    address: str
+    rule: SpamRule | None = None
+    host: str = ""
+
+    @property
+    def text(self) -> str:
+        """The TXT answer (made only when asked for: the report link is signed)."""
+        if self.rule is None:
+            return "RFC 5782 test entry"
+        report = report_mistake_url(f"http://{self.host}/", self.rule)
+        if report.startswith("/") and conf.PUBLIC_URL:
+            report = conf.PUBLIC_URL + report
+        rule = self.rule
+        return f"listed by urlguard rule {rule.expression} ({rule.category}); report: {report}"
+
+
+def _subject(labels: list[str]) -> tuple[str, bool]:
+    """(host, is_address) named by the labels below the zone."""
+    if len(labels) == 4 and all(x.isdigit() and len(x) <= 3 and int(x) < 256 for x in labels):
+        return ".".join(reversed(labels)), True
+    return ".".join(labels), False
+
+
+def lookup(relative: str) -> Listing | None:
+    """The listing of `relative` (the query name without the zone), or None."""
+    labels = relative.lower().rstrip(".").split(".")
+    host, address = _subject(labels)
+    if host in ("127.0.0.2", "test"):
+        return Listing(TEST_LISTING_ADDRESS)
+    if host in ("127.0.0.1", "invalid") or not host:
+        return None
+    try:
+        verdict = get_guard().check(f"http://{host}/")
+    except InvalidURL:
+        return None
+    if not verdict.blocked:
+        return None
+    if verdict.rule is None:
+        raise Unchecked(verdict.reason)
+    rule = verdict.rule
+    categories = {rule.category}
+    # Other whole-host rules above it (a domain's and a subdomain's) add their bits.
+    others = [e for e in verdict.maybe if e != rule.expression and host_rule(e) is not None]
+    if others:
+        found = SpamRule.objects.filter(expression__in=others).values_list("category", flat=True)
+        categories.update(found)
+    return Listing(uribl_address(categories), rule, host)
