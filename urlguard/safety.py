@@ -14,6 +14,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -219,9 +220,13 @@ def default_candidate(text: str, candidates: list[RuleCandidate]) -> RuleCandida
 
 
 def own_hosts(request_host: str | None = None) -> frozenset[str]:
-    """This service's own host names: ALLOWED_HOSTS (without wildcards) and the host
-    the request came in on."""
+    """This service's own host names: ALLOWED_HOSTS (without wildcards), the public
+    name (PUBLIC_URL: behind a proxy ALLOWED_HOSTS may name only internal ones) and the
+    host the request came in on."""
     hosts = {h.lower().lstrip(".").split(":")[0] for h in settings.ALLOWED_HOSTS if h and h != "*"}
+    public = urlsplit(conf.PUBLIC_URL).hostname if conf.PUBLIC_URL else None
+    if public:
+        hosts.add(public.lower())
     if request_host:
         hosts.add(request_host.lower().split(":")[0].strip("[]"))
     return frozenset(h for h in hosts if h)

@@ -148,7 +148,6 @@ STATIC_ROOT = VAR_DIR / "static"
 # too; finders make `collectstatic` optional for a single node.
 WHITENOISE_USE_FINDERS = True
 
-# Celery: no broker configured means tasks run in-process (embedded default).
 # Who is mailed when a visitor reports a mistake (URLGUARD["REPORT_MAIL_INTERVAL"]):
 # "Name <address>, address, ...".
 MANAGERS = [
@@ -162,6 +161,7 @@ SERVER_EMAIL = os.environ.get("DJANGO_SERVER_EMAIL", "urlguard@localhost")
 EMAIL_HOST = os.environ.get("DJANGO_EMAIL_HOST", "localhost")
 EMAIL_TIMEOUT = 10
 
+# Celery: no broker configured means tasks run in-process (embedded default).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = True

@@ -60,6 +60,14 @@ def test_confirmations(expression, codes):
     assert {c.code for c in confirmations(expression)} == codes
 
 
+def test_the_public_name_is_an_own_host_behind_a_proxy(settings):
+    # ALLOWED_HOSTS may name only the proxy's internal name (or "*").
+    settings.ALLOWED_HOSTS = ["*"]
+    assert confirmations("guard.example.com/") == []
+    settings.URLGUARD = {**settings.URLGUARD, "PUBLIC_URL": "https://Guard.Example.com/"}
+    assert [c.code for c in confirmations("guard.example.com/")] == ["own-host"]
+
+
 def test_own_host_and_configured_lists(settings):
     settings.ALLOWED_HOSTS = ["go.short.example", ".links.example"]
     assert [c.code for c in confirmations("short.example/")] == ["own-host"]
