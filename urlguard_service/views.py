@@ -11,4 +11,4 @@ from urlguard_service.management.commands.seed_demo import demo_links, embedded_
 def home(request: HttpRequest) -> HttpResponse:
     # The demo's own links only: a shortener's links are its users' business.
     context = {"links": list(demo_links()), "demo": embedded_demo_database()}
-    return render(request, "urlguard/home.html", context)
+    return render(request, "urlguard_service/home.html", context)
