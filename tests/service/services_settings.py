@@ -13,4 +13,6 @@ URLGUARD = {
     "CATCHUP_INTERVAL": float(os.environ.get("URLGUARD_CATCHUP_INTERVAL", "60")),
     # The tests' feed server listens on loopback (tests/service/feedserver.py).
     "FEED_ALLOWED_NETWORKS": ["127.0.0.0/8"],
+    # A test whose worker reads a file:// feed names the folder it is in.
+    "FEED_FILE_ROOT": os.environ.get("URLGUARD_TEST_FEED_ROOT") or None,
 }

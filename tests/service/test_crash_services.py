@@ -22,8 +22,9 @@ RULES = 3000
 CHUNK = 500
 
 
-def killing(after: int) -> dict[str, str]:
+def killing(after: int, feed_root: str) -> dict[str, str]:
     return {
+        "URLGUARD_TEST_FEED_ROOT": feed_root,
         "DJANGO_SETTINGS_MODULE": "tests.service.kill_settings",
         "URLGUARD_TEST_KILL_AFTER": str(after),
         "URLGUARD_TEST_CHUNK": str(CHUNK),
@@ -39,16 +40,17 @@ def test_a_worker_killed_mid_refresh_then_mid_revert_finishes_both(start_worker,
     body = tmp_path / "feed.txt"
     body.write_text("".join(f"svc-crash{i}.example.net\n" for i in range(RULES)))
     source = Source.objects.create(name="crash", kind="feed", url=f"file://{body}")
+    feed_root = {"URLGUARD_TEST_FEED_ROOT": str(tmp_path)}
 
     # A refresh, killed after two chunks: the claim and a partial change set stay.
-    worker = start_worker(env=killing(2))
+    worker = start_worker(env=killing(2, str(tmp_path)))
     refresh_feed.delay(source.pk)
     died(worker)
     assert SpamRule.objects.count() == 2 * CHUNK
     source.refresh_from_db()
     assert source.refreshing_since is not None
     # The worker started again lets go of the claim at boot (its owner's pid is dead).
-    worker = start_worker()
+    worker = start_worker(env=feed_root)
     wait_for(
         lambda: Source.objects.get(pk=source.pk).refreshing_since is None,
         what="the dead worker's claim released at boot",
@@ -67,7 +69,7 @@ def test_a_worker_killed_mid_refresh_then_mid_revert_finishes_both(start_worker,
     worker.stop()
 
     # The admin's revert of that refresh, killed after two chunks.
-    worker = start_worker(env=killing(2))
+    worker = start_worker(env=killing(2, str(tmp_path)))
     job = jobs.create_revert(refresh, user=None)
     wait_for(
         lambda: AdminJob.objects.get(pk=job.pk).state == "previewed",
@@ -79,7 +81,7 @@ def test_a_worker_killed_mid_refresh_then_mid_revert_finishes_both(start_worker,
     died(worker)
     assert SpamRule.objects.count() == RULES - 2 * CHUNK
     assert AdminJob.objects.get(pk=job.pk).state == "running"
-    worker = start_worker()
+    worker = start_worker(env=feed_root)
     wait_for(
         lambda: AdminJob.objects.get(pk=job.pk).state == "failed",
         what="the orphaned revert job failed at boot",
