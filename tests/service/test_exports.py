@@ -296,3 +296,37 @@ def test_a_render_pruned_before_it_is_opened_is_found_again(rules, get, monkeypa
     response = get("hosts.txt")
     assert response.status_code == 200 and "evil.example" in response.body
     assert len(calls) == 2
+
+
+def test_temp_files_of_renders_that_died_are_removed_and_live_ones_kept(rules, get, monkeypatch):
+    """A render SIGKILLed while writing (an RPZ render is tens of MB) leaves its temp
+    file; the next render's prune removes it once it is old, never a live one."""
+    import os
+    import time
+
+    directory = render.export_dir("hosts.txt")
+    seen: set[str] = set()
+    real = render.write_aside
+
+    def watched(target, chunks):
+        def spying():
+            for chunk in chunks:
+                seen.update(n for n in os.listdir(target.parent) if n.endswith(".tmp"))
+                yield chunk
+
+        real(target, spying())
+
+    with monkeypatch.context() as patched:
+        patched.setattr(render, "write_aside", watched)
+        assert get("hosts.txt").status_code == 200
+    assert seen  # the names a render killed while writing leaves behind
+    old = time.time() - 3600
+    for name in seen:
+        (directory / name).write_bytes(b"x" * 1000)
+        os.utime(directory / name, (old, old))
+    live = directory / ".99-0123abcd.txt.l1ve_now.tmp"  # another process writing it now
+    live.write_bytes(b"x")
+    add_rule("new.example/", category="spam", source="test")
+    assert get("hosts.txt").status_code == 200
+    assert not any((directory / name).exists() for name in seen)
+    assert live.exists()
