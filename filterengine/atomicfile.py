@@ -1,7 +1,11 @@
 """Writing a filter file aside and moving it into place: a new file is complete and
 fsynced before ``os.replace`` (or ``os.link``) puts it at the path, so no process
 ever maps a half-written file; the file it replaces is marked superseded so that
-readers still mapping it reopen the path."""
+readers still mapping it reopen the path.
+
+The same for any file written whole (replacing, write_aside): its temp file has the
+name remove_stale_temps knows, so one left by a writer killed before it could clean
+up (SIGKILL, a crash, power loss) is found and removed later."""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ import re
 import stat
 import struct
 import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 from . import fileformat as ff
 from .errors import FilterFileError
@@ -25,16 +32,52 @@ __all__ = [
     "mark_superseded",
     "open_existing",
     "remove_stale_temps",
+    "remove_stale_temps_in",
+    "replacing",
     "set_generation",
+    "write_aside",
     "write_empty",
 ]
 
 _WORD = struct.Struct("<Q")
 
 
-def _temp_name(path: str) -> tuple[str, str]:
+#: The names mkstemp gives with _temp_name's prefix and suffix: ".", the name of the
+#: file written, ".", 8 characters of [a-z0-9_], ".tmp".
+_ANY_TEMP = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp\Z", re.DOTALL)
+
+
+def _temp_name(path: str | os.PathLike[str]) -> tuple[str, str]:
     """(prefix, suffix) of the temp files written beside ``path``."""
     return f".{os.path.basename(path)}.", ".tmp"
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A file to write ``path``'s new content to: a temp file beside it, fsynced and
+    renamed to ``path`` when the block ends, removed if it raises. Readers see the old
+    file or the whole new one, never half of it."""
+    prefix, suffix = _temp_name(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
+    try:
+        with open(fd, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path)
+
+
+def write_aside(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` as the new content of ``path`` (see replacing)."""
+    with replacing(path) as out:
+        for chunk in chunks:
+            out.write(chunk)
 
 
 def write_empty(path: str, header: ff.Header, *, applied_seq: int) -> str:
@@ -96,25 +139,48 @@ def set_generation(fd: int, generation: int, path: str) -> None:
     os.pwrite(fd, ff.pack_fixed(dataclasses.replace(header, generation=generation)), 0)
 
 
-def remove_stale_temps(path: str) -> list[str]:
+def remove_stale_temps(
+    path: str | os.PathLike[str], *, older_than: float | None = None
+) -> list[str]:
     """Remove the temp files that writes of ``path`` left behind (a build or
-    create killed before it could clean up); return their paths. Call it only
-    under the writer lock, when no write of ``path`` is under way."""
+    create killed before it could clean up); return their paths. Without
+    ``older_than`` call it only under the writer lock, when no write of ``path`` is
+    under way; with it, only temp files not written to for ``older_than`` seconds
+    are removed (a live writer's keeps a recent mtime)."""
     prefix, suffix = _temp_name(path)
     # mkstemp's names: the prefix, 8 characters of [a-z0-9_], the suffix.
     pattern = re.compile(re.escape(prefix) + r"[a-z0-9_]{8}" + re.escape(suffix) + r"\Z")
-    directory = os.path.dirname(os.path.abspath(path))
+    return _remove_matching(os.path.dirname(os.path.abspath(path)), pattern, older_than)
+
+
+def remove_stale_temps_in(
+    directory: str | os.PathLike[str], *, older_than: float | None = None
+) -> list[str]:
+    """Remove the temp files that writes of any file in ``directory`` left behind
+    (as remove_stale_temps, for a directory whose files this module writes)."""
+    return _remove_matching(os.fspath(directory), _ANY_TEMP, older_than)
+
+
+def _remove_matching(
+    directory: str, pattern: re.Pattern[str], older_than: float | None
+) -> list[str]:
+    cutoff = None if older_than is None else time.time() - older_than
     removed = []
     for name in os.listdir(directory):
-        if pattern.match(name):
-            stale = os.path.join(directory, name)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(stale)
-                removed.append(stale)
+        if not pattern.match(name):
+            continue
+        stale = os.path.join(directory, name)
+        try:
+            if cutoff is not None and os.lstat(stale).st_mtime > cutoff:
+                continue
+            os.unlink(stale)
+        except FileNotFoundError:
+            continue
+        removed.append(stale)
     return removed
 
 
-def fsync_dir(path: str) -> None:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make a rename or link of ``path`` durable: fsync its directory."""
     fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_CLOEXEC)
     try:

@@ -29,17 +29,14 @@ from typing import Any
 from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django_ratelimit.core import get_usage
 
 from urlguard import apikeys, hitlog
-from urlguard.clientaddress import client_network
 from urlguard.conf import conf
 from urlguard.guard import InvalidURL, Verdict, get_guard
-from urlguard.ratelimitedlog import RateLimitedLog
+from urlguard.ratelimits import Limited, limited, per_client
 from urlguard.unavailable import OUTAGE_ERRORS, log_outage
 
 logger = logging.getLogger(__name__)
-log_limited = RateLimitedLog(logger)
 
 __all__ = ["check", "verdict_json"]
 
@@ -101,31 +98,14 @@ def _rate_limited(
     *,
     count: bool = True,
 ) -> JsonResponse | None:
-    """429 once `key` made more than `rate` requests in the current window, else None.
-    count=False only asks whether the limit is reached already, counting nothing.
-    A cache that fails lets the request through (logged): the limit protects the
-    service, it must not take the API down with the cache."""
-    try:
-        usage = get_usage(request, group=group, key=key, rate=rate, increment=count)
-    except Exception:
-        usage = {"limit": 0, "time_left": -1}
-    if usage is None:  # RATELIMIT_ENABLE = False
-        return None
-    if usage["time_left"] == -1:
-        log_limited("cache", logging.WARNING, "rate limits not applied: the cache failed")
-        return None
-    if not (usage["should_limit"] if count else usage["count"] >= usage["limit"]):
-        return None
-    retry = max(1, int(usage["time_left"]))
-    return json_error(
-        f"rate limit of {rate} {who}; retry in {retry} s",
-        429,
-        **{"Retry-After": str(retry)},
-    )
+    """429 once `key` made more than `rate` requests in the current window, else None
+    (urlguard.ratelimits.limited)."""
+    hit = limited(request, group, key, rate, count=count)
+    return None if hit is None else _too_many(hit, who)
 
 
-def _client_address(group: str, request: HttpRequest) -> str:
-    return client_network(request)
+def _too_many(hit: Limited, who: str) -> JsonResponse:
+    return json_error(hit.message(who), 429, **{"Retry-After": str(hit.retry_after)})
 
 
 @csrf_exempt  # authenticated by a header, not a cookie: no cross-site request can forge it
@@ -147,7 +127,7 @@ def _check_one(request: HttpRequest) -> JsonResponse:
     refused = _rate_limited(
         request,
         "urlguard.api.open",
-        _client_address,
+        per_client,
         conf.API_OPEN_RATE,
         "requests reached for this address",
     )
@@ -231,29 +211,15 @@ def _echo(given: Any) -> Any:
     return None
 
 
-def _wrong_key_limit(request: HttpRequest, *, count: bool) -> JsonResponse | None:
-    return _rate_limited(
-        request,
-        "urlguard.api.wrong-key",
-        _client_address,
-        conf.API_FAILED_KEY_RATE,
-        "requests with a wrong API key reached for this address",
-        count=count,
-    )
-
-
 def _check_batch(request: HttpRequest) -> JsonResponse:
-    # An address that sent too many wrong keys is refused before any lookup.
-    refused = _wrong_key_limit(request, count=False)
-    if refused is not None:
-        return refused
     header = request.headers.get("Authorization", "")
     try:
-        key = apikeys.authenticate(header)
+        key = apikeys.authenticate_request(request, header)
     except DatabaseError as exc:
         return _unavailable(request, "looking up an API key", exc)
+    if isinstance(key, Limited):
+        return _too_many(key, apikeys.WRONG_KEYS)
     if key is None:
-        _wrong_key_limit(request, count=True)
         why = "unknown or revoked API key" if apikeys.bearer(header) else "an API key is required"
         return json_error(
             f"{why}: send 'Authorization: Bearer <key>' (manage.py create_api_key NAME)",

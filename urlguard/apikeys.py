@@ -1,6 +1,9 @@
 """API keys of the batch check API: made (the key shown once, only its hash kept),
 looked up from an `Authorization: Bearer <key>` header, revoked, and their last use
-recorded at most once a minute (not a database write per request)."""
+recorded at most once a minute (not a database write per request). Every place that
+takes a key (the check API, /lists/) goes through authenticate_request, which counts
+missing and wrong keys per client address and refuses an address past
+API_FAILED_KEY_RATE: no place is an unthrottled one to guess keys at."""
 
 from __future__ import annotations
 
@@ -10,11 +13,22 @@ import secrets
 from datetime import timedelta
 
 from django.db import DatabaseError
+from django.http import HttpRequest
 from django.utils import timezone
 
+from urlguard.conf import conf
 from urlguard.models import APIKey
+from urlguard.ratelimits import Limited, limited, per_client
 
-__all__ = ["KEY_PREFIX", "authenticate", "create_api_key", "hash_key", "revoke"]
+__all__ = [
+    "KEY_PREFIX",
+    "WRONG_KEYS",
+    "authenticate",
+    "authenticate_request",
+    "create_api_key",
+    "hash_key",
+    "revoke",
+]
 
 #: Marks a string as one of our keys (for people and secret scanners alike).
 KEY_PREFIX = "ugk_"
@@ -22,6 +36,11 @@ KEY_PREFIX = "ugk_"
 SHOWN = len(KEY_PREFIX) + 6
 #: How stale APIKey.last_used_at may be.
 LAST_USED_EVERY = timedelta(minutes=1)
+#: The rate-limit group of missing and wrong keys, one count per client address
+#: whichever place took them.
+WRONG_KEY_GROUP = "urlguard.api.wrong-key"
+#: What that limit counts, as a refusal names it.
+WRONG_KEYS = "requests with a wrong API key reached for this address"
 
 
 def hash_key(key: str) -> str:
@@ -60,6 +79,22 @@ def authenticate(header: str) -> APIKey | None:
     key = APIKey.objects.filter(key_hash=hash_key(token), revoked_at=None).first()
     if key is not None:
         _touch(key)
+    return key
+
+
+def authenticate_request(request: HttpRequest, header: str) -> APIKey | Limited | None:
+    """The live key named by `header` (an Authorization value), None if it is missing,
+    unknown or revoked (counted against the client address, IPv6 by its /64), or
+    Limited once that address sent more than API_FAILED_KEY_RATE of those in the
+    window: then not even a right key is looked up (no oracle for guesses). Raises
+    DatabaseError when the table cannot be read."""
+    rate = conf.API_FAILED_KEY_RATE
+    refused = limited(request, WRONG_KEY_GROUP, per_client, rate, count=False)
+    if refused is not None:
+        return refused
+    key = authenticate(header)
+    if key is None:
+        limited(request, WRONG_KEY_GROUP, per_client, rate, count=True)
     return key
 
 

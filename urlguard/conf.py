@@ -632,8 +632,9 @@ class Settings:
         check_id="urlguard.E078",
         hint="e.g. '60/m' per client address.",
     )
-    # POSTs with a missing or wrong key per client address (IPv6: per /64); past it
-    # the address is refused, even with a right key, until the window ends.
+    # Requests with a missing or wrong key (check API POSTs and /lists/ together) per
+    # client address (IPv6: per /64); past it the address is refused, even with a
+    # right key, until the window ends.
     API_FAILED_KEY_RATE = Setting(
         "10/m",
         must_be="a rate like '10/m' (requests / s, m, h or d, e.g. '100/5m')",

@@ -296,3 +296,75 @@ def test_a_render_pruned_before_it_is_opened_is_found_again(rules, get, monkeypa
     response = get("hosts.txt")
     assert response.status_code == 200 and "evil.example" in response.body
     assert len(calls) == 2
+
+
+def test_temp_files_of_renders_that_died_are_removed_and_live_ones_kept(rules, get, monkeypatch):
+    """A render SIGKILLed while writing (an RPZ render is tens of MB) leaves its temp
+    file; the next render's prune removes it once it is old, never a live one."""
+    import os
+    import time
+
+    directory = render.export_dir("hosts.txt")
+    seen: set[str] = set()
+    real = render.write_aside
+
+    def watched(target, chunks):
+        def spying():
+            for chunk in chunks:
+                seen.update(n for n in os.listdir(target.parent) if n.endswith(".tmp"))
+                yield chunk
+
+        real(target, spying())
+
+    with monkeypatch.context() as patched:
+        patched.setattr(render, "write_aside", watched)
+        assert get("hosts.txt").status_code == 200
+    assert seen  # the names a render killed while writing leaves behind
+    old = time.time() - 3600
+    for name in seen:
+        (directory / name).write_bytes(b"x" * 1000)
+        os.utime(directory / name, (old, old))
+    live = directory / ".99-0123abcd.txt.l1ve_now.tmp"  # another process writing it now
+    live.write_bytes(b"x")
+    add_rule("new.example/", category="spam", source="test")
+    assert get("hosts.txt").status_code == 200
+    assert not any((directory / name).exists() for name in seen)
+    assert live.exists()
+
+
+def test_wrong_keys_on_lists_are_limited_per_address_like_the_api(rules, get, key, settings):
+    """/lists/ is no unthrottled place to guess keys: missing and wrong keys count per
+    client address (IPv6: its /64) with the check API's, then 429, even with a right key."""
+    settings.URLGUARD = {**settings.URLGUARD, "API_FAILED_KEY_RATE": "3/m"}
+    here = {"REMOTE_ADDR": "2001:db8:1:2::10"}
+    for _ in range(3):
+        assert get("hosts.txt", HTTP_AUTHORIZATION="Bearer ugk_wrong", **here).status_code == 401
+    refused = get("hosts.txt", HTTP_AUTHORIZATION="Bearer ugk_wrong", **here)
+    assert refused.status_code == 429 and 1 <= int(refused["Retry-After"]) <= 60
+    assert refused.body.startswith(
+        "rate limit of 3/m requests with a wrong API key reached for this address"
+    )
+    assert refused["Cache-Control"] == "no-store"
+    assert get("hosts.txt", **here).status_code == 429  # the right key too: no oracle
+    basic = base64.b64encode(f"pihole:{key}".encode()).decode()
+    neighbour = {"REMOTE_ADDR": "2001:db8:1:2:ffff::1"}
+    assert get("hosts.txt", HTTP_AUTHORIZATION=f"Basic {basic}", **neighbour).status_code == 429
+    assert get("hosts.txt", REMOTE_ADDR="2001:db8:1:3::10").status_code == 200
+    assert get("hosts.txt", REMOTE_ADDR="198.51.100.7").status_code == 200
+    # One count for both places: the check API refuses that address as well.
+    api = Client().post(
+        "/api/check",
+        {"urls": []},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {key}",
+        **here,
+    )
+    assert api.status_code == 429
+
+
+def test_right_keys_on_lists_do_not_count_as_wrong_ones(rules, get, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "API_FAILED_KEY_RATE": "1/m"}
+    for _ in range(3):
+        assert get("hosts.txt").status_code == 200
+    assert get("hosts.txt", auth=False).status_code == 401
+    assert get("hosts.txt").status_code == 429

@@ -675,3 +675,37 @@ def test_forty_random_refreshes_list_what_a_full_parse_finds(server, settings, f
         assert result.status == "ok", (step, result.error)
         assert listed(feed) == expected, (step, body)
         assert (result.entries, result.refused) == (len(expected), refused), (step, body)
+
+
+def test_a_memo_save_removes_temp_files_of_saves_that_died(monkeypatch):
+    """A save SIGKILLed while writing leaves its temp file; the next save removes it
+    once it is old, never one a live save is writing."""
+    import os
+    import time
+
+    import numpy as np
+
+    path = memo.path_for(7)
+    seen: set[str] = set()
+    real = np.savez
+
+    def watched(file, **arrays):
+        seen.update(n for n in os.listdir(path.parent) if n != path.name)
+        real(file, **arrays)
+
+    numbers = np.arange(3, dtype=np.uint64)
+    with monkeypatch.context() as patched:
+        patched.setattr(np, "savez", watched)
+        memo.save(7, "stamp", numbers, numbers, numbers.astype(np.int64))
+    assert seen  # the names a save killed while writing leaves behind
+    old = time.time() - 3600
+    for name in seen:
+        (path.parent / name).write_bytes(b"PK\x03\x04cut short")
+        os.utime(path.parent / name, (old, old))
+    live = path.parent / f".{path.name}.l1ve_now.tmp"
+    live.write_bytes(b"PK")
+    memo.save(7, "stamp", numbers, numbers, numbers.astype(np.int64))
+    assert not any((path.parent / name).exists() for name in seen)
+    assert live.exists()
+    loaded = memo.load(7, "stamp")
+    assert loaded is not None and len(loaded) == 3

@@ -2,7 +2,9 @@
 it projects, and keeps the last EXPORT_KEEP_VERSIONS of them: a thousand consumers
 polling one position cost one render, each served by streaming the file. A render
 is written aside and renamed into place (a reader never sees half a file); one
-process renders a given export at a time (a lock file), the others wait for it."""
+process renders a given export at a time (a lock file), the others wait for it. The
+temp files of a render or patch killed while writing (an RPZ render is tens of MB)
+are removed by the next render's prune once they are STALE_TEMP_AGE old."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from filterengine.atomicfile import remove_stale_temps_in, write_aside
 from urlguard.conf import conf
 from urlguard.exports.base import Export, RenderCounts
 from urlguard.exports.projection import Position, snapshot
@@ -28,6 +31,9 @@ __all__ = ["RenderBusy", "Rendered", "export_dir", "render", "rendered", "write_
 LOCK_TIMEOUT = 600.0
 #: Renders retried when changes keep committing under one (no snapshot isolation).
 ATTEMPTS = 5
+#: A temp file not written to for this long is of a writer that died: a live render
+#: or patch keeps writing to its own (and renders are under the lock besides).
+STALE_TEMP_AGE = 600.0
 _NAME = re.compile(r"(\d+)-([0-9a-f]{8})\.txt")
 
 
@@ -152,23 +158,6 @@ def _write(target: Path, export: Export, position: Position, counts: RenderCount
     write_aside(target, chunks())
 
 
-def write_aside(target: Path, chunks: Iterable[bytes]) -> None:
-    """Write `chunks` to a file beside `target`, then rename it into place: a reader
-    sees the old file or the whole new one, never half of it."""
-    fd, aside = tempfile.mkstemp(dir=target.parent, prefix=".aside-")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for chunk in chunks:
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(aside, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(aside)
-        raise
-
-
 def kept_keys(directory: Path) -> list[str]:
     """Keys of the renders in `directory`, oldest first."""
     found = []
@@ -181,8 +170,9 @@ def kept_keys(directory: Path) -> list[str]:
 
 
 def prune(directory: Path, *, keep: int) -> None:
-    """Remove all but the newest `keep` renders, and patches from removed ones (a
-    reader streaming one keeps its open file)."""
+    """Remove all but the newest `keep` renders, patches from removed ones (a reader
+    streaming one keeps its open file), and temp files of writes that died."""
+    remove_stale_temps_in(directory, older_than=STALE_TEMP_AGE)
     keys = kept_keys(directory)
     for key in keys[: max(0, len(keys) - keep)]:
         for suffix in (".txt", ".json"):

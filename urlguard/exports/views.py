@@ -1,8 +1,10 @@
 """GET/HEAD /lists/<name>: an export, or an ABP differential patch
 (`abp-<key>.patch`). Read with an API key (`Authorization: Bearer <key>`, or HTTP
 basic auth with the key as password for consumers that can only put credentials in
-a URL) unless EXPORTS_OPEN. Conditional: ETag and Last-Modified (Pi-hole sends only
-If-Modified-Since); streamed from the render cached per position."""
+a URL) unless EXPORTS_OPEN; missing and wrong keys count against the client address
+with the check API's (API_FAILED_KEY_RATE, then 429). Conditional: ETag and
+Last-Modified (Pi-hole sends only If-Modified-Since); streamed from the render cached
+per position."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from urlguard.exports.render import (
     rendered_path,
     write_aside,
 )
+from urlguard.ratelimits import Limited
 
 __all__ = ["export_view"]
 
@@ -86,8 +89,14 @@ def _file_response(
 
 @require_http_methods(["GET", "HEAD"])
 def export_view(request: HttpRequest, name: str) -> HttpResponseBase:
-    if not conf.EXPORTS_OPEN and apikeys.authenticate(_authorization(request)) is None:
-        return _refused(401, "An API key is needed: Authorization: Bearer <key>.")
+    if not conf.EXPORTS_OPEN:
+        key = apikeys.authenticate_request(request, _authorization(request))
+        if isinstance(key, Limited):
+            response = _refused(429, key.message(apikeys.WRONG_KEYS) + ".")
+            response["Retry-After"] = str(key.retry_after)
+            return response
+        if key is None:
+            return _refused(401, "An API key is needed: Authorization: Bearer <key>.")
     patch = _PATCH.fullmatch(name)
     export = get_export(AbpExport.name if patch else name)
     if export is None:

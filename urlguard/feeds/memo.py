@@ -11,13 +11,12 @@ the refresh normalizes everything, then writes a new one."""
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from filterengine.atomicfile import remove_stale_temps, replacing
 from urlguard.conf import conf
 
 __all__ = ["Memo", "load", "save"]
@@ -26,6 +25,9 @@ __all__ = ["Memo", "load", "save"]
 # normalize_rule, to a format's parser, or to importing.entry_text.
 NORMALIZER_VERSION = 2
 _SLICE = 1 << 16
+#: A memo's temp file not written to for this long is of a save that died (a live
+#: save writes to its own all along; it takes seconds for millions of entries).
+STALE_TEMP_AGE = 600.0
 
 
 def path_for(source_id: int) -> Path:
@@ -87,7 +89,8 @@ def load(source_id: int, expected_stamp: str) -> Memo | None:
 def save(
     source_id: int, the_stamp: str, high: np.ndarray, low: np.ndarray, keys: np.ndarray
 ) -> None:
-    """Replace the memo with these digests and keys (written aside, then renamed)."""
+    """Replace the memo with these digests and keys (written aside, then renamed; the
+    temp files of saves that died are removed first)."""
     # One entry per high word: of two texts that share it (1 in 2**64), the other is
     # simply normalized again each time.
     order = np.argsort(high)
@@ -100,17 +103,9 @@ def save(
     del order, keep
     path = path_for(source_id)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".memo-", suffix=".npz")
-    try:
-        with os.fdopen(descriptor, "wb") as out:
-            np.savez(out, stamp=np.str_(the_stamp), high=high, low=low, keys=keys)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    remove_stale_temps(path, older_than=STALE_TEMP_AGE)
+    with replacing(path) as out:
+        np.savez(out, stamp=np.str_(the_stamp), high=high, low=low, keys=keys)
 
 
 def forget(source_id: int) -> None:
