@@ -64,6 +64,31 @@ def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_sta
     assert "1 link points to spam" in page.content.decode()
 
 
+def test_refresh_now_runs_on_the_worker(start_worker, filter_path, make_staff):  # noqa: F811
+    from tests.service.feedserver import feed_server
+    from urlguard.models import Source
+
+    sync.rebuild(str(filter_path))
+    worker = start_worker()
+    editor = make_staff("view_source", "change_source")
+    with feed_server() as feeds:
+        url = feeds.serve("/l", b"one.worker-feed.example\ntwo.worker-feed.example\n")
+        source = Source.objects.create(name="worker-feed", kind="feed", url=url)
+        response = editor.post(reverse("admin:urlguard_source_refresh", args=[source.pk]))
+        job = AdminJob.objects.get(kind="refresh")
+        assert response.status_code == 302 and response["Location"].endswith(f"/{job.pk}/")
+        status = reverse("admin:urlguard_source_refresh_status", args=[job.pk])
+        wait_for(
+            lambda: editor.get(status).json()["finished"],
+            timeout=60,
+            what="the refresh job",
+            log=worker.log,
+        )
+    job.refresh_from_db()
+    assert job.state == "done", job.message
+    assert SpamRule.objects.filter(listings__source=source).count() == 2
+
+
 def test_parallel_rescan_matches_the_single_process_one(filter_path, monkeypatch):
     from urlguard import changes, rescan
 

@@ -5,6 +5,7 @@ filter, the dashboard's feed panel, and the allowlist warning on a rule added by
 from __future__ import annotations
 
 import re
+import threading
 from html import unescape
 
 import pytest
@@ -67,6 +68,42 @@ def test_refresh_now_runs_a_job_with_its_page(make_staff, feed, committed):
     # The source page: history and the refresh button.
     html = client.get(reverse("admin:urlguard_source_change", args=[feed.pk])).content.decode()
     assert 'id="refresh-now"' in html and "feed-history" in html and "3 added, none removed" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refresh_now_returns_at_once_and_the_runner_refreshes(make_staff, feed, monkeypatch):
+    """The embedded default (Celery eager, no broker): the request only queues the
+    job; the runner thread does the refresh (a first load outlasts any request)."""
+    from urlguard.admin import jobs
+    from urlguard.feeds import tasks
+
+    monkeypatch.setattr("urlguard.celery.in_process", lambda: True)
+    monkeypatch.setattr(jobs, "_memory_database", lambda: False)
+    runner = jobs._Runner()
+    monkeypatch.setattr(jobs, "runner", runner)
+    ran_on = []
+
+    def refresh_source(*args, **kwargs):
+        ran_on.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    real = tasks.refresh_source
+    monkeypatch.setattr(tasks, "refresh_source", refresh_source)
+    client = make_staff(*SOURCE_EDITOR)
+    response = client.post(reverse("admin:urlguard_source_refresh", args=[feed.pk]))
+    assert threading.current_thread().name not in ran_on
+    job = AdminJob.objects.get(kind="refresh")
+    assert response.status_code == 302
+    assert response["Location"] == reverse(
+        "admin:urlguard_source_refresh_job", args=[feed.pk, job.pk]
+    )
+    runner.join()
+    assert ran_on == ["urlguard-admin-jobs"]
+    job.refresh_from_db()
+    assert job.state == "done" and job.message.startswith("feed-a: ok: 3 entries"), job.message
+    assert job.owner and job.result["added"] == 3 and SpamRule.objects.count() == 3
+    html = client.get(response["Location"]).content.decode()
+    assert "feed-a: ok: 3 entries" in html
 
 
 def test_a_held_shrink_is_shown_and_accepted(make_staff, server, committed):

@@ -16,6 +16,7 @@ TASKS = (
     "urlguard.tasks.rebuild_filter",
     "urlguard.tasks.verify_filter",
     "urlguard.feeds.refresh_feed",
+    "urlguard.feeds.refresh_feed_job",
     "urlguard.feeds.refresh_due_feeds",
     "urlguard.admin.import_rules_job",
 )

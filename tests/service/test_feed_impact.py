@@ -121,3 +121,50 @@ def test_a_dry_run_says_what_it_would_block(server, links):
         "would block 1 short link that was open: /django-docs (0 clicks in the last 30 days)"
     ]
     assert not SpamRule.objects.exists() and not AdminJob.objects.exists()
+
+
+def test_no_rescan_in_a_site_without_short_links(server, links, monkeypatch):
+    import urlguard.shortlinks
+
+    monkeypatch.setattr(urlguard.shortlinks, "installed", lambda: False)
+    url = server.serve("/f", lines("evil.example"))
+    result = refresh_source(Source.objects.create(name="hosts", kind="feed", url=url))
+    assert result.status == "ok" and result.impact["changed"] == 1
+    assert result.rescan_job is None and not AdminJob.objects.filter(kind="rescan").exists()
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_short_link_admin_links_only_where_short_links_are_installed(
+    make_staff, monkeypatch, installed
+):
+    """A host site without urlguard.shortlinks has no short-link admin to link to (its
+    URLs would not reverse): the pages name the links without linking them."""
+    from django.template.loader import render_to_string
+    from django.urls import reverse
+
+    import urlguard.shortlinks
+
+    monkeypatch.setattr(urlguard.shortlinks, "installed", lambda: installed)
+    impact = {
+        "action": "add",
+        "text": "Blocks 1 short link.",
+        "links": 1,
+        "samples": [{"id": 41, "slug": "phish", "destination": "https://evil.example/x"}],
+    }
+    html = render_to_string("admin/urlguard/_impact.html", {"impact": impact})
+    assert "/phish" in html
+    assert ("/admin/urlguard/shortlink/41/" in html) is installed
+    feed = Source.objects.create(name="hosts", kind="feed", url="https://feed.example/l")
+    job = AdminJob.objects.create(
+        kind=AdminJob.Kind.REFRESH,
+        state=AdminJob.State.DONE,
+        params={"source": feed.pk, "name": feed.name},
+        message="hosts: ok: 1 entries",
+        result={"rescan_job": 7, "impact_lines": ["blocks 1 short link that was open: /phish"]},
+    )
+    page = make_staff(superuser=True).get(
+        reverse("admin:urlguard_source_refresh_job", args=[feed.pk, job.pk])
+    )
+    html = page.content.decode()
+    assert page.status_code == 200 and "blocks 1 short link that was open" in html
+    assert ("shortlink/rescan/?job=7" in html) is installed

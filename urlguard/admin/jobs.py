@@ -369,6 +369,15 @@ def start_rescan(*, user, after_import: int | None = None) -> AdminJob:
     return job
 
 
+def rescan_after_adding(*, user, after_import: int | None = None) -> AdminJob | None:
+    """New rules may block existing short links: queue their rescan (which also brings
+    the impact index up to date), where the site has short links; None where it has
+    none (an import and a feed refresh both end with this)."""
+    if not shortlinks.installed():
+        return None
+    return start_rescan(user=user, after_import=after_import)
+
+
 @shared_task(name="urlguard.admin.import_rules_job")
 def import_rules_job(job_id: int) -> dict | None:
     job = _begin(job_id, AdminJob.Kind.IMPORT)
@@ -415,10 +424,7 @@ def import_rules_job(job_id: int) -> dict | None:
     added = change_set.added
     skipped = len(bulk.skipped) - int(job.result.get("repeated", 0)) - earlier
     refused = [str(r) for r in bulk.refused]
-    # New rules may block existing short links: rescan them, where the site has any.
-    rescan = (
-        start_rescan(user=job.created_by, after_import=job.pk) if shortlinks.installed() else None
-    )
+    rescan = rescan_after_adding(user=job.created_by, after_import=job.pk)
     job.state = AdminJob.State.DONE
     job.finished = timezone.now()
     job.done = job.total = added + max(skipped, 0)

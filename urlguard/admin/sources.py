@@ -15,7 +15,6 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
@@ -426,9 +425,10 @@ def _why(refresh: FeedRefresh) -> str:
 
 
 def start_refresh(source: Source, *, user: Any, accept_shrink: bool = False) -> AdminJob:
-    """Queue a refresh of `source` as an AdminJob (in-process on the embedded default,
-    where it has run by the time the request ends)."""
-    from urlguard.feeds.tasks import refresh_feed
+    """Queue a refresh of `source` as an AdminJob (a worker, or this process's runner
+    thread: never inside the request, which a first load of a big feed would outlast)."""
+    from urlguard.admin.jobs import dispatch
+    from urlguard.feeds.tasks import refresh_feed_job
 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REFRESH,
@@ -436,9 +436,7 @@ def start_refresh(source: Source, *, user: Any, accept_shrink: bool = False) -> 
         params={"source": source.pk, "name": source.name, "accept_shrink": accept_shrink},
         message="Waiting for a worker.",
     )
-    transaction.on_commit(
-        lambda: refresh_feed.delay(source.pk, accept_shrink=accept_shrink, job_id=job.pk)
-    )
+    dispatch(refresh_feed_job, job.pk)
     return job
 
 

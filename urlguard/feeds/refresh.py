@@ -296,13 +296,13 @@ def _may_block_links(impact: dict[str, Any] | None) -> bool:
     return impact is None or not impact["exact"] or impact["changed"] > 0
 
 
-def _start_rescan(user: Any) -> int:
-    """The rescan of the short links an import runs too (it also brings the impact
-    index up to date): queued, as a job of its own."""
-    from urlguard.admin.jobs import start_rescan
+def _start_rescan(user: Any) -> int | None:
+    """The rescan of the short links an import runs too, where the site has them."""
+    from urlguard.admin.jobs import rescan_after_adding
 
     person = user if getattr(user, "is_authenticated", False) else None
-    return start_rescan(user=person).pk
+    job = rescan_after_adding(user=person)
+    return job.pk if job else None
 
 
 def _give_back_memory() -> None:

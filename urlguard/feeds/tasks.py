@@ -19,6 +19,7 @@ from urlguard.models import AdminJob, Source
 logger = logging.getLogger(__name__)
 
 REFRESH_FEED_TASK = "urlguard.feeds.refresh_feed"
+REFRESH_JOB_TASK = "urlguard.feeds.refresh_feed_job"
 REFRESH_DUE_TASK = "urlguard.feeds.refresh_due_feeds"
 TEST_FETCH_TASK = "urlguard.feeds.test_fetch_job"
 _PROGRESS_EVERY = 0.5
@@ -43,9 +44,37 @@ def _job_progress(job_id: int | None):  # type: ignore[no-untyped-def]
 def refresh_feed(
     self: Any, source_id: int, accept_shrink: bool = False, job_id: int | None = None
 ) -> dict[str, Any] | None:
+    return _refresh(self, source_id, accept_shrink=accept_shrink, job_id=job_id)
+
+
+@shared_task(bind=True, name=REFRESH_JOB_TASK, ignore_result=True)
+def refresh_feed_job(self: Any, job_id: int) -> None:
+    """The admin's "refresh now", an AdminJob that urlguard.admin.jobs.dispatch runs on
+    a worker or the runner thread (a first load is too long for one request)."""
+    job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.REFRESH).first()
+    if job is None:
+        logger.warning("refresh job %s no longer exists; nothing to do", job_id)
+        return
+    _refresh(
+        self,
+        int(job.params["source"]),
+        accept_shrink=bool(job.params.get("accept_shrink")),
+        job_id=job_id,
+    )
+
+
+def _refresh(
+    task: Any, source_id: int, *, accept_shrink: bool, job_id: int | None
+) -> dict[str, Any] | None:
     source = Source.objects.filter(pk=source_id).first()
     if source is None:
         logger.warning("feed source #%s no longer exists; nothing to refresh", source_id)
+        if job_id is not None:
+            AdminJob.objects.filter(pk=job_id).update(
+                state=AdminJob.State.FAILED,
+                finished=timezone.now(),
+                message=f"Source #{source_id} no longer exists; nothing was refreshed.",
+            )
         return None
     if job_id is not None:
         now = timezone.now()
@@ -70,14 +99,18 @@ def refresh_feed(
             )
         raise
     retries = int(conf.FEED_RETRIES)
-    if result.transient and not self.request.is_eager and self.request.retries < retries:
+    # Only a worker's run retries: an eager one, or a call on the runner thread, has
+    # nobody to send the retry to, and its job must end now.
+    request = task.request
+    on_worker = not (request.is_eager or getattr(request, "called_directly", False))
+    if result.transient and on_worker and request.retries < retries:
         from celery.utils.time import get_exponential_backoff_interval
 
         countdown = get_exponential_backoff_interval(
-            factor=30, retries=self.request.retries, maximum=900, full_jitter=True
+            factor=30, retries=request.retries, maximum=900, full_jitter=True
         )
         logger.info("feed %s: retrying in %s s (%s)", source.name, countdown, result.error)
-        raise self.retry(countdown=countdown, max_retries=retries)
+        raise task.retry(countdown=countdown, max_retries=retries)
     if job_id is not None:
         failed = result.status == Source.Status.FAILED
         AdminJob.objects.filter(pk=job_id).update(

@@ -7,6 +7,7 @@ from typing import Any
 
 from django import template
 
+from urlguard import shortlinks
 from urlguard.admin.summary import operator_summary as _operator_summary
 
 register = template.Library()
@@ -20,3 +21,10 @@ def operator_summary() -> dict[str, Any]:
 @register.filter
 def without_app(app_list: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
     return [app for app in app_list if app.get("app_label") != label]
+
+
+@register.simple_tag
+def shortlinks_installed() -> bool:
+    """`{% shortlinks_installed as has_links %}`: whether the short-link admin (and
+    so its URLs) exists on this site."""
+    return shortlinks.installed()
