@@ -1,7 +1,8 @@
 """A feed refresh reports what it newly blocks of the short links (a handful named,
 then a count, with their clicks), runs the rescan an import runs, prints the same
-from `manage.py refresh_feeds`, and is held like a shrink when it would block more
-than CONFIRM_IMPACT_LINKS links, until accepted."""
+from `manage.py refresh_feeds`, and is held whole when it would block more than
+CONFIRM_IMPACT_LINKS links, until its impact is accepted (accepting a shrink does not
+accept it, nor the other way round)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from django.core.management import call_command
 
 from tests.service.feedserver import admit_loopback, feed_server, lines
 from urlguard import changes
+from urlguard.feeds import refresh as refreshing
 from urlguard.feeds.refresh import refresh_source
-from urlguard.models import AdminJob, Click, FeedRefresh, ShortLink, Source, SpamRule
+from urlguard.models import AdminJob, ChangeSet, Click, FeedRefresh, ShortLink, Source, SpamRule
 
 pytestmark = pytest.mark.django_db
 
@@ -91,10 +93,73 @@ def test_over_confirm_impact_links_is_held_until_accepted(server, links, setting
     feed.refresh_from_db()
     assert feed.held_at is not None and "2 short links" in feed.held_reason
     assert held.impact_lines()[0].startswith("would block 2 short links")
-    accepted = refresh_source(feed, accept_shrink=True)
+    # Accepting a shrink is not accepting an impact.
+    assert refresh_source(feed, accept_shrink=True).status == "held"
+    assert not SpamRule.objects.exists()
+    accepted = refresh_source(feed, accept_impact=True)
     assert accepted.status == "ok" and SpamRule.objects.count() == 2
     feed.refresh_from_db()
     assert feed.held_at is None and feed.held_reason == ""
+    reason = ChangeSet.objects.get(pk=accepted.change_set).reason
+    assert reason.endswith("(impact accepted)") and "shrink" not in reason
+
+
+def test_accept_held_accepts_what_the_source_was_held_for(server, links, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "CONFIRM_IMPACT_LINKS": 1}
+    url = server.serve("/f", lines("docs.djangoproject.com", "bloom-filters.example"))
+    feed = Source.objects.create(name="hosts", kind="feed", url=url)
+    assert refresh_source(feed).status == "held"
+    feed.refresh_from_db()
+    assert refreshing.accept_held(feed).status == "ok" and SpamRule.objects.count() == 2
+
+
+@pytest.fixture
+def shrink_and_impact(server, links, settings):
+    """A feed whose new fetch both drops all ten entries it listed (a shrink) and
+    blocks two short links, over CONFIRM_IMPACT_LINKS=1."""
+    settings.URLGUARD = {**settings.URLGUARD, "CONFIRM_IMPACT_LINKS": 1}
+    server.serve("/f", lines(*(f"h{i}.example" for i in range(10))))
+    feed = Source.objects.create(name="hosts", kind="feed", url=server.url("/f"))
+    assert refresh_source(feed).status == "ok" and SpamRule.objects.count() == 10
+    server.serve("/f", lines("docs.djangoproject.com", "bloom-filters.example"))
+    return feed
+
+
+def test_accepting_the_impact_does_not_accept_a_shrink(shrink_and_impact):
+    held = refresh_source(shrink_and_impact, accept_impact=True)
+    assert held.status == "held" and "FEED_SHRINK_THRESHOLD" in held.held_reason
+    assert SpamRule.objects.count() == 10
+
+
+def test_accepting_the_shrink_does_not_accept_the_impact(shrink_and_impact):
+    held = refresh_source(shrink_and_impact, accept_shrink=True)
+    assert held.status == "held" and "CONFIRM_IMPACT_LINKS=1" in held.held_reason
+    assert SpamRule.objects.count() == 10
+    applied = refresh_source(shrink_and_impact, accept_shrink=True, accept_impact=True)
+    assert applied.status == "ok"
+    assert sorted(SpamRule.objects.values_list("expression", flat=True)) == [
+        "bloom-filters.example/",
+        "docs.djangoproject.com/",
+    ]
+
+
+def test_refresh_feeds_accept_impact(server, links, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "CONFIRM_IMPACT_LINKS": 1}
+    url = server.serve("/f", lines("docs.djangoproject.com", "bloom-filters.example"))
+    Source.objects.create(name="hosts", kind="feed", url=url)
+
+    def run(*args):
+        out = io.StringIO()
+        call_command("refresh_feeds", *args, stdout=out)
+        return out.getvalue()
+
+    out = run("hosts")
+    assert "HELD" in out and "`manage.py refresh_feeds hosts --accept-impact`" in out
+    out = run("hosts", "--accept-shrink")
+    assert "HELD" in out and "--accept-shrink --accept-impact`" in out
+    assert not SpamRule.objects.exists()
+    out = run("hosts", "--accept-impact")
+    assert "hosts: ok" in out and SpamRule.objects.count() == 2
 
 
 def test_zero_never_holds(server, links, settings):

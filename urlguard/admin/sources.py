@@ -26,6 +26,7 @@ from urlguard.conf import conf
 from urlguard.feeds import holds
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health, in_words, refresh_state
+from urlguard.feeds.refresh import held_for_impact
 from urlguard.models import AdminJob, AllowedHost, FeedHold, FeedRefresh, Source
 
 HISTORY_SHOWN = 20
@@ -301,7 +302,7 @@ class SourceAdmin(admin.ModelAdmin):
     def held(self, obj: Source) -> str:
         if obj.held_at is None:
             return ""
-        if "CONFIRM_IMPACT_LINKS" in obj.held_reason:
+        if held_for_impact(obj.held_reason):
             return format_html(
                 '<strong class="feed-held" title="held {}">{}</strong>',
                 age(obj.held_at),
@@ -366,7 +367,16 @@ class SourceAdmin(admin.ModelAdmin):
         if not held:
             self.message_user(request, "None of them has a held shrink.", messages.WARNING)
             return None
-        jobs = [start_refresh(s, user=request.user, accept_shrink=True) for s in held]
+        # Each accepts what its own refresh was held for (a shrink, or its impact).
+        jobs = [
+            start_refresh(
+                s,
+                user=request.user,
+                accept_shrink=not held_for_impact(s.held_reason),
+                accept_impact=held_for_impact(s.held_reason),
+            )
+            for s in held
+        ]
         if len(jobs) == 1:
             return HttpResponseRedirect(
                 reverse("admin:urlguard_source_refresh_job", args=[held[0].pk, jobs[0].pk])
@@ -424,7 +434,9 @@ def _why(refresh: FeedRefresh) -> str:
     return samples
 
 
-def start_refresh(source: Source, *, user: Any, accept_shrink: bool = False) -> AdminJob:
+def start_refresh(
+    source: Source, *, user: Any, accept_shrink: bool = False, accept_impact: bool = False
+) -> AdminJob:
     """Queue a refresh of `source` as an AdminJob (a worker, or this process's runner
     thread: never inside the request, which a first load of a big feed would outlast)."""
     from urlguard.admin.jobs import dispatch
@@ -433,7 +445,12 @@ def start_refresh(source: Source, *, user: Any, accept_shrink: bool = False) -> 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REFRESH,
         created_by=user if getattr(user, "is_authenticated", False) else None,
-        params={"source": source.pk, "name": source.name, "accept_shrink": accept_shrink},
+        params={
+            "source": source.pk,
+            "name": source.name,
+            "accept_shrink": accept_shrink,
+            "accept_impact": accept_impact,
+        },
         message="Waiting for a worker.",
     )
     dispatch(refresh_feed_job, job.pk)
@@ -534,7 +551,12 @@ def refresh_view(model_admin: SourceAdmin, request: HttpRequest, source_id: int)
     if not source.is_feed:
         messages.error(request, f"{source.name} is a manual source: there is nothing to fetch.")
         return HttpResponseRedirect(reverse("admin:urlguard_source_change", args=[source.pk]))
-    job = start_refresh(source, user=request.user, accept_shrink="accept_shrink" in request.POST)
+    job = start_refresh(
+        source,
+        user=request.user,
+        accept_shrink="accept_shrink" in request.POST,
+        accept_impact="accept_impact" in request.POST,
+    )
     return HttpResponseRedirect(
         reverse("admin:urlguard_source_refresh_job", args=[source.pk, job.pk])
     )

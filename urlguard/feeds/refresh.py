@@ -55,10 +55,20 @@ from urlguard.rules import RuleError, normalize_rule
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RefreshResult", "accept_held", "due_sources", "refresh_source"]
+__all__ = [
+    "RefreshResult",
+    "accept_held",
+    "due_sources",
+    "held_for_impact",
+    "refresh_source",
+]
 
 # The end of a change set's reason when the refresh applied a held shrink.
 SHRINK_ACCEPTED = " (shrink accepted)"
+# In a change set's reason (before SHRINK_ACCEPTED) when it applied an impact hold.
+IMPACT_ACCEPTED = " (impact accepted)"
+# In the held_reason of a refresh held for the short links it would block (not a shrink).
+IMPACT_HOLD = "CONFIRM_IMPACT_LINKS"
 # Refused entries kept (with line and reason) for the history page; all are counted.
 MAX_REFUSALS_KEPT = 50
 _FETCH_ROWS = 20_000
@@ -168,11 +178,17 @@ def refresh_source(
     *,
     dry_run: bool = False,
     accept_shrink: bool = False,
+    accept_impact: bool = False,
     user: Any = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> RefreshResult:
     """Refresh `source` once. Never raises for the feed's own faults: they come back
-    as a result with status "failed" (recorded on the source unless `dry_run`)."""
+    as a result with status "failed" (recorded on the source unless `dry_run`).
+
+    A refresh is held whole for a shrink (more than FEED_SHRINK_THRESHOLD of the
+    source's entries removed, or drained below its high-water mark) unless
+    `accept_shrink`, and for its impact (more than CONFIRM_IMPACT_LINKS short links
+    blocked) unless `accept_impact`: each acceptance covers only its own hold."""
     started = time.perf_counter()
     result = RefreshResult(source=source.name)
     if not source.is_feed or not source.url:
@@ -231,6 +247,7 @@ def refresh_source(
                 result,
                 dry_run=dry_run,
                 accept_shrink=accept_shrink,
+                accept_impact=accept_impact,
                 user=user,
                 report=report,
             )
@@ -315,9 +332,18 @@ def _give_back_memory() -> None:
     libc.malloc_trim(0)
 
 
+def held_for_impact(held_reason: str) -> bool:
+    """Whether a refresh's (or a source's) `held_reason` is an impact hold, which
+    `accept_impact` accepts, rather than a shrink, which `accept_shrink` accepts."""
+    return IMPACT_HOLD in held_reason
+
+
 def accept_held(source: Source, *, user: Any = None) -> RefreshResult:
-    """Apply the held shrink of `source`: a refresh that accepts it (fetched again,
+    """Apply the held refresh of `source`: a refresh that accepts what it was held
+    for (its shrink, or its impact on the short links), nothing else (fetched again,
     so what is applied is the source as it is now, with its numbers recorded)."""
+    if held_for_impact(source.held_reason):
+        return refresh_source(source, accept_impact=True, user=user)
     return refresh_source(source, accept_shrink=True, user=user)
 
 
@@ -686,6 +712,7 @@ def _diff_and_apply(
     *,
     dry_run: bool,
     accept_shrink: bool,
+    accept_impact: bool,
     user: Any,
     report: Callable[[str, int, int], None],
 ) -> None:
@@ -734,16 +761,15 @@ def _diff_and_apply(
         impact = impact_of_listing(expression for expression, _ in staged.lines(picked))
         result.impact = impact.as_dict()
         limit = int(conf.CONFIRM_IMPACT_LINKS)
-        if limit and impact.exact and impact.changed > limit and not accept_shrink:
+        if limit and impact.exact and impact.changed > limit and not accept_impact:
             result.status = Source.Status.HELD
             result.held_reason = (
-                f"it would block {impact.changed:,} short links, more than "
-                f"CONFIRM_IMPACT_LINKS={limit:,}"
+                f"it would block {impact.changed:,} short links, more than {IMPACT_HOLD}={limit:,}"
             )
             if not dry_run:
                 logger.warning(
                     "feed %s: refresh held: %s; accept it in the admin or with "
-                    "`manage.py refresh_feeds %s --accept-shrink`",
+                    "`manage.py refresh_feeds %s --accept-impact`",
                     source.name,
                     result.held_reason,
                     source.name,
@@ -765,7 +791,11 @@ def _diff_and_apply(
         kind=ChangeSet.Kind.REFRESH,
         actor=user,
         source=source,
-        reason=f"refresh of {source.url}" + (SHRINK_ACCEPTED if accept_shrink else ""),
+        reason=(
+            f"refresh of {source.url}"
+            + (IMPACT_ACCEPTED if accept_impact else "")
+            + (SHRINK_ACCEPTED if accept_shrink else "")
+        ),
         resume=partial,
     ) as cs:
         result.change_set = cs.pk

@@ -42,9 +42,15 @@ def _job_progress(job_id: int | None):  # type: ignore[no-untyped-def]
 
 @shared_task(bind=True, name=REFRESH_FEED_TASK, ignore_result=True)
 def refresh_feed(
-    self: Any, source_id: int, accept_shrink: bool = False, job_id: int | None = None
+    self: Any,
+    source_id: int,
+    accept_shrink: bool = False,
+    job_id: int | None = None,
+    accept_impact: bool = False,
 ) -> dict[str, Any] | None:
-    return _refresh(self, source_id, accept_shrink=accept_shrink, job_id=job_id)
+    return _refresh(
+        self, source_id, accept_shrink=accept_shrink, accept_impact=accept_impact, job_id=job_id
+    )
 
 
 @shared_task(bind=True, name=REFRESH_JOB_TASK, ignore_result=True)
@@ -59,12 +65,13 @@ def refresh_feed_job(self: Any, job_id: int) -> None:
         self,
         int(job.params["source"]),
         accept_shrink=bool(job.params.get("accept_shrink")),
+        accept_impact=bool(job.params.get("accept_impact")),
         job_id=job_id,
     )
 
 
 def _refresh(
-    task: Any, source_id: int, *, accept_shrink: bool, job_id: int | None
+    task: Any, source_id: int, *, accept_shrink: bool, accept_impact: bool, job_id: int | None
 ) -> dict[str, Any] | None:
     source = Source.objects.filter(pk=source_id).first()
     if source is None:
@@ -87,7 +94,12 @@ def _refresh(
         )
         ownership.beat_while_owned()
     try:
-        result = refresh_source(source, accept_shrink=accept_shrink, progress=_job_progress(job_id))
+        result = refresh_source(
+            source,
+            accept_shrink=accept_shrink,
+            accept_impact=accept_impact,
+            progress=_job_progress(job_id),
+        )
     except Exception as exc:
         # refresh_source records its own failures; this is what even that could not
         # (the database gone): the admin's job must not stay "running".

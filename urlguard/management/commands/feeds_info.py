@@ -10,6 +10,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from urlguard.feeds.health import HEALTH_LABELS, health, refresh_state
+from urlguard.feeds.refresh import held_for_impact
 from urlguard.models import Source
 
 
@@ -52,6 +53,7 @@ class Command(BaseCommand):
                     "failures": source.failures,
                     "error": source.last_error,
                     "held_removed": source.held_removed,
+                    "held_reason": source.held_reason,
                     "refresh": refresh_state(source),
                 }
             )
@@ -77,7 +79,12 @@ class Command(BaseCommand):
                 self.stdout.write(f"    {row['url']} [{row['format']}]")
             if row["refresh"]:
                 self.stdout.write(f"    {row['refresh']}")
-            if row["held_removed"] is not None:
+            if row["held_removed"] is not None and held_for_impact(row["held_reason"]):
+                self.stdout.write(
+                    f"    refresh held: {row['held_reason']}; "
+                    f"`manage.py refresh_feeds {row['name']} --accept-impact` applies it"
+                )
+            elif row["held_removed"] is not None:
                 self.stdout.write(
                     f"    shrink held: would remove {row['held_removed']:,}; "
                     f"`manage.py refresh_feeds {row['name']} --accept-shrink` applies it"

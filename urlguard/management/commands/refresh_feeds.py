@@ -1,4 +1,5 @@
-"""`manage.py refresh_feeds [NAME ...] [--dry-run] [--accept-shrink] [--accept-held]`."""
+"""`manage.py refresh_feeds [NAME ...] [--dry-run] [--accept-shrink] [--accept-impact]
+[--accept-held]`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from urlguard.admin.jobs import runner
 from urlguard.feeds import holds
-from urlguard.feeds.refresh import refresh_source
+from urlguard.feeds.refresh import held_for_impact, refresh_source
 from urlguard.models import AdminJob, Source
 
 
@@ -26,9 +27,11 @@ class Command(BaseCommand):
         "feed. Each is fetched (a conditional GET: unchanged costs nothing), diffed against "
         "what it listed last time, and only the difference is written. A failed refresh "
         "changes nothing; a refresh that would remove more than FEED_SHRINK_THRESHOLD of a "
-        "source's entries is held unless --accept-shrink, as is one that would block more "
-        "than CONFIRM_IMPACT_LINKS short links. Each refresh prints what it newly blocks of "
-        "the short links, and one that blocks any is followed by a rescan of them. A new "
+        "source's entries is held unless --accept-shrink; one that would block more than "
+        "CONFIRM_IMPACT_LINKS short links is held unless --accept-impact (each accepts only "
+        "its own hold: a refresh that is both needs both). Each refresh prints what it "
+        "newly blocks of the short links, and one that blocks any is followed by a rescan "
+        "of them. A new "
         "entry the safety policy would ask a person to confirm (a popular host, a "
         "shortener, this service's own host, too many short links) is held, the rest "
         "applied; --accept-held accepts the held entries of the named sources first. "
@@ -43,12 +46,17 @@ class Command(BaseCommand):
             "--accept-shrink", action="store_true", help="apply a shrink that would be held"
         )
         parser.add_argument(
+            "--accept-impact",
+            action="store_true",
+            help="apply a refresh held for blocking more than CONFIRM_IMPACT_LINKS short links",
+        )
+        parser.add_argument(
             "--accept-held",
             action="store_true",
             help="accept the entries held for confirmation (needs NAMEs), then refresh",
         )
 
-    def handle(self, *args, names, dry_run, accept_shrink, accept_held, **options):
+    def handle(self, *args, names, dry_run, accept_shrink, accept_impact, accept_held, **options):
         if accept_held and (not names or dry_run):
             raise CommandError("--accept-held needs the NAMEs of the feeds, and no --dry-run")
         if names:
@@ -76,7 +84,9 @@ class Command(BaseCommand):
             if accept_held:
                 accepted = holds.accept(source)
                 self.stdout.write(f"{source.name}: accepted {accepted:,} held entries")
-            result = refresh_source(source, dry_run=dry_run, accept_shrink=accept_shrink)
+            result = refresh_source(
+                source, dry_run=dry_run, accept_shrink=accept_shrink, accept_impact=accept_impact
+            )
             self.stdout.write(result.summary())
             for line in result.impact_lines():
                 self.stdout.write(f"  short links: {line}")
@@ -90,9 +100,13 @@ class Command(BaseCommand):
                     f"`manage.py refresh_feeds {source.name} --accept-held`"
                 )
             if result.status == Source.Status.HELD:
+                # The flag for this hold, with those given (a refresh can be both).
+                impact = accept_impact or held_for_impact(result.held_reason)
+                shrink = accept_shrink or not held_for_impact(result.held_reason)
+                flags = " --accept-shrink" * shrink + " --accept-impact" * impact
                 self.stdout.write(
                     f"  held: {result.held_reason}; to apply it: "
-                    f"`manage.py refresh_feeds {source.name} --accept-shrink`"
+                    f"`manage.py refresh_feeds {source.name}{flags}`"
                 )
             if result.rescan_job is not None:
                 rescans.append(result.rescan_job)
