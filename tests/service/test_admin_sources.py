@@ -139,6 +139,35 @@ def test_accept_held_shrink_action(make_staff, server, committed):
     assert SpamRule.objects.count() == 1
 
 
+def test_an_impact_hold_is_accepted_for_its_impact_only(make_staff, server, committed, settings):
+    """The buttons send the flag of what the refresh was held for; a fetch that is
+    both a shrink and over CONFIRM_IMPACT_LINKS is accepted one hold at a time."""
+    from urlguard.models import ShortLink
+
+    settings.URLGUARD = {**settings.URLGUARD, "CONFIRM_IMPACT_LINKS": 1}
+    for i in range(2):
+        ShortLink.objects.create(slug=f"s{i}", destination=f"https://x{i}.example/")
+    hosts = "".join(f"h{i}.example\n" for i in range(10)).encode()
+    feed = Source.objects.create(name="f", kind="feed", url=server.serve("/l", hosts))
+    client = make_staff(*SOURCE_EDITOR)
+    refresh(client, feed, committed)
+    server.serve("/l", b"x0.example\nx1.example\n")
+    html = refresh(client, feed, committed).content.decode()
+    assert "Accept the shrink" in html and 'name="accept_impact"' not in html
+    html = refresh(client, feed, committed, accept_shrink="1").content.decode()
+    assert "CONFIRM_IMPACT_LINKS" in html and 'id="accept-impact"' in html
+    assert 'name="accept_impact"' in html and 'name="accept_shrink"' in html  # carried
+    assert SpamRule.objects.count() == 10
+    page = client.get(reverse("admin:urlguard_source_change", args=[feed.pk])).content.decode()
+    assert 'id="accept-impact"' in page and 'id="accept-shrink"' not in page
+    # The impact alone, from the feed's page: still held for the shrink.
+    html = refresh(client, feed, committed, accept_impact="1").content.decode()
+    assert "FEED_SHRINK_THRESHOLD" in html and SpamRule.objects.count() == 10
+    assert AdminJob.objects.order_by("-pk")[0].params["accept_impact"] is True
+    refresh(client, feed, committed, accept_shrink="1", accept_impact="1")
+    assert SpamRule.objects.count() == 2
+
+
 def test_view_only_staff_cannot_refresh(make_staff, feed):
     client = make_staff("view_source")
     response = client.post(reverse("admin:urlguard_source_refresh", args=[feed.pk]))
