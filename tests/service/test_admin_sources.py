@@ -163,8 +163,33 @@ def test_an_impact_hold_is_accepted_for_its_impact_only(make_staff, server, comm
     # The impact alone, from the feed's page: still held for the shrink.
     html = refresh(client, feed, committed, accept_impact="1").content.decode()
     assert "FEED_SHRINK_THRESHOLD" in html and SpamRule.objects.count() == 10
-    assert AdminJob.objects.order_by("-pk")[0].params["accept_impact"] is True
+    assert (
+        AdminJob.objects.filter(kind="refresh").order_by("-pk")[0].params["accept_impact"] is True
+    )
     refresh(client, feed, committed, accept_shrink="1", accept_impact="1")
+    assert SpamRule.objects.count() == 2
+
+
+def test_accept_held_action_accepts_an_impact_hold(make_staff, server, committed, settings):
+    from urlguard.models import ShortLink
+
+    settings.URLGUARD = {**settings.URLGUARD, "CONFIRM_IMPACT_LINKS": 1}
+    for i in range(2):
+        ShortLink.objects.create(slug=f"s{i}", destination=f"https://x{i}.example/")
+    feed = Source.objects.create(
+        name="f", kind="feed", url=server.serve("/l", b"x0.example\nx1.example\n")
+    )
+    client = make_staff(*SOURCE_EDITOR)
+    refresh(client, feed, committed)
+    assert not SpamRule.objects.exists()
+    with committed():
+        response = client.post(
+            reverse("admin:urlguard_source_changelist"),
+            {"action": "accept_held_shrink", "_selected_action": [feed.pk]},
+        )
+    assert response.status_code == 302
+    job = AdminJob.objects.filter(kind="refresh").order_by("-pk")[0]
+    assert job.params["accept_impact"] is True and job.params["accept_shrink"] is False
     assert SpamRule.objects.count() == 2
 
 
