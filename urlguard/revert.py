@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from django.db import router, transaction
 
 from urlguard import changes, ownership
+from urlguard.impact import Impact, impact_of_adding, impact_of_removing
 from urlguard.models import ChangeEvent, ChangeSet, SpamRule
 
 __all__ = ["RevertError", "RevertPlan", "plan_revert", "revert_change_set"]
@@ -132,6 +133,15 @@ def plan_revert(change_set: ChangeSet) -> RevertPlan:
 def expressions_of(change_set: ChangeSet, action: str) -> Iterator[str]:
     for batch in _events(change_set, action):
         yield from (e.expression for e in batch)
+
+
+def impact_of_reverting(change_set: ChangeSet) -> tuple[Impact, Impact]:
+    """What reverting `change_set` does to the short links: what removing its additions
+    unblocks, and what bringing back its removals blocks."""
+    return (
+        impact_of_removing(expressions_of(change_set, ChangeEvent.Action.ADD)),
+        impact_of_adding(expressions_of(change_set, ChangeEvent.Action.REMOVE)),
+    )
 
 
 def revert_change_set(

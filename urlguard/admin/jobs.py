@@ -651,7 +651,7 @@ def preview_revert_job(job_id: int) -> dict | None:
     """What reverting would do: rules removed again, rules brought back, and the
     impact of both on the short links. Writes only the AdminJob row."""
     from urlguard import revert
-    from urlguard.models import ChangeEvent, ChangeSet
+    from urlguard.models import ChangeSet
 
     job = _begin(job_id, AdminJob.Kind.REVERT, AdminJob.State.PREVIEWING)
     if job is None:
@@ -659,8 +659,7 @@ def preview_revert_job(job_id: int) -> dict | None:
     try:
         change_set = ChangeSet.objects.get(pk=job.params["change_set"])
         plan = revert.plan_revert(change_set)
-        unblocks = impact_of_removing(revert.expressions_of(change_set, ChangeEvent.Action.ADD))
-        blocks = impact_of_adding(revert.expressions_of(change_set, ChangeEvent.Action.REMOVE))
+        unblocks, blocks = revert.impact_of_reverting(change_set)
     except Exception as exc:
         _fail(job, exc, "The summary failed")
         return None

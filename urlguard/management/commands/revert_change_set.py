@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from urlguard import revert
-from urlguard.impact import impact_of_adding, impact_of_removing
 from urlguard.models import ChangeEvent, ChangeSet
 
 from ._progress import Progress
@@ -48,15 +47,10 @@ class Command(BaseCommand):
             for expression in samples[:10]:
                 self.stdout.write(f"  {label} {expression}")
         if dry_run:
+            unblocks, blocks = revert.impact_of_reverting(change_set)
             if plan.to_remove:
-                unblocks = impact_of_removing(
-                    revert.expressions_of(change_set, ChangeEvent.Action.ADD)
-                )
                 self.stdout.write(f"Removing: {unblocks.text()}")
             if plan.to_restore:
-                blocks = impact_of_adding(
-                    revert.expressions_of(change_set, ChangeEvent.Action.REMOVE)
-                )
                 self.stdout.write(f"Restoring: {blocks.text()}")
             self.stdout.write("Dry run: nothing was changed.")
             return
