@@ -85,6 +85,27 @@ def quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
 
 
+@pytest.fixture
+def quiet_feeds(monkeypatch: pytest.MonkeyPatch, settings) -> None:
+    """For the feed tests: no nudges, and short fetch timeouts (a test's feed server
+    answers at once, or is meant never to)."""
+    from urlguard import changes
+
+    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
+
+
+@pytest.fixture
+def server(settings):
+    """A feed server on loopback (tests/service/feedserver.py) that this test's
+    fetches may reach."""
+    from tests.service.feedserver import admit_loopback, feed_server
+
+    admit_loopback(settings)
+    with feed_server() as feeds:
+        yield feeds
+
+
 @pytest.fixture(autouse=True)
 def _admin_jobs_inline(monkeypatch) -> None:
     """Admin jobs run inside the request that starts them, so a test reads their

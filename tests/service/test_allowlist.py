@@ -11,7 +11,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.service.feedserver import admit_loopback, feed_server, lines
+from tests.service.feedserver import lines
 from urlguard import changes
 from urlguard.feeds.allowlist import allow_host, unallow_host
 from urlguard.feeds.refresh import refresh_source
@@ -25,20 +25,7 @@ from urlguard.models import (
 )
 from urlguard.rules import RuleError
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def quiet(monkeypatch, settings):
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
-    settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
-
-
-@pytest.fixture
-def server(settings):
-    admit_loopback(settings)
-    with feed_server() as feeds:
-        yield feeds
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_feeds")]
 
 
 def rules() -> set[str]:

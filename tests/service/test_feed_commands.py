@@ -10,24 +10,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from tests.service.feedserver import admit_loopback, feed_server, fixture
+from tests.service.feedserver import fixture
 from urlguard import changes
 from urlguard.feeds import runner, tasks
 from urlguard.models import AdminJob, Source, SpamRule
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def quiet(monkeypatch):
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
-
-
-@pytest.fixture
-def server(settings):
-    admit_loopback(settings)
-    with feed_server() as feeds:
-        yield feeds
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
 
 
 def run(*args) -> str:

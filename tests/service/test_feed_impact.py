@@ -11,26 +11,13 @@ import io
 import pytest
 from django.core.management import call_command
 
-from tests.service.feedserver import admit_loopback, feed_server, lines
+from tests.service.feedserver import lines
 from urlguard import changes
 from urlguard.feeds import refresh as refreshing
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import AdminJob, ChangeSet, Click, FeedRefresh, ShortLink, Source, SpamRule
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def quiet(monkeypatch, settings):
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
-    settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
-
-
-@pytest.fixture
-def server(settings):
-    admit_loopback(settings)
-    with feed_server() as feeds:
-        yield feeds
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_feeds")]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from tests.service.feedserver import admit_loopback, feed_server, fixture
+from tests.service.feedserver import admit_loopback, fixture
 from urlguard import changes
 from urlguard.feeds import memo
 from urlguard.feeds import refresh as refreshing
@@ -37,12 +37,6 @@ def quiet(monkeypatch, settings):
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
     admit_loopback(settings)
-
-
-@pytest.fixture
-def server():
-    with feed_server() as feeds:
-        yield feeds
 
 
 def lines(*hosts: str) -> bytes:

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
-from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
 from django.db import OperationalError, connections
 from django.utils import timezone
 
+from tests.service.test_nudge import broker, silent_broker  # noqa: F401  (a fixture)
 from urlguard import health, nudge, registry
 from urlguard.changes import add_rule
 from urlguard.models import ChangeEvent
-from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
 
@@ -200,26 +198,6 @@ def test_the_networks_and_the_token_open_the_details(client, ready_node, setting
 
 
 # -- a broker outage ---------------------------------------------------------------------
-@contextmanager
-def broker(url):
-    saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
-    celery_app.conf.update(task_always_eager=False, broker_url=url)
-    try:
-        yield
-    finally:
-        celery_app.conf.update(saved)
-
-
-@pytest.fixture
-def silent_broker():
-    """Takes connections and never answers (a hung broker)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    yield listener.getsockname()[1]
-    listener.close()
-
-
 @pytest.fixture
 def lagging_node(client, ready_node, monkeypatch):
     monkeypatch.setattr(nudge, "_broker_check", None)
@@ -230,7 +208,10 @@ def lagging_node(client, ready_node, monkeypatch):
 
 @pytest.mark.parametrize("how", ["refused", "hung"])
 def test_lag_while_the_shared_broker_is_down_does_not_drain_the_node(
-    how, client, lagging_node, silent_broker
+    how,
+    client,
+    lagging_node,
+    silent_broker,  # noqa: F811  (the imported fixture)
 ):
     port = 1 if how == "refused" else silent_broker
     started = time.monotonic()
