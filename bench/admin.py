@@ -5,16 +5,16 @@ in-process), in a throw-away var dir:
    then commit (changes.add_rules in chunks, each applied to the filter file) and the
    rescan that follows, all through Django's test client. Target: < 60 s end to end.
 2. Rescan of M short links (default 1,000,000) against those rules with
-   urlguard.rescan.rescan_links (filter first, table only for hits). Target: < 60 s.
+   urlguard.shortlinks.rescan.rescan_links (filter first, table only for hits). Target: < 60 s.
    Beside it, measured in the same run on a sample: the naive rescan (one table query
    per link with its expressions) and an in-memory set of every rule (the memory-hungry
    upper bound a single process could reach).
-3. Impact (urlguard.impact) against those M links: building the link index, then
+3. Impact (urlguard.writepath.impact) against those M links: building the link index, then
    "what would this change block" for one rule and for all N imported rules (the
    import preview), and "what would removing them unblock" (the bulk-delete summary).
    Target: < 2 s each. Beside it, the rescan's own way: canonicalizing every link.
 4. Revert of the N-rule import's change set (every rule removed again through
-   urlguard.changes, in one change set).
+   urlguard.writepath.changes, in one change set).
 5. The serving process during a ~20 MB import: the embedded default started with
    runserver in its own process, the upload, the dry run, the commit, each request's
    time and the server's peak resident memory. Target: requests < 1 s, < 300 MB.
@@ -82,9 +82,9 @@ def bench_import(n: int, rng: random.Random) -> tuple[dict, list[str]]:
     from django.test import Client
     from django.urls import reverse
 
-    from urlguard import sync
-    from urlguard.admin import jobs
+    from urlguard.jobs import runner as jobs
     from urlguard.models import AdminJob, SpamRule
+    from urlguard.nodesync import sync
 
     sync.rebuild()  # the node's filter file, empty, as `make run` leaves it
     user = get_user_model().objects.create_superuser("bench", "b@example.com", "pw")
@@ -164,10 +164,10 @@ def make_links(m: int, spam_hosts: list[str], rng: random.Random) -> int:
 
 
 def bench_rescan(m: int, lines: list[str], rng: random.Random) -> dict:
-    from urlguard.canonical import canonicalize, expressions
-    from urlguard.guard import reset_guard
+    from urlguard.hotpath.canonical import canonicalize, expressions
+    from urlguard.hotpath.guard import reset_guard
     from urlguard.models import ShortLink, SpamRule
-    from urlguard.rescan import rescan_links
+    from urlguard.shortlinks.rescan import rescan_links
 
     spam_hosts = [
         line.split()[-1].split("://")[-1].split("/")[0] for line in lines if "/promo/" not in line
@@ -214,9 +214,9 @@ def bench_rescan(m: int, lines: list[str], rng: random.Random) -> dict:
 
 def bench_impact(lines: list[str], scan: dict) -> dict:
     """Impact figures against the links bench_rescan made (the rules are listed)."""
-    from urlguard import impact
     from urlguard.models import ShortLink
-    from urlguard.rules import normalize_rule
+    from urlguard.writepath import impact
+    from urlguard.writepath.rules import normalize_rule
 
     t0 = time.perf_counter()
     index = impact.build_link_index()
@@ -257,8 +257,8 @@ def bench_impact(lines: list[str], scan: dict) -> dict:
 
 def bench_revert(n: int) -> dict:
     """Revert the import's change set (all N rules removed in one new change set)."""
-    from urlguard import revert
     from urlguard.models import ChangeSet, SpamRule
+    from urlguard.writepath import revert
 
     change_set = ChangeSet.objects.filter(kind="import").order_by("-pk").first()
     before = SpamRule.objects.count()
@@ -443,7 +443,7 @@ def main() -> None:
         scan = bench_rescan(args.links, lines, rng)
         effect = bench_impact(lines, scan)
         undo = bench_revert(args.rules)
-        from urlguard import embedded
+        from urlguard.nodesync import embedded
 
         embedded.stop()  # its catch-up thread must not outlive the throw-away var dir
     serve = bench_serving_import(args.megabytes, rng)
@@ -470,8 +470,9 @@ def main() -> None:
     print("| method | seconds for all links |")
     print("|---|---:|")
     print(
-        f"| **urlguard.rescan (filter, table for hits), {scan['processes']} process(es)** "
-        f"(target < 60) | **{scan['ours']:.2f}** wall, {scan['ours_cpu']:.2f} CPU |"
+        f"| **urlguard.shortlinks.rescan (filter, table for hits), "
+        f"{scan['processes']} process(es)** (target < 60) | **{scan['ours']:.2f}** wall, "
+        f"{scan['ours_cpu']:.2f} CPU |"
     )
     print(f"| naive: one table query per link, 1 process | {scan['naive']:.2f} |")
     print(f"| every rule in a Python set (load + lookups), 1 process | {scan['in_memory']:.2f} |")

@@ -49,7 +49,7 @@ SEED = """
 import sys
 import django
 django.setup()
-from urlguard.changes import add_rules
+from urlguard.writepath.changes import add_rules
 n = int(sys.argv[1])
 add_rules((f"d{i}-spam.com/" for i in range(n)), source="bench", category="spam")
 """
@@ -60,7 +60,7 @@ CEILING = """
 import json, sys, time
 import django
 django.setup()
-from urlguard.guard import get_guard
+from urlguard.hotpath.guard import get_guard
 urls = json.load(open(sys.argv[1]))
 guard = get_guard()
 guard.check_many(urls[:BATCH])

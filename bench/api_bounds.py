@@ -50,8 +50,9 @@ def run(repeat: int) -> None:
     from django.core.management import call_command
     from django.test import Client
 
-    from urlguard import apikeys, sync
-    from urlguard.changes import add_rule
+    from urlguard.nodesync import sync
+    from urlguard.operations import apikeys
+    from urlguard.writepath.changes import add_rule
 
     call_command("migrate", verbosity=0)
     settings.URLGUARD = {**settings.URLGUARD, "API_KEY_RATE": "1000000/m"}

@@ -1,4 +1,4 @@
-"""Benchmark: urlguard.canonical on the hot path of every redirect.
+"""Benchmark: urlguard.hotpath.canonical on the hot path of every redirect.
 
 canonicalize + expressions per URL (µs, median and p99) on a few thousand
 realistic URLs, cold (nothing cached: every URL new) and warm (a destination seen
@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from urlguard import canonical  # noqa: E402  (after the path tweak)
-from urlguard.canonical import canonicalize, expressions  # noqa: E402
+from urlguard.hotpath import canonical  # noqa: E402  (after the path tweak)
+from urlguard.hotpath.canonical import canonicalize, expressions  # noqa: E402
 
 WORDS = (
     "news",

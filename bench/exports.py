@@ -120,14 +120,14 @@ def main() -> None:
 def run(args: argparse.Namespace, var: Path) -> None:
     import dns.message
 
-    from urlguard import sync
-    from urlguard.changes import add_rule, add_rules, remove_rules
     from urlguard.conf import conf
     from urlguard.exports import rcs
     from urlguard.exports.catalog import EXPORTS
     from urlguard.exports.dnsserver import DnsConfig, DnsServer
     from urlguard.exports.render import export_dir, render
     from urlguard.models import ChangeEvent, SpamRule
+    from urlguard.nodesync import sync
+    from urlguard.writepath.changes import add_rule, add_rules, remove_rules
 
     n = args.rules
     print(f"\n## Exports of {n:,} rules (PostgreSQL, one render per position)\n")

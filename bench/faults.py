@@ -171,7 +171,8 @@ def main() -> None:
     from django.core.management import call_command
 
     from filterengine import ScalingCountingBloomFilter, fileformat
-    from urlguard import changes, sync
+    from urlguard.nodesync import sync
+    from urlguard.writepath import changes
     from urlguard_service.celery import app as celery_app
 
     call_command("migrate", verbosity=0)
@@ -301,7 +302,7 @@ def main() -> None:
             started = time.monotonic()
             new_rule()
             took = time.monotonic() - started
-            from urlguard import nudge
+            from urlguard.nodesync import nudge
 
             words = nudge.when_applied()
         finally:
@@ -614,7 +615,7 @@ def _broker_outage(
     if not shutil.which("redis-server"):
         return [(name, "-", "skipped: no redis-server")]
     (tmp / "worker_settings.py").write_text(SETTINGS.format(catchup=WORKER_CATCHUP))
-    from urlguard import registry
+    from urlguard.nodesync import registry
     from urlguard_service.celery import app as celery_app
 
     port = 18311
@@ -651,7 +652,8 @@ def _broker_outage(
         finally:
             celery_app.conf.update(saved)
         time.sleep(2.5)  # past READY_MAX_LAG_SECONDS
-        from urlguard import health, nudge
+        from urlguard.nodesync import nudge
+        from urlguard.operations import health
 
         celery_app.conf.update(task_always_eager=False, broker_url=url)
         try:
@@ -814,7 +816,7 @@ def _killed_long_writes(
 def _killed_revert(
     name: str, env: dict[str, str], tmp: Path, url: str, site: Site, source
 ) -> tuple[str, str, str]:
-    from urlguard.admin import jobs
+    from urlguard.jobs import runner as jobs
     from urlguard.models import AdminJob, ChangeSet, RuleSource
 
     refresh = ChangeSet.objects.get(kind="refresh", source=source)

@@ -84,11 +84,12 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        from urlguard import changes, registry
         from urlguard.feeds import formats
         from urlguard.feeds.decoding import open_text
         from urlguard.feeds.refresh import refresh_source
         from urlguard.models import ChangeEvent, Source, SpamRule
+        from urlguard.nodesync import registry
+        from urlguard.writepath import changes
 
         if not args.redis:
             changes._nudge = lambda seq: None  # no node in this run: nothing to tell

@@ -119,9 +119,9 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     import rbloom
 
     from filterengine import ScalingCountingBloomFilter
-    from urlguard.canonical import canonicalize, expressions
     from urlguard.conf import conf
-    from urlguard.guard import Guard
+    from urlguard.hotpath.canonical import canonicalize, expressions
+    from urlguard.hotpath.guard import Guard
 
     error_rate = conf.FILTER_ERROR_RATE
     urls = [clean_url(i) for i in range(args.urls)]
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         cold = timed(guard.check, urls)
         fp_urls = sum(1 for u in urls if guard.check(u).maybe)
         guard.clean_cache.clear()
-        # The same checks without urlguard.metrics' decorator: what the metrics cost.
+        # The same checks without urlguard.runtime.metrics' decorator: what the metrics cost.
         bare = timed(functools.partial(Guard.check.__wrapped__, guard), urls)
         guard.clean_cache.clear()
         hot = timed(guard.check, popular)

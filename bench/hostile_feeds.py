@@ -100,9 +100,9 @@ def run_one(name: str, body_path: str, fmt: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from urlguard import changes
     from urlguard.feeds.refresh import refresh_source
     from urlguard.models import Source
+    from urlguard.writepath import changes
 
     changes._nudge = lambda seq: None  # type: ignore[attr-defined]
     settings.URLGUARD = {

@@ -36,7 +36,7 @@ def reader(conn, env: dict) -> None:
     import django
 
     django.setup()
-    from urlguard.guard import get_guard
+    from urlguard.hotpath.guard import get_guard
 
     guard = get_guard()
     conn.send("ready")
@@ -90,7 +90,8 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import transaction
 
-    from urlguard import changes, sync
+    from urlguard.nodesync import sync
+    from urlguard.writepath import changes
 
     call_command("migrate", verbosity=0)
     changes.add_rules([f"pre{i}.example{i % 89}.com" for i in range(args.rules)], source="bench")

@@ -69,8 +69,8 @@ def main() -> None:
     from django.db import connection
 
     from filterengine import ScalingCountingBloomFilter
-    from urlguard import sync
     from urlguard.conf import conf
+    from urlguard.nodesync import sync
 
     call_command("migrate", verbosity=0)
     try:

@@ -109,7 +109,8 @@ import statistics, time
 import django
 django.setup()
 from django.test import RequestFactory
-from urlguard import clicks, linkcache, stats
+from urlguard.shortlinks import clicks, linkcache
+from urlguard.runtime import stats
 stats.set_background(False)
 linkcache.set_background(False)
 link = linkcache.get("python")
@@ -569,7 +570,7 @@ import django
 django.setup()
 from django.http import HttpResponse
 from django.test import RequestFactory
-from urlguard.middleware import RedirectGuardMiddleware
+from urlguard.hotpath.middleware import RedirectGuardMiddleware
 from urlguard.models import ShortLink
 destination = ShortLink.objects.get(slug=sys.argv[1]).destination
 request = RequestFactory().get("/" + sys.argv[1], HTTP_HOST="127.0.0.1")

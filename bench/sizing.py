@@ -91,8 +91,8 @@ def main() -> None:
     django.setup()
     from django.db import connection
 
-    from urlguard.impact import build_link_index
     from urlguard.models import Click, ShortLink
+    from urlguard.writepath.impact import build_link_index
 
     def table_bytes(*tables: str) -> int:
         with connection.cursor() as cursor:

@@ -144,12 +144,12 @@ def bench_clean_cache(n: int) -> None:
     """The cache of URLs confirmed clean after a main-filter false positive (the
     Guard's clean cache): a Zipf stream of lookups; on a miss the Guard queries the
     table and adds the URL. Both are thread-safe as the Guard needs: the LRU as
-    urlguard.guard.LRUCleanCache wraps it (a lock), ours with its own lock."""
+    urlguard.hotpath.guard.LRUCleanCache wraps it (a lock), ours with its own lock."""
     import threading
 
     from cachetools import LRUCache
 
-    class LockedLRU:  # urlguard.guard.LRUCleanCache, without importing Django
+    class LockedLRU:  # urlguard.hotpath.guard.LRUCleanCache, without importing Django
         def __init__(self, maxsize):
             self._data, self._lock = LRUCache(maxsize=maxsize), threading.Lock()
 

@@ -29,7 +29,7 @@ hypothesis_settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
 
-# Metric files of this test run (urlguard.metrics), not in var/ of the checkout; set
+# Metric files of this test run (urlguard.runtime.metrics), not in var/ of the checkout; set
 # before anything imports prometheus_client.
 _metrics_dir = tempfile.mkdtemp(prefix="urlguard-test-metrics-")
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
@@ -65,8 +65,8 @@ def django_db_modify_db_settings(
 def _no_embedded_catch_up_thread(django_db_setup: None) -> None:
     """AppConfig.ready installed the embedded catch-up on the first request; tests
     that want it (test_embedded.py) install it themselves."""
-    from urlguard import embedded
     from urlguard.feeds import runner
+    from urlguard.nodesync import embedded
 
     embedded.stop()
     runner.stop()
@@ -76,11 +76,11 @@ def _no_embedded_catch_up_thread(django_db_setup: None) -> None:
 def _stats_flushed_by_the_test() -> Iterator[None]:
     """No background statistics thread in tests (it would write outside the test's
     transaction): a test that wants its clicks written calls stats.flush()."""
-    stats = sys.modules.get("urlguard.stats")
+    stats = sys.modules.get("urlguard.runtime.stats")
     if stats is None:
         yield
         return
-    from urlguard import linkcache
+    from urlguard.shortlinks import linkcache
 
     stats.set_background(False)
     stats.discard()
@@ -94,7 +94,7 @@ def _stats_flushed_by_the_test() -> Iterator[None]:
 
 def _reset_registry() -> None:
     # Only if something imported it: engine tests need no Django app state.
-    registry = sys.modules.get("urlguard.registry")
+    registry = sys.modules.get("urlguard.nodesync.registry")
     if registry is not None:
         registry.reset()
 
@@ -134,7 +134,7 @@ def _empty_cache(filter_path: Path) -> None:
 def build_filter(db: Any, filter_path: Path) -> Callable[[], Any]:
     """Call it to (re)build this test's filter from the SpamRule table, as
     `manage.py rebuild_filter` does; returns the process's read-only filter."""
-    from urlguard import registry, sync
+    from urlguard.nodesync import registry, sync
 
     def build() -> Any:
         sync.rebuild(str(filter_path))
@@ -148,6 +148,6 @@ def sync_filter(db: Any, filter_path: Path) -> Callable[[], Any]:
     """Call it to apply the pending change log to this test's filter (as a worker
     would; tests on the `db` fixture never run on_commit nudges). Returns the
     SyncResult."""
-    from urlguard import sync
+    from urlguard.nodesync import sync
 
     return lambda: sync.sync(path=str(filter_path))

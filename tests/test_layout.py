@@ -1,5 +1,6 @@
 """The layering: the library stays importable without Django, the app never imports
-the service built on it, and no module imports one that imports it back."""
+the service built on it, its sub-packages import each other only in the directions
+below (README's "Layout" draws them), and no module imports one that imports it back."""
 
 import ast
 import subprocess
@@ -45,7 +46,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
-                # `from urlguard import sync` names a module; `from urlguard.sync
+                # `from urlguard import sync` names a module; `from urlguard.nodesync.sync
                 # import sync` names something in one.
                 sub = f"{base}.{alias.name}"
                 targets.add(sub if sub in modules else base)
@@ -108,6 +109,98 @@ def test_the_app_uses_nothing_of_the_service():
         if name.split(".")[0] in ("urlguard", "filterengine")
     }
     assert not {name: found for name, found in reaching.items() if found}
+
+
+# The app's concerns, lowest first. A sub-package may import itself, the foundation
+# (settings, models, checks, the Celery shim, wording) and the packages listed for it;
+# `admin` (every package's admin pages) and the app's entry points (AppConfig, urls, the
+# task list, management commands, template tags, the fixed public paths) may import any.
+FOUNDATION = {"conf", "checks", "celery", "models", "wording", "migrations"}
+ALLOWED = {
+    "runtime": set(),
+    "nodesync": {"runtime"},
+    "reports": {"runtime"},
+    "hotpath": {"runtime", "nodesync", "reports"},
+    "writepath": {"runtime", "nodesync", "hotpath"},
+    "shortlinks": {"runtime", "nodesync", "hotpath"},
+    "operations": {"runtime", "nodesync", "hotpath"},
+    "exports": {"runtime", "nodesync", "hotpath", "writepath", "operations"},
+    "jobs": {"runtime", "nodesync", "hotpath", "writepath", "shortlinks"},
+    "feeds": {"runtime", "nodesync", "hotpath", "writepath", "jobs"},
+}
+
+
+def _concern(module: str) -> str | None:
+    """The sub-package a module of the app belongs to; None for the entry points. Each
+    package's Django `admin` module is the admin's, whatever package holds it."""
+    parts = module.split(".")
+    if parts[0] != "urlguard" or len(parts) < 2:
+        return None
+    if parts[-1] == "admin" or parts[1] == "admin":
+        return None
+    if parts[1] in FOUNDATION:
+        return "foundation"
+    return parts[1] if parts[1] in ALLOWED else None
+
+
+def _wrong_directions(modules: dict[str, Path]) -> list[str]:
+    wrong = []
+    for name, path in sorted(modules.items()):
+        concern = _concern(name)
+        if concern is None or concern == "foundation":
+            continue
+        for target in sorted(_imports(name, path, modules)):
+            other = _concern(target)
+            if other is None and target.startswith("urlguard"):
+                other = target  # an entry point: never imported from inside a concern
+            if other in (None, concern, "foundation") or other in ALLOWED[concern]:
+                continue
+            wrong.append(f"{name} ({concern}) imports {target} ({other})")
+    return wrong
+
+
+def test_each_concern_imports_only_the_ones_beneath_it():
+    root = Path(__file__).resolve().parent.parent
+    wrong = _wrong_directions(_modules(root))
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_every_package_of_the_app_has_a_place_in_the_layering():
+    root = Path(__file__).resolve().parent.parent
+    packages = {p.parent.name for p in (root / "urlguard").glob("*/__init__.py")}
+    entry = {"management", "templatetags", "admin"}
+    assert packages - entry - FOUNDATION - set(ALLOWED) == set()
+
+
+def test_the_readme_draws_the_same_directions():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    drawn = {}
+    for line in readme.split("Imports go only downwards", 1)[1].split("```")[1].splitlines():
+        if "->" in line:
+            concern, targets = (part.strip() for part in line.split("->"))
+            drawn[concern] = {t.strip() for t in targets.split(",") if t.strip()}
+    assert drawn == ALLOWED
+
+
+def test_the_directions_are_a_layering():
+    """No two concerns may each import the other: the allowed table itself has no cycle."""
+    assert _cycles({k: set(v) for k, v in ALLOWED.items()}) == []
+
+
+def test_a_wrong_direction_is_reported(tmp_path):
+    package = tmp_path / "urlguard"
+    for sub in ("runtime", "hotpath"):
+        (package / sub).mkdir(parents=True)
+        (package / sub / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "runtime" / "low.py").write_text("from urlguard.hotpath import high\n")
+    (package / "hotpath" / "high.py").write_text("")
+    modules = {
+        name: path for name, path in _modules(tmp_path).items() if name.startswith("urlguard")
+    }
+    assert _wrong_directions(modules) == [
+        "urlguard.runtime.low (runtime) imports urlguard.hotpath.high (hotpath)"
+    ]
 
 
 def test_the_cycle_finder_finds_a_cycle():

@@ -12,10 +12,10 @@ class UrlguardConfig(AppConfig):
 
     def ready(self) -> None:
         # checks register on import; the task modules register the Celery tasks (the
-        # site's Celery app finds them, and urlguard.changes nudges them by name).
-        from urlguard import celery, checks, embedded, registry, tasks  # noqa: F401
+        # site's Celery app finds them, and urlguard.writepath.changes nudges them by name).
+        from urlguard import celery, checks, tasks  # noqa: F401
         from urlguard.conf import conf
-        from urlguard.feeds import tasks as feed_tasks  # noqa: F401
+        from urlguard.nodesync import embedded, registry  # noqa: F401
 
         try:
             catch_up = conf.EMBEDDED_CATCH_UP
@@ -24,11 +24,11 @@ class UrlguardConfig(AppConfig):
             return  # the system checks name the wrong value; start-up work must not crash first
         registry.open_at_startup()
         # A graceful stop writes the buffered statistics (clicks, rule hits).
-        from urlguard import stats
+        from urlguard.runtime import stats
 
         stats.install_exit_hooks()
         if celery.HAVE_CELERY:
-            from urlguard import worker  # noqa: F401  (the worker's signal handlers)
+            from urlguard.nodesync import worker  # noqa: F401  (the worker's signal handlers)
         # No broker: changes apply in-process, and the catch-up and feed refreshes that
         # beat would schedule run in daemon threads of each serving process.
         celery.run_in_process_without_broker()

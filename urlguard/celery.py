@@ -37,7 +37,7 @@ except ImportError:  # Celery is an extra: without it every task runs where it i
 else:
     HAVE_CELERY = True
 
-# The tasks every node runs (urlguard.tasks), named here so that callers and routes
+# The tasks every node runs (urlguard.nodesync.tasks), named here so that callers and routes
 # need not import the task module.
 APPLY_CHANGES_TASK = "urlguard.tasks.apply_changes"
 CATCH_UP_TASK = "urlguard.tasks.catch_up"
@@ -140,7 +140,7 @@ def _urlguard_defaults() -> dict:
     # An explicit routing key: on Redis a fanout is PUB/SUB on "<exchange>/<key>", and
     # the worker would otherwise subscribe with its default key while a publisher
     # sent with none, so nothing would arrive. (RabbitMQ ignores it for fanout.)
-    broadcast = Broadcast(conf.BROADCAST_QUEUE, routing_key="urlguard.nudge")
+    broadcast = Broadcast(conf.BROADCAST_QUEUE, routing_key="urlguard.nodesync.nudge")
     # Each node must apply every change to its own file, so these go to every worker.
     # `declare`: Celery never declares a Broadcast queue when publishing, and on
     # Redis an exchange the publisher has not declared is taken for a direct one, so

@@ -311,7 +311,7 @@ class Settings:
         hint="e.g. True to accept rules on private and loopback addresses.",
     )
     # Popular hosts a whole-host rule needs an explicit confirmation for (None: the
-    # shipped list, urlguard.safety.DEFAULT_PROTECTED_HOSTS); likewise link shorteners.
+    # shipped list, urlguard.writepath.safety.DEFAULT_PROTECTED_HOSTS); likewise link shorteners.
     PROTECTED_HOSTS = Setting(
         None,
         must_be="None or a list of host names",
@@ -520,7 +520,7 @@ class Settings:
         check_id="urlguard.E092",
         hint="e.g. 5; keep it below gunicorn's --graceful-timeout.",
     )
-    # Short links each process keeps in memory (urlguard.linkcache), so that a
+    # Short links each process keeps in memory (urlguard.shortlinks.linkcache), so that a
     # redirect reads no row and survives the database going away.
     LINK_CACHE_SIZE = Setting(
         50_000,

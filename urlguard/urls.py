@@ -8,8 +8,10 @@ short links are `urlguard.shortlinks.urls`, included only by a site that wants t
 
 from django.urls import path
 
-from urlguard import api, health, linkshim, reports, views
 from urlguard.exports import views as exports
+from urlguard.hotpath import linkshim, views
+from urlguard.operations import api, health
+from urlguard.reports import views as reports
 
 app_name = "urlguard"
 

@@ -32,7 +32,7 @@ def _metrics_dir() -> str:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
     # Settings only, no app registry: the master must not open database connections
     # its workers would inherit.
-    from urlguard.metrics import multiprocess_dir
+    from urlguard.runtime.metrics import multiprocess_dir
 
     return multiprocess_dir()
 
@@ -79,6 +79,6 @@ def child_exit(server: Any, worker: Any) -> None:
 def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:
     status = getattr(resp, "status_code", None)
     if isinstance(status, int):
-        from urlguard import metrics
+        from urlguard.runtime import metrics
 
         metrics.responded(status)

@@ -74,7 +74,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "urlguard.middleware.RedirectGuardMiddleware",
-    "urlguard.health.ProbeMiddleware",
+    "urlguard.operations.health.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -84,7 +84,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # A view that cannot reach the database answers 503 with Retry-After, not a 500.
-    "urlguard.unavailable.DatabaseUnavailableMiddleware",
+    "urlguard.hotpath.unavailable.DatabaseUnavailableMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its 429 page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -200,7 +200,7 @@ LOGGING = {
     "formatters": {
         # Plain lines, or JSON objects with the node name when URLGUARD LOG_JSON is on.
         "urlguard": {
-            "()": "urlguard.logformat.Formatter",
+            "()": "urlguard.operations.logformat.Formatter",
             "fmt": "%(asctime)s %(levelname)s %(name)s: %(message)s",
         }
     },

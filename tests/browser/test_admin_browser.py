@@ -11,9 +11,10 @@ import contextlib
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from urlguard import changes, registry, sync
-from urlguard.guard import reset_guard
+from urlguard.hotpath.guard import reset_guard
 from urlguard.models import ShortLink, SpamRule
+from urlguard.nodesync import registry, sync
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 
 from tests.service.feedserver import admit_loopback, feed_server
-from urlguard import changes, stats, sync
-from urlguard.guard import reset_guard
+from urlguard.hotpath.guard import reset_guard
 from urlguard.models import AllowedHost, MistakeReport, ShortLink, Source, SpamRule
+from urlguard.nodesync import sync
+from urlguard.runtime import stats
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

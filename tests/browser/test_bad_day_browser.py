@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 
 from tests.service.feedserver import admit_loopback, feed_server
-from urlguard import stats, sync
-from urlguard.guard import reset_guard
+from urlguard.hotpath.guard import reset_guard
 from urlguard.models import AllowedHost, MistakeReport, ShortLink, Source, SpamRule
+from urlguard.nodesync import sync
+from urlguard.runtime import stats
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -157,7 +158,7 @@ def test_test_fetch_before_subscribing(page, site, shot):
 
 def test_the_hit_log_lists_each_warning(page, site, shot):
     base, _ = site
-    from urlguard import changes
+    from urlguard.writepath import changes
 
     changes.add_rule("really-bad.example", category="phishing")
     _login(page, base)
@@ -185,7 +186,7 @@ def test_a_www_url_proposes_the_spammers_own_domain(page, site, shot):
 
 def test_a_long_expression_fits_a_phone(page, site, shot):
     base, _ = site
-    from urlguard import changes
+    from urlguard.writepath import changes
 
     rule = changes.add_rule(
         "paypal.com.login.secure-verify.account-update-center.example.com/signin/verify/"

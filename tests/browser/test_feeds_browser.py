@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tests.service.feedserver import admit_loopback, feed_server
-from urlguard import changes
 from urlguard.models import Source, SpamRule
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -22,11 +22,11 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 
 from tests.service.webfakes import SetFilter
-from urlguard import guard as guard_module
-from urlguard.canonical import canonicalize
-from urlguard.changes import add_rule
-from urlguard.guard import Guard
-from urlguard.middleware import RedirectGuardMiddleware
+from urlguard.hotpath import guard as guard_module
+from urlguard.hotpath.canonical import canonicalize
+from urlguard.hotpath.guard import Guard
+from urlguard.hotpath.middleware import RedirectGuardMiddleware
+from urlguard.writepath.changes import add_rule
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db]
 
@@ -314,7 +314,7 @@ def listed_rules(monkeypatch, settings):
         return response
 
     # The page's words are tested elsewhere; here only the decision counts.
-    monkeypatch.setattr("urlguard.middleware.warning_response", page_kind)
+    monkeypatch.setattr("urlguard.hotpath.middleware.warning_response", page_kind)
 
 
 def test_the_guard_judges_where_the_browser_goes(page, listed_rules):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from urlguard import changes, sync
-from urlguard.guard import reset_guard
+from urlguard.hotpath.guard import reset_guard
 from urlguard.models import NodeStatus, ShortLink, SpamRule
+from urlguard.nodesync import sync
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -177,7 +178,7 @@ def test_warning_page_host_wraps_only_between_labels(page, site, shot):
 def threaded_jobs(monkeypatch):
     """Jobs on the runner thread as in the embedded default (the browser run's test
     database is a file, so the thread opens a connection of its own)."""
-    from urlguard.admin import jobs
+    from urlguard.jobs import runner as jobs
 
     assert not jobs._memory_database()
     runner = jobs._Runner()
@@ -316,7 +317,7 @@ def test_revert_a_bulk_delete(page, site, shot):
 
 
 def test_hit_columns_and_the_week_panel(page, site, shot, filter_path):
-    from urlguard import stats
+    from urlguard.runtime import stats
 
     changes.add_rule("cheap-pills-online-pharmacy.example/", category="spam")
     changes.add_rule("quiet-rule.example/", category="spam")
@@ -350,8 +351,8 @@ def test_a_revert_whose_worker_died_is_failed_on_its_page_and_runs_again(page, s
     import subprocess
     import sys
 
-    from urlguard import ownership
     from urlguard.models import AdminJob, ChangeSet
+    from urlguard.runtime import ownership
 
     imported = changes.add_rules(
         ["died-a.example.net", "died-b.example.net", "died-c.example.net"],

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from urlguard.changes import add_rule
-from urlguard.guard import reset_guard
+from urlguard.hotpath.guard import reset_guard
 from urlguard.models import ShortLink
+from urlguard.writepath.changes import add_rule
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -236,9 +236,10 @@ def test_every_metric_the_alerts_and_dashboard_name_is_exported(client, build_fi
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from urlguard import metrics, nodestatus
-    from urlguard.changes import add_rule
     from urlguard.models import Source, StatsLoss
+    from urlguard.nodesync import nodestatus
+    from urlguard.runtime import metrics
+    from urlguard.writepath.changes import add_rule
     from urlguard_service import gunicornconf
 
     add_rule("evil.example/", category="phishing", source="test")

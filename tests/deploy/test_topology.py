@@ -31,8 +31,9 @@ from tests.service.test_services import (
     services_available,  # noqa: F401 (autouse: skips, or fails under CI)
     wait_for,
 )
-from urlguard import changes, sync
 from urlguard.models import SpamRule
+from urlguard.nodesync import sync
+from urlguard.writepath import changes
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = ROOT / "deploy" / "entrypoint.sh"

@@ -63,7 +63,7 @@ def superuser(make_staff) -> Client:
 def fresh_guard():
     """A guard built for this test (and none left behind): its caches and its filter
     path must not come from another test's settings."""
-    from urlguard.guard import reset_guard
+    from urlguard.hotpath.guard import reset_guard
 
     reset_guard()
     yield
@@ -80,7 +80,7 @@ def committed(django_capture_on_commit_callbacks):
 @pytest.fixture
 def quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rule writes send no nudge: the test delivers (or loses) them itself."""
-    from urlguard import changes
+    from urlguard.writepath import changes
 
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
 
@@ -89,7 +89,7 @@ def quiet(monkeypatch: pytest.MonkeyPatch) -> None:
 def quiet_feeds(monkeypatch: pytest.MonkeyPatch, settings) -> None:
     """For the feed tests: no nudges, and short fetch timeouts (a test's feed server
     answers at once, or is meant never to)."""
-    from urlguard import changes
+    from urlguard.writepath import changes
 
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
@@ -111,7 +111,7 @@ def _admin_jobs_inline(monkeypatch) -> None:
     """Admin jobs run inside the request that starts them, so a test reads their
     outcome at once (the tests of where jobs run, and the browser tests, use the
     runner thread)."""
-    from urlguard.admin import jobs
+    from urlguard.jobs import runner as jobs
 
     monkeypatch.setattr(jobs, "_memory_database", lambda: True)
 
@@ -137,7 +137,7 @@ def _no_heartbeat_after_the_test():
     stops a beat after the process owns nothing): stopped here, so it never writes,
     or logs, during a later test."""
     yield
-    from urlguard import ownership
+    from urlguard.runtime import ownership
 
     heart = ownership._heart
     with heart.lock:

@@ -6,7 +6,7 @@ URLGUARD_TEST_CHUNK makes the chunks that small."""
 import os
 import signal
 
-from urlguard import changes, revert
+from urlguard.writepath import changes, revert
 
 _kill_after = int(os.environ.get("URLGUARD_TEST_KILL_AFTER", "0"))
 _chunk = int(os.environ.get("URLGUARD_TEST_CHUNK", "0"))

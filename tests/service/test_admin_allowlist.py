@@ -10,8 +10,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.urls import reverse
 
-from urlguard import changes
 from urlguard.models import AllowedHost, AllowlistRefusal, RuleSource, Source, SpamRule
+from urlguard.writepath import changes
 
 ALLOWLIST_EDITOR = ("view_allowedhost", "add_allowedhost", "delete_allowedhost", "view_spamrule")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from urlguard import changes
 from urlguard.models import ChangeEvent, NodeStatus
+from urlguard.writepath import changes
 
 pytestmark = pytest.mark.django_db
 

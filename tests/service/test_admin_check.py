@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from urlguard import changes
-from urlguard.canonical import canonicalize, expressions
+from urlguard.hotpath.canonical import canonicalize, expressions
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 

@@ -9,9 +9,10 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from urlguard import changes, nodestatus, sync
 from urlguard.admin.charts import StageBar, format_rate, render_stage_chart
 from urlguard.models import NodeStatus
+from urlguard.nodesync import nodestatus, sync
+from urlguard.writepath import changes
 
 DASHBOARD = reverse("admin:urlguard_spamrule_dashboard")
 SYNC = reverse("admin:urlguard_spamrule_dashboard_sync")
@@ -176,7 +177,7 @@ def test_filter_and_table_counts_side_by_side(editor, build_filter):
     changes.add_rule("pending.example.com/", category="spam")  # not applied yet: lag 1
     assert "disagree" not in editor.get(DASHBOARD).content.decode()
     build_filter()
-    # A row deleted around urlguard.changes (raw SQL, no ChangeEvent): the log says
+    # A row deleted around urlguard.writepath.changes (raw SQL, no ChangeEvent): the log says
     # "up to date", only the counts show that the filter holds a rule too many.
     from urlguard.models import RuleSource
 

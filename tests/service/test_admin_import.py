@@ -9,8 +9,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from tests.service.conftest import RULE_EDITOR
-from urlguard import changes
 from urlguard.models import AdminJob, ChangeEvent, ShortLink, SpamRule
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 
@@ -306,7 +306,7 @@ def test_refused_download_needs_add_permission(viewer, editor):
 def test_an_import_that_stopped_runs_again_to_the_end_in_one_change_set(
     editor, committed, monkeypatch
 ):
-    from urlguard.admin import jobs
+    from urlguard.jobs import runner as jobs
     from urlguard.models import ChangeSet
 
     _upload(editor, b"".join(b"again%d.example.com\n" % i for i in range(5)))
@@ -348,7 +348,7 @@ def test_an_import_survives_another_connection_writing_between_its_chunks(monkey
 
     from django.db import connection
 
-    from urlguard.admin import jobs
+    from urlguard.jobs import runner as jobs
 
     if connection.vendor != "sqlite":
         pytest.skip("the read snapshot held by an open cursor is SQLite's")

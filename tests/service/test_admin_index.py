@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from urlguard import changes
 from urlguard.models import ChangeEvent, MistakeReport, NodeStatus, RuleHitDay, Source
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
 

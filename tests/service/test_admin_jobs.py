@@ -1,4 +1,4 @@
-"""urlguard.admin.jobs: job input streamed through chunks of whole lines, the upload
+"""urlguard.jobs.runner: job input streamed through chunks of whole lines, the upload
 decoded a piece at a time, where a job runs (worker, runner thread, inline), and the
 bulk-delete job from its summary to the removal."""
 
@@ -10,10 +10,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from urlguard import changes
-from urlguard.admin import jobs
-from urlguard.forms import decoded
+from urlguard.admin.forms import decoded
+from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, AdminJobChunk, ChangeEvent, ShortLink, SpamRule
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
 

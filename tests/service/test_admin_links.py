@@ -1,15 +1,15 @@
 """ShortLink admin: verdicts on the change list (one check_many per page), actions,
-the rescan page and bulk disabling; urlguard.rescan itself."""
+the rescan page and bulk disabling; urlguard.shortlinks.rescan itself."""
 
 from __future__ import annotations
 
 import pytest
 from django.urls import reverse
 
-from urlguard import changes
-from urlguard.guard import Guard
+from urlguard.hotpath.guard import Guard
 from urlguard.models import AdminJob, ShortLink, StatsLoss
-from urlguard.rescan import rescan_links
+from urlguard.shortlinks.rescan import rescan_links
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 

@@ -9,9 +9,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from urlguard import changes
-from urlguard.admin import jobs
+from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, ChangeEvent, NodeStatus, ShortLink, SpamRule
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 

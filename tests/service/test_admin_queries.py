@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from urlguard import changes
 from urlguard.models import NodeStatus, ShortLink
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 

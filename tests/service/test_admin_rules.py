@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from urlguard import changes
-from urlguard.guard import get_guard
+from urlguard.hotpath.guard import get_guard
 from urlguard.models import ChangeEvent, SpamRule
-from urlguard.rules import rule_candidates
+from urlguard.writepath import changes
+from urlguard.writepath.rules import rule_candidates
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 

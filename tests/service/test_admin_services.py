@@ -13,8 +13,8 @@ from tests.service.test_services import (  # noqa: F401  (fixtures)
     start_worker,
     wait_for,
 )
-from urlguard import sync
 from urlguard.models import AdminJob, ShortLink, SpamRule
+from urlguard.nodesync import sync
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -90,7 +90,8 @@ def test_refresh_now_runs_on_the_worker(start_worker, filter_path, make_staff): 
 
 
 def test_parallel_rescan_matches_the_single_process_one(filter_path, monkeypatch):
-    from urlguard import changes, rescan
+    from urlguard.shortlinks import rescan
+    from urlguard.writepath import changes
 
     changes.add_rules(["par-spam.example.com", "other-spam.example.net/x/"], source="test")
     sync.rebuild(str(filter_path))
@@ -128,8 +129,8 @@ def test_dashboard_sync_and_rebuild_go_to_the_worker(
     sync.rebuild(str(filter_path))
     worker = start_worker()
     boss = make_staff(superuser=True)
-    from urlguard import changes
     from urlguard.models import NodeStatus
+    from urlguard.writepath import changes
 
     changes.add_rule("dash-worker.example.com", category="spam")  # nudges the worker too
     head = sync.log_head()  # PostgreSQL sequences run on across tests
@@ -158,8 +159,10 @@ def test_dashboard_sync_and_rebuild_go_to_the_worker(
 def test_the_hit_log_merges_on_postgresql(db):
     from django.utils import timezone
 
-    from urlguard import changes, hitlog, stats
+    from urlguard.hotpath import hitlog
     from urlguard.models import RuleHitDay, RuleHitTotal
+    from urlguard.runtime import stats
+    from urlguard.writepath import changes
 
     rule = changes.add_rule("pg-hits.example", category="spam")
     earlier = timezone.now() - timezone.timedelta(minutes=5)

@@ -12,8 +12,8 @@ import pytest
 from django.urls import reverse
 
 from tests.service.feedserver import admit_loopback, feed_server
-from urlguard import changes
 from urlguard.models import AdminJob, AllowedHost, Source, SpamRule
+from urlguard.writepath import changes
 
 pytestmark = pytest.mark.django_db
 
@@ -74,8 +74,8 @@ def test_refresh_now_runs_a_job_with_its_page(make_staff, feed, committed):
 def test_refresh_now_returns_at_once_and_the_runner_refreshes(make_staff, feed, monkeypatch):
     """The embedded default (Celery eager, no broker): the request only queues the
     job; the runner thread does the refresh (a first load outlasts any request)."""
-    from urlguard.admin import jobs
     from urlguard.feeds import tasks
+    from urlguard.jobs import runner as jobs
 
     monkeypatch.setattr("urlguard.celery.in_process", lambda: True)
     monkeypatch.setattr(jobs, "_memory_database", lambda: False)

@@ -12,8 +12,6 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tests.service.feedserver import lines
-from urlguard import changes
-from urlguard.feeds.allowlist import allow_host, unallow_host
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import (
     AllowedHost,
@@ -23,7 +21,9 @@ from urlguard.models import (
     Source,
     SpamRule,
 )
-from urlguard.rules import RuleError
+from urlguard.writepath import changes
+from urlguard.writepath.allowlist import allow_host, unallow_host
+from urlguard.writepath.rules import RuleError
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_feeds")]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.service.webfakes import SetFilter
-from urlguard import guard as guard_module
-from urlguard.changes import add_rule
-from urlguard.guard import Guard
+from urlguard.hotpath import guard as guard_module
+from urlguard.hotpath.guard import Guard
+from urlguard.writepath.changes import add_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -128,6 +128,6 @@ def test_a_failing_cache_lets_requests_through(client, db, settings, monkeypatch
     monkeypatch.setattr(core.caches["default"].__class__, "add", broken)
     for _ in range(3):
         assert client.get("/api/check", {"url": "https://example.com/"}).status_code == 200
-    assert [r.getMessage() for r in caplog.records if r.name == "urlguard.api"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "urlguard.operations.api"] == [
         "rate limits not applied: the cache failed"
     ]

@@ -11,11 +11,11 @@ import pytest
 from django.db import OperationalError
 from django.test import Client
 
-from urlguard import apikeys
-from urlguard import guard as guard_module
-from urlguard.changes import add_rule
-from urlguard.guard import Guard
+from urlguard.hotpath import guard as guard_module
+from urlguard.hotpath.guard import Guard
 from urlguard.models import APIKey
+from urlguard.operations import apikeys
+from urlguard.writepath.changes import add_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -320,7 +320,7 @@ def test_right_keys_do_not_count_as_wrong_ones(api, rules, settings):
 @pytest.fixture
 def fresh_outage_log():
     """The outage log of this process as if no outage had been logged yet."""
-    from urlguard import unavailable
+    from urlguard.hotpath import unavailable
 
     unavailable._log._last.clear()
     unavailable._log._suppressed.clear()
@@ -338,7 +338,7 @@ def test_a_database_outage_is_logged_once_a_minute_not_per_request(
     errors = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL", "WARNING")]
     assert [(r.name, r.getMessage(), bool(r.exc_info)) for r in errors] == [
         (
-            "urlguard.unavailable",
+            "urlguard.hotpath.unavailable",
             "the database cannot be reached: POST /api/check answered 503 (connection refused)",
             False,
         )
@@ -350,7 +350,7 @@ def test_a_database_outage_is_logged_once_a_minute_not_per_request(
 def test_the_next_line_counts_the_requests_the_outage_failed(
     api, rules, database_fails, fresh_outage_log, caplog, monkeypatch
 ):
-    from urlguard import unavailable
+    from urlguard.hotpath import unavailable
 
     database_fails(OperationalError("connection refused"))
     for _ in range(4):
@@ -374,4 +374,6 @@ def test_an_unknown_failure_keeps_its_traceback_every_time(api, rules, monkeypat
             assert api({"urls": ["http://evil.example/"]}).status_code == 503
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 2
-    assert all(r.name == "urlguard.api" and r.exc_info[0] is RuntimeError for r in errors)
+    assert all(
+        r.name == "urlguard.operations.api" and r.exc_info[0] is RuntimeError for r in errors
+    )

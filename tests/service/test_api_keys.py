@@ -10,8 +10,8 @@ import re
 import pytest
 from django.core.management import CommandError, call_command
 
-from urlguard import apikeys
 from urlguard.models import APIKey
+from urlguard.operations import apikeys
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""urlguard.canonical: the Safe Browsing v4 reference list verbatim, its expression
+"""urlguard.hotpath.canonical: the Safe Browsing v4 reference list verbatim, its expression
 examples, our own cases (IDN, IPv4 forms, ports, userinfo, browser-consistent
 structure), hostile input and properties."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from urlguard.canonical import (
+from urlguard.hotpath.canonical import (
     MAX_URL_LENGTH,
     browser_url,
     canonical_url,
@@ -456,7 +456,7 @@ def test_expressions_agree_with_those_of_the_canonical_form():
 
 
 def test_cache_stays_bounded():
-    from urlguard import canonical
+    from urlguard.hotpath import canonical
 
     for i in range(canonical._CACHE_ENTRIES * 2):
         canonicalize(f"http://host{i}.example/")
@@ -523,7 +523,7 @@ def _timed(fn, *args):
 def no_length_limit(monkeypatch):
     """Lift MAX_URL_LENGTH to Chrome's 2 MiB: the work must be linear beyond the
     limit too, the limit only keeps it small."""
-    from urlguard import canonical
+    from urlguard.hotpath import canonical
 
     monkeypatch.setattr(canonical, "MAX_URL_LENGTH", 2 * 1024 * 1024)
 
@@ -560,7 +560,7 @@ def test_hundred_kilobyte_url_finishes_fast(no_length_limit):
 
 
 def _best_of(runs, fn, *args):
-    from urlguard import canonical
+    from urlguard.hotpath import canonical
 
     best = float("inf")
     for _ in range(runs):
@@ -632,7 +632,7 @@ def test_paths_dense_with_escapes_cost_a_small_factor_of_a_plain_one(shape):
 def test_long_paths_canonicalize_as_the_short_path_code_does(path):
     # Above ~1 KB a round of unescaping is vectorised and escaping translated in C:
     # the same answers as the per-escape code that short inputs take.
-    from urlguard import canonical
+    from urlguard.hotpath import canonical
 
     url = f"http://a.example/{path}"
     fast = canonical.canonicalize(url)
@@ -751,7 +751,7 @@ _URLS = st.one_of(
 @example("HTTP:%0\u00a10")  # Punycode gathered "%0" and "0" into a new escape
 @example("http://%\u00ad41.example/")  # IDNA dropped the soft hyphen between '%' and "41"
 def test_canonicalize_is_idempotent_and_expressions_are_consistent(url):
-    from urlguard import canonical as module
+    from urlguard.hotpath import canonical as module
 
     try:
         canonical = canonicalize(url)

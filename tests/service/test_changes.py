@@ -1,4 +1,4 @@
-"""urlguard.changes: the one write path (rule row + ChangeEvent in one transaction,
+"""urlguard.writepath.changes: the one write path (rule row + ChangeEvent in one transaction,
 the nudge after commit) and the model guard that keeps everything else out."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from django.db import transaction
 
-from urlguard import changes
 from urlguard.models import ChangeEvent, RuleWriteError, SpamRule
-from urlguard.rules import RuleError, normalize_rule
+from urlguard.writepath import changes
+from urlguard.writepath.rules import RuleError, normalize_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -139,7 +139,7 @@ def test_remove_rule_uses_the_row_not_the_callers_stale_copy(nudges):
 )
 def test_writes_behind_the_services_back_are_refused(nudges, write):
     changes.add_rule("example.org/", category="spam")
-    with pytest.raises(RuleWriteError, match="urlguard.changes"):
+    with pytest.raises(RuleWriteError, match="urlguard.writepath.changes"):
         write()
     assert list(SpamRule.objects.values_list("expression", "category")) == [
         ("example.org/", "spam")

@@ -1,4 +1,4 @@
-"""Change sets and provenance in urlguard.changes: every write belongs to a change
+"""Change sets and provenance in urlguard.writepath.changes: every write belongs to a change
 set, every rule knows which sources list it, and a source's withdrawal removes a
 rule only when no source lists it any more."""
 
@@ -11,7 +11,6 @@ import pytest
 from django.apps import apps
 from django.db import connection
 
-from urlguard import changes
 from urlguard.models import (
     ChangeEvent,
     ChangeSet,
@@ -20,6 +19,7 @@ from urlguard.models import (
     SpamRule,
     expression_key,
 )
+from urlguard.writepath import changes
 
 pytestmark = pytest.mark.django_db
 

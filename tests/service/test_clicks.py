@@ -27,9 +27,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from filterengine import OppositeBloomFilter, RotatingBloomFilter
-from urlguard import clicks, stats
-from urlguard.clicks import record_click, visitor_id
 from urlguard.models import Click, ShortLink
+from urlguard.runtime import stats
+from urlguard.runtime.visitors import visitor_id
+from urlguard.shortlinks import clicks
+from urlguard.shortlinks.clicks import record_click
 
 pytestmark = pytest.mark.django_db
 

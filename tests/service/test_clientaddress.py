@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import RequestFactory
 
-from urlguard.clientaddress import client_network
+from urlguard.runtime.clientaddress import client_network
 
 
 @pytest.mark.parametrize(

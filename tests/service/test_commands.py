@@ -11,8 +11,9 @@ from django.core.management import CommandError, call_command, load_command_clas
 from django.core.management.base import SystemCheckError
 
 from filterengine import ScalingCountingBloomFilter
-from urlguard import changes, registry, sync
 from urlguard.models import ChangeEvent, SpamRule
+from urlguard.nodesync import registry, sync
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
 

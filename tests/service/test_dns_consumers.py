@@ -15,8 +15,8 @@ import pytest
 
 from tests.service.dnsclient import ask
 from tests.service.unbound import UNBOUND, free_port, start_unbound
-from urlguard.changes import add_rule, remove_rule
 from urlguard.models import SpamRule
+from urlguard.writepath.changes import add_rule, remove_rule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -237,7 +237,7 @@ def test_metrics_sum_the_checks_of_both_workers(metrics_service):
             if len(list(metrics_dir.glob("counter_*.db"))) >= 2:
                 break
     assert len(list(metrics_dir.glob("counter_*.db"))) >= 2, "one worker answered everything"
-    # Each worker writes its counts within a second (urlguard.metrics.FLUSH_SECONDS).
+    # Each worker writes its counts within a second (urlguard.runtime.metrics.FLUSH_SECONDS).
     deadline = time.monotonic() + 20
     while (samples := _scrape(metrics_service)).get(clean, 0.0) < sent:
         assert time.monotonic() < deadline, f"{samples.get(clean)} != {sent}"

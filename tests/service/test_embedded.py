@@ -1,4 +1,4 @@
-"""urlguard.embedded: without a broker, a serving process catches up by itself."""
+"""urlguard.nodesync.embedded: without a broker, a serving process catches up by itself."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from urlguard import changes, embedded, registry
+from urlguard.nodesync import embedded, registry
+from urlguard.writepath import changes
 
 
 @pytest.mark.django_db(transaction=True)

@@ -13,12 +13,12 @@ import pytest
 from django.test import Client
 from django.utils.http import http_date
 
-from urlguard import apikeys
-from urlguard.changes import add_rule, remove_rule
 from urlguard.exports import rcs, render
 from urlguard.exports.projection import read_allowlist
 from urlguard.exports.rspamd_urls import url_pattern
 from urlguard.models import AllowedHost, ChangeEvent, Source, SpamRule
+from urlguard.operations import apikeys
+from urlguard.writepath.changes import add_rule, remove_rule
 
 pytestmark = pytest.mark.django_db
 

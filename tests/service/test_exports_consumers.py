@@ -10,9 +10,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from urlguard import apikeys
-from urlguard.changes import add_rule
 from urlguard.models import AllowedHost, ChangeEvent, Source
+from urlguard.operations import apikeys
+from urlguard.writepath.changes import add_rule
 
 pytestmark = pytest.mark.django_db
 

@@ -22,11 +22,11 @@ from django.urls import reverse
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from urlguard import changes
 from urlguard.feeds import decoding, formats, memo
 from urlguard.feeds.decoding import FeedError, open_text
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import AdminJob, RuleSource, Source
+from urlguard.writepath import changes
 
 MIB = 1 << 20
 

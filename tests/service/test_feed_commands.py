@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from tests.service.feedserver import fixture
-from urlguard import changes
 from urlguard.feeds import runner, tasks
 from urlguard.models import AdminJob, Source, SpamRule
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
 

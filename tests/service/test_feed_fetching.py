@@ -15,10 +15,10 @@ import pytest
 from django.urls import reverse
 
 from tests.service.feedserver import feed_server
-from urlguard.addresses import non_public_kind, refused_for_fetching
 from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.models import Source
+from urlguard.writepath.addresses import non_public_kind, refused_for_fetching
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
 

@@ -13,9 +13,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from urlguard import changes, models
+from urlguard import models
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import FeedRefresh, RuleSource, ShortLink, Source
+from urlguard.writepath import changes
 
 pytestmark = pytest.mark.django_db
 

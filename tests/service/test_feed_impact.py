@@ -12,10 +12,10 @@ import pytest
 from django.core.management import call_command
 
 from tests.service.feedserver import lines
-from urlguard import changes
 from urlguard.feeds import refresh as refreshing
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import AdminJob, ChangeSet, Click, FeedRefresh, ShortLink, Source, SpamRule
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_feeds")]
 

@@ -15,7 +15,6 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from tests.service.feedserver import admit_loopback, fixture
-from urlguard import changes
 from urlguard.feeds import memo
 from urlguard.feeds import refresh as refreshing
 from urlguard.feeds.refresh import refresh_source
@@ -28,6 +27,7 @@ from urlguard.models import (
     Source,
     SpamRule,
 )
+from urlguard.writepath import changes
 
 pytestmark = pytest.mark.django_db
 
@@ -300,7 +300,7 @@ def test_a_host_allowlisted_later_leaves_the_feed_at_its_next_refresh(server):
 
 
 def test_admin_warning_for_an_allowlisted_host():
-    from urlguard.feeds.allowlist import warning
+    from urlguard.writepath.allowlist import warning
 
     allow = Source.objects.create(name="allowlist", kind="manual", is_allowlist=True)
     AllowedHost.objects.create(source=allow, host="www.example.com")
@@ -326,7 +326,7 @@ def _exited_process() -> str:
     import subprocess
     import sys
 
-    from urlguard import ownership
+    from urlguard.runtime import ownership
 
     done = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
@@ -416,7 +416,7 @@ def test_an_interrupted_refresh_that_was_reverted_is_not_written_into_again(serv
         kind="refresh", source=feed, finished=None, owner=_exited_process()
     )
     changes.add_rules(["a.example"], source=feed, change_set=partial)
-    from urlguard import revert
+    from urlguard.writepath import revert
 
     revert.revert_change_set(partial)
     result = refresh_source(feed)

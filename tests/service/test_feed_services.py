@@ -13,10 +13,11 @@ from tests.service.test_services import (  # noqa: F401  (fixtures)
     start_worker,
     wait_for,
 )
-from urlguard import changes, registry
 from urlguard.feeds import refresh as refreshing
 from urlguard.feeds.tasks import refresh_feed
 from urlguard.models import RuleSource, Source, SpamRule
+from urlguard.nodesync import registry
+from urlguard.writepath import changes
 
 
 def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):  # noqa: F811

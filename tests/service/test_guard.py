@@ -11,11 +11,11 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tests.service.webfakes import BrokenFilter, SetFilter
-from urlguard import guard as guard_module
-from urlguard.canonical import expressions
-from urlguard.changes import add_rule
-from urlguard.cleancache import LRUCleanCache
-from urlguard.guard import Guard, InvalidURL, get_guard
+from urlguard.hotpath import guard as guard_module
+from urlguard.hotpath.canonical import expressions
+from urlguard.hotpath.cleancache import LRUCleanCache
+from urlguard.hotpath.guard import Guard, InvalidURL, get_guard
+from urlguard.writepath.changes import add_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -204,7 +204,7 @@ def test_database_policy_answers_from_the_table(broken, django_assert_num_querie
     assert "spam table only" in bad.reason
     good = guard.check("http://good.example/")
     assert not good.blocked and good.degraded
-    errors = [r for r in caplog.records if r.name == "urlguard.guard"]
+    errors = [r for r in caplog.records if r.name == "urlguard.hotpath.guard"]
     assert len(errors) == 1 and errors[0].levelno == logging.ERROR  # rate-limited: one line
     assert "ON_FILTER_ERROR='database'" in errors[0].getMessage()
 

@@ -13,9 +13,10 @@ from django.db import OperationalError, connections
 from django.utils import timezone
 
 from tests.service.test_nudge import broker, silent_broker  # noqa: F401  (a fixture)
-from urlguard import health, nudge, registry
-from urlguard.changes import add_rule
 from urlguard.models import ChangeEvent
+from urlguard.nodesync import nudge, registry
+from urlguard.operations import health
+from urlguard.writepath.changes import add_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -151,7 +152,7 @@ def test_a_failing_probe_is_logged_when_it_changes_not_per_request(
         build_filter()
         for _ in range(2):
             assert client.get("/readyz").status_code == 200
-    mine = [r for r in caplog.records if r.name == "urlguard.health"]
+    mine = [r for r in caplog.records if r.name == "urlguard.operations.health"]
     assert [r.levelname for r in mine] == ["WARNING", "INFO"]
     assert "node-a is not ready: filter:" in mine[0].getMessage()
     assert not [r for r in caplog.records if r.name == "django.request"]

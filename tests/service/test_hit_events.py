@@ -11,8 +11,10 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
-from urlguard import changes, hitlog, stats
+from urlguard.hotpath import hitlog
 from urlguard.models import HitEvent, ShortLink
+from urlguard.runtime import stats
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard", "quiet")]
 
@@ -94,8 +96,8 @@ def test_the_admin_list_filters_and_leads_on(client, blocked, make_staff):
 def test_a_blocked_api_answer_is_an_event_but_no_warning(client, blocked):
     import json
 
-    from urlguard import apikeys
     from urlguard.models import RuleHitDay
+    from urlguard.operations import apikeys
 
     assert client.get("/api/check", {"url": "https://hit-spam.example/q"}).json()["blocked"]
     client.get("/api/check", {"url": "https://fine.example/"})

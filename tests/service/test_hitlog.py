@@ -1,4 +1,4 @@
-"""urlguard.hitlog: warnings and "continue anyway" per rule and day, blocked hosts per
+"""urlguard.hotpath.hitlog: warnings and "continue anyway" per rule and day, blocked hosts per
 day, per-rule totals: appended to the statistics buffer on the warning page (no
 database write there) and written by its flush; a warning is not a click."""
 
@@ -13,8 +13,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from urlguard import changes, hitlog, stats
+from urlguard.hotpath import hitlog
 from urlguard.models import Click, HostHitDay, RuleHitDay, RuleHitTotal, ShortLink
+from urlguard.runtime import stats
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard", "quiet")]
 

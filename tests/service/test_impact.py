@@ -1,4 +1,4 @@
-"""urlguard.impact: the short links a change to the spam table would block or unblock,
+"""urlguard.writepath.impact: the short links a change to the spam table would block or unblock,
 found through the link index (or directly for a small table) and matched exactly."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from urlguard import changes, impact
 from urlguard.models import Click, ShortLink
+from urlguard.writepath import changes, impact
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
 

@@ -1,4 +1,4 @@
-"""urlguard.importing.parse_rules: plain lists, hosts files and CSV, detected from
+"""urlguard.writepath.importing.parse_rules: plain lists, hosts files and CSV, detected from
 the file; refusals with reasons; duplicates reported; line numbers kept."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from urlguard.importing import ParsedLine, parse_rules
+from urlguard.writepath.importing import ParsedLine, parse_rules
 
 
 def parse(text: str, default_category: str = "spam") -> list[ParsedLine]:

@@ -8,8 +8,9 @@ import pytest
 from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
-from urlguard import clicks, linkcache, stats
 from urlguard.models import Click, ShortLink, ShortLinkGeneration
+from urlguard.runtime import stats
+from urlguard.shortlinks import clicks, linkcache
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.template import Context, Template
 from django.test import Client
 
 import urlguard
-from urlguard.changes import add_rule
+from urlguard.writepath.changes import add_rule
 
 pytestmark = pytest.mark.django_db
 

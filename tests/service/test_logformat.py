@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from urlguard.logformat import Formatter
+from urlguard.operations.logformat import Formatter
 from urlguard_service import views
 
 pytestmark = pytest.mark.django_db
@@ -61,7 +61,7 @@ def test_4xx_stay_out_of_the_log(client, log_output):
 def test_json_lines_carry_the_node(failing_view, log_output, settings):
     settings.URLGUARD = {**settings.URLGUARD, "LOG_JSON": True, "NODE_NAME": "node-7"}
     assert failing_view.get("/").status_code == 500
-    logging.getLogger("urlguard.sync").warning("filter %s is %s", "f.bin", "stale")
+    logging.getLogger("urlguard.nodesync.sync").warning("filter %s is %s", "f.bin", "stale")
     lines = log_output.getvalue().splitlines()
     assert len(lines) == 2, lines  # one object per line, the traceback inside it
     error, warning = (json.loads(line) for line in lines)
@@ -71,7 +71,7 @@ def test_json_lines_carry_the_node(failing_view, log_output, settings):
     assert warning == {
         "time": warning["time"],
         "level": "WARNING",
-        "logger": "urlguard.sync",
+        "logger": "urlguard.nodesync.sync",
         "message": "filter f.bin is stale",
         "node": "node-7",
         "pid": warning["pid"],

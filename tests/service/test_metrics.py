@@ -15,12 +15,13 @@ from django.db import OperationalError
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.service.webfakes import SetFilter
-from urlguard import guard as guard_module
-from urlguard import metrics, nodestatus, registry
-from urlguard.changes import add_rule, remove_rule
-from urlguard.guard import Guard
-from urlguard.metrics import VERDICTS
+from urlguard.hotpath import guard as guard_module
+from urlguard.hotpath.guard import Guard
 from urlguard.models import ShortLink, SpamRule
+from urlguard.nodesync import nodestatus, registry
+from urlguard.runtime import metrics
+from urlguard.runtime.metrics import VERDICTS
+from urlguard.writepath.changes import add_rule, remove_rule
 from urlguard_service import gunicornconf
 
 pytestmark = pytest.mark.django_db
@@ -261,8 +262,8 @@ def test_feed_figures(client, db):
 
 
 def test_statistics_flushes_and_losses(client, db, monkeypatch):
-    from urlguard import stats
     from urlguard.models import Click, StatsLoss
+    from urlguard.runtime import stats
 
     link = ShortLink.objects.create(slug="s", destination="https://example.com/")
     rows = stats.rows("test.metrics", Click)

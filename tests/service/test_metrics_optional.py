@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from urlguard import metrics
+from urlguard.runtime import metrics
 
 
 @pytest.fixture

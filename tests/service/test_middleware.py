@@ -17,11 +17,11 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from tests.service.webfakes import SetFilter
-from urlguard import guard as guard_module
-from urlguard.canonical import browser_url, canonical_url
-from urlguard.changes import add_rule
-from urlguard.guard import Guard
-from urlguard.middleware import RedirectGuardMiddleware, mark_confirmed, resolve_location
+from urlguard.hotpath import guard as guard_module
+from urlguard.hotpath.canonical import browser_url, canonical_url
+from urlguard.hotpath.guard import Guard
+from urlguard.hotpath.middleware import RedirectGuardMiddleware, mark_confirmed, resolve_location
+from urlguard.writepath.changes import add_rule
 
 
 def raw_response(request):
@@ -478,7 +478,7 @@ def test_even_a_broken_warning_page_is_no_500(client, monkeypatch):
     def broken_page(request, **kwargs):
         raise RuntimeError("template missing")
 
-    monkeypatch.setattr("urlguard.middleware.warning_response", broken_page)
+    monkeypatch.setattr("urlguard.hotpath.middleware.warning_response", broken_page)
     response = redirect(client, "https://www.python.org/")
     assert response.status_code == 503
     assert response["Content-Type"].startswith("text/plain")

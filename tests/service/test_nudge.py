@@ -1,4 +1,4 @@
-"""urlguard.nudge: a rule write never waits more than a second for its nudge, and
+"""urlguard.nodesync.nudge: a rule write never waits more than a second for its nudge, and
 the admin says what is true when the nodes could not be told."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from contextlib import contextmanager
 import pytest
 from django.urls import reverse
 
-from urlguard import changes, embedded, nudge, registry, sync
 from urlguard.models import SpamRule
+from urlguard.nodesync import embedded, nudge, registry, sync
+from urlguard.writepath import changes
 from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db

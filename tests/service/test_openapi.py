@@ -13,8 +13,9 @@ import pytest
 import yaml
 from django.db import OperationalError, connections
 
-from urlguard import apikeys, registry
-from urlguard.changes import add_rule
+from urlguard.nodesync import registry
+from urlguard.operations import apikeys
+from urlguard.writepath.changes import add_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -72,8 +73,8 @@ def test_the_schemas_are_valid_json_schema(spec):
 
 
 def test_every_documented_answer_matches(spec, client, build_filter, settings, monkeypatch):
-    from urlguard import guard as guard_module
-    from urlguard.guard import Guard
+    from urlguard.hotpath import guard as guard_module
+    from urlguard.hotpath.guard import Guard
 
     check = Checker(spec)
     settings.URLGUARD = {

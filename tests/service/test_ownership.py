@@ -13,9 +13,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from urlguard import ownership
 from urlguard.models import AdminJob, ChangeSet, Source
-from urlguard.ownership import Owner
+from urlguard.runtime import ownership
+from urlguard.runtime.ownership import Owner
 
 pytestmark = pytest.mark.django_db
 

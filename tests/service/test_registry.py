@@ -1,4 +1,4 @@
-"""urlguard.registry: one read-only mapping per process, never raising into a request,
+"""urlguard.nodesync.registry: one read-only mapping per process, never raising into a request,
 logged once per condition; a bounded-wait writer."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from filterengine import ScalingCountingBloomFilter
-from urlguard import registry, sync
+from urlguard.nodesync import registry, sync
 
 
 def build(path, pairs=(), applied_seq=0):
@@ -32,12 +32,12 @@ def test_opened_once_and_shared(filter_path):
 
 
 def test_missing_file_is_none_and_logged_once(filter_path, caplog, monkeypatch):
-    with caplog.at_level(logging.WARNING, logger="urlguard.registry"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.registry"):
         assert registry.get_filter() is None
         monkeypatch.setattr(registry, "RETRY_SECONDS", 0.0)
         assert registry.get_filter() is None
         assert registry.get_filter() is None
-    warnings = [r for r in caplog.records if r.name == "urlguard.registry"]
+    warnings = [r for r in caplog.records if r.name == "urlguard.nodesync.registry"]
     assert len(warnings) == 1
     assert "missing" in warnings[0].getMessage() and "rebuild_filter" in warnings[0].getMessage()
 
@@ -46,7 +46,7 @@ def test_recovers_when_the_file_appears(filter_path, caplog, monkeypatch):
     monkeypatch.setattr(registry, "RETRY_SECONDS", 0.0)
     assert registry.get_filter() is None
     build(filter_path, [("a.example/", 1)])
-    with caplog.at_level(logging.INFO, logger="urlguard.registry"):
+    with caplog.at_level(logging.INFO, logger="urlguard.nodesync.registry"):
         filt = registry.get_filter()
     assert filt is not None and "a.example/" in filt
     assert "readable again" in caplog.text
@@ -75,14 +75,14 @@ def test_retries_are_rate_limited(filter_path, monkeypatch):
 
 def test_corrupt_file_is_none_with_the_reason(filter_path, caplog):
     filter_path.write_bytes(b"this is not a filter file at all" * 10)
-    with caplog.at_level(logging.WARNING, logger="urlguard.registry"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.registry"):
         assert registry.get_filter() is None
     assert "unreadable" in caplog.text and str(filter_path) in caplog.text
 
 
 @pytest.mark.django_db
 def test_a_rebuild_is_seen_without_reopening(filter_path, monkeypatch):
-    from urlguard import changes
+    from urlguard.writepath import changes
 
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     sync.rebuild(str(filter_path))
@@ -155,7 +155,7 @@ READER = textwrap.dedent("""
     import os, sys
     import django
     django.setup()
-    from urlguard import registry
+    from urlguard.nodesync import registry
     path = sys.argv[1]
     print("ready" if registry._filters.get(path) is not None else "unmapped", flush=True)
     for line in sys.stdin:

@@ -10,9 +10,9 @@ from django.core import mail
 from django.core.cache import cache
 from django.urls import reverse
 
-from urlguard import changes
 from urlguard.models import AllowedHost, ChangeSet, MistakeReport, Source, SpamRule
-from urlguard.reportmail import report_arrived
+from urlguard.reports.mail import report_arrived
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
 
@@ -163,8 +163,8 @@ def test_no_mail_without_managers_or_with_interval_zero(report, settings, rf):
 def test_the_report_form_mails_on_a_new_report_only(report, settings, client):
     from django.test import RequestFactory
 
-    from urlguard.clicks import visitor_id
-    from urlguard.reports import report_form_url
+    from urlguard.reports.views import report_form_url
+    from urlguard.runtime.visitors import visitor_id
 
     settings.MANAGERS = [("Ops", "ops@example.com")]
     settings.URLGUARD = {**settings.URLGUARD, "REPORT_MAIL_INTERVAL": 1}

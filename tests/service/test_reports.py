@@ -13,8 +13,8 @@ from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 
-from urlguard import changes
 from urlguard.models import ChangeEvent, MistakeReport, ShortLink, SpamRule
+from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard", "quiet")]
 

@@ -14,9 +14,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from filterengine import FilterFileError, ScalingCountingBloomFilter
-from urlguard import changes, embedded, registry, sync, worker
-from urlguard.guard import get_guard
+from urlguard.hotpath.guard import get_guard
 from urlguard.models import SpamRule
+from urlguard.nodesync import embedded, registry, sync, worker
+from urlguard.writepath import changes
 
 pytestmark = pytest.mark.django_db
 
@@ -62,7 +63,7 @@ def test_an_older_file_put_in_place_is_degraded_until_the_writer_caught_it_up(
     copy, later = backup
     # Another process restores the backup the way an operator would.
     subprocess.run([put, str(copy), str(filter_path)], check=True)
-    with caplog.at_level(logging.WARNING, logger="urlguard.registry"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.registry"):
         assert registry.get_filter() is None
     assert "behind the change log" in registry.problem()
     assert "mapped anew at change #1, the log is at #3" in registry.problem()
@@ -154,7 +155,7 @@ def test_restore_filter_replays_the_log_after_the_backup_and_replaces_atomically
     copy, later = backup
     reader = registry.get_filter()
     before = os.stat(filter_path).st_ino
-    with caplog.at_level(logging.WARNING, logger="urlguard.sync"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.sync"):
         call_command("restore_filter", str(copy), stdout=(out := _Out()))
     assert "2 change(s) after the backup replayed; now at change #3" in out.text
     assert os.stat(filter_path).st_ino != before  # a new file, moved into place
@@ -238,7 +239,7 @@ def test_a_sync_sweeps_the_temp_files_a_killed_rebuild_left(
     stale.write_bytes(bytes(4096))
     other = filter_path.parent / "keep.tmp"  # not one of ours
     other.write_bytes(b"x")
-    with caplog.at_level(logging.WARNING, logger="urlguard.sync"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.sync"):
         sync.sync_and_report(periodic=True)
     assert not stale.exists() and other.exists()
     assert "removed 1 temp file(s) a killed rebuild left" in caplog.text
@@ -247,7 +248,7 @@ def test_a_sync_sweeps_the_temp_files_a_killed_rebuild_left(
 def test_a_file_that_goes_bad_between_the_lookup_and_the_cache_still_answers():
     """Truncated by another process after the lookup said maybe: the table answers."""
     from tests.service.webfakes import SetFilter
-    from urlguard.guard import Guard
+    from urlguard.hotpath.guard import Guard
 
     class GoesBad(SetFilter):
         def __getattribute__(self, name):

@@ -1,6 +1,6 @@
 """Undo: change sets in the admin (who, when, what, note, reason, counts; their rules)
 and "revert this change set": a summary, then a job that applies the inverse through
-urlguard.changes (removed rules come back with category and note), once; bulk deletes
+urlguard.writepath.changes (removed rules come back with category and note), once; bulk deletes
 and imports are change sets. View-only staff cannot revert."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from urlguard import changes, revert
-from urlguard.admin import jobs
+from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, ChangeEvent, ChangeSet, ShortLink, SpamRule
+from urlguard.writepath import changes, revert
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard", "quiet")]
 
@@ -176,7 +176,7 @@ def test_a_revert_that_was_interrupted_is_finished_by_reverting_again(editor):
 
 
 def test_a_revert_whose_owner_still_runs_is_refused():
-    from urlguard import ownership
+    from urlguard.runtime import ownership
 
     imported, partial = _interrupted_revert(owner=str(ownership.me()))
     for attempt in (revert.plan_revert, revert.revert_change_set):
@@ -288,7 +288,7 @@ def test_a_bulk_delete_that_stopped_runs_again_to_the_end_in_one_change_set(edit
 
 
 def test_a_change_set_still_being_written_is_not_reverted_yet():
-    from urlguard import ownership
+    from urlguard.runtime import ownership
 
     writing = ChangeSet.objects.create(kind="import", finished=None, owner=str(ownership.me()))
     changes.add_rules(["writing.example.net"], source="import:x", change_set=writing)

@@ -1,4 +1,4 @@
-"""urlguard.rules: what a pasted URL, host or expression becomes as a rule, the
+"""urlguard.writepath.rules: what a pasted URL, host or expression becomes as a rule, the
 roll-up levels offered for it, public-suffix refusal, and matching."""
 
 from __future__ import annotations
@@ -7,15 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from urlguard.canonical import expressions
-from urlguard.rules import (
+from urlguard.hotpath.canonical import expressions
+from urlguard.hotpath.rollup import registrable_domain, rule_level
+from urlguard.writepath.rules import (
     MAX_RULE_LENGTH,
     RuleCandidate,
     RuleError,
     normalize_rule,
-    registrable_domain,
     rule_candidates,
-    rule_level,
     rule_matches,
 )
 
@@ -116,7 +115,7 @@ def test_rule_level(expression, level):
 
 
 def test_rule_level_needs_a_host():
-    with pytest.raises(RuleError):
+    with pytest.raises(ValueError, match="no host"):
         rule_level("/path/")
 
 

@@ -1,4 +1,4 @@
-"""urlguard.safety and the add form's confirmations: the proposed level is the narrowest
+"""urlguard.writepath.safety and the add form's confirmations: the proposed level is the narrowest
 that covers the pasted URL, and a rule on a popular site, a link shortener, a hosting
 platform, this service's own host or many links is saved only when confirmed."""
 
@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 
 from urlguard.models import ShortLink, SpamRule
-from urlguard.rules import rule_candidates
-from urlguard.safety import confirmations, default_candidate
+from urlguard.writepath.rules import rule_candidates
+from urlguard.writepath.safety import confirmations, default_candidate
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard")]
 

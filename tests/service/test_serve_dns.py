@@ -19,11 +19,11 @@ import dns.rdatatype
 import pytest
 
 from tests.service.dnsclient import ask, transfer
-from urlguard import metrics
-from urlguard.changes import add_rule, remove_rule
 from urlguard.exports.categories import CATEGORY_TABLE, uribl_address
 from urlguard.exports.dnsserver import RateLimiter
 from urlguard.models import ChangeEvent, SpamRule
+from urlguard.runtime import metrics
+from urlguard.writepath.changes import add_rule, remove_rule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -254,7 +254,7 @@ def test_an_allowlisted_hosts_passthru_follows_the_rules_above_it(dns_server, li
 def test_an_unreadable_filter_failing_closed_is_servfail_not_a_listing(
     dns_server, listed, settings, filter_path
 ):
-    from urlguard import registry
+    from urlguard.nodesync import registry
 
     settings.URLGUARD = {**settings.URLGUARD, "ON_FILTER_ERROR": "closed"}
     server = dns_server()

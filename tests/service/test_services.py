@@ -23,9 +23,10 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection, connections
 
-from urlguard import changes, registry, sync, tasks
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
+from urlguard.nodesync import registry, sync, tasks
+from urlguard.writepath import changes
 
 ROOT = Path(__file__).resolve().parents[2]
 

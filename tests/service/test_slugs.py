@@ -4,9 +4,9 @@ unique constraint as the authority, custom slugs and destinations validated."""
 import pytest
 from django.db import transaction
 
-from urlguard import slugs
 from urlguard.models import ShortLink
-from urlguard.slugs import ALPHABET, SlugError, allocate_slug, create_short_link
+from urlguard.shortlinks import slugs
+from urlguard.shortlinks.slugs import ALPHABET, SlugError, allocate_slug, create_short_link
 
 pytestmark = pytest.mark.django_db
 

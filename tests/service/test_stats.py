@@ -18,8 +18,8 @@ import pytest
 from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
-from urlguard import stats
 from urlguard.models import Click, ShortLink, StatsLoss
+from urlguard.runtime import stats
 
 pytestmark = pytest.mark.django_db
 
@@ -187,7 +187,7 @@ CHILD = textwrap.dedent(
     from django.conf import settings
     # Longer than the test: only the exit flush writes.
     settings.URLGUARD = {**settings.URLGUARD, "STATS_FLUSH_INTERVAL": 3600}
-    from urlguard import stats
+    from urlguard.runtime import stats
     from urlguard.models import ShortLink
     counter = stats.counter("clicks", ShortLink, fields=("click_count",))
     link = ShortLink.objects.get(slug="s").pk

@@ -1,4 +1,4 @@
-"""urlguard.sync beyond applying the log (test_tasks.py): one rebuild per node at a
+"""urlguard.nodesync.sync beyond applying the log (test_tasks.py): one rebuild per node at a
 time, a dirty file degraded and repaired at once, damaged counters found by the
 spot check and the scheduled full verify."""
 
@@ -20,9 +20,10 @@ from django.db import OperationalError
 from django.urls import reverse
 
 from filterengine import FilterSpaceError, ScalingCountingBloomFilter, fileformat
-from urlguard import changes, embedded, registry, sync
-from urlguard.guard import get_guard
+from urlguard.hotpath.guard import get_guard
 from urlguard.models import NodeStatus
+from urlguard.nodesync import embedded, registry, sync
+from urlguard.writepath import changes
 from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
@@ -106,7 +107,7 @@ def test_a_dirty_file_is_degraded_and_the_table_answers(
     die_mid_change(filter_path)
     listed = add("after-the-crash.example.org")  # committed, never applied
     registry.reset()
-    with caplog.at_level(logging.WARNING, logger="urlguard.registry"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.registry"):
         verdict = get_guard().check(f"http://{listed}x")
     assert verdict.blocked and verdict.degraded
     assert "could not be opened or used: it is dirty" in verdict.reason
@@ -151,7 +152,7 @@ def test_the_spot_check_finds_zeroed_counters_and_rebuilds(quiet, filter_path, s
     zero_counters(filter_path)
     filt = registry.get_filter()
     assert filt.is_clean and not any(r in filt for r in rules)  # silent until checked
-    with caplog.at_level(logging.ERROR, logger="urlguard.sync"):
+    with caplog.at_level(logging.ERROR, logger="urlguard.nodesync.sync"):
         celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "spot check found" in errors[0].getMessage()
@@ -178,7 +179,7 @@ def test_a_rule_committed_while_checking_is_no_miss(quiet, filter_path, sync_fil
     sync_filter()
     assert registry.get_filter() is not None  # mapped before the next commit
     add("late.example.org")  # in the table, not yet in the file
-    with caplog.at_level(logging.ERROR, logger="urlguard.sync"):
+    with caplog.at_level(logging.ERROR, logger="urlguard.nodesync.sync"):
         check = sync.verify_and_repair(str(filter_path))
     assert check.missing == 0 and check.checked == 2
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -204,7 +205,7 @@ def test_the_full_verify_finds_every_damaged_rule_and_is_reported(
     rules = changes.add_rules([f"h{i}.example.net" for i in range(300)], source="test").added
     sync_filter()
     zero_counters(filter_path)
-    with caplog.at_level(logging.ERROR, logger="urlguard.sync"):
+    with caplog.at_level(logging.ERROR, logger="urlguard.nodesync.sync"):
         check = sync.verify_and_repair(str(filter_path))
     assert check.kind == "full verify" and check.checked == 300 and check.missing == 300
     assert "full verify found 300 of 300" in caplog.text
@@ -287,7 +288,10 @@ def test_a_file_that_cannot_take_changes_degrades_the_node_until_a_sync_succeeds
 
     with monkeypatch.context() as patched:
         patched.setattr(ScalingCountingBloomFilter, "add_many", no_space)
-        with pytest.raises(type(error)), caplog.at_level(logging.ERROR, logger="urlguard.sync"):
+        with (
+            pytest.raises(type(error)),
+            caplog.at_level(logging.ERROR, logger="urlguard.nodesync.sync"),
+        ):
             sync_filter()
     assert "cannot take the committed changes" in caplog.text
     registry._next_check.clear()  # every process's once-a-second check is due

@@ -1,4 +1,4 @@
-"""urlguard.tasks: the change log reaches the filter file in seq order, exactly once,
+"""urlguard.nodesync.tasks: the change log reaches the filter file in seq order, exactly once,
 whatever happens to the nudges; a file that cannot be trusted is rebuilt (and the
 log says why); the node reports its state."""
 
@@ -14,9 +14,10 @@ import pytest
 from django.db import transaction
 
 from filterengine import ScalingCountingBloomFilter, fileformat
-from urlguard import changes, embedded, registry, sync, tasks, worker
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
+from urlguard.nodesync import embedded, registry, sync, tasks, worker
+from urlguard.writepath import changes
 from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
@@ -98,7 +99,7 @@ def test_a_missed_message_is_caught_up_and_the_staleness_logged(
     assert reader(filter_path) is not None  # a process that mapped it before the change
     rule = add("missed.example.org")  # its nudge is lost (quiet)
     assert rule.expression not in reader(filter_path)
-    with caplog.at_level(logging.WARNING, logger="urlguard.sync"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.sync"):
         result = celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
     assert result["applied"] == 1
     assert rule.expression in reader(filter_path)
@@ -106,7 +107,7 @@ def test_a_missed_message_is_caught_up_and_the_staleness_logged(
         "had missed" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records
     ), caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="urlguard.sync"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.sync"):
         celery_app.tasks["urlguard.tasks.catch_up"].apply().get()
     assert not caplog.records  # a catch-up with nothing missed is quiet
 
@@ -122,7 +123,7 @@ def test_catch_up_is_scheduled_and_nudges_reach_every_node(settings):
         # On Redis the publisher must know the exchange is a fanout, and publish on
         # the key the workers subscribe to, or every nudge silently vanishes.
         assert [e.type for e in route["declare"]] == ["fanout"]
-        assert route["routing_key"] == route["queue"].routing_key == "urlguard.nudge"
+        assert route["routing_key"] == route["queue"].routing_key == "urlguard.nodesync.nudge"
 
 
 def test_removal_of_a_rule_added_long_ago_reaches_its_stage(
@@ -195,7 +196,7 @@ def test_a_bad_file_is_rebuilt_and_the_log_says_why(
     damage(filter_path)
     registry.reset()
     extra = add("after.example.org")
-    with caplog.at_level(logging.WARNING, logger="urlguard.sync"):
+    with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.sync"):
         result = sync_filter()
     assert reason in result.rebuilt
     assert any(reason in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records), (

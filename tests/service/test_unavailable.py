@@ -9,7 +9,7 @@ import logging
 import pytest
 from django.db import InterfaceError, OperationalError, ProgrammingError
 
-from urlguard import unavailable
+from urlguard.hotpath import unavailable
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +26,9 @@ def demo_home(monkeypatch):
 @pytest.fixture(autouse=True)
 def fresh_log(monkeypatch):
     monkeypatch.setattr(
-        unavailable, "_log", unavailable.RateLimitedLog(logging.getLogger("urlguard.unavailable"))
+        unavailable,
+        "_log",
+        unavailable.RateLimitedLog(logging.getLogger("urlguard.hotpath.unavailable")),
     )
 
 
@@ -72,7 +74,7 @@ def test_an_outage_is_logged_once_a_minute_not_per_request(client, database_fail
             assert client.get(path).status_code == 503
     errors = [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [
-        ("urlguard.unavailable", "the database cannot be reached: GET / answered 503 "
+        ("urlguard.hotpath.unavailable", "the database cannot be reached: GET / answered 503 "
          "(connection refused)")
     ]  # fmt: skip
 

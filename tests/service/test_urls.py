@@ -13,10 +13,10 @@ from django.urls import Resolver404, include, path, resolve, reverse
 
 import urlguard.urls
 from tests.service.webfakes import SetFilter
-from urlguard import guard as guard_module
-from urlguard.changes import add_rule
-from urlguard.guard import Guard
+from urlguard.hotpath import guard as guard_module
+from urlguard.hotpath.guard import Guard
 from urlguard.models import ShortLink
+from urlguard.writepath.changes import add_rule
 
 
 def leave(request):

@@ -16,10 +16,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import include, path
 
-from urlguard.changes import add_rule
+from urlguard.hotpath.warning import CONTINUE_SALT, continue_token
 from urlguard.models import ShortLink
 from urlguard.templatetags.urlguard_format import unbroken_host
-from urlguard.warning import CONTINUE_SALT, continue_token
+from urlguard.writepath.changes import add_rule
 
 
 def boom(request):
@@ -225,7 +225,7 @@ def test_error_pages_are_ours_not_tracebacks(db, settings):
 
 
 def test_real_filter_false_positive_never_warns(client, links, filter_path):
-    from urlguard import registry
+    from urlguard.nodesync import registry
 
     # A key in the filter file with no row in the table: exactly what a Bloom
     # filter false positive looks like to the guard.

@@ -1,4 +1,4 @@
-"""urlguard.warning: the pages the guard shows in place of a redirect answer
+"""urlguard.hotpath.warning: the pages the guard shows in place of a redirect answer
 with headers that keep them from being framed, sniffed, cached or scripted."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from django.http import HttpResponse
 from django.urls import include, path
 
 from tests.service.webfakes import SetFilter
-from urlguard import guard as guard_module
-from urlguard.changes import add_rule
-from urlguard.guard import Guard
+from urlguard.hotpath import guard as guard_module
+from urlguard.hotpath.guard import Guard
+from urlguard.writepath.changes import add_rule
 
 
 def raw_response(request):
@@ -78,7 +78,7 @@ def test_the_page_cannot_be_checked_page_too(client, monkeypatch):
     assert response.status_code == 503
     assert_protected(response)
     monkeypatch.setattr(
-        "urlguard.middleware.warning_response",
+        "urlguard.hotpath.middleware.warning_response",
         lambda request, **kwargs: 1 / 0,  # even the plain-text last resort
     )
     response = _redirect(client, "https://www.python.org/")

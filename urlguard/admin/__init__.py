@@ -1,7 +1,7 @@
 """The operators' GUI, built on Django's admin: spam rules (add from a pasted URL with
 a preview, import, check a URL, filter dashboard), short links (verdicts, rescan;
 registered by urlguard.shortlinks), and the read-only change log. Every rule write
-goes through urlguard.changes."""
+goes through urlguard.writepath.changes."""
 
 from urlguard.admin import (  # noqa: F401  (registers)
     allowlist,
@@ -9,7 +9,6 @@ from urlguard.admin import (  # noqa: F401  (registers)
     changelog,
     changesets,
     hits,
-    jobs,
     links,
     reportqueue,
     rules,

@@ -15,10 +15,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from urlguard.admin.pages import counted
-from urlguard.feeds.allowlist import AllowResult, allow_host, covering, host_of, unallow_host
 from urlguard.models import AllowedHost, AllowlistRefusal
-from urlguard.rules import RuleError
+from urlguard.wording import counted
+from urlguard.writepath.allowlist import AllowResult, allow_host, covering, host_of, unallow_host
+from urlguard.writepath.rules import RuleError
 
 
 class AllowedHostForm(forms.ModelForm):

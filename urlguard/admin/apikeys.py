@@ -9,9 +9,9 @@ from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from urlguard.admin.pages import counted
-from urlguard.apikeys import new_key, revoke
 from urlguard.models import APIKey
+from urlguard.operations.apikeys import new_key, revoke
+from urlguard.wording import counted
 
 
 @admin.register(APIKey)

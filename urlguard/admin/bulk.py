@@ -1,7 +1,7 @@
 """Bulk deletes of spam rules as jobs: the admin action only records which rules were
 selected (however many) and opens a summary page (counts, a sample by name, what
 the removal unblocks), never a page listing every object; "Delete" there runs the
-removal as a job through urlguard.changes, with a progress bar and a result."""
+removal as a job through urlguard.writepath.changes, with a progress bar and a result."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from urlguard.admin import jobs
 from urlguard.admin.pages import http_methods, render_tool, report_job_outcome
+from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, Category
 
 

@@ -1,7 +1,7 @@
 """The change log as change sets: one row per admin action, import, feed refresh,
 bulk delete or revert (who, when, what, note, reason, counts), opening into its
 rules, with "Revert this change set" (a summary of what the revert does, then a job
-that applies the inverse through urlguard.changes)."""
+that applies the inverse through urlguard.writepath.changes)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 
-from urlguard import ownership
-from urlguard.admin import jobs
 from urlguard.admin.changelog import ReadOnlyAdmin
 from urlguard.admin.pages import http_methods, render_tool, report_job_outcome, tool_urls
+from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, ChangeEvent, ChangeSet, SpamRule
-from urlguard.revert import RevertError, check_revertible
+from urlguard.runtime import ownership
+from urlguard.writepath.revert import RevertError, check_revertible
 
 EVENTS_SHOWN = 50
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
-from urlguard import registry
+from urlguard.admin.forms import CheckUrlForm
 from urlguard.admin.pages import render_tool
-from urlguard.canonical import canonicalize, expressions
-from urlguard.forms import CheckUrlForm
-from urlguard.guard import get_guard
+from urlguard.hotpath.canonical import canonicalize, expressions
+from urlguard.hotpath.guard import get_guard
+from urlguard.hotpath.rollup import rule_level
 from urlguard.models import SpamRule
-from urlguard.rules import RuleError, rule_level
+from urlguard.nodesync import registry
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def url_report(url: str) -> dict:
     for expression, says in zip(exprs, maybe, strict=True):
         try:
             level = rule_level(expression)
-        except (RuleError, ValueError):
+        except ValueError:
             level = ""
         rows.append(ExpressionRow(expression, level, says, rules.get(expression)))
     verdict = get_guard().check(url)

@@ -12,13 +12,14 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 
-from urlguard import hitlog, registry, sync, tasks
 from urlguard.admin.charts import StageBar, format_rate, render_daily_hits, render_stage_chart
 from urlguard.admin.pages import http_methods, render_tool
 from urlguard.admin.sources import feed_health_rows
 from urlguard.celery import EagerResult
 from urlguard.conf import conf
+from urlguard.hotpath import hitlog
 from urlguard.models import NodeStatus, SpamRule
+from urlguard.nodesync import registry, sync, tasks
 
 # The key of the estimated false-positive rate in ScalingCountingBloomFilter.info().
 FP_KEY = "estimated_fpr"

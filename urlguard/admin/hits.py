@@ -2,7 +2,7 @@
 where the redirect came from, the destination, the rule (its expression kept after
 the rule is gone) and its category; filtered by rule, link or host (each a click in
 its row), and from an event on to the rule, its removal, a narrower rule, or the
-allowlist. Read-only: events are written by urlguard.hitlog."""
+allowlist. Read-only: events are written by urlguard.hotpath.hitlog."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The import pages: upload a rule file, see the dry run (new / already present /
 repeated / refused with each line's reason), commit it, watch its progress and the
-rescan that follows. The work itself is in urlguard.admin.jobs."""
+rescan that follows. The work itself is in urlguard.jobs.runner."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 
-from urlguard import ownership
-from urlguard.admin import jobs
+from urlguard.admin.forms import ImportForm, decoded
 from urlguard.admin.pages import http_methods, render_tool, report_job_outcome
-from urlguard.forms import ImportForm, decoded
+from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, ShortLink
+from urlguard.runtime import ownership
 
 
 def _job(job_id: int, kind: str) -> AdminJob:

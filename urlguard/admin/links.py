@@ -14,11 +14,9 @@ from django.utils import formats, timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from urlguard import changes
-from urlguard.admin import jobs
+from urlguard.admin.forms import ShortLinkForm
 from urlguard.admin.pages import (
     BatchAnnotatedChangeList,
-    counted,
     http_methods,
     parse_id,
     render_tool,
@@ -26,11 +24,13 @@ from urlguard.admin.pages import (
     tool_urls,
 )
 from urlguard.conf import conf
-from urlguard.forms import ShortLinkForm
-from urlguard.guard import get_guard
+from urlguard.hotpath.guard import get_guard
+from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, Category, ShortLink, StatsLoss
-from urlguard.rescan import was_checked
-from urlguard.slugs import SlugError, create_short_link
+from urlguard.shortlinks.rescan import was_checked
+from urlguard.shortlinks.slugs import SlugError, create_short_link
+from urlguard.wording import counted
+from urlguard.writepath import changes
 
 # Disabling a link records why, so a later "why is my link dead?" has an answer.
 DISABLED_REASON = "destination blocked by spam rule {expression}"
@@ -82,7 +82,7 @@ class ShortLinkAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        # New links go through urlguard.slugs (slug allocation, destination checks).
+        # New links go through urlguard.shortlinks.slugs (slug allocation, destination checks).
         try:
             link = create_short_link(obj.destination, slug=obj.slug or None)
         except SlugError:
@@ -233,7 +233,7 @@ class ShortLinkAdmin(admin.ModelAdmin):
             )
 
     def changelist_view(self, request, extra_context=None):
-        # Clicks are written in batches (urlguard.stats): say how far the counts may
+        # Clicks are written in batches (urlguard.runtime.stats): say how far the counts may
         # lag, and any clicks a node had to drop while its database was away.
         lost = StatsLoss.objects.filter(kind="clicks").aggregate(n=Sum("lost"))["n"] or 0
         context = {"clicks_lag": conf.STATS_FLUSH_INTERVAL, "clicks_lost": lost}

@@ -2,7 +2,7 @@
 ModelAdmin (with the admin's login, CSRF and never-cache wrapping), method restriction
 for such views, rendering them in the admin's frame, and a change list that decorates a
 whole page of objects in one batch (one Guard.check_many per page of short links, one
-NodeStatus query per page of events); plus the counts, ids and batches they share."""
+NodeStatus query per page of events); plus the ids and batches they share."""
 
 from __future__ import annotations
 
@@ -18,11 +18,6 @@ from django.urls import path
 # The largest primary key a database integer column holds; a bigger number in a query
 # string would make the database driver raise (OverflowError) instead of finding nothing.
 MAX_ID = 2**63 - 1
-
-
-def counted(n: int, noun: str) -> str:
-    """A count with its noun, for messages: 1 rule, 2,000 rules."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def parse_id(text: str | None) -> int | None:

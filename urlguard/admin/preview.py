@@ -1,19 +1,19 @@
 """What a rule would block, before it is saved: the candidate expressions for a
 pasted URL (the narrowest sensible one proposed), and for the chosen one the short
-links it would block (urlguard.impact), the confirmations it needs
-(urlguard.safety), and sample URLs sorted into "blocked" and "not blocked" by the
-real matcher (urlguard.rules.rule_matches), never by guesswork. Used by the add form
+links it would block (urlguard.writepath.impact), the confirmations it needs
+(urlguard.writepath.safety), and sample URLs sorted into "blocked" and "not blocked" by the
+real matcher (urlguard.writepath.rules.rule_matches), never by guesswork. Used by the add form
 (server-rendered) and its live-preview JSON endpoint."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from urlguard.canonical import expressions
-from urlguard.impact import impact_of_adding
+from urlguard.hotpath.canonical import expressions
 from urlguard.models import SpamRule
-from urlguard.rules import RuleError, rule_candidates, rule_matches
-from urlguard.safety import confirmations, default_candidate
+from urlguard.writepath.impact import impact_of_adding
+from urlguard.writepath.rules import RuleError, rule_candidates, rule_matches
+from urlguard.writepath.safety import confirmations, default_candidate
 
 # The person's own test URLs per preview: a screenful to compare, not a bulk checker
 # (each is matched in this request).
@@ -58,7 +58,7 @@ def rule_preview(
     """A JSON-ready dict: `error` (why the text cannot be a rule, or None),
     `candidates` [{level, expression, help}], `expression` (the chosen one, by
     default the narrowest that covers what was pasted), `existing` (rules already
-    covering the pasted URL), `impact` (urlguard.impact.Impact.as_dict() of the
+    covering the pasted URL), `impact` (urlguard.writepath.impact.Impact.as_dict() of the
     chosen expression), `confirmations` [{code, reason}] it needs, and `samples`
     [{url, blocked}] for the chosen expression: ours, then the person's own
     `extra_samples` (blank ones dropped, the first MAX_EXTRA_SAMPLES kept)."""

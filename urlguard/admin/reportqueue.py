@@ -21,12 +21,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from urlguard import changes
 from urlguard.admin.pages import http_methods, render_tool, tool_urls
-from urlguard.canonical import split_expression
-from urlguard.feeds.allowlist import allow_host
-from urlguard.impact import impact_of_removing
+from urlguard.hotpath.canonical import split_expression
 from urlguard.models import AllowedHost, ChangeSet, MistakeReport, RuleSource, Source, SpamRule
+from urlguard.writepath import changes
+from urlguard.writepath.allowlist import allow_host
+from urlguard.writepath.impact import impact_of_removing
 
 CHANGELIST = "admin:urlguard_mistakereport_changelist"
 
@@ -304,7 +304,7 @@ def _may_allowlist(model_admin, request: HttpRequest) -> bool:
 @http_methods("POST")
 def allowlist_view(model_admin, request: HttpRequest, report_id: int) -> HttpResponse:
     """Allowlist the host a feed's rule blocks whole: the feeds' listings are withdrawn
-    at once and stay out at their next refreshes (urlguard.feeds.allowlist)."""
+    at once and stay out at their next refreshes (urlguard.writepath.allowlist)."""
     if not (model_admin.has_change_permission(request) and _may_allowlist(model_admin, request)):
         raise PermissionDenied
     report = _report(report_id)

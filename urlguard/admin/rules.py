@@ -1,6 +1,6 @@
 """SpamRule admin: the change list, adding a rule from a pasted URL (pick the roll-up
 level, preview what it blocks), editing category and note, and removals that go
-through urlguard.changes. The import, check-a-URL and dashboard pages hang off
+through urlguard.writepath.changes. The import, check-a-URL and dashboard pages hang off
 this admin's URLs (see get_urls)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html
 
-from urlguard import changes, hitlog, nudge
 from urlguard.admin import bulk, checkurl, dashboard, imports, reportqueue
+from urlguard.admin.forms import SpamRuleAddForm, SpamRuleChangeForm, proposed_expression
 from urlguard.admin.pages import (
     BatchAnnotatedChangeList,
     http_methods,
@@ -24,13 +24,15 @@ from urlguard.admin.pages import (
 )
 from urlguard.admin.preview import rule_preview
 from urlguard.admin.sources import ListedByFilter, listed_by
-from urlguard.canonical import expressions
-from urlguard.feeds import allowlist
-from urlguard.forms import SpamRuleAddForm, SpamRuleChangeForm, proposed_expression
-from urlguard.impact import impact_of_removing
+from urlguard.hotpath import hitlog
+from urlguard.hotpath.canonical import expressions
+from urlguard.hotpath.rollup import rule_level
 from urlguard.models import MistakeReport, SpamRule
-from urlguard.rules import RuleError, rule_level
+from urlguard.nodesync import nudge
 from urlguard.templatetags.urlguard_format import breakable_expression, micros_date
+from urlguard.writepath import allowlist, changes
+from urlguard.writepath.impact import impact_of_removing
+from urlguard.writepath.rules import RuleError
 
 
 @admin.register(SpamRule)
@@ -174,7 +176,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
     def level(self, obj: SpamRule) -> str:
         try:
             return rule_level(obj.expression)
-        except (RuleError, ValueError):
+        except ValueError:
             return "?"
 
     # --- search: a pasted URL finds the rules that block it --------------------------
@@ -190,7 +192,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
                 results = results | queryset.filter(expression__in=covering)
         return results, may_have_duplicates
 
-    # --- writes go through urlguard.changes ------------------------------------------
+    # --- writes go through urlguard.writepath.changes ------------------------------------------
     def save_model(self, request, obj, form, change):
         if change:
             # Only category and note are editable (the form has no other field); the

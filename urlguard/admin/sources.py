@@ -21,13 +21,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
+from urlguard.admin.pages import http_methods, render_tool, tool_urls
 from urlguard.conf import conf
 from urlguard.feeds import holds
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health, in_words, refresh_state
 from urlguard.feeds.refresh import held_for_impact
 from urlguard.models import AdminJob, AllowedHost, FeedHold, FeedRefresh, Source
+from urlguard.wording import counted
 
 HISTORY_SHOWN = 20
 
@@ -439,8 +440,8 @@ def start_refresh(
 ) -> AdminJob:
     """Queue a refresh of `source` as an AdminJob (a worker, or this process's runner
     thread: never inside the request, which a first load of a big feed would outlast)."""
-    from urlguard.admin.jobs import dispatch
     from urlguard.feeds.tasks import refresh_feed_job
+    from urlguard.jobs.runner import dispatch
 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REFRESH,
@@ -460,8 +461,8 @@ def start_refresh(
 def start_test_fetch(data: dict[str, Any], *, user: Any) -> AdminJob:
     """Queue a test fetch of the subscribe form's feed (a worker, or this process's
     runner thread: never inside the request)."""
-    from urlguard.admin.jobs import dispatch
     from urlguard.feeds.tasks import test_fetch_job
+    from urlguard.jobs.runner import dispatch
 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.TEST_FETCH,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from urlguard.canonical import split_expression
 from urlguard.conf import conf
 from urlguard.exports.base import UNSAFE, Export
 from urlguard.exports.projection import Position, Snapshot, parent_rules
+from urlguard.hotpath.canonical import split_expression
 
 __all__ = ["AbpExport", "patch_name"]
 

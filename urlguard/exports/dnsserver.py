@@ -30,13 +30,13 @@ import dns.rdatatype
 import dns.rrset
 from django.db import close_old_connections, connections
 
-from urlguard import metrics
 from urlguard.exports import uribl
 from urlguard.exports.projection import snapshot
 from urlguard.exports.rpz import TTL, soa_rdata
 from urlguard.exports.rpz import serial as zone_serial
 from urlguard.exports.rpzjournal import Record, delta, zone_records
 from urlguard.models import ChangeEvent
+from urlguard.runtime import metrics
 
 __all__ = ["DnsConfig", "DnsServer"]
 

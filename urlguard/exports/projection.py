@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from django.db import connections, router, transaction
 from django.db.models import Max
 
-from urlguard.canonical import split_expression
-from urlguard.feeds import allowlist
+from urlguard.hotpath.canonical import split_expression
 from urlguard.models import ChangeEvent, SpamRule
+from urlguard.writepath import allowlist
 
 __all__ = [
     "Position",

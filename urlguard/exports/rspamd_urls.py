@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from urlguard.canonical import split_expression
 from urlguard.exports.base import Export
 from urlguard.exports.categories import category_export
+from urlguard.hotpath.canonical import split_expression
 
 HOSTS = "host"
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from urlguard.conf import conf
 from urlguard.exports.categories import uribl_address
 from urlguard.exports.projection import host_rule
-from urlguard.guard import InvalidURL, get_guard
+from urlguard.hotpath.guard import InvalidURL, get_guard
+from urlguard.hotpath.warning import report_mistake_url
 from urlguard.models import SpamRule
-from urlguard.warning import report_mistake_url
 
 __all__ = ["Listing", "Unchecked", "lookup"]
 

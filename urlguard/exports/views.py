@@ -18,7 +18,6 @@ from django.utils.cache import get_conditional_response
 from django.utils.http import http_date
 from django.views.decorators.http import require_http_methods
 
-from urlguard import apikeys
 from urlguard.conf import conf
 from urlguard.exports import rcs
 from urlguard.exports.abp import AbpExport
@@ -32,7 +31,8 @@ from urlguard.exports.render import (
     rendered_path,
     write_aside,
 )
-from urlguard.ratelimits import Limited
+from urlguard.operations import apikeys
+from urlguard.runtime.ratelimits import Limited
 
 __all__ = ["export_view"]
 

@@ -27,8 +27,8 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 import urllib3
 import urllib3.connection
 
-from urlguard.addresses import IPNetwork, refused_for_fetching
 from urlguard.feeds.decoding import FeedError
+from urlguard.writepath.addresses import IPNetwork, refused_for_fetching
 
 __all__ = ["FetchResult", "FetchSettings", "TransientFeedError", "fetch"]
 

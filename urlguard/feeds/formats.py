@@ -26,7 +26,7 @@ from itertools import chain, islice
 from typing import TextIO
 
 from urlguard.feeds.decoding import FeedError, numbered
-from urlguard.importing import (
+from urlguard.writepath.importing import (
     HOSTS_FILE_SELF_NAMES,
     ParsedLine,
     entry,

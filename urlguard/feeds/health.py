@@ -11,9 +11,10 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from urlguard import changes, ownership
 from urlguard.conf import conf
 from urlguard.models import ChangeSet, Source
+from urlguard.runtime import ownership
+from urlguard.writepath import changes
 
 __all__ = ["HEALTH_LABELS", "health", "in_words", "refresh_state"]
 

@@ -1,5 +1,5 @@
 """Feed entries held for an operator's yes: a feed's new entry goes through the same
-policy as the admin's add form (urlguard.safety: a whole-host rule on a popular
+policy as the admin's add form (urlguard.writepath.safety: a whole-host rule on a popular
 host, a link shortener, a shared hosting platform or this service's own host, or a
 rule that would block more than CONFIRM_IMPACT_LINKS short links). Such an entry is
 not applied; it is kept as a FeedHold with its reasons, and the rest of the refresh
@@ -19,9 +19,9 @@ import numpy as np
 from django.utils import timezone
 
 from urlguard.conf import conf
-from urlguard.impact import impact_of_adding
 from urlguard.models import FeedHold, Source, expression_key
-from urlguard.safety import Confirmation, confirmations_many
+from urlguard.writepath.impact import impact_of_adding
+from urlguard.writepath.safety import Confirmation, confirmations_many
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Refreshing a source: fetch, read its entries, diff them against what this source
 listed last time (RuleSource, as 64-bit keys, so a million entries diff as two numpy
-arrays), and apply only the difference through urlguard.changes in one change set:
+arrays), and apply only the difference through urlguard.writepath.changes in one change set:
 new entries become rules or gain this source, entries that left lose it, and a rule
 goes only when no source lists it any more.
 
@@ -35,14 +35,11 @@ from django.db import connections, router, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from urlguard import changes, ownership
 from urlguard.conf import conf
-from urlguard.feeds import allowlist, formats, holds, memo
+from urlguard.feeds import formats, holds, memo
 from urlguard.feeds.decoding import FeedError, numbered, open_text
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.feeds.health import in_words
-from urlguard.impact import impact_of_listing
-from urlguard.importing import pending_entry
 from urlguard.models import (
     AllowedHost,
     ChangeSet,
@@ -51,7 +48,11 @@ from urlguard.models import (
     Source,
     expression_key,
 )
-from urlguard.rules import RuleError, normalize_rule
+from urlguard.runtime import ownership
+from urlguard.writepath import allowlist, changes
+from urlguard.writepath.impact import impact_of_listing
+from urlguard.writepath.importing import pending_entry
+from urlguard.writepath.rules import RuleError, normalize_rule
 
 logger = logging.getLogger(__name__)
 
@@ -315,7 +316,7 @@ def _may_block_links(impact: dict[str, Any] | None) -> bool:
 
 def _start_rescan(user: Any) -> int | None:
     """The rescan of the short links an import runs too, where the site has them."""
-    from urlguard.admin.jobs import rescan_after_adding
+    from urlguard.jobs.runner import rescan_after_adding
 
     person = user if getattr(user, "is_authenticated", False) else None
     job = rescan_after_adding(user=person)
@@ -349,7 +350,7 @@ def accept_held(source: Source, *, user: Any = None) -> RefreshResult:
 
 def _claim(source: Source, owner: str) -> str:
     """Claim `source` for a refresh by `owner`: "" when claimed, else who holds it. A
-    claim whose owner is gone (urlguard.ownership), or older than FEED_CLAIM_TIMEOUT,
+    claim whose owner is gone (urlguard.runtime.ownership), or older than FEED_CLAIM_TIMEOUT,
     is taken over at once."""
     held = (
         Source.objects.filter(pk=source.pk)

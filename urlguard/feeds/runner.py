@@ -41,8 +41,8 @@ def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
 def run_once() -> list[str]:
     """Refresh every due source now, in this thread; returns their names. First marks
     admin jobs whose runner died failed and releases claims whose owner is gone."""
-    from urlguard import ownership
     from urlguard.feeds.refresh import due_sources, refresh_source
+    from urlguard.runtime import ownership
 
     ownership.recover_orphans()
     names = []

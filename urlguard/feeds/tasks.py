@@ -10,11 +10,11 @@ from typing import Any
 
 from django.utils import timezone
 
-from urlguard import ownership
 from urlguard.celery import shared_task
 from urlguard.conf import conf
 from urlguard.feeds.refresh import due_sources, refresh_source
 from urlguard.models import AdminJob, Source
+from urlguard.runtime import ownership
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def refresh_feed(
 
 @shared_task(bind=True, name=REFRESH_JOB_TASK, ignore_result=True)
 def refresh_feed_job(self: Any, job_id: int) -> None:
-    """The admin's "refresh now", an AdminJob that urlguard.admin.jobs.dispatch runs on
+    """The admin's "refresh now", an AdminJob that urlguard.jobs.runner.dispatch runs on
     a worker or the runner thread (a first load is too long for one request)."""
     job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.REFRESH).first()
     if job is None:

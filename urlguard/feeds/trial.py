@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from urlguard.feeds import allowlist
 from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import fetch
 from urlguard.feeds.refresh import RefreshResult, _stage, fetch_settings
-from urlguard.impact import impact_of_listing
 from urlguard.models import Category, Source
+from urlguard.writepath import allowlist
+from urlguard.writepath.impact import impact_of_listing
 
 __all__ = ["test_fetch"]
 

@@ -3,7 +3,7 @@ it last, so that it never shadows a page."""
 
 from django.urls import path
 
-from urlguard.views import short_link
+from urlguard.shortlinks.views import short_link
 
 urlpatterns = [
     path("<slug:slug>", short_link, name="short-link"),

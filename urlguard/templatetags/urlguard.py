@@ -1,11 +1,11 @@
 """`{% load urlguard %}{{ url|guarded }}`: an outbound link, checked when clicked
-(urlguard.linkshim)."""
+(urlguard.hotpath.linkshim)."""
 
 from __future__ import annotations
 
 from django import template
 
-from urlguard.linkshim import guarded_url
+from urlguard.hotpath.linkshim import guarded_url
 
 register = template.Library()
 

@@ -14,8 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test.utils import override_settings
 
 from filterengine import FilterFileError, ScalingCountingBloomFilter
-from urlguard import registry, sync
 from urlguard.conf import conf
+from urlguard.nodesync import registry, sync
 
 # System checks about writing the filter file (its directory must be writable): a
 # diagnostic that only reads it must run exactly when that is broken.

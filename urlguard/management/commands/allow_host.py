@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard.feeds.allowlist import allow_host, unallow_host
-from urlguard.rules import RuleError
+from urlguard.writepath.allowlist import allow_host, unallow_host
+from urlguard.writepath.rules import RuleError
 
 
 class Command(BaseCommand):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError
 
-from urlguard.canonical import expressions
-from urlguard.guard import InvalidURL, get_guard
+from urlguard.hotpath.canonical import expressions
+from urlguard.hotpath.guard import InvalidURL, get_guard
 from urlguard.models import SpamRule
 
 from ._filterfile import DiagnosticCommand

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from urlguard.apikeys import create_api_key
 from urlguard.models import APIKey
+from urlguard.operations.apikeys import create_api_key
 
 
 class Command(BaseCommand):

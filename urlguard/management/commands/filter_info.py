@@ -7,8 +7,8 @@ import os
 
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, SpamRule
-from urlguard.nodestatus import jsonable
-from urlguard.sync import log_head
+from urlguard.nodesync.nodestatus import jsonable
+from urlguard.nodesync.sync import log_head
 
 from ._filterfile import DiagnosticCommand, add_path_argument, open_readonly
 

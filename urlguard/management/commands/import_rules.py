@@ -9,9 +9,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard import changes
-from urlguard.importing import parse_rules
 from urlguard.models import Category, ChangeSet
+from urlguard.writepath import changes
+from urlguard.writepath.importing import parse_rules
 
 from ._progress import Progress
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard.admin.jobs import runner
 from urlguard.feeds import holds
 from urlguard.feeds.refresh import held_for_impact, refresh_source
+from urlguard.jobs.runner import runner
 from urlguard.models import AdminJob, Source
 
 

@@ -8,8 +8,8 @@ import os
 from django.core.management.base import BaseCommand, CommandError
 
 from filterengine import FilterFileError, FilterLockedError, FilterSpaceError
-from urlguard import sync
 from urlguard.conf import conf
+from urlguard.nodesync import sync
 
 from ._filterfile import add_path_argument, write_errors
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard import revert
 from urlguard.models import ChangeEvent, ChangeSet
+from urlguard.writepath import revert
 
 from ._progress import Progress
 

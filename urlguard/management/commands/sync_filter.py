@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from urlguard import sync
 from urlguard.conf import conf
+from urlguard.nodesync import sync
 
 from ._filterfile import add_path_argument, run_sync, write_errors
 

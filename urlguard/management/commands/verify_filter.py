@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError
 
-from urlguard import registry, sync
 from urlguard.conf import conf
 from urlguard.models import SpamRule
+from urlguard.nodesync import registry, sync
 
 from ._filterfile import DiagnosticCommand, add_path_argument, open_readonly
 from ._progress import Progress

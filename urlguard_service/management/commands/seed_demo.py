@@ -18,12 +18,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from urlguard import sync
-from urlguard.changes import RuleExists, add_rule
 from urlguard.conf import conf
 from urlguard.models import ShortLink, SpamRule
-from urlguard.rules import normalize_rule
-from urlguard.slugs import create_short_link
+from urlguard.nodesync import sync
+from urlguard.shortlinks.slugs import create_short_link
+from urlguard.writepath.changes import RuleExists, add_rule
+from urlguard.writepath.rules import normalize_rule
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Command(BaseCommand):
         if not no_superuser:
             self._superuser()
 
-        from urlguard.guard import get_guard
+        from urlguard.hotpath.guard import get_guard
 
         guard = get_guard()
         base = base_url.rstrip("/")

@@ -1,0 +1,264 @@
+"""The hit log: which rules fire, how often, when last, how many visitors clicked
+"continue anyway", and which blocked hosts come up most. Recorded on the warning
+page (never on the redirect's fast path) into the batched statistics buffer of
+urlguard.runtime.stats, flushed once a second by its thread, one statement per table: a
+warning costs an append in memory, never a database write.
+
+Per rule and day (RuleHitDay: hits, continued, last hit) and per blocked host and
+day (HostHitDay), kept HIT_LOG_DAYS days; per rule since it was listed
+(RuleHitTotal: the sortable columns of the rules list). And each event on its own
+(HitEvent: when, where from, the destination, the rule and its expression), the
+newest HIT_EVENTS_KEPT kept: the admin's hit log."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections, router
+from django.db.models import Sum
+from django.utils import timezone
+
+from urlguard.conf import conf
+from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
+from urlguard.runtime import stats
+
+__all__ = ["api_blocked", "continued", "prune", "top_hosts", "top_rules", "warned"]
+
+WARNED, CONTINUED = 0, 1
+
+
+def _upsert(
+    model, keys: Sequence[str], adds: Sequence[str], latest: str | None, rows: list[tuple]
+) -> None:
+    """INSERT rows (keys, adds..., latest) ON CONFLICT (keys) add the counts and keep
+    the later timestamp: one statement per STATEMENT_ROWS rows (SQLite and PostgreSQL)."""
+    if not rows:
+        return
+    connection = connections[router.db_for_write(model)]
+    qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
+    columns = [*keys, *adds, *([latest] if latest else [])]
+    field = {f.attname: f for f in model._meta.fields}
+    later = "GREATEST" if connection.vendor == "postgresql" else "MAX"
+    sets = [f"{qn(c)} = {table}.{qn(c)} + excluded.{qn(c)}" for c in adds]
+    if latest:
+        sets.append(
+            f"{qn(latest)} = {later}(COALESCE({table}.{qn(latest)}, excluded.{qn(latest)}), "
+            f"excluded.{qn(latest)})"
+        )
+    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), stats.STATEMENT_ROWS):
+            part = rows[start : start + stats.STATEMENT_ROWS]
+            params: list[Any] = []
+            for values in part:
+                params.extend(
+                    field[name].get_db_prep_save(value, connection)
+                    for name, value in zip(columns, values, strict=True)
+                )
+            cursor.execute(
+                f"INSERT INTO {table} ({', '.join(qn(c) for c in columns)}) "
+                f"VALUES {', '.join([row] * len(part))} "
+                f"ON CONFLICT ({', '.join(qn(k) for k in keys)}) DO UPDATE SET {', '.join(sets)}",
+                params,
+            )
+
+
+def _write(items: list[tuple[int, int, str, dt.datetime]]) -> None:
+    """Flush (urlguard.runtime.stats, inside a transaction): merge the buffered events."""
+    days: dict[tuple[int, dt.date], list] = {}
+    totals: dict[int, list] = {}
+    hosts: dict[tuple[str, dt.date], int] = {}
+    for kind, rule_id, host, at in items:
+        day = at.date()
+        entry = days.setdefault((rule_id, day), [0, 0, at])
+        total = totals.setdefault(rule_id, [0, 0, at])
+        for row in (entry, total):
+            row[kind] += 1
+            row[2] = max(row[2], at)
+        if kind == WARNED and host:
+            hosts[(host[:255], day)] = hosts.get((host[:255], day), 0) + 1
+    _upsert(
+        RuleHitDay,
+        ("rule_id", "day"),
+        ("hits", "continued"),
+        "last_at",
+        [(r, d, h, c, at) for (r, d), (h, c, at) in days.items()],
+    )
+    _upsert(
+        RuleHitTotal,
+        ("rule_id",),
+        ("hits", "continued"),
+        "last_at",
+        [(r, h, c, at) for r, (h, c, at) in totals.items()],
+    )
+    _upsert(
+        HostHitDay, ("host", "day"), ("hits",), None, [(h, d, n) for (h, d), n in hosts.items()]
+    )
+
+
+EVENTS = stats.batch("rule_hits", flush=_write, model=RuleHitDay)
+
+
+def _write_events(events: list[HitEvent]) -> None:
+    """Flush (urlguard.runtime.stats, inside a transaction): the events, each with its rule's
+    expression and category (one query), then forget all but the newest
+    HIT_EVENTS_KEPT (one indexed DELETE: ids grow with time)."""
+    missing = {e.rule_id for e in events if e.rule_id is not None and not e.expression}
+    if missing:
+        known = {
+            pk: (expression, category)
+            for pk, expression, category in SpamRule.objects.filter(pk__in=missing).values_list(
+                "pk", "expression", "category"
+            )
+        }
+        for event in events:
+            if not event.expression and event.rule_id in known:
+                event.expression, event.category = known[event.rule_id]
+    created = HitEvent.objects.bulk_create(events)
+    newest = max((e.pk for e in created if e.pk is not None), default=None)
+    if newest is None:
+        newest = HitEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
+    if newest is not None:
+        HitEvent.objects.filter(pk__lte=newest - int(conf.HIT_EVENTS_KEPT)).delete()
+
+
+HIT_EVENTS = stats.batch("hit_events", flush=_write_events, model=HitEvent)
+
+
+def warned(
+    rule_id: int,
+    host: str,
+    *,
+    where: str = "",
+    destination: str = "",
+    expression: str = "",
+    category: str = "",
+) -> None:
+    """The warning page was shown for `rule_id`'s block of `host` (a redirect from
+    `where` to `destination`)."""
+    now = timezone.now()
+    EVENTS.append((WARNED, rule_id, host, now))
+    HIT_EVENTS.append(
+        HitEvent(
+            at=now,
+            action=HitEvent.Action.WARNED,
+            where=where[:200],
+            destination=destination[:2000],
+            host=host[:255],
+            rule_id=rule_id,
+            expression=expression[:2000],
+            category=category,
+        )
+    )
+
+
+def api_blocked(verdict: Any, *, where: str) -> None:
+    """The check API answered "blocked" for `verdict` (an event of the hit log only:
+    no warning was shown, so the daily warning counts do not move)."""
+    rule = verdict.rule
+    if rule is None:
+        return
+    host = verdict.canonical.split("://", 1)[-1].split("/", 1)[0] if verdict.canonical else ""
+    HIT_EVENTS.append(
+        HitEvent(
+            at=timezone.now(),
+            action=HitEvent.Action.API,
+            where=where[:200],
+            destination=str(verdict.url)[:2000],
+            host=host[:255],
+            rule_id=rule.pk,
+            expression=rule.expression[:2000],
+            category=rule.category,
+        )
+    )
+
+
+def continued(rule_id: int, *, destination: str = "", host: str = "") -> None:
+    """A visitor followed "continue anyway" past `rule_id`'s warning."""
+    now = timezone.now()
+    EVENTS.append((CONTINUED, rule_id, "", now))
+    HIT_EVENTS.append(
+        HitEvent(
+            at=now,
+            action=HitEvent.Action.CONTINUED,
+            destination=destination[:2000],
+            host=host[:255],
+            rule_id=rule_id,
+        )
+    )
+
+
+def prune(now: dt.datetime | None = None) -> int:
+    """Forget daily rows older than HIT_LOG_DAYS (the per-rule totals stay)."""
+    cutoff = (now or timezone.now()).date() - dt.timedelta(days=int(conf.HIT_LOG_DAYS))
+    removed, _ = RuleHitDay.objects.filter(day__lt=cutoff).delete()
+    hosts, _ = HostHitDay.objects.filter(day__lt=cutoff).delete()
+    return removed + hosts
+
+
+def _since(days: int) -> dt.date:
+    return timezone.now().date() - dt.timedelta(days=days - 1)
+
+
+def top_rules(days: int = 7, limit: int = 10) -> list[dict]:
+    """[{rule_id, expression, hits, continued}] most hits first, over `days` days."""
+    from urlguard.models import SpamRule
+
+    rows = list(
+        RuleHitDay.objects.filter(day__gte=_since(days))
+        .values("rule_id")
+        .annotate(hits=Sum("hits"), continued=Sum("continued"))
+        .order_by("-hits")[:limit]
+    )
+    ids = [r["rule_id"] for r in rows]
+    names = dict(SpamRule.objects.filter(pk__in=ids).values_list("pk", "expression"))
+    # A removed rule is named by the expression its events kept.
+    gone = dict(
+        HitEvent.objects.filter(rule_id__in=set(ids) - names.keys())
+        .exclude(expression="")
+        .values_list("rule_id", "expression")
+    )
+    return [
+        {**r, "expression": names.get(r["rule_id"]), "removed": gone.get(r["rule_id"])}
+        for r in rows
+    ]
+
+
+def top_hosts(days: int = 7, limit: int = 10) -> list[dict]:
+    rows = (
+        HostHitDay.objects.filter(day__gte=_since(days))
+        .values("host")
+        .annotate(hits=Sum("hits"))
+        .order_by("-hits")[:limit]
+    )
+    return [dict(row) for row in rows]
+
+
+def daily_hits(days: int = 7) -> list[tuple[dt.date, int]]:
+    """Warnings shown per day, oldest first, zero-filled."""
+    first = _since(days)
+    found = dict(
+        RuleHitDay.objects.filter(day__gte=first)
+        .values_list("day")
+        .annotate(n=Sum("hits"))
+        .values_list("day", "n")
+    )
+    return [
+        (first + dt.timedelta(days=i), found.get(first + dt.timedelta(days=i), 0))
+        for i in range(days)
+    ]
+
+
+def rule_days(rule_id: int, days: int = 7) -> list[tuple[dt.date, int]]:
+    """One rule's warnings per day, oldest first, zero-filled."""
+    first = _since(days)
+    found = dict(
+        RuleHitDay.objects.filter(rule_id=rule_id, day__gte=first).values_list("day", "hits")
+    )
+    return [
+        (first + dt.timedelta(days=i), found.get(first + dt.timedelta(days=i), 0))
+        for i in range(days)
+    ]

@@ -1,0 +1,116 @@
+"""The change log: one row per rule addition or removal, in seq order, grouped in change
+sets (one action's worth, revertible)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import connections, models
+from django.db.models import Max
+from django.utils import timezone
+
+from urlguard.models.feeds import Source
+from urlguard.models.rules import Category
+
+
+class ChangeSet(models.Model):
+    """One action's worth of change-log rows: an admin edit, an import, a feed
+    refresh, a revert, a bulk delete. Counts are of what committed."""
+
+    class Kind(models.TextChoices):
+        ADMIN = "admin", "Admin edit"
+        IMPORT = "import", "Import"
+        REFRESH = "refresh", "Feed refresh"
+        REVERT = "revert", "Revert"
+        BULK_DELETE = "bulk-delete", "Bulk delete"
+        ALLOWLIST = "allowlist", "Allowlist"
+        OTHER = "other", "Other"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.OTHER)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    note = models.TextField(blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    source = models.ForeignKey(
+        Source, null=True, blank=True, on_delete=models.SET_NULL, related_name="change_sets"
+    )
+    added = models.BigIntegerField(default=0)
+    removed = models.BigIntegerField(default=0)
+    refused = models.BigIntegerField(default=0)
+    reverts = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reverted_by"
+    )
+    # None while the set's writes go on (urlguard.writepath.changes.change_set): a set left
+    # unfinished by a process that died is partial, and running the work again
+    # finishes it. `owner` and `heartbeat` say who writes it now (urlguard.runtime.ownership).
+    finished = models.DateTimeField(null=True, blank=True, default=timezone.now)
+    owner = models.CharField(max_length=300, blank=True, default="", db_index=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+
+    def __str__(self) -> str:
+        return f"Change set #{self.pk} ({self.get_kind_display().lower()})"
+
+
+# pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
+CHANGE_LOG_LOCK = 0x75726C67
+
+
+class ChangeEventManager(models.Manager):
+    def lock_log(self, using: str | None = None) -> None:
+        """Serialize writers of the change log until the current transaction ends, so
+        that seq values commit in seq order (a node that has seen seq N never sees a
+        smaller one commit later)."""
+        connection = connections[using or self.db]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHANGE_LOG_LOCK])
+        # SQLite: settings make every transaction BEGIN IMMEDIATE, i.e. one writer at a time.
+
+    def head(self) -> int:
+        """The newest seq in the log (0 if empty): a primary-key lookup."""
+        return int(self.get_queryset().aggregate(m=Max("seq"))["m"] or 0)
+
+
+class ChangeEvent(models.Model):
+    """The change log: one row per addition or removal, written in the same
+    transaction as the SpamRule change. Nodes apply rows in seq order, once."""
+
+    class Action(models.TextChoices):
+        ADD = "add", "Add"
+        REMOVE = "remove", "Remove"
+
+    seq = models.BigAutoField(primary_key=True)
+    action = models.CharField(max_length=6, choices=Action.choices)
+    expression = models.CharField(max_length=2000)
+    added_at = models.BigIntegerField()
+    category = models.CharField(max_length=16, choices=Category.choices, blank=True, default="")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    source = models.CharField(max_length=200, blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+    change_set = models.ForeignKey(
+        ChangeSet, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    # The rule's note, so that a removed rule can come back with it.
+    note = models.TextField(blank=True, default="")
+
+    objects = ChangeEventManager()
+
+    class Meta:
+        ordering = ["-seq"]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.action} {self.expression}"

@@ -1,0 +1,903 @@
+"""The one write path for the spam table: every addition or removal of a SpamRule
+commits together with its ChangeEvent, and the nodes are nudged after the commit.
+
+Writers are serialized (a PostgreSQL advisory lock; on SQLite, BEGIN IMMEDIATE), so
+ChangeEvent.seq values commit in seq order. A node that has seen seq N therefore
+never sees a smaller seq commit later, and a hole in seq can only be a rolled-back
+transaction, which is safe to skip. The Celery message is only a nudge: a lost one
+is caught up from the log by the periodic catch-up, so a broker that is down never
+loses or refuses an edit.
+
+Every write belongs to a change set (ChangeSet: one admin action, one import, one
+feed refresh, one revert): pass `change_set=`, or open one with `with change_set(...)`
+around the calls, or get a one-off set made for that call. Every rule is listed by
+one or more sources (RuleSource): an addition of a rule already listed only adds the
+source; `withdraw_rules` takes a source's listing away and removes the rule only
+when no source lists it any more; `remove_rule(s)` (the admin's delete) removes the
+rule outright, whoever lists it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from django.db import DatabaseError, connections, models, router, transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from urlguard.models import (
+    Category,
+    ChangeEvent,
+    ChangeSet,
+    RuleSource,
+    Source,
+    SpamRule,
+    expression_key,
+    now_micros,
+    rule_writes_allowed,
+)
+from urlguard.nodesync.nudge import send as _nudge
+from urlguard.runtime import ownership
+from urlguard.writepath.importing import ParsedLine
+from urlguard.writepath.rules import RuleError, normalize_rule
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BulkResult",
+    "Refusal",
+    "RuleExists",
+    "WithdrawResult",
+    "add_rule",
+    "add_rules",
+    "change_set",
+    "current_change_set",
+    "interrupted",
+    "record_refused",
+    "remove_rule",
+    "remove_rules",
+    "source_for",
+    "withdraw_rules",
+    "CHUNK_SIZE",
+]
+
+# One transaction per chunk: big enough for bulk inserts to be fast, small enough
+# that a writer never holds the change-log lock for long.
+CHUNK_SIZE = 5000
+# A bulk load refreshes the planner's statistics when it has added this many rules,
+# then at each doubling (see _refresh_statistics).
+_ANALYZE_EVERY = 20_000
+# SQLite's historical limit on bound parameters is 999; stay under it for IN (...).
+_IN_BATCH = 900
+_ADD = str(ChangeEvent.Action.ADD.value)
+_REMOVE = str(ChangeEvent.Action.REMOVE.value)
+
+# The change set that writes without an explicit `change_set=` join (see change_set()).
+_current: contextvars.ContextVar[ChangeSet | None] = contextvars.ContextVar(
+    "urlguard_change_set", default=None
+)
+
+
+class RuleExists(RuleError):
+    """The expression is already listed; `.rule` is the existing row."""
+
+    def __init__(self, expression: str, rule: SpamRule):
+        super().__init__(f"{expression} is already listed (rule #{rule.pk}, {rule.category})")
+        self.expression = expression
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class Refusal:
+    text: str
+    reason: str
+    lineno: int | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.lineno}: " if self.lineno is not None else ""
+        return f"{where}{self.text!r}: {self.reason}"
+
+
+@dataclass
+class BulkResult:
+    """What a bulk import did (or, with dry_run, would do)."""
+
+    added: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # already listed, or repeated in the input
+    refused: list[Refusal] = field(default_factory=list)
+    dry_run: bool = False
+    # Of `skipped`: rules already listed by another source that this source now lists too.
+    gained: int = 0
+    change_set: ChangeSet | None = None
+    # Of chunks written: len(added) and len(skipped), also when add_rules was told
+    # not to keep the names.
+    added_count: int = 0
+    skipped_count: int = 0
+
+    def summary(self) -> str:
+        verb = "would be added" if self.dry_run else "added"
+        return (
+            f"{len(self.added)} {verb}, {len(self.skipped)} skipped (already listed), "
+            f"{len(self.refused)} refused"
+        )
+
+
+@dataclass
+class WithdrawResult:
+    """What withdraw_rules did: listings taken away, and rules removed because no
+    source listed them any more."""
+
+    withdrawn: int = 0
+    removed: int = 0
+    change_set: ChangeSet | None = None
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    expression: str
+    category: str
+    note: str
+    lineno: int | None
+
+
+_CATEGORIES = frozenset(Category.values)
+
+
+def _check_category(category: str) -> str:
+    if category not in _CATEGORIES:
+        raise RuleError(
+            f"unknown category {category!r}; choose one of {', '.join(Category.values)}"
+        )
+    return str(category)  # a Category member becomes its plain value
+
+
+def _actor(user: Any) -> Any:
+    # The admin may pass AnonymousUser (e.g. a public report form); it is no row.
+    return user if user is not None and getattr(user, "is_authenticated", False) else None
+
+
+def _lock_change_log(using: str) -> None:
+    ChangeEvent.objects.lock_log(using)
+
+
+def _next_added_at() -> int:
+    # Microseconds from the clock, bumped past the newest rule if the clock repeats
+    # or stepped back: added_at is the rule's filter id and must be unique.
+    newest = SpamRule.objects.aggregate(m=Max("added_at"))["m"] or 0
+    return max(now_micros(), newest + 1)
+
+
+# -- sources and change sets ---------------------------------------------------------
+
+# Where a label given as `source="..."` finds its Source when no Source has that exact
+# name: the part before ':' ("import:list.txt" -> "import"), made a manual source.
+_MANUAL_KINDS = {"admin": ChangeSet.Kind.ADMIN, "import": ChangeSet.Kind.IMPORT}
+
+
+def source_for(source: str | Source) -> Source:
+    """The Source row for `source`: a Source as is; a name of one; otherwise the
+    manual source named by the label's part before ':' (created on first use)."""
+    if isinstance(source, Source):
+        return source
+    name = (source or "admin").strip()[:100] or "admin"
+    found = Source.objects.filter(name=name).first()
+    if found is not None:
+        return found
+    base = name.split(":", 1)[0].strip() or "admin"
+    found, _ = Source.objects.get_or_create(name=base, defaults={"kind": Source.Kind.MANUAL})
+    return found
+
+
+def _label(source: str | Source) -> str:
+    return source.name if isinstance(source, Source) else (source or "admin")[:200]
+
+
+def current_change_set() -> ChangeSet | None:
+    """The change set opened by the innermost `with change_set(...)`, if any."""
+    return _current.get()
+
+
+@contextmanager
+def change_set(
+    *,
+    kind: str = ChangeSet.Kind.OTHER,
+    actor: Any = None,
+    note: str = "",
+    reason: str = "",
+    source: str | Source | None = None,
+    reverts: ChangeSet | None = None,
+    resume: ChangeSet | None = None,
+) -> Iterator[ChangeSet]:
+    """Open a change set: every write of this module inside the block that is given
+    no `change_set=` belongs to it. The row is written at once (inside the caller's
+    transaction, if any); its counts grow as each chunk commits and are read back
+    into the yielded object when the block ends. Until the block ends the set is
+    unfinished and owned by this process (urlguard.runtime.ownership): a process that dies
+    inside it leaves it partial, and `resume=` (that set) lets the work run again
+    finish it in the same set."""
+    owner = str(ownership.me())
+    now = timezone.now()
+    if resume is not None:
+        ChangeSet.objects.filter(pk=resume.pk).update(finished=None, owner=owner, heartbeat=now)
+        cs = resume
+        cs.finished, cs.owner, cs.heartbeat = None, owner, now
+    else:
+        cs = ChangeSet.objects.create(
+            kind=kind,
+            actor=_actor(actor),
+            note=note,
+            reason=reason,
+            source=source_for(source) if source is not None else None,
+            reverts=reverts,
+            finished=None,
+            owner=owner,
+            heartbeat=now,
+        )
+    ownership.beat_while_owned()
+    token = _current.set(cs)
+    completed = False
+    try:
+        yield cs
+        completed = True
+    finally:
+        _current.reset(token)
+        if completed:
+            ChangeSet.objects.filter(pk=cs.pk, owner=owner).update(
+                owner="", finished=timezone.now()
+            )
+            _reload_counts(cs)
+        else:
+            # An error leaves the set partial but nobody's (running the work again
+            # finishes it at once), unless the caller's transaction is broken and
+            # takes the set with it: that error is the one to see.
+            with suppress(DatabaseError):
+                ChangeSet.objects.filter(pk=cs.pk, owner=owner).update(owner="")
+                _reload_counts(cs)
+
+
+def interrupted(**filters: Any) -> ChangeSet | None:
+    """The newest change set matching `filters` that was left unfinished by a writer
+    now gone (urlguard.runtime.ownership): partial, for the work run again to finish. One
+    reverted since is not: what it did was undone, and more would go on top."""
+    sets = ChangeSet.objects.filter(finished__isnull=True, reverted_by__isnull=True, **filters)
+    for cs in sets.order_by("-pk"):
+        if ownership.gone_reason(cs.owner, cs.heartbeat, cs.created):
+            return cs
+    return None
+
+
+def _reload_counts(cs: ChangeSet) -> None:
+    row = (
+        ChangeSet.objects.filter(pk=cs.pk)
+        .values("added", "removed", "refused", "finished", "owner")
+        .first()
+    )
+    if row is not None:  # None: the caller's transaction rolled it back
+        cs.added, cs.removed, cs.refused = row["added"], row["removed"], row["refused"]
+        cs.finished, cs.owner = row["finished"], row["owner"]
+
+
+def _one_off(
+    change_set: ChangeSet | None,
+    *,
+    kind: str,
+    user: Any,
+    source: Source | None,
+    note: str = "",
+    reason: str = "",
+) -> ChangeSet:
+    """`change_set`, else the open one, else a new set for this call alone."""
+    if change_set is not None:
+        return change_set
+    current = _current.get()
+    if current is not None:
+        return current
+    return ChangeSet.objects.create(
+        kind=kind, actor=_actor(user), source=source, note=note, reason=reason
+    )
+
+
+def _kind_for(label: str, default: str) -> str:
+    return _MANUAL_KINDS.get(label.split(":", 1)[0], default)
+
+
+def _count(cs: ChangeSet, **deltas: int) -> None:
+    """Add to the set's counts in the caller's transaction (so they count what committed)."""
+    deltas = {name: n for name, n in deltas.items() if n}
+    if not deltas:
+        return
+    ChangeSet.objects.filter(pk=cs.pk).update(**{k: F(k) + n for k, n in deltas.items()})
+    for name, n in deltas.items():
+        setattr(cs, name, getattr(cs, name) + n)
+
+
+def record_refused(cs: ChangeSet, count: int) -> None:
+    """Count `count` entries refused (e.g. by the allowlist) in `cs`."""
+    _count(cs, refused=count)
+
+
+# -- single writes --------------------------------------------------------------------
+
+
+def add_rule(
+    text: str,
+    *,
+    category: str,
+    source: str | Source = "admin",
+    note: str = "",
+    user: Any = None,
+    change_set: ChangeSet | None = None,
+) -> SpamRule:
+    """Normalize `text` (URL, host or expression) and list it under `source`. Raises
+    RuleError (with the reason) if it cannot be a rule, RuleExists if it is already
+    listed (then nothing is written, the source is not added either)."""
+    expression = normalize_rule(text)
+    category = _check_category(category)
+    label = _label(source)
+    using = router.db_for_write(SpamRule)
+    with transaction.atomic(using=using), rule_writes_allowed():
+        _lock_change_log(using)
+        existing = SpamRule.objects.filter(expression=expression).first()
+        if existing is not None:
+            raise RuleExists(expression, existing)
+        lister = source_for(source)
+        # Made inside this transaction: a refused add leaves no empty set behind.
+        cs = _one_off(
+            change_set,
+            kind=_kind_for(label, ChangeSet.Kind.OTHER),
+            user=user,
+            source=lister,
+            note=note,
+        )
+        rule = SpamRule(
+            expression=expression,
+            category=category,
+            added_at=_next_added_at(),
+            source=label,
+            note=note,
+            added_by=_actor(user),
+        )
+        rule.save(force_insert=True, using=using)
+        RuleSource.objects.create(rule=rule, source=lister, key=expression_key(expression))
+        event = ChangeEvent.objects.create(
+            action=ChangeEvent.Action.ADD,
+            expression=expression,
+            added_at=rule.added_at,
+            category=category,
+            actor=_actor(user),
+            source=label,
+            change_set=cs,
+            note=note,
+        )
+        _count(cs, added=1)
+        transaction.on_commit(partial(_nudge, event.seq), using=using)
+    return rule
+
+
+def remove_rule(
+    rule: SpamRule,
+    *,
+    user: Any = None,
+    source: str | Source = "admin",
+    change_set: ChangeSet | None = None,
+    reason: str = "",
+) -> None:
+    """Unlist `rule` outright, whichever sources list it (the admin's delete; a feed
+    uses withdraw_rules). Removing a rule that is already gone is a no-op (two people
+    clicking "delete" at once must not fail). `reason` goes on a one-off change set."""
+    label = _label(source)
+    using = router.db_for_write(SpamRule)
+    with transaction.atomic(using=using), rule_writes_allowed():
+        _lock_change_log(using)
+        # Read the row again under the lock: the caller's copy may be stale.
+        rows = list(
+            SpamRule.objects.filter(pk=rule.pk).values_list(
+                "pk", "expression", "added_at", "category", "note"
+            )
+        )
+        if not rows:
+            logger.info("rule #%s (%s) was already removed", rule.pk, rule.expression)
+            return
+        cs = _one_off(
+            change_set,
+            kind=_kind_for(label, ChangeSet.Kind.OTHER),
+            user=user,
+            source=source_for(source),
+            reason=reason,
+        )
+        _remove_rows(using, rows, cs=cs, user=user, label=label)
+
+
+def _coerce(
+    item: Any, default_category: str
+) -> tuple[str | None, str, str, int | None, str | None]:
+    """-> (text, category, note, lineno, error) from a str, a (text, category[, note])
+    tuple, or an importing.ParsedLine-like object; text None = nothing to import (a
+    comment or blank line)."""
+    if isinstance(item, str):
+        return item, default_category, "", None, None
+    if isinstance(item, tuple):
+        text, category, *rest = item
+        return text, category or default_category, (rest[0] if rest else ""), None, None
+    error = getattr(item, "error", None)
+    text = getattr(item, "expression", None)
+    if error:
+        text = getattr(item, "raw", "") or ""
+    return (
+        text,
+        getattr(item, "category", None) or default_category,
+        getattr(item, "note", "") or "",
+        getattr(item, "lineno", None),
+        error,
+    )
+
+
+def in_batches(values: list, size: int = _IN_BATCH) -> Iterator[list]:
+    """`values` in slices of `size`; by default short enough for one IN (...) on
+    every backend."""
+    for i in range(0, len(values), size):
+        yield values[i : i + size]
+
+
+def existing_expressions(expressions: list[str]) -> set[str]:
+    """Which of `expressions` the spam table already lists (one query per batch)."""
+    found: set[str] = set()
+    for batch in in_batches(expressions):
+        found.update(
+            SpamRule.objects.filter(expression__in=batch).values_list("expression", flat=True)
+        )
+    return found
+
+
+def _insert(using: str, model: Any, names: tuple[str, ...], rows: list[tuple]) -> None:
+    """INSERT many rows in one executemany: bulk imports spend their time here, and
+    Model.bulk_create's per-object, per-value work was most of it (100,000 rules:
+    27 s -> 8 s on SQLite). Rows hold database-ready values (str, int, None, and
+    datetimes prepared once per chunk by _db_value)."""
+    connection = connections[using]
+    fields = [model._meta.get_field(name) for name in names]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    table = connection.ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # COPY is ~5x the rows per second of a pipelined executemany here (a
+            # 1,000,000-entry feed writes 3,000,000 rows on its first load).
+            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
+
+
+def _db_value(using: str, model: Any, name: str, value: Any) -> Any:
+    return model._meta.get_field(name).get_db_prep_save(value, connections[using])
+
+
+def _present(expressions: list[str]) -> dict[str, int]:
+    """expression -> rule pk, for those of `expressions` the table lists."""
+    connection = connections[router.db_for_read(SpamRule)]
+    if connection.vendor == "postgresql":
+        # One statement with one array parameter: the ORM's IN lists of 900 cost more
+        # in building and binding the query than PostgreSQL spends answering it.
+        qn = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT expression, {qn(str(SpamRule._meta.pk.column))} "  # type: ignore[union-attr]
+                f"FROM {qn(SpamRule._meta.db_table)} WHERE expression = ANY(%s)",
+                [expressions],
+            )
+            return dict(cursor.fetchall())
+    found: dict[str, int] = {}
+    for batch in in_batches(expressions):
+        found.update(SpamRule.objects.filter(expression__in=batch).values_list("expression", "pk"))
+    return found
+
+
+def _list_under(using: str, source: Source, pairs: list[tuple[int, str]], now: Any) -> int:
+    """Record that `source` lists these (pk, expression) rules; pairs it already
+    lists are left as they are. Returns how many listings were new."""
+    if not pairs:
+        return 0
+    connection = connections[using]
+    table = connection.ops.quote_name(RuleSource._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} (rule_id, source_id, {connection.ops.quote_name('key')}, "
+            "created) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            [(pk, source.pk, expression_key(expr), now) for pk, expr in pairs],
+        )
+        # executemany's rowcount is the sum over the statements on both backends.
+        return max(cursor.rowcount, 0)
+
+
+def _add_chunk(
+    chunk: list[_Candidate],
+    result: BulkResult,
+    *,
+    source: Source,
+    label: str,
+    user: Any,
+    dry_run: bool,
+    cs: ChangeSet | None,
+    keep_names: bool = True,
+) -> None:
+    using = router.db_for_write(SpamRule)
+    if dry_run:
+        present = existing_expressions([c.expression for c in chunk])
+        for c in chunk:
+            (result.skipped if c.expression in present else result.added).append(c.expression)
+        result.added_count = len(result.added)
+        result.skipped_count = len(result.skipped)
+        return
+    assert cs is not None
+    with transaction.atomic(using=using), rule_writes_allowed():
+        _lock_change_log(using)
+        listed = _present([c.expression for c in chunk])
+        new = [c for c in chunk if c.expression not in listed]
+        now = _db_value(using, SpamRule, "created", timezone.now())
+        if listed:
+            result.skipped_count += len(listed)
+            if keep_names:
+                result.skipped.extend(c.expression for c in chunk if c.expression in listed)
+            result.gained += _list_under(
+                using, source, [(pk, expr) for expr, pk in listed.items()], now
+            )
+        if not new:
+            return
+        first_id = _next_added_at()
+        actor = _actor(user)
+        actor_id = actor.pk if actor is not None else None
+        ids = [first_id + i for i in range(len(new))]
+        _insert(
+            using,
+            SpamRule,
+            (
+                "expression",
+                "category",
+                "note",
+                "added_at",
+                "source",
+                "added_by",
+                "created",
+                "updated",
+            ),
+            [
+                (c.expression, c.category, c.note, added_at, label, actor_id, now, now)
+                for c, added_at in zip(new, ids, strict=True)
+            ],
+        )
+        # The ids are this chunk's alone (all above the newest rule, under the lock).
+        by_id = dict(
+            SpamRule.objects.using(using)
+            .filter(added_at__gte=ids[0], added_at__lte=ids[-1])
+            .values_list("added_at", "pk")
+        )
+        # New rules: no listing of them can exist yet, so a plain insert (COPY) will do.
+        _insert(
+            using,
+            RuleSource,
+            ("rule", "source", "key", "created"),
+            [
+                (by_id[i], source.pk, expression_key(c.expression), now)
+                for c, i in zip(new, ids, strict=True)
+            ],
+        )
+        # One statement per chunk, rows in added_at order: seq follows added_at.
+        _insert(
+            using,
+            ChangeEvent,
+            (
+                "action",
+                "expression",
+                "added_at",
+                "category",
+                "actor",
+                "source",
+                "created",
+                "change_set",
+                "note",
+            ),
+            [
+                (_ADD, c.expression, added_at, c.category, actor_id, label, now, cs.pk, c.note)
+                for c, added_at in zip(new, ids, strict=True)
+            ],
+        )
+        _count(cs, added=len(new))
+        # Under the change-log lock, the newest seq is this chunk's last event.
+        last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
+        transaction.on_commit(partial(_nudge, last_seq), using=using)
+        result.added_count += len(new)
+        if keep_names:
+            result.added.extend(c.expression for c in new)
+
+
+def add_rules(
+    items: Iterable[Any],
+    *,
+    source: str | Source,
+    user: Any = None,
+    category: str = Category.SPAM,
+    dry_run: bool = False,
+    chunk_size: int = CHUNK_SIZE,
+    progress: Callable[[int], None] | None = None,
+    change_set: ChangeSet | None = None,
+    normalized: bool = False,
+    keep_names: bool = True,
+) -> BulkResult:
+    """List many rules under `source`, one transaction (and one nudge) per chunk.
+
+    `items`: strings (listed under `category`), (text, category[, note]) tuples, or
+    importing.ParsedLine objects (their `error` makes a refusal). Repeated
+    expressions are skipped; already listed ones are skipped and gain `source`; bad
+    ones are refused with the reason (and counted in the change set). With `dry_run`
+    nothing is written. `normalized`: the texts are distinct rule expressions
+    already (a feed refresh normalized and deduplicated them), so they are neither
+    normalized again nor remembered to spot repeats (a million would cost ~100 MB).
+    `progress(n)` is called with the number of input items handled so far after
+    each chunk. `keep_names=False`: `added` and `skipped` stay empty (a million names
+    cost ~100 MB); `added_count` and `skipped_count` count."""
+    _check_category(category)
+    result = BulkResult(dry_run=dry_run)
+    seen: set[str] = set()
+    chunk: list[_Candidate] = []
+    handled = 0
+    label = _label(source)
+    lister = cs = None
+    analyze_at = _ANALYZE_EVERY
+    if not dry_run:
+        lister = source_for(source)
+        cs = _one_off(
+            change_set, kind=_kind_for(label, ChangeSet.Kind.OTHER), user=user, source=lister
+        )
+        result.change_set = cs
+
+    def flush() -> None:
+        nonlocal analyze_at
+        if chunk:
+            _add_chunk(
+                chunk,
+                result,
+                source=lister,  # type: ignore[arg-type]  # None only with dry_run
+                label=label,
+                user=user,
+                dry_run=dry_run,
+                cs=cs,
+                keep_names=keep_names,
+            )
+            chunk.clear()
+            # Rules already listed grow the listings table as new ones grow both.
+            if not dry_run and result.added_count + result.skipped_count >= analyze_at:
+                _refresh_statistics(router.db_for_write(SpamRule))
+                analyze_at *= 2
+        if progress is not None:
+            progress(handled)
+
+    for item in items:
+        handled += 1
+        text, cat, note, lineno, error = _coerce(item, category)
+        if text is None:
+            continue
+        if error:
+            result.refused.append(Refusal(text, str(error), lineno))
+            continue
+        try:
+            # parse_rules already ran normalize_rule on its lines; anything else
+            # (duck-typed objects included) is normalized here.
+            if normalized or isinstance(item, ParsedLine):
+                expression = text
+            else:
+                expression = normalize_rule(text)
+            cat = _check_category(cat)
+        except RuleError as exc:
+            result.refused.append(Refusal(text, str(exc), lineno))
+            continue
+        if not normalized:
+            if expression in seen:
+                result.skipped.append(expression)
+                continue
+            seen.add(expression)
+        chunk.append(_Candidate(expression, cat, note, lineno))
+        if len(chunk) >= chunk_size:
+            flush()
+    flush()
+    if cs is not None and result.refused:
+        _count(cs, refused=len(result.refused))
+    return result
+
+
+def _refresh_statistics(using: str) -> None:
+    """ANALYZE the tables a bulk load grows. PostgreSQL plans each chunk's lookups
+    (expression IN (...), rule_id IN (...)) from the tables' statistics; a table
+    grown far past them is planned as a small one and sequentially scanned by every
+    lookup (~35 ms each at 300,000 rules, and growing with the table)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return
+    tables = ", ".join(
+        connection.ops.quote_name(model._meta.db_table)
+        for model in (SpamRule, RuleSource, ChangeEvent)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {tables}")
+
+
+def _pks(rules: Iterable[Any]) -> Iterator[int]:
+    if hasattr(rules, "values_list"):  # a QuerySet: read only the keys, once
+        yield from rules.values_list("pk", flat=True).iterator(chunk_size=CHUNK_SIZE)
+        return
+    for rule in rules:
+        yield rule if isinstance(rule, int) else rule.pk
+
+
+def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Any, label: str) -> int:
+    """Delete these (pk, expression, added_at, category, note) rules and log their
+    removals in `cs`, inside the caller's locked transaction. Their listings go with
+    them (RuleSource rows cascade)."""
+    if not rows:
+        return 0
+    rows = sorted(rows, key=lambda r: r[2])
+    _delete_rules(using, [r[0] for r in rows])
+    actor = _actor(user)
+    now = _db_value(using, ChangeEvent, "created", timezone.now())
+    # The removal carries the rule's own added_at: it routes to the stage that took
+    # the addition, however long ago that was; the note lets a revert bring it back.
+    _insert(
+        using,
+        ChangeEvent,
+        (
+            "action",
+            "expression",
+            "added_at",
+            "category",
+            "actor",
+            "source",
+            "created",
+            "change_set",
+            "note",
+        ),
+        [
+            (_REMOVE, expr, added_at, cat, actor.pk if actor else None, label, now, cs.pk, note)
+            for _, expr, added_at, cat, note in rows
+        ],
+    )
+    _count(cs, removed=len(rows))
+    last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
+    transaction.on_commit(partial(_nudge, last_seq), using=using)
+    return len(rows)
+
+
+_ROW = ("pk", "expression", "added_at", "category", "note")
+
+
+def _delete_rules(using: str, pks: list[int]) -> None:
+    """DELETE these rules, with what refers to them: on PostgreSQL one statement per
+    table (`= ANY(array)`), doing what each relation's on_delete says; elsewhere
+    through the ORM's collector, which costs a few queries per 900 rules (10,000
+    withdrawn rules took a second that way)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        for batch in in_batches(pks):
+            SpamRule.objects.filter(pk__in=batch).delete()
+        return
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for relation in SpamRule._meta.related_objects:
+            table = qn(relation.related_model._meta.db_table)
+            column = qn(str(relation.field.column))
+            if relation.on_delete is models.CASCADE:
+                cursor.execute(f"DELETE FROM {table} WHERE {column} = ANY(%s)", [pks])
+            elif relation.on_delete is models.SET_NULL:
+                cursor.execute(
+                    f"UPDATE {table} SET {column} = NULL WHERE {column} = ANY(%s)", [pks]
+                )
+            elif relation.on_delete is not models.DO_NOTHING:
+                raise NotImplementedError(f"on_delete of {relation!r} is not handled here")
+        table = qn(SpamRule._meta.db_table)
+        key = qn(str(SpamRule._meta.pk.column))  # type: ignore[union-attr]
+        cursor.execute(f"DELETE FROM {table} WHERE {key} = ANY(%s)", [pks])
+
+
+def _withdraw_part(using: str, lister: Source, pks: list[int]) -> tuple[int, list[tuple]]:
+    """Inside the caller's locked transaction: take `lister`'s listings of these rules
+    away; returns how many it had and the rows (_ROW) of those no source lists now."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        withdrawn = 0
+        orphans: list[tuple] = []
+        for batch in in_batches(pks):
+            listed = RuleSource.objects.filter(source=lister, rule_id__in=batch)
+            ids = list(listed.values_list("rule_id", flat=True))
+            if not ids:
+                continue
+            listed.delete()
+            withdrawn += len(ids)
+            orphans.extend(
+                SpamRule.objects.filter(pk__in=ids, listings__isnull=True).values_list(*_ROW)
+            )
+        return withdrawn, orphans
+    qn = connection.ops.quote_name
+    listings, rules = qn(RuleSource._meta.db_table), qn(SpamRule._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {listings} WHERE source_id = %s AND rule_id = ANY(%s) RETURNING rule_id",
+            [lister.pk, pks],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        if not ids:
+            return 0, []
+        cursor.execute(
+            f"SELECT r.id, r.expression, r.added_at, r.category, r.note FROM {rules} r "
+            f"WHERE r.id = ANY(%s) AND NOT EXISTS "
+            f"(SELECT 1 FROM {listings} l WHERE l.rule_id = r.id)",
+            [ids],
+        )
+        return len(ids), cursor.fetchall()
+
+
+def remove_rules(
+    rules: Iterable[Any],
+    *,
+    user: Any = None,
+    source: str | Source = "admin",
+    chunk_size: int = CHUNK_SIZE,
+    change_set: ChangeSet | None = None,
+    reason: str = "",
+) -> int:
+    """Unlist many rules outright (a QuerySet, SpamRule objects or primary keys),
+    whichever sources list them, one transaction per chunk. Returns how many were
+    removed (already gone: not counted). `reason` goes on a one-off change set."""
+    pks = list(_pks(rules))
+    label = _label(source)
+    using = router.db_for_write(SpamRule)
+    cs = _one_off(
+        change_set,
+        kind=ChangeSet.Kind.BULK_DELETE,
+        user=user,
+        source=source_for(source),
+        reason=reason,
+    )
+    removed = 0
+    for part in in_batches(pks, chunk_size):
+        with transaction.atomic(using=using), rule_writes_allowed():
+            _lock_change_log(using)
+            rows: list[tuple] = []
+            for batch in in_batches(part):
+                rows.extend(SpamRule.objects.filter(pk__in=batch).values_list(*_ROW))
+            removed += _remove_rows(using, rows, cs=cs, user=user, label=label)
+    return removed
+
+
+def withdraw_rules(
+    source: str | Source,
+    rules: Iterable[Any],
+    *,
+    user: Any = None,
+    chunk_size: int = CHUNK_SIZE,
+    change_set: ChangeSet | None = None,
+    reason: str = "",
+) -> WithdrawResult:
+    """`source` no longer lists these rules (a QuerySet, SpamRule objects or primary
+    keys): its listings go, and each rule that no other source lists any more is
+    removed (one transaction per chunk, under the change-log lock, so an addition
+    that makes another source list the rule at the same moment is never lost).
+    Rules the source did not list are left alone."""
+    lister = source_for(source)
+    label = _label(source)
+    pks = list(_pks(rules))
+    using = router.db_for_write(SpamRule)
+    cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, user=user, source=lister, reason=reason)
+    result = WithdrawResult(change_set=cs)
+    for part in in_batches(pks, chunk_size):
+        with transaction.atomic(using=using), rule_writes_allowed():
+            _lock_change_log(using)
+            withdrawn, orphans = _withdraw_part(using, lister, part)
+            result.withdrawn += withdrawn
+            result.removed += _remove_rows(using, orphans, cs=cs, user=user, label=label)
+    return result

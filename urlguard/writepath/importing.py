@@ -1,0 +1,354 @@
+"""Reading uploaded rule lists: one URL or host per line, hosts files
+("0.0.0.0 evil.example"), and CSV with a header naming a URL column and
+optionally a category (and note) column. Pure parsing, no database: the
+import_rules command and the admin import page pass what this yields to
+urlguard.writepath.changes.add_rules.
+
+The format is detected from the first line that is not blank or a comment: a
+header with a url/expression/host/domain column makes the file CSV; otherwise
+each line is read on its own, as a hosts-file entry if it starts with an IP
+address followed by names, else as one URL, host or expression (blocklist
+spellings `*.example.com`, `||example.com^` and `example.com/dir/*` included).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import ipaddress
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import chain
+
+from urlguard.writepath.rules import RuleError, normalize_rule
+
+__all__ = [
+    "CSV_CATEGORY_COLUMNS",
+    "CSV_NOTE_COLUMNS",
+    "CSV_URL_COLUMNS",
+    "HOSTS_FILE_SELF_NAMES",
+    "ParsedLine",
+    "entry",
+    "is_ip_address",
+    "parse_rules",
+    "without_comment",
+]
+
+# Header names (case-insensitive) recognised in a CSV file, first match wins.
+CSV_URL_COLUMNS = ("url", "expression", "rule", "host", "hostname", "domain", "pattern")
+CSV_CATEGORY_COLUMNS = ("category", "type", "threat", "threat_type", "kind")
+CSV_NOTE_COLUMNS = ("note", "notes", "comment", "description", "reason")
+_CSV_DELIMITERS = (",", ";", "\t", "|")
+
+_COMMENT_RE = re.compile(r"(?:^|(?<=\s))#")
+
+# Names every hosts file maps to loopback or broadcast: they describe the machine
+# itself, not something to block.
+HOSTS_FILE_SELF_NAMES = frozenset(
+    {
+        "localhost",
+        "localhost.localdomain",
+        "local",
+        "broadcasthost",
+        "localhost4",
+        "localhost4.localdomain4",
+        "localhost6",
+        "localhost6.localdomain6",
+        "ip6-localhost",
+        "ip6-loopback",
+        "ip6-localnet",
+        "ip6-mcastprefix",
+        "ip6-allnodes",
+        "ip6-allrouters",
+        "ip6-allhosts",
+        "0.0.0.0",
+    }
+)
+
+
+@dataclass(slots=True)
+class ParsedLine:
+    """One entry of an uploaded list. `expression` is the rule to add (None when
+    `error` says why the entry is refused). `duplicate_of` is the line number of an
+    earlier entry with the same expression (then `error` is None: nothing is wrong,
+    there is just nothing more to add)."""
+
+    lineno: int
+    raw: str
+    expression: str | None
+    category: str
+    error: str | None = None
+    note: str = ""
+    duplicate_of: int | None = None
+    # pending_entry's: the text normalize_rule is still to read (expression is None).
+    token: str | None = None
+
+    @property
+    def is_new(self) -> bool:
+        """True for an entry to add: no error and not a repeat within the file."""
+        return self.error is None and self.duplicate_of is None
+
+
+def parse_rules(lines: Iterable[str], *, default_category: str) -> Iterator[ParsedLine]:
+    """Yield a ParsedLine per entry of `lines` (decoded lines of an uploaded file,
+    with or without line endings), in file order; blank lines and comments yield
+    nothing. `default_category` applies where the file names none; an unknown one
+    raises ValueError at once (a caller's mistake, not the file's)."""
+    categories = _category_lookup()
+    default = (
+        categories.get(default_category.strip().lower())
+        if isinstance(default_category, str)
+        else None
+    )
+    if default is None:
+        raise ValueError(
+            f"unknown default category {default_category!r}; use one of "
+            f"{', '.join(sorted(set(categories.values())))}"
+        )
+
+    numbered = _numbered(lines)
+    for lineno, text in numbered:
+        if _is_blank_or_comment(text):
+            continue
+        header = _csv_header(text)
+        rest = chain([(lineno, text)], numbered)
+        if header is not None:
+            entries = _csv_entries(rest, header, default, categories)
+        else:
+            entries = _line_entries(rest, default)
+        break
+    else:
+        return
+
+    seen: dict[str, int] = {}
+    for entry in entries:
+        if entry.expression is not None and entry.error is None:
+            first = seen.setdefault(entry.expression, entry.lineno)
+            if first != entry.lineno:
+                entry.duplicate_of = first
+        yield entry
+
+
+# -- plain lists and hosts files -----------------------------------------------------
+
+
+def _line_entries(numbered: Iterable[tuple[int, str]], category: str) -> Iterator[ParsedLine]:
+    for lineno, text in numbered:
+        if _is_blank_or_comment(text):
+            continue
+        tokens = without_comment(text).split()
+        if not tokens:
+            continue
+        if len(tokens) > 1 and is_ip_address(tokens[0]):
+            # hosts file: "0.0.0.0 evil.example other.example"
+            for name in tokens[1:]:
+                if name.lower() in HOSTS_FILE_SELF_NAMES:
+                    continue
+                yield entry(lineno, text, name, category)
+        elif len(tokens) > 1:
+            yield ParsedLine(
+                lineno,
+                text,
+                None,
+                category,
+                error=f"expected one URL or host on the line, found {len(tokens)} "
+                "items separated by spaces (a URL cannot contain a space: escape it "
+                "as %20)",
+            )
+        else:
+            yield entry(lineno, text, tokens[0], category)
+
+
+def entry_text(text: str) -> str:
+    """The part of a list's entry that names what to block."""
+    if text.startswith("||"):
+        # Adblock syntax: "||example.com^" is the domain and its subdomains; options
+        # after '$' ("third-party", ...) do not change what is blocked here.
+        text = text[2:].partition("$")[0].rstrip("^")
+    return text
+
+
+def entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
+    """One entry of a list: `text` normalized to a rule expression, or refused with
+    the reason in `error`."""
+    try:
+        expression = normalize_rule(entry_text(text))
+    except RuleError as exc:
+        return ParsedLine(lineno, raw, None, category, error=str(exc), note=note)
+    return ParsedLine(lineno, raw, expression, category, note=note)
+
+
+def pending_entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
+    """entry() without the normalization: `token` holds what normalize_rule is to read
+    (a feed refresh normalizes only the entries it has not seen before)."""
+    return ParsedLine(lineno, raw, None, category, note=note, token=entry_text(text))
+
+
+@functools.lru_cache(maxsize=256)  # a hosts file repeats one or two addresses
+def is_ip_address(token: str) -> bool:
+    try:
+        ipaddress.ip_address(token.split("%", 1)[0])  # "fe80::1%lo0"
+    except ValueError:
+        return False
+    return True
+
+
+def without_comment(text: str) -> str:
+    # A comment starts at a '#' that begins a word; a '#' inside a URL is a fragment.
+    match = _COMMENT_RE.search(text)
+    return text if match is None else text[: match.start()]
+
+
+# -- CSV -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Header:
+    delimiter: str
+    url: int
+    category: int | None
+    note: int | None
+    url_name: str
+
+
+def _csv_header(text: str) -> _Header | None:
+    """The CSV layout if `text` is a header naming a URL column, else None."""
+    for delimiter in _CSV_DELIMITERS:
+        if delimiter not in text:
+            continue
+        try:
+            cells = [cell.strip().lower() for cell in next(csv.reader([text], delimiter=delimiter))]
+        except csv.Error:  # e.g. a stray newline inside the line: not a header
+            continue
+        url = _first_index(cells, CSV_URL_COLUMNS)
+        if url is not None:
+            return _Header(
+                delimiter,
+                url,
+                _first_index(cells, CSV_CATEGORY_COLUMNS),
+                _first_index(cells, CSV_NOTE_COLUMNS),
+                cells[url],
+            )
+    name = text.strip().strip('"').strip().lower()
+    if name in CSV_URL_COLUMNS:  # a one-column CSV
+        return _Header(",", 0, None, None, name)
+    return None
+
+
+def _first_index(cells: list[str], names: tuple[str, ...]) -> int | None:
+    for name in names:
+        if name in cells:
+            return cells.index(name)
+    return None
+
+
+def _csv_entries(
+    numbered: Iterator[tuple[int, str]], header: _Header, default: str, categories: dict[str, str]
+) -> Iterator[ParsedLine]:
+    first_lineno, _ = next(numbered)  # the header itself
+    linenos: list[int] = []
+    consumed: list[str] = []
+
+    def texts() -> Iterator[str]:
+        for lineno, text in numbered:
+            linenos.append(lineno)
+            consumed.append(text)
+            yield text + "\n"  # so that a quoted field spanning lines keeps its newline
+
+    reader = csv.reader(texts(), delimiter=header.delimiter)
+    while True:
+        # A quoted field can span lines: a row is numbered by the line it starts on.
+        del linenos[:], consumed[:]
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            if not linenos:  # nothing consumed: the reader cannot go on
+                return
+            lineno = linenos[0]
+            yield ParsedLine(
+                lineno, "\n".join(consumed), None, default, error=f"unreadable CSV row: {exc}"
+            )
+            continue
+        lineno = linenos[0] if linenos else first_lineno
+        if not row or all(not cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
+            continue
+        raw = "\n".join(consumed)
+        if header.url >= len(row):
+            # Reading its cells by the header's positions would take a URL for a
+            # category (and report "unknown category"): say what is really wrong.
+            yield ParsedLine(
+                lineno,
+                raw,
+                None,
+                default,
+                error=(
+                    f"{len(row)} column(s), but the {header.url_name!r} column is column "
+                    f"{header.url + 1}: is a {header.delimiter!r} missing?"
+                ),
+            )
+            continue
+        note = _cell(row, header.note)
+        category, category_error = _row_category(_cell(row, header.category), default, categories)
+        url = _cell(row, header.url)
+        if category_error is not None:
+            yield ParsedLine(lineno, raw, None, default, error=category_error, note=note)
+        elif not url:
+            yield ParsedLine(
+                lineno,
+                raw,
+                None,
+                category,
+                note=note,
+                error=f"the {header.url_name!r} column is empty",
+            )
+        else:
+            yield entry(lineno, raw, url, category, note)
+
+
+def _cell(row: list[str], index: int | None) -> str:
+    if index is None or index >= len(row):
+        return ""
+    return row[index].strip()
+
+
+def _row_category(cell: str, default: str, categories: dict[str, str]) -> tuple[str, str | None]:
+    if not cell:
+        return default, None
+    category = categories.get(cell.lower())
+    if category is None:
+        return default, (
+            f"unknown category {cell!r}; use one of {', '.join(sorted(set(categories.values())))}"
+        )
+    return category, None
+
+
+# -- shared --------------------------------------------------------------------------
+
+
+def _numbered(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    for lineno, line in enumerate(lines, start=1):
+        if isinstance(line, (bytes, bytearray)):
+            line = bytes(line).decode("utf-8", "replace")
+        if lineno == 1:
+            line = line.lstrip("\ufeff")  # a byte-order mark from a spreadsheet export
+        yield lineno, line.rstrip("\r\n")
+
+
+def _is_blank_or_comment(text: str) -> bool:
+    stripped = text.strip()
+    return not stripped or stripped.startswith(("#", "!"))
+
+
+def _category_lookup() -> dict[str, str]:
+    """lower-case value or label -> value, from urlguard.models.Category."""
+    # Imported here so that this module stays importable before Django's apps are.
+    from urlguard.models import Category
+
+    lookup = {}
+    for value, label in Category.choices:
+        lookup[str(label).lower()] = value
+        lookup[value.lower()] = value
+    return lookup

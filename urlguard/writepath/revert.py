@@ -1,0 +1,212 @@
+"""Undo: reverting a change set applies its inverse through the same write path
+(urlguard.writepath.changes), as a new change set of kind "revert" that names the one it
+reverts. Rules the set added are withdrawn again (removed unless another source
+lists them too, and only if they are still the same rule: not removed and re-added
+since); rules it removed come back with their category and note. A change set is
+reverted at most once."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+from django.db import router, transaction
+
+from urlguard.models import ChangeEvent, ChangeSet, SpamRule
+from urlguard.runtime import ownership
+from urlguard.writepath import changes
+from urlguard.writepath.impact import Impact, impact_of_adding, impact_of_removing
+
+__all__ = ["RevertError", "RevertPlan", "plan_revert", "revert_change_set"]
+
+logger = logging.getLogger(__name__)
+
+BATCH = changes.CHUNK_SIZE
+SAMPLES = 20
+
+
+class RevertError(ValueError):
+    """This change set cannot be reverted; the message says why."""
+
+
+@dataclass
+class RevertPlan:
+    """What reverting a change set would do."""
+
+    change_set: ChangeSet
+    to_remove: int = 0  # rules the set added that are still there
+    to_restore: int = 0  # rules the set removed that are not listed again
+    unchanged: int = 0  # events whose rule changed since (nothing to undo)
+    remove_samples: list[str] = field(default_factory=list)
+    restore_samples: list[str] = field(default_factory=list)
+    # The interrupted revert this one finishes (what it undid is counted in
+    # `unchanged`: there is nothing left to undo for those).
+    resumes: ChangeSet | None = None
+
+
+def check_revertible(change_set: ChangeSet) -> ChangeSet | None:
+    """Raise RevertError if `change_set` was reverted, or a revert of it is running;
+    return the revert of it that was interrupted (its writer gone), which reverting
+    again resumes, or None. A set still being written is not reverted yet."""
+    if change_set.finished is None and not ownership.gone_reason(
+        change_set.owner, change_set.heartbeat, change_set.created
+    ):
+        raise RevertError(
+            f"{change_set} is still being written ({ownership.describe(change_set.owner)}); "
+            "revert it when it is done"
+        )
+    for done in ChangeSet.objects.filter(reverts=change_set).order_by("pk"):
+        if done.finished is not None:
+            raise RevertError(
+                f"{change_set} was already reverted by {done} ({done.created:%Y-%m-%d %H:%M})"
+            )
+        if not ownership.gone_reason(done.owner, done.heartbeat, done.created):
+            raise RevertError(
+                f"{change_set} is being reverted by {done} "
+                f"({ownership.describe(done.owner)}, since {done.created:%Y-%m-%d %H:%M})"
+            )
+        return done
+    return None
+
+
+def _events(change_set: ChangeSet, action: str) -> Iterator[list[ChangeEvent]]:
+    """The set's events of `action` in seq order, a batch at a time, each batch read
+    whole: a cursor kept open across the revert's writes would hold an SQLite read
+    snapshot, and the first write after another connection's (a heartbeat, a node's
+    status) would fail at once with "database is locked"."""
+    last = 0
+    while True:
+        batch = list(
+            ChangeEvent.objects.filter(change_set=change_set, action=action, seq__gt=last)
+            .order_by("seq")
+            .only("seq", "expression", "added_at", "category", "note", "source")[:BATCH]
+        )
+        if not batch:
+            return
+        yield batch
+        last = batch[-1].seq
+
+
+def _still_added(batch: list[ChangeEvent]) -> dict[int, str]:
+    """pk -> expression of the rules these add events created that are still there."""
+    found: dict[int, str] = {}
+    for part in changes.in_batches(batch):
+        wanted = {(e.expression, e.added_at) for e in part}
+        for pk, expression, added_at in SpamRule.objects.filter(
+            expression__in=[e.expression for e in part]
+        ).values_list("pk", "expression", "added_at"):
+            if (expression, added_at) in wanted:
+                found[pk] = expression
+    return found
+
+
+def _not_listed(batch: list[ChangeEvent]) -> list[ChangeEvent]:
+    listed = changes.existing_expressions([e.expression for e in batch])
+    seen: set[str] = set()
+    out = []
+    for event in batch:
+        if event.expression not in listed and event.expression not in seen:
+            seen.add(event.expression)
+            out.append(event)
+    return out
+
+
+def plan_revert(change_set: ChangeSet) -> RevertPlan:
+    plan = RevertPlan(change_set, resumes=check_revertible(change_set))
+    for batch in _events(change_set, ChangeEvent.Action.ADD):
+        still = _still_added(batch)
+        plan.to_remove += len(still)
+        plan.unchanged += len(batch) - len(still)
+        plan.remove_samples.extend(list(still.values())[: SAMPLES - len(plan.remove_samples)])
+    for batch in _events(change_set, ChangeEvent.Action.REMOVE):
+        back = _not_listed(batch)
+        plan.to_restore += len(back)
+        plan.unchanged += len(batch) - len(back)
+        plan.restore_samples.extend(
+            e.expression for e in back[: SAMPLES - len(plan.restore_samples)]
+        )
+    return plan
+
+
+def expressions_of(change_set: ChangeSet, action: str) -> Iterator[str]:
+    for batch in _events(change_set, action):
+        yield from (e.expression for e in batch)
+
+
+def impact_of_reverting(change_set: ChangeSet) -> tuple[Impact, Impact]:
+    """What reverting `change_set` does to the short links: what removing its additions
+    unblocks, and what bringing back its removals blocks."""
+    return (
+        impact_of_removing(expressions_of(change_set, ChangeEvent.Action.ADD)),
+        impact_of_adding(expressions_of(change_set, ChangeEvent.Action.REMOVE)),
+    )
+
+
+def revert_change_set(
+    change_set: ChangeSet,
+    *,
+    user=None,
+    reason: str = "",
+    progress: Callable[[int], None] | None = None,
+) -> ChangeSet:
+    """Apply the inverse of `change_set`; returns the new change set (kind "revert").
+    A revert of it that was interrupted is finished instead, in its own change set:
+    what it undid already is skipped (a rule it removed is no longer the set's rule
+    to remove, a rule it restored is listed)."""
+    handled = 0
+    using = router.db_for_write(ChangeSet)
+    with ExitStack() as stack:
+        # Checked and claimed under the change-log lock: two reverts started at once
+        # cannot both pass the check.
+        with transaction.atomic(using=using):
+            ChangeEvent.objects.lock_log(using)
+            partial = check_revertible(change_set)
+            revert = stack.enter_context(
+                changes.change_set(
+                    kind=ChangeSet.Kind.REVERT,
+                    actor=user,
+                    reverts=change_set,
+                    reason=reason,
+                    note=f"revert of {change_set}",
+                    source=change_set.source,
+                    resume=partial,
+                )
+            )
+        if partial is not None:
+            logger.warning(
+                "finishing %s, interrupted after %d removed and %d restored",
+                partial,
+                partial.removed,
+                partial.added,
+            )
+        for batch in _events(change_set, ChangeEvent.Action.ADD):
+            still = _still_added(batch)
+            if still:
+                if change_set.source is not None:
+                    # The set's source withdraws what it listed: a rule that another
+                    # source lists too stays (it was not this set's alone).
+                    changes.withdraw_rules(
+                        change_set.source, list(still), user=user, change_set=revert
+                    )
+                else:
+                    changes.remove_rules(list(still), user=user, change_set=revert)
+            handled += len(batch)
+            if progress is not None:
+                progress(handled)
+        for batch in _events(change_set, ChangeEvent.Action.REMOVE):
+            by_label: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+            for event in _not_listed(batch):
+                by_label[event.source or "admin"].append(
+                    (event.expression, event.category or "spam", event.note)
+                )
+            for label, items in by_label.items():
+                changes.add_rules(
+                    items, source=label, user=user, change_set=revert, normalized=True
+                )
+            handled += len(batch)
+            if progress is not None:
+                progress(handled)
+    return revert
