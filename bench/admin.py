@@ -82,7 +82,7 @@ def bench_import(n: int, rng: random.Random) -> tuple[dict, list[str]]:
     from django.test import Client
     from django.urls import reverse
 
-    from urlguard.jobs import runner as jobs
+    from urlguard.jobs import dispatch
     from urlguard.models import AdminJob, SpamRule
     from urlguard.nodesync import sync
 
@@ -100,7 +100,7 @@ def bench_import(n: int, rng: random.Random) -> tuple[dict, list[str]]:
     )
     assert response.status_code == 302, response.content[:500]
     upload = time.perf_counter() - t0
-    jobs.runner.join()  # the dry run, on the runner thread
+    dispatch.runner.join()  # the dry run, on the runner thread
     job = AdminJob.objects.get(kind="import")
     t1 = time.perf_counter()
     page = client.get(response["Location"])
@@ -109,7 +109,7 @@ def bench_import(n: int, rng: random.Random) -> tuple[dict, list[str]]:
     response = client.post(reverse("admin:urlguard_spamrule_import_commit", args=[job.pk]))
     assert response.status_code == 302
     commit_request = time.perf_counter() - t2
-    jobs.runner.join()  # the import and its rescan, on the runner thread
+    dispatch.runner.join()  # the import and its rescan, on the runner thread
     t3 = time.perf_counter()
     job.refresh_from_db()
     assert job.state == "done", job.message

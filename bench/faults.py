@@ -816,7 +816,7 @@ def _killed_long_writes(
 def _killed_revert(
     name: str, env: dict[str, str], tmp: Path, url: str, site: Site, source
 ) -> tuple[str, str, str]:
-    from urlguard.jobs import runner as jobs
+    from urlguard import jobs
     from urlguard.models import AdminJob, ChangeSet, RuleSource
 
     refresh = ChangeSet.objects.get(kind="refresh", source=source)

@@ -3,8 +3,16 @@ imports `<app>.tasks`, and the app's tasks live with the work they do. Each task
 the name it is registered and routed by (urlguard.celery), wherever its module lives."""
 
 from urlguard.feeds import tasks as feed_tasks
-from urlguard.jobs import runner as job_tasks
+from urlguard.jobs import deletes, imports, rescans, reverts
 from urlguard.nodesync import tasks as sync_tasks
 from urlguard.reports import mail as report_tasks
 
-__all__ = ["feed_tasks", "job_tasks", "report_tasks", "sync_tasks"]
+__all__ = [
+    "deletes",
+    "feed_tasks",
+    "imports",
+    "report_tasks",
+    "rescans",
+    "reverts",
+    "sync_tasks",
+]

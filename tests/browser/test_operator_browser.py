@@ -178,13 +178,13 @@ def test_warning_page_host_wraps_only_between_labels(page, site, shot):
 def threaded_jobs(monkeypatch):
     """Jobs on the runner thread as in the embedded default (the browser run's test
     database is a file, so the thread opens a connection of its own)."""
-    from urlguard.jobs import runner as jobs
+    from urlguard.jobs import dispatch, imports
 
-    assert not jobs._memory_database()
-    runner = jobs._Runner()
-    monkeypatch.setattr(jobs, "runner", runner)
-    monkeypatch.setattr(jobs, "PROGRESS_EVERY_SECONDS", 0.0)
-    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 200)
+    assert not dispatch._memory_database()
+    runner = dispatch._Runner()
+    monkeypatch.setattr(dispatch, "runner", runner)
+    monkeypatch.setattr(dispatch, "PROGRESS_EVERY_SECONDS", 0.0)
+    monkeypatch.setattr(imports, "IMPORT_CHUNK", 200)
     yield runner
     runner.join()
 

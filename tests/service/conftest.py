@@ -111,9 +111,9 @@ def _admin_jobs_inline(monkeypatch) -> None:
     """Admin jobs run inside the request that starts them, so a test reads their
     outcome at once (the tests of where jobs run, and the browser tests, use the
     runner thread)."""
-    from urlguard.jobs import runner as jobs
+    from urlguard.jobs import dispatch
 
-    monkeypatch.setattr(jobs, "_memory_database", lambda: True)
+    monkeypatch.setattr(dispatch, "_memory_database", lambda: True)
 
 
 @pytest.fixture

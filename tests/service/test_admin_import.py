@@ -306,13 +306,13 @@ def test_refused_download_needs_add_permission(viewer, editor):
 def test_an_import_that_stopped_runs_again_to_the_end_in_one_change_set(
     editor, committed, monkeypatch
 ):
-    from urlguard.jobs import runner as jobs
+    from urlguard.jobs import imports
     from urlguard.models import ChangeSet
 
     _upload(editor, b"".join(b"again%d.example.com\n" % i for i in range(5)))
     job = AdminJob.objects.get(kind="import")
     commit = reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])
-    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 2)
+    monkeypatch.setattr(imports, "IMPORT_CHUNK", 2)
     real, chunks = changes._add_chunk, []
 
     def dies_on_the_second_chunk(*args, **kwargs):
@@ -348,16 +348,17 @@ def test_an_import_survives_another_connection_writing_between_its_chunks(monkey
 
     from django.db import connection
 
-    from urlguard.jobs import runner as jobs
+    from urlguard import jobs
+    from urlguard.jobs import dispatch, imports
 
     if connection.vendor != "sqlite":
         pytest.skip("the read snapshot held by an open cursor is SQLite's")
-    monkeypatch.setattr(jobs, "CHUNK_CHARS", 40)
-    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 2)
+    monkeypatch.setattr(dispatch, "CHUNK_CHARS", 40)
+    monkeypatch.setattr(imports, "IMPORT_CHUNK", 2)
     lines = [f"chunked{i}.example.com\n" for i in range(8)]
     job = jobs.create_import(lines, default_category="spam", filename="x.txt", user=None)
     assert job.chunks.count() > 2
-    jobs.preview_import_job(job.pk)
+    imports.preview_import_job(job.pk)
     other = sqlite3.connect(connection.settings_dict["NAME"], timeout=5)
     real = changes.add_rules
 

@@ -1,4 +1,4 @@
-"""urlguard.jobs.runner: job input streamed through chunks of whole lines, the upload
+"""urlguard.jobs: job input streamed through chunks of whole lines, the upload
 decoded a piece at a time, where a job runs (worker, runner thread, inline), and the
 bulk-delete job from its summary to the removal."""
 
@@ -10,8 +10,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from urlguard import jobs
 from urlguard.admin.forms import decoded
-from urlguard.jobs import runner as jobs
+from urlguard.jobs import deletes, dispatch, imports
 from urlguard.models import AdminJob, AdminJobChunk, ChangeEvent, ShortLink, SpamRule
 from urlguard.writepath import changes
 
@@ -24,17 +25,17 @@ def _job() -> AdminJob:
 
 @pytest.mark.parametrize("chunk_chars", [1, 7, 64, 1 << 20])
 def test_chunks_hold_whole_lines_and_give_them_back(monkeypatch, chunk_chars):
-    monkeypatch.setattr(jobs, "CHUNK_CHARS", chunk_chars)
+    monkeypatch.setattr(dispatch, "CHUNK_CHARS", chunk_chars)
     lines = [f"line-{i}.example.com" for i in range(50)] + ["", "last without newline"]
     text = "\n".join(lines)
     pieces = [text[i : i + 5] for i in range(0, len(text), 5)]  # cut mid-line
     job = _job()
-    assert jobs.store_chunks(job, pieces) == len(lines)
+    assert dispatch.store_chunks(job, pieces) == len(lines)
     for chunk in AdminJobChunk.objects.filter(job=job).exclude(
         seq=AdminJobChunk.objects.filter(job=job).count() - 1
     ):
         assert chunk.text.endswith("\n")
-    assert list(jobs.iter_lines(job)) == lines
+    assert list(dispatch.iter_lines(job)) == lines
 
 
 def test_decoded_streams_utf8_and_names_the_bad_byte():
@@ -49,7 +50,7 @@ def test_decoded_streams_utf8_and_names_the_bad_byte():
 def test_dispatch_runs_on_the_runner_thread_without_a_broker(
     monkeypatch, django_capture_on_commit_callbacks
 ):
-    monkeypatch.setattr(jobs, "_memory_database", lambda: False)
+    monkeypatch.setattr(dispatch, "_memory_database", lambda: False)
     ran = []
     done = threading.Event()
 
@@ -57,10 +58,10 @@ def test_dispatch_runs_on_the_runner_thread_without_a_broker(
         ran.append((job_id, threading.current_thread().name))
         done.set()
 
-    runner = jobs._Runner()
-    monkeypatch.setattr(jobs, "runner", runner)
+    runner = dispatch._Runner()
+    monkeypatch.setattr(dispatch, "runner", runner)
     with django_capture_on_commit_callbacks(execute=True):
-        jobs.dispatch(task, 7)
+        dispatch.dispatch(task, 7)
         assert ran == []  # not before the commit
     assert done.wait(5)
     runner.join()
@@ -79,14 +80,16 @@ def test_dispatch_sends_to_a_worker_with_a_broker(monkeypatch, django_capture_on
             sent.append(job_id)
 
     with django_capture_on_commit_callbacks(execute=True):
-        jobs.dispatch(Task(), 3)
+        dispatch.dispatch(Task(), 3)
         assert sent == []
     assert sent == [3]
 
 
 def test_the_upload_request_only_stores_and_queues(editor, monkeypatch):
     queued = []
-    monkeypatch.setattr(jobs, "dispatch", lambda task, job_id: queued.append((task.name, job_id)))
+    monkeypatch.setattr(
+        imports, "dispatch", lambda task, job_id: queued.append((task.name, job_id))
+    )
     body = b"".join(f"spam{i}.example.com\n".encode() for i in range(5000))
     response = editor.post(
         reverse("admin:urlguard_spamrule_import"),
@@ -98,7 +101,7 @@ def test_the_upload_request_only_stores_and_queues(editor, monkeypatch):
     assert (job.state, job.total, job.result) == ("queued", 5000, {})
     page = editor.get(response["Location"]).content.decode()
     assert "Dry run queued: nothing changes" in page and "<progress" in page
-    jobs.preview_import_job(job.pk)
+    imports.preview_import_job(job.pk)
     job.refresh_from_db()
     assert (job.state, job.result["new"]) == ("previewed", 5000)
 
@@ -109,7 +112,7 @@ def test_a_bulk_delete_of_many_rules_is_a_summary_then_a_job(editor):
     job = jobs.create_delete(SpamRule.objects.all(), user=editor.user)
     job.refresh_from_db()
     assert job.state == "previewed" and job.total == 60
-    assert len(job.result["samples"]) == jobs.DELETE_SAMPLES
+    assert len(job.result["samples"]) == deletes.DELETE_SAMPLES
     assert job.result["impact"]["links"] == 1 and job.result["impact"]["changed"] == 1
     page = editor.get(reverse("admin:urlguard_spamrule_delete_job", args=[job.pk]))
     html = page.content.decode()

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from urlguard.jobs import runner as jobs
+from urlguard import jobs
 from urlguard.models import AdminJob, ChangeEvent, NodeStatus, ShortLink, SpamRule
 from urlguard.writepath import changes
 

@@ -75,12 +75,12 @@ def test_refresh_now_returns_at_once_and_the_runner_refreshes(make_staff, feed, 
     """The embedded default (Celery eager, no broker): the request only queues the
     job; the runner thread does the refresh (a first load outlasts any request)."""
     from urlguard.feeds import tasks
-    from urlguard.jobs import runner as jobs
+    from urlguard.jobs import dispatch
 
     monkeypatch.setattr("urlguard.celery.in_process", lambda: True)
-    monkeypatch.setattr(jobs, "_memory_database", lambda: False)
-    runner = jobs._Runner()
-    monkeypatch.setattr(jobs, "runner", runner)
+    monkeypatch.setattr(dispatch, "_memory_database", lambda: False)
+    runner = dispatch._Runner()
+    monkeypatch.setattr(dispatch, "runner", runner)
     ran_on = []
 
     def refresh_source(*args, **kwargs):

@@ -198,14 +198,15 @@ def test_a_revert_killed_mid_way_is_finished_by_reverting_again(node):
 # The admin's revert, as the embedded default runs it (on the runner thread of the
 # serving process); the process dies in the middle.
 ADMIN_REVERT = """
-from urlguard.jobs import runner as jobs
+from urlguard import jobs
+from urlguard.jobs import dispatch
 from urlguard.models import ChangeSet
 job = jobs.create_revert(ChangeSet.objects.get(kind="import"), user=None)
-jobs.runner.join()
+dispatch.runner.join()
 job.refresh_from_db()
 assert job.state == "previewed", (job.state, job.message)
 jobs.start_revert(job, reason="bad import")
-jobs.runner.join()
+dispatch.runner.join()
 job.refresh_from_db()
 print(job.pk, job.state, job.message)
 """

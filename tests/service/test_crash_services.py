@@ -14,8 +14,8 @@ from tests.service.test_services import (  # noqa: F401  (fixtures)
     start_worker,
     wait_for,
 )
+from urlguard import jobs
 from urlguard.feeds.tasks import refresh_feed
-from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, ChangeSet, Source, SpamRule
 
 RULES = 3000

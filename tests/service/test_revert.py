@@ -11,7 +11,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from urlguard.jobs import runner as jobs
+from urlguard import jobs
+from urlguard.jobs import deletes
 from urlguard.models import AdminJob, ChangeEvent, ChangeSet, ShortLink, SpamRule
 from urlguard.writepath import changes, revert
 
@@ -261,7 +262,7 @@ def test_a_revert_survives_another_connection_writing_between_its_batches(monkey
 def test_a_bulk_delete_that_stopped_runs_again_to_the_end_in_one_change_set(editor, monkeypatch):
     rules = [changes.add_rule(f"bulk{i}.example.net", category="spam") for i in range(5)]
     job = jobs.create_delete(SpamRule.objects.filter(pk__in=[r.pk for r in rules]), user=None)
-    monkeypatch.setattr(jobs, "IMPORT_CHUNK", 2)
+    monkeypatch.setattr(deletes, "DELETE_CHUNK", 2)
     real, calls = changes.remove_rules, []
 
     def dies_on_the_second_batch(*args, **kwargs):

@@ -10,8 +10,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
+from urlguard import jobs
 from urlguard.admin.pages import http_methods, render_tool, report_job_outcome
-from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, Category
 
 

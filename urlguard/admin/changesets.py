@@ -12,9 +12,9 @@ from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 
+from urlguard import jobs
 from urlguard.admin.changelog import ReadOnlyAdmin
 from urlguard.admin.pages import http_methods, render_tool, report_job_outcome, tool_urls
-from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, ChangeEvent, ChangeSet, SpamRule
 from urlguard.runtime import ownership
 from urlguard.writepath.revert import RevertError, check_revertible

@@ -1,6 +1,6 @@
 """The import pages: upload a rule file, see the dry run (new / already present /
 repeated / refused with each line's reason), commit it, watch its progress and the
-rescan that follows. The work itself is in urlguard.jobs.runner."""
+rescan that follows. The work itself is in urlguard.jobs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 
+from urlguard import jobs
 from urlguard.admin.forms import ImportForm, decoded
 from urlguard.admin.pages import http_methods, render_tool, report_job_outcome
-from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, ShortLink
 from urlguard.runtime import ownership
 

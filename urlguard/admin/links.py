@@ -14,6 +14,7 @@ from django.utils import formats, timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from urlguard import jobs
 from urlguard.admin.forms import ShortLinkForm
 from urlguard.admin.pages import (
     BatchAnnotatedChangeList,
@@ -25,7 +26,6 @@ from urlguard.admin.pages import (
 )
 from urlguard.conf import conf
 from urlguard.hotpath.guard import get_guard
-from urlguard.jobs import runner as jobs
 from urlguard.models import AdminJob, Category, ShortLink, StatsLoss
 from urlguard.shortlinks.rescan import was_checked
 from urlguard.shortlinks.slugs import SlugError, create_short_link

@@ -441,7 +441,7 @@ def start_refresh(
     """Queue a refresh of `source` as an AdminJob (a worker, or this process's runner
     thread: never inside the request, which a first load of a big feed would outlast)."""
     from urlguard.feeds.tasks import refresh_feed_job
-    from urlguard.jobs.runner import dispatch
+    from urlguard.jobs.dispatch import dispatch
 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REFRESH,
@@ -462,7 +462,7 @@ def start_test_fetch(data: dict[str, Any], *, user: Any) -> AdminJob:
     """Queue a test fetch of the subscribe form's feed (a worker, or this process's
     runner thread: never inside the request)."""
     from urlguard.feeds.tasks import test_fetch_job
-    from urlguard.jobs.runner import dispatch
+    from urlguard.jobs.dispatch import dispatch
 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.TEST_FETCH,

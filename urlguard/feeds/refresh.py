@@ -316,7 +316,7 @@ def _may_block_links(impact: dict[str, Any] | None) -> bool:
 
 def _start_rescan(user: Any) -> int | None:
     """The rescan of the short links an import runs too, where the site has them."""
-    from urlguard.jobs.runner import rescan_after_adding
+    from urlguard.jobs.rescans import rescan_after_adding
 
     person = user if getattr(user, "is_authenticated", False) else None
     job = rescan_after_adding(user=person)

@@ -55,7 +55,7 @@ def refresh_feed(
 
 @shared_task(bind=True, name=REFRESH_JOB_TASK, ignore_result=True)
 def refresh_feed_job(self: Any, job_id: int) -> None:
-    """The admin's "refresh now", an AdminJob that urlguard.jobs.runner.dispatch runs on
+    """The admin's "refresh now", an AdminJob that urlguard.jobs.dispatch runs on
     a worker or the runner thread (a first load is too long for one request)."""
     job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.REFRESH).first()
     if job is None:

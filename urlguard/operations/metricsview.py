@@ -17,9 +17,8 @@ from urlguard.conf import conf
 from urlguard.models import ChangeEvent, NodeStatus, Source, StatsLoss
 from urlguard.nodesync import registry
 from urlguard.runtime import metrics
-from urlguard.runtime.metrics import HAVE_PROMETHEUS
 
-if HAVE_PROMETHEUS:
+if metrics.HAVE_PROMETHEUS:
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
     from prometheus_client.core import GaugeMetricFamily
     from prometheus_client.multiprocess import MultiProcessCollector
@@ -161,7 +160,7 @@ def _allowed(request: HttpRequest) -> bool:
 def metrics_view(request: HttpRequest, extra: Sequence[Any] = ()) -> HttpResponse:
     """`GET /metrics`: the Prometheus text format, for allowed addresses or the token;
     `extra` collectors add their families (the probes' readiness)."""
-    if not HAVE_PROMETHEUS:
+    if not metrics.HAVE_PROMETHEUS:
         response: HttpResponse = JsonResponse(
             {"error": "metrics need prometheus_client: pip install 'urlguard[metrics]'"},
             status=501,

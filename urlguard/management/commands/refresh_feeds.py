@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from urlguard.feeds import holds
 from urlguard.feeds.refresh import held_for_impact, refresh_source
-from urlguard.jobs.runner import runner
+from urlguard.jobs.dispatch import runner
 from urlguard.models import AdminJob, Source
 
 

@@ -1,0 +1,110 @@
+"""The revert job: the impact of undoing a change set, then the revert itself
+(urlguard.writepath.revert), resumable."""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from urlguard.celery import shared_task
+from urlguard.jobs.dispatch import (
+    Progress,
+    begin,
+    dispatch,
+    fail,
+    start_commit,
+)
+from urlguard.models import AdminJob, ChangeSet
+from urlguard.wording import counted
+
+logger = logging.getLogger(__name__)
+
+
+def create_revert(change_set, *, user) -> AdminJob:
+    """A revert job for `change_set`, waiting for its summary."""
+    job = AdminJob.objects.create(
+        kind=AdminJob.Kind.REVERT,
+        state=AdminJob.State.QUEUED,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+        params={"phase": "preview", "change_set": change_set.pk},
+        message="Waiting for the summary to start.",
+    )
+    dispatch(preview_revert_job, job.pk)
+    return job
+
+
+@shared_task(name="urlguard.admin.preview_revert_job")
+def preview_revert_job(job_id: int) -> dict | None:
+    """What reverting would do: rules removed again, rules brought back, and the
+    impact of both on the short links. Writes only the AdminJob row."""
+    from urlguard.writepath import revert
+
+    job = begin(job_id, AdminJob.Kind.REVERT, AdminJob.State.PREVIEWING)
+    if job is None:
+        return None
+    try:
+        change_set = ChangeSet.objects.get(pk=job.params["change_set"])
+        plan = revert.plan_revert(change_set)
+        unblocks, blocks = revert.impact_of_reverting(change_set)
+    except Exception as exc:
+        fail(job, exc, "The summary failed")
+        return None
+    job.state = AdminJob.State.PREVIEWED
+    job.finished = timezone.now()
+    job.done = job.total = plan.to_remove + plan.to_restore
+    job.message = ""
+    job.result = {
+        "to_remove": plan.to_remove,
+        "to_restore": plan.to_restore,
+        "unchanged": plan.unchanged,
+        "remove_samples": plan.remove_samples,
+        "restore_samples": plan.restore_samples,
+        "unblocks": unblocks.as_dict() if plan.to_remove else None,
+        "blocks": blocks.as_dict() if plan.to_restore else None,
+    }
+    job.save(update_fields=["state", "finished", "done", "total", "message", "result"])
+    return {"to_remove": plan.to_remove, "to_restore": plan.to_restore}
+
+
+def start_revert(job: AdminJob, *, reason: str = "") -> bool:
+    return start_commit(job, revert_job, reason)
+
+
+@shared_task(name="urlguard.admin.revert_job")
+def revert_job(job_id: int) -> dict | None:
+    from urlguard.models import ChangeEvent
+    from urlguard.writepath import revert
+
+    job = begin(job_id, AdminJob.Kind.REVERT)
+    if job is None:
+        return None
+    progress = Progress(job)
+    events = job.total
+    try:
+        change_set = ChangeSet.objects.get(pk=job.params["change_set"])
+        events = ChangeEvent.objects.filter(change_set=change_set).count()
+        done = revert.revert_change_set(
+            change_set,
+            user=job.created_by,
+            reason=job.params.get("reason", ""),
+            progress=lambda n: progress(n, events),
+        )
+    except Exception as exc:
+        fail(job, exc, "The revert stopped (what it changed so far stays, in its change set)")
+        return None
+    job.state = AdminJob.State.DONE
+    job.finished = timezone.now()
+    job.done = job.total
+    job.result = {
+        **job.result,
+        "revert_change_set": done.pk,
+        "added": done.added,
+        "removed": done.removed,
+    }
+    job.message = (
+        f"Reverted {change_set}: {counted(done.removed, 'rule')} removed, "
+        f"{counted(done.added, 'rule')} restored (change set #{done.pk})."
+    )
+    job.save(update_fields=["state", "finished", "done", "result", "message"])
+    return {"change_set": done.pk}
