@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install bench-install run test test-services bench lint typecheck
+.PHONY: install bench-install run test test-live bench lint typecheck
 
 # The service's exact versions (constraints.txt) within the app's ranges (pyproject.toml).
 EXTRAS := dev,server,postgres,celery,redis,metrics,dns
@@ -39,17 +39,17 @@ run: install
 # Lint, format and type checks first, then two passes of the suite with the deterministic
 # Hypothesis profile `ci` (tests/conftest.py): the same answer on every run.
 # Pass one: everything on the embedded defaults (SQLite, Celery in-process).
-# Pass two: the `services` tests against real PostgreSQL, Redis and a Celery worker.
+# Pass two: the `live` tests against real PostgreSQL, Redis and a Celery worker.
 test: lint typecheck
 	$(PY) -m pytest -q --hypothesis-profile=ci
 	# -o: `test` already depends on install; without it the sub-make re-runs install
 	# whenever pyproject.toml is newer than the stamp (a fresh worktree checkout).
-	$(MAKE) --no-print-directory -o install -o $(STAMP) test-services
+	$(MAKE) --no-print-directory -o install -o $(STAMP) test-live
 
-test-services: install
+test-live: install
 	DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/urlguard} \
 	CELERY_BROKER_URL=$${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/15} \
-	$(PY) -m pytest -q -m services --hypothesis-profile=ci
+	$(PY) -m pytest -q -m live --hypothesis-profile=ci
 
 bench: bench-install
 	$(PY) bench/engine.py

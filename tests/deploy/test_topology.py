@@ -4,7 +4,7 @@ PostgreSQL and Redis, and one beat. A rule listed on node 1 is blocked on node 2
 2's worker, stopped while 200 changes are made, catches up when it is back; a second
 beat started by mistake does no harm.
 
-A `services` test (`make test-services`); the processes use the test database
+A `live` test (`make test-live`); the processes use the test database
 pytest-django creates, so the test commits."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = ROOT / "deploy" / "entrypoint.sh"
 
 pytestmark = [
-    pytest.mark.services,
+    pytest.mark.live,
     pytest.mark.skipif(bool(_SKIP) and not _MUST_RUN, reason=_SKIP),
     pytest.mark.django_db(transaction=True),
 ]

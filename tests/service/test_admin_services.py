@@ -1,6 +1,6 @@
 """The admin's long jobs on real services: with a broker, an import commit and the
 rescan after it are handed to a real Celery worker (not run in the request), and the
-page follows their progress. Run by `make test-services`."""
+page follows their progress. Run by `make test-live`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.service.test_services import (  # noqa: F401  (fixtures)
 from urlguard.models import AdminJob, ShortLink, SpamRule
 from urlguard.nodesync import sync
 
-pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
 def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_staff):  # noqa: F811

@@ -21,7 +21,7 @@ def _redis_url() -> str:
 def _skip_reason() -> str:
     url = _redis_url()
     if not url:
-        return "needs CELERY_BROKER_URL=redis://127.0.0.1:6379/15 (`make test-services`)"
+        return "needs CELERY_BROKER_URL=redis://127.0.0.1:6379/15 (`make test-live`)"
     parts = urlparse(url)
     try:
         socket.create_connection((parts.hostname, parts.port or 6379), timeout=2).close()
@@ -34,7 +34,7 @@ _SKIP = _skip_reason()
 # Under CI: fail, not skip (tests/service/test_services.py says why).
 _MUST_RUN = bool(os.environ.get("CI"))
 pytestmark = [
-    pytest.mark.services,
+    pytest.mark.live,
     pytest.mark.skipif(bool(_SKIP) and not _MUST_RUN, reason=_SKIP),
     pytest.mark.django_db,
 ]
@@ -43,7 +43,7 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def _redis_reachable():
     if _SKIP and _MUST_RUN:
-        pytest.fail(f"{_SKIP} (CI is set: services tests must run, not skip)")
+        pytest.fail(f"{_SKIP} (CI is set: live tests must run, not skip)")
 
 
 def _cache(location: str, prefix: str) -> dict:

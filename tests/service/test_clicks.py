@@ -275,10 +275,10 @@ def test_following_a_short_link_records_the_click(client, clock, link):
     assert Click.objects.filter(link=link, at__gte=timezone.now() - timedelta(minutes=5)).exists()
 
 
-@pytest.mark.services
+@pytest.mark.live
 @pytest.mark.skipif(
     django_settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-    reason="needs PostgreSQL (SQLite serializes every write): run `make test-services`",
+    reason="needs PostgreSQL (SQLite serializes every write): run `make test-live`",
 )
 @pytest.mark.django_db(transaction=True)
 def test_one_new_visitor_flushed_by_four_workers_at_once_counts_once():

@@ -1,7 +1,7 @@
 """The change path on real services: PostgreSQL, Redis and a Celery worker process
 (the node), with a read-only filter in this process (a web worker of the same node).
 
-Run by `make test-services` (DATABASE_URL and CELERY_BROKER_URL set). The worker uses
+Run by `make test-live` (DATABASE_URL and CELERY_BROKER_URL set). The worker uses
 the test database pytest-django creates, so the tests use committed transactions."""
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ def _skip_reason() -> str:
     db = django_settings.DATABASES["default"]
     if db["ENGINE"] != "django.db.backends.postgresql":
         return (
-            "needs PostgreSQL: run `make test-services` (DATABASE_URL=postgres://"
+            "needs PostgreSQL: run `make test-live` (DATABASE_URL=postgres://"
             "postgres@127.0.0.1:5432/urlguard)"
         )
     broker = django_settings.CELERY_BROKER_URL
     if not broker.startswith("redis://"):
-        return "needs CELERY_BROKER_URL=redis://127.0.0.1:6379/15 (`make test-services`)"
+        return "needs CELERY_BROKER_URL=redis://127.0.0.1:6379/15 (`make test-live`)"
     problems = [
         p
         for p in (
@@ -65,11 +65,11 @@ def _skip_reason() -> str:
 # Decided before any fixture runs: with PostgreSQL down, creating the test database
 # would fail instead of skipping.
 _SKIP = _skip_reason()
-# Under CI a services test that cannot reach its services fails instead: a green run
+# Under CI a live test that cannot reach its services fails instead: a green run
 # with the several-node tests skipped would prove nothing (.ci/run starts them).
 _MUST_RUN = bool(os.environ.get("CI"))
 pytestmark = [
-    pytest.mark.services,
+    pytest.mark.live,
     pytest.mark.skipif(bool(_SKIP) and not _MUST_RUN, reason=_SKIP),
     pytest.mark.django_db(transaction=True),
 ]
@@ -78,7 +78,7 @@ pytestmark = [
 def unavailable(reason: str) -> None:
     """Skip for `reason`, or under CI fail for it."""
     if _MUST_RUN:
-        pytest.fail(f"{reason} (CI is set: services tests must run, not skip)")
+        pytest.fail(f"{reason} (CI is set: live tests must run, not skip)")
     pytest.skip(reason)
 
 

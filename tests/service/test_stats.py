@@ -269,7 +269,7 @@ def test_sigterm_flushes_everything(file_db):
     assert stored(db) - before == 4 * 1000
 
 
-@pytest.mark.services
+@pytest.mark.live
 def test_counters_rows_and_upserts_on_the_services_database(links, clicks_counter):
     # PostgreSQL's own statements: one array per column, unnested in key order.
     test_one_statement_per_table_per_flush(links, clicks_counter)
@@ -313,10 +313,10 @@ def test_integer_columns_go_as_one_array_literal():
     assert stats._array_parameter(("a", "b")) == ["a", "b"]
 
 
-@pytest.mark.services
+@pytest.mark.live
 def test_short_links_keep_room_on_each_page_for_their_counter_updates(db):
     if connection.vendor != "postgresql":
-        pytest.skip("a PostgreSQL storage parameter: run `make test-services`")
+        pytest.skip("a PostgreSQL storage parameter: run `make test-live`")
     with connection.cursor() as cursor:
         cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'urlguard_shortlink'")
         assert cursor.fetchone()[0] == ["fillfactor=70"]
