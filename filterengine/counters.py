@@ -40,6 +40,8 @@ __all__ = [
     "stage_contains",
     "stage_add",
     "stage_remove",
+    "stage_take",
+    "restore_counters",
     "slice_positions",
     "stage_counter_indices",
     "stage_contains_many",
@@ -124,22 +126,36 @@ def stage_add(buf: bytearray | memoryview, base: int, k: int, cells: int, h1: in
     return was_absent
 
 
-def stage_remove(
+def stage_take(
     buf: bytearray | memoryview, base: int, k: int, cells: int, h1: int, h2: int
-) -> bool:
-    """Decrement the key's counters; False, with nothing changed, if any is 0.
+) -> list[int] | None:
+    """Decrement the key's counters and return the ones decremented (for
+    restore_counters); None, with nothing changed, if any is 0.
 
     Saturated counters are left at 15 (see the module docstring)."""
     positions = []
     for c in stage_counters(base, k, cells, h1, h2):
         v = (buf[c >> 1] >> ((c & 1) << 2)) & 15
         if not v:
-            return False
+            return None
         if v != MAX_COUNT:
             positions.append(c)
     for c in positions:
         buf[c >> 1] -= 0x10 if c & 1 else 1
-    return True
+    return positions
+
+
+def stage_remove(
+    buf: bytearray | memoryview, base: int, k: int, cells: int, h1: int, h2: int
+) -> bool:
+    """Decrement the key's counters; False, with nothing changed, if any is 0."""
+    return stage_take(buf, base, k, cells, h1, h2) is not None
+
+
+def restore_counters(buf: bytearray | memoryview, counters: list[int]) -> None:
+    """Undo stage_take: increment the counters it decremented (none was saturated)."""
+    for c in counters:
+        buf[c >> 1] += 0x10 if c & 1 else 1
 
 
 # -- batch paths --------------------------------------------------------------
