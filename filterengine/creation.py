@@ -13,7 +13,8 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Sized
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
 
 from . import fileformat as ff
 from .atomicfile import (
@@ -29,14 +30,35 @@ from .atomicfile import (
 from .errors import FilterFileError
 from .ids import checked_id
 from .locking import acquire_writer_lock, release_writer_lock
+from .mapping import FileView
 from .space import require_free
-
-if TYPE_CHECKING:
-    from .scaling import ScalingCountingBloomFilter
 
 __all__ = ["build_file", "create_file", "restore_file"]
 
 _BUILD_CHUNK = 65_536
+
+
+class _Filter(Protocol):
+    """What is used here of the filter being written (a ScalingCountingBloomFilter;
+    named by its parts because scaling.py imports this module)."""
+
+    path: str
+    readonly: bool
+    _lock_fd: int | None
+    _view: FileView
+
+    @property
+    def is_clean(self) -> bool: ...
+    def change(self) -> AbstractContextManager[Any]: ...
+    def add_many(self, keys: list[str | bytes], ids: list[int]) -> None: ...
+    def flush(self) -> None: ...
+    def _close_mapping(self) -> None: ...
+    def _follow_replacement(self) -> None: ...
+
+
+F = TypeVar("F", bound=_Filter)
+#: Maps a descriptor as a filter: (path, fd, readonly=...) -> filter.
+Attach = Callable[..., F]
 
 
 def _new_generation(old_fd: int | None) -> int:
@@ -44,9 +66,7 @@ def _new_generation(old_fd: int | None) -> int:
     return max(time.time_ns() // 1000, generation_of(old_fd) + 1)
 
 
-def _put_in_place(
-    fresh: ScalingCountingBloomFilter, tmp: str, path: str, old_fd: int | None
-) -> None:
+def _put_in_place(fresh: _Filter, tmp: str, path: str, old_fd: int | None) -> None:
     """Make the finished temp file durable, move it over ``path`` and tell the
     old file's readers (its superseded bit). Closes ``fresh``'s mapping; closes
     ``old_fd``."""
@@ -83,13 +103,13 @@ def create_file(path: str, header: ff.Header) -> tuple[int, int]:
 
 
 def build_file(
-    cls: type[ScalingCountingBloomFilter],
+    attach: Attach[F],
     path: str,
     pairs: Iterable[tuple[str | bytes, int]],
     header: ff.Header,
     *,
     applied_seq: int,
-    writer: ScalingCountingBloomFilter | None,
+    writer: F | None,
     lock_timeout: float,
 ) -> int:
     """ScalingCountingBloomFilter.build (see there); ``header`` without its
@@ -115,7 +135,7 @@ def build_file(
         keys = len(pairs) if isinstance(pairs, Sized) else 0
         require_free(path, ff.file_size(header, keys), "rebuild (a new file beside it)")
         tmp = write_empty(path, header, applied_seq=applied_seq)
-        fresh = cls._attach(tmp, os.open(tmp, os.O_RDWR | os.O_CLOEXEC), readonly=False)
+        fresh = attach(tmp, os.open(tmp, os.O_RDWR | os.O_CLOEXEC), readonly=False)
         fresh.path = path  # error messages name the file the caller asked for
         try:
             with fresh.change():
@@ -147,11 +167,11 @@ def build_file(
 
 
 def restore_file(
-    cls: type[ScalingCountingBloomFilter],
+    attach: Attach[F],
     path: str,
     source: str,
     *,
-    catch_up: Callable[[ScalingCountingBloomFilter], None] | None,
+    catch_up: Callable[[F], None] | None,
     lock_timeout: float,
 ) -> int:
     """ScalingCountingBloomFilter.restore (see there). Returns the generation."""
@@ -161,7 +181,7 @@ def restore_file(
     try:
         remove_stale_temps(path)
         tmp = copy_aside(path, source)
-        copy = cls._attach(tmp, os.open(tmp, os.O_RDONLY | os.O_CLOEXEC), readonly=True)
+        copy = attach(tmp, os.open(tmp, os.O_RDONLY | os.O_CLOEXEC), readonly=True)
         try:
             clean = copy.is_clean
         finally:
@@ -176,7 +196,7 @@ def restore_file(
         fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
         generation = _new_generation(old_fd)
         set_generation(fd, generation, source)
-        fresh = cls._attach(tmp, fd, readonly=False)
+        fresh = attach(tmp, fd, readonly=False)
         fresh.path = path  # error messages name the file the caller asked for
         if catch_up is not None:
             try:

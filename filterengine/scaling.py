@@ -205,7 +205,7 @@ class ScalingCountingBloomFilter:
         path = os.fspath(path)
         header = ff.make_header(capacity, error_rate, growth, tightening, seed=seed, generation=0)
         return build_file(
-            cls,
+            cls._attach,
             path,
             pairs,
             header,
@@ -241,7 +241,11 @@ class ScalingCountingBloomFilter:
         writes into ``source`` or into the file at ``path``. Holds the writer lock
         throughout (waiting at most ``lock_timeout`` s). Returns the generation."""
         return restore_file(
-            cls, os.fspath(path), os.fspath(source), catch_up=catch_up, lock_timeout=lock_timeout
+            cls._attach,
+            os.fspath(path),
+            os.fspath(source),
+            catch_up=catch_up,
+            lock_timeout=lock_timeout,
         )
 
     # -- the mapping ----------------------------------------------------------
@@ -396,20 +400,13 @@ class ScalingCountingBloomFilter:
         """The keys that may be present, in order: ``contains`` for a handful of
         keys (one URL's expressions) with one check of the file for them all.
         For many keys ``contains_many`` is faster."""
-        view = self._view
-        view.check_file(self.path)
-        if view.word[0] != view.layout:
-            view = self._refresh()
+        view = self._live_view()
         return [key for key in keys if probe(view, key)]
 
     # -- batches --------------------------------------------------------------
     def contains_many(self, keys: Iterable[str | bytes]) -> np.ndarray:
         """One bool per key, in order (vectorised; each key hashed once)."""
-        view = self._view
-        view.check_file(self.path)
-        if view.word[0] != view.layout:
-            view = self._refresh()
-        return probe_many(view, keys)
+        return probe_many(self._live_view(), keys)
 
     def add_many(self, keys: Iterable[str | bytes], ids: Iterable[int]) -> None:
         """Add every key with its id (one id per key), in order (vectorised)."""
