@@ -196,30 +196,32 @@ def stage_contains_many(
 ) -> np.ndarray:
     """Bool per key: are all its k counters in the stage non-zero?
 
-    Slices are probed two at a time (the two nibbles of one region), and only
-    keys still possibly present go on: an absent key usually fails within the
-    first pair, so the work is about 2n probes, not k*n, with few compactions."""
+    Only keys still possibly present go on to the next slice: an absent key
+    usually fails within the first two, so the work is about 2n probes, not
+    k*n. The first slice needs only h1, so h2 is reduced only for the keys that
+    pass it (half of the absent ones in a full stage)."""
     n = len(h1)
     modulus = np.uint64(cells)
     start = base >> 1
-    alive = None  # indices of keys still possibly present; None = all
+    masks = (np.uint8(0x0F), np.uint8(0xF0))
     x = h1 % modulus
-    step = h2 % modulus
-    low, high = np.uint8(0x0F), np.uint8(0xF0)
-    for i in range(0, k, 2):
-        region = array[start + (i >> 1) * cells : start + ((i >> 1) + 1) * cells]
-        hit = (region[x.view(np.int64)] & low).astype(bool)
+    hit = array[start : start + cells][x.view(np.int64)] & masks[0] != 0
+    alive = None  # indices of keys still possibly present; None = all
+    if hit.all():
+        step = h2 % modulus
+    else:
+        alive = np.flatnonzero(hit)
+        x, step = x[alive], h2[alive] % modulus
+    for i in range(1, k):
+        if alive is not None and not len(alive):
+            break
         y = x + step
         x = np.minimum(y, y - modulus)
-        if i + 1 < k:
-            hit &= (region[x.view(np.int64)] & high).astype(bool)
-            y = x + step
-            x = np.minimum(y, y - modulus)
+        region = array[start + (i >> 1) * cells : start + ((i >> 1) + 1) * cells]
+        hit = region[x.view(np.int64)] & masks[i & 1] != 0
         if hit.all():
             continue
         alive = np.flatnonzero(hit) if alive is None else alive[hit]
-        if not len(alive):
-            break
         x, step = x[hit], step[hit]
     if alive is None:
         return np.ones(n, dtype=bool)
@@ -228,52 +230,59 @@ def stage_contains_many(
     return result
 
 
-def _unique_counts(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted distinct counter indices and how often each occurs in ``c``."""
-    # Sorting (in uint32 when the indices fit, which sorts faster) is the
-    # cheapest way to count duplicates among few keys; many keys take the
-    # dense bincount path of stage_add_many instead.
-    if len(c) and int(c.max()) < 2**32:
-        c = c.astype(np.uint32)
-    s = np.sort(c)
-    if not len(s):
-        return s.astype(np.uint64), np.zeros(0, dtype=np.int64)
-    first = np.empty(len(s), dtype=bool)
-    first[0] = True
-    np.not_equal(s[1:], s[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    counts = np.diff(np.append(starts, len(s)))
-    return s[starts].astype(np.uint64), counts
-
-
-def _store(array: np.ndarray, u: np.ndarray, values: np.ndarray) -> None:
-    """Write ``values`` into the distinct counters ``u``.
-
-    Low and high nibbles are written in two passes: within one pass every
-    byte index is distinct, so no write to a byte loses another's nibble."""
-    odd = (u & _U1).astype(bool)
-    even = ~odd
-    b = (u[even] >> _U1).astype(np.intp)
-    array[b] = (array[b] & np.uint8(0xF0)) | values[even]
-    b = (u[odd] >> _U1).astype(np.intp)
-    array[b] = (array[b] & np.uint8(0x0F)) | (values[odd] << np.uint8(4))
-
-
 def stage_add_many(
     array: np.ndarray, base: int, k: int, cells: int, h1: np.ndarray, h2: np.ndarray
 ) -> None:
     """Increment every key's k counters, saturating at 15, duplicates counted."""
-    if not len(h1):
+    n = len(h1)
+    if not n:
         return
-    if len(h1) * 8 < cells:
-        # Few keys for the slice: count duplicates by sorting the touched counters.
-        for i, x in enumerate(slice_positions(cells, k, h1, h2)):
-            u, counts = _unique_counts(_global(base, cells, i, x))
-            old = counter_values(array, u)
-            _store(array, u, np.minimum(old + counts, MAX_COUNT).astype(np.uint8))
+    if n * 2 > cells:
+        _add_dense(array, base, k, cells, h1, h2)
         return
-    # Many keys: count per counter with bincount and rewrite the slice's
-    # nibbles whole: O(keys + cells) of sequential work, no sort.
+    # Per slice: gather the touched bytes, add one (unless saturated) and scatter
+    # them back. A position that occurs more than once in the batch would lose
+    # all but one increment that way, so each slice first marks the keys whose
+    # position another key of the batch also took (a scatter of key numbers
+    # into a scratch array, read back: O(keys), no sort); they are few, and
+    # counted exactly afterwards by _add_counted.
+    start = base >> 1
+    order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    scratch = np.empty(cells, dtype=order.dtype)
+    one = np.uint8(1)
+    for i, x in enumerate(slice_positions(cells, k, h1, h2)):
+        xi = x.view(np.int64)
+        region = array[start + (i >> 1) * cells : start + ((i >> 1) + 1) * cells]
+        scratch[xi] = order
+        sole = scratch[xi] == order
+        first = xi if sole.all() else xi[sole]
+        v = region[first]
+        if i & 1:
+            region[first] = v + ((v < np.uint8(0xF0)).view(np.uint8) << np.uint8(4))
+        else:
+            region[first] = v + ((v & np.uint8(0x0F)) != np.uint8(0x0F)).view(np.uint8) * one
+        if len(first) != n:
+            _add_counted(region, i & 1, xi[~sole])
+
+
+def _add_counted(region: np.ndarray, high: int, x: np.ndarray) -> None:
+    """Add to the nibbles at positions ``x`` of one slice how often each occurs."""
+    u, counts = np.unique(x, return_counts=True)
+    v = region[u]
+    old = v >> np.uint8(4) if high else v & np.uint8(0x0F)
+    new = np.minimum(old.astype(np.int64) + counts, MAX_COUNT).astype(np.uint8)
+    if high:
+        region[u] = (v & np.uint8(0x0F)) | (new << np.uint8(4))
+    else:
+        region[u] = (v & np.uint8(0xF0)) | new
+
+
+def _add_dense(
+    array: np.ndarray, base: int, k: int, cells: int, h1: np.ndarray, h2: np.ndarray
+) -> None:
+    """stage_add_many for batches of the slice's order of size: count per counter
+    with bincount and rewrite the slice's nibbles whole, O(keys + cells) of
+    sequential work."""
     start = base >> 1
     top = np.uint8(MAX_COUNT)
     for i, x in enumerate(slice_positions(cells, k, h1, h2)):
@@ -290,33 +299,68 @@ def stage_add_many(
             region[:] = (region & np.uint8(0xF0)) | low
 
 
+#: Per slice: the bytes holding its distinct touched counters, which nibble (0
+#: low, 1 high), and the counters' new values.
+RemovalPlan = list[tuple[np.ndarray, int, np.ndarray]]
+
+
+def _distinct(
+    x: np.ndarray, scratch: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct positions, per entry of ``x`` the index of its position among
+    them), in O(len(x)) without a sort: each position keeps the number of one
+    entry scattered into ``scratch`` (as large as the slice)."""
+    scratch[x] = order
+    winner = scratch[x]
+    sole = winner == order
+    if sole.all():
+        return x, order
+    rank = np.cumsum(sole) - 1
+    return x[sole], rank[winner]
+
+
 def stage_remove_check(
     array: np.ndarray, base: int, k: int, cells: int, h1: np.ndarray, h2: np.ndarray
-) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+) -> tuple[RemovalPlan, np.ndarray]:
     """Plan the removal of every key; change nothing.
 
     Returns (plan, short): ``plan`` holds per slice the distinct counters and
     their new values; ``short`` is a bool per key, True where the removal must
     be refused because one of its counters is 0 or would go below 0 counting
     the other removals of this batch. Saturated counters stay at 15."""
-    plan = []
-    short = np.zeros(len(h1), dtype=bool)
+    n = len(h1)
+    plan: RemovalPlan = []
+    short = np.zeros(n, dtype=bool)
+    if not n:
+        return plan, short
+    start = base >> 1
+    order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    scratch = np.empty(cells, dtype=order.dtype)
     for i, x in enumerate(slice_positions(cells, k, h1, h2)):
-        c = _global(base, cells, i, x)
-        u, counts = _unique_counts(c)
-        old = counter_values(array, u).astype(np.int64)
+        u, inverse = _distinct(x.view(np.int64), scratch, order)
+        counts = np.bincount(inverse, minlength=len(u))
+        b = u + (start + (i >> 1) * cells)
+        v = array[b]
+        old = (v >> np.uint8(4) if i & 1 else v & np.uint8(0x0F)).astype(np.int64)
         saturated = old == MAX_COUNT
         lacking = ~saturated & (old < counts)
         if lacking.any():
-            short |= np.isin(c, u[lacking])
-        plan.append((u, np.where(saturated, MAX_COUNT, old - counts).astype(np.uint8)))
+            short |= lacking[inverse]
+        plan.append((b, i & 1, np.where(saturated, MAX_COUNT, old - counts).astype(np.uint8)))
     return plan, short
 
 
-def stage_remove_apply(array: np.ndarray, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
-    """Apply a plan from stage_remove_check (only when nothing was short)."""
-    for u, values in plan:
-        _store(array, u, values)
+def stage_remove_apply(array: np.ndarray, plan: RemovalPlan) -> None:
+    """Apply a plan from stage_remove_check (only when nothing was short).
+
+    Slices are written one after the other: within one, every byte is distinct,
+    and the other nibble of each byte is read back as it is now."""
+    for b, high, values in plan:
+        v = array[b]
+        if high:
+            array[b] = (v & np.uint8(0x0F)) | (values << np.uint8(4))
+        else:
+            array[b] = (v & np.uint8(0xF0)) | values
 
 
 # -- measurements -------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import fileformat as ff
 from .counters import (
+    RemovalPlan,
     restore_counters,
     saturated_counters,
     slice_nonzero,
@@ -34,8 +35,6 @@ __all__ = ["Probe", "RemovalPlan", "Stage"]
 #: (first region, the other regions, cells per slice): what the scalar lookup
 #: needs of one stage (see Stage.probe).
 Probe = tuple[memoryview, tuple[memoryview, ...], int]
-#: Per slice, the distinct counters a batch removal changes and their new values.
-RemovalPlan = list[tuple[np.ndarray, np.ndarray]]
 
 
 class Stage:
