@@ -11,9 +11,10 @@ never stop the filter from scaling: fullness is a count, not an id.
 
 One writer per file (locking.py), any number of read-only openers in other
 processes. They share the page cache through ``MAP_SHARED`` (mapping.py), so
-readers see additions without reopening; before each answer a reader reads the
-last byte its stages need (one ``pread``: a file truncated or copied over in
-place is refused before a page is touched, not a SIGBUS) and compares one header
+readers see additions without reopening; before each answer a reader compares
+the file's size with the last byte its stages need (one ``lseek``: a file
+truncated or copied over in place is refused before a page is touched, not a
+SIGBUS) and compares one header
 word (stage count + superseded bit) with the value it mapped, and remaps when a
 stage was added or the file was replaced by ``build`` (atomicfile.py).
 
