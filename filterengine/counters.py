@@ -48,6 +48,8 @@ __all__ = [
     "stage_add_many",
     "stage_remove_check",
     "stage_remove_apply",
+    "stage_remove_many",
+    "undo_removal",
     "slice_nonzero",
     "saturated_counters",
 ]
@@ -304,21 +306,6 @@ def _add_dense(
 RemovalPlan = list[tuple[np.ndarray, int, np.ndarray]]
 
 
-def _distinct(
-    x: np.ndarray, scratch: np.ndarray, order: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct positions, per entry of ``x`` the index of its position among
-    them), in O(len(x)) without a sort: each position keeps the number of one
-    entry scattered into ``scratch`` (as large as the slice)."""
-    scratch[x] = order
-    winner = scratch[x]
-    sole = winner == order
-    if sole.all():
-        return x, order
-    rank = np.cumsum(sole) - 1
-    return x[sole], rank[winner]
-
-
 def stage_remove_check(
     array: np.ndarray, base: int, k: int, cells: int, h1: np.ndarray, h2: np.ndarray
 ) -> tuple[RemovalPlan, np.ndarray]:
@@ -327,7 +314,12 @@ def stage_remove_check(
     Returns (plan, short): ``plan`` holds per slice the distinct counters and
     their new values; ``short`` is a bool per key, True where the removal must
     be refused because one of its counters is 0 or would go below 0 counting
-    the other removals of this batch. Saturated counters stay at 15."""
+    the other removals of this batch. Saturated counters stay at 15.
+
+    Per slice, the positions are told apart as stage_add_many does: one entry
+    per distinct position (the one whose key number a scatter into a scratch
+    array kept) is planned at one removal, and the few positions that occur
+    more than once are planned again, after it, at their full count."""
     n = len(h1)
     plan: RemovalPlan = []
     short = np.zeros(n, dtype=bool)
@@ -337,30 +329,121 @@ def stage_remove_check(
     order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
     scratch = np.empty(cells, dtype=order.dtype)
     for i, x in enumerate(slice_positions(cells, k, h1, h2)):
-        u, inverse = _distinct(x.view(np.int64), scratch, order)
-        counts = np.bincount(inverse, minlength=len(u))
-        b = u + (start + (i >> 1) * cells)
-        v = array[b]
-        old = (v >> np.uint8(4) if i & 1 else v & np.uint8(0x0F)).astype(np.int64)
-        saturated = old == MAX_COUNT
-        lacking = ~saturated & (old < counts)
+        xi = x.view(np.int64)
+        scratch[xi] = order
+        sole = scratch[xi] == order
+        every = sole.all()
+        first = xi if every else xi[sole]
+        offset = start + (i >> 1) * cells
+        b = offset + first
+        _, values, lacking = _planned(array, b, i & 1, 1)
         if lacking.any():
-            short |= lacking[inverse]
-        plan.append((b, i & 1, np.where(saturated, MAX_COUNT, old - counts).astype(np.uint8)))
+            short[order[sole][lacking] if not every else lacking] = True
+        plan.append((b, i & 1, values))
+        if not every:
+            u, counts = np.unique(xi[~sole], return_counts=True)
+            b = offset + u
+            _, values, lacking = _planned(array, b, i & 1, counts + 1)
+            if lacking.any():
+                short |= np.isin(xi, u[lacking])
+            plan.append((b, i & 1, values))
     return plan, short
+
+
+def _planned(
+    array: np.ndarray, b: np.ndarray, high: int, times: int | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the bytes' values now, new nibble values, lacking) for taking ``times``
+    from the nibbles in bytes ``b``."""
+    v = array[b]
+    old = v >> np.uint8(4) if high else v & np.uint8(0x0F)
+    saturated = old == np.uint8(MAX_COUNT)
+    if isinstance(times, int):
+        lacking = ~saturated & (old < np.uint8(times))
+        values = np.where(saturated, old, old - np.uint8(times))
+    else:
+        lacking = ~saturated & (old < times)
+        values = np.where(saturated, MAX_COUNT, old.astype(np.int64) - times)
+    return v, values.astype(np.uint8), lacking
 
 
 def stage_remove_apply(array: np.ndarray, plan: RemovalPlan) -> None:
     """Apply a plan from stage_remove_check (only when nothing was short).
 
-    Slices are written one after the other: within one, every byte is distinct,
-    and the other nibble of each byte is read back as it is now."""
+    Entries are written one after the other: within one, every byte is
+    distinct, and the other nibble of each byte is read back as it is now."""
     for b, high, values in plan:
         v = array[b]
         if high:
             array[b] = (v & np.uint8(0x0F)) | (values << np.uint8(4))
         else:
             array[b] = (v & np.uint8(0xF0)) | values
+
+
+#: Bytes a removal wrote and what they held before, in order (for undo_removal).
+UndoLog = list[tuple[np.ndarray, np.ndarray]]
+
+
+def stage_remove_many(
+    array: np.ndarray, base: int, k: int, cells: int, h1: np.ndarray, h2: np.ndarray
+) -> UndoLog | None:
+    """Remove every key at once if none is short (as stage_remove_check judges);
+    return what undoes it. None, with every counter as it was, if one is.
+
+    One pass: each slice is taken as it is planned, and undone if a later one
+    comes out short, so no byte is read twice (stage_remove_check plus
+    stage_remove_apply read each twice; refusals are the rare case)."""
+    n = len(h1)
+    log: UndoLog = []
+    if not n:
+        return log
+    start = base >> 1
+    order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    scratch = np.empty(cells, dtype=order.dtype)
+    for i, x in enumerate(slice_positions(cells, k, h1, h2)):
+        xi = x.view(np.int64)
+        scratch[xi] = order
+        sole = scratch[xi] == order
+        every = sole.all()
+        offset = start + (i >> 1) * cells
+        b = offset + (xi if every else xi[sole])
+        if not _take(array, b, i & 1, 1, log) or (
+            not every and not _take_repeated(array, offset, xi[~sole], i & 1, log)
+        ):
+            undo_removal(array, log)
+            return None
+    return log
+
+
+def _take_repeated(
+    array: np.ndarray, offset: int, extra: np.ndarray, high: int, log: UndoLog
+) -> bool:
+    u, counts = np.unique(extra, return_counts=True)
+    return _take(array, offset + u, high, counts, log)
+
+
+def _take(
+    array: np.ndarray, b: np.ndarray, high: int, times: int | np.ndarray, log: UndoLog
+) -> bool:
+    """Take ``times`` from the nibbles in distinct bytes ``b`` unless one lacks it
+    (saturated ones stay at 15); log the bytes written. False, writing nothing,
+    if one lacks it."""
+    v, values, lacking = _planned(array, b, high, times)
+    if lacking.any():
+        return False
+    log.append((b, v))
+    if high:
+        array[b] = (v & np.uint8(0x0F)) | (values << np.uint8(4))
+    else:
+        array[b] = (v & np.uint8(0xF0)) | values
+    return True
+
+
+def undo_removal(array: np.ndarray, log: UndoLog) -> None:
+    """Put back what stage_remove_many wrote, newest first."""
+    for b, v in reversed(log):
+        array[b] = v
+    log.clear()
 
 
 # -- measurements -------------------------------------------------------------

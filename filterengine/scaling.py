@@ -48,7 +48,7 @@ from .ids import checked_id, id_array
 from .locking import acquire_writer_lock, release_writer_lock
 from .lookup import probe, probe_many
 from .mapping import FileIdentity, FileView
-from .removal import apply_batch, plan_batch, take_each, take_one
+from .removal import remove_batch, take_each, take_one
 from .stage import Stage
 from .writerstate import is_clean, take_over
 
@@ -440,13 +440,10 @@ class ScalingCountingBloomFilter:
         view = self._writable()
         if not len(h1):
             return
-        plans = plan_batch(view, h1, h2, ids)
         self._begin()
         ok = False
         try:
-            if plans is not None:
-                apply_batch(view, plans)
-            else:
+            if not remove_batch(view, h1, h2, ids):
                 modified = self._modified
                 try:
                     take_each(view, keys, h1, h2, ids)

@@ -19,6 +19,7 @@ import numpy as np
 from . import fileformat as ff
 from .counters import (
     RemovalPlan,
+    UndoLog,
     restore_counters,
     saturated_counters,
     slice_nonzero,
@@ -27,7 +28,9 @@ from .counters import (
     stage_contains_many,
     stage_remove_apply,
     stage_remove_check,
+    stage_remove_many,
     stage_take,
+    undo_removal,
 )
 
 __all__ = ["Probe", "RemovalPlan", "Stage"]
@@ -135,6 +138,16 @@ class Stage:
     @staticmethod
     def apply_removal(array: np.ndarray, plan: RemovalPlan) -> None:
         stage_remove_apply(array, plan)
+
+    def remove_many(self, array: np.ndarray, h1: np.ndarray, h2: np.ndarray) -> UndoLog | None:
+        """Take one occurrence of every key out of the counters, all or none
+        (see counters.stage_remove_many); the log undoes it. The table entry's
+        count is the caller's to update."""
+        return stage_remove_many(array, self._base, self.k, self.cells, h1, h2)
+
+    @staticmethod
+    def undo_removal(array: np.ndarray, log: UndoLog) -> None:
+        undo_removal(array, log)
 
     # -- measurements -------------------------------------------------------------
     def info(self, buf: ff.ReadableBuffer, array: np.ndarray) -> dict[str, Any]:

@@ -70,3 +70,29 @@ def test_batch_removal_plan_matches_single_takes():
         assert stage.take(memoryview(twin), *hash_pair(key)) is not None
     assert bytes(buf) == bytes(twin)
     assert stage.contains_many(array, h1[5:], h2[5:]).all()
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "c", b"d", "e"]), max_size=40),
+    st.lists(st.sampled_from(["a", "b", "c", b"d", "x"]), max_size=40),
+)
+@example(["a"] * 3, ["a"] * 4)  # one removal too many, in one batch
+@example(["a"] * 17, ["a"] * 3)  # saturated counters stay at 15
+@example(["a", "b"], ["a", "x"])  # a key never added
+def test_one_pass_batch_removal_agrees_with_the_plan(added, removed):
+    stage, buf, array = fresh()
+    stage.add_many(array, *hash_pairs(added))
+    twin = np.array(array)
+    before = bytes(buf)
+    h1, h2 = hash_pairs(removed)
+    plan, short = stage.plan_removal(twin, h1, h2)
+    log = stage.remove_many(array, h1, h2)
+    if short.any():
+        assert log is None
+        assert bytes(buf) == before  # refused: every counter as it was
+    else:
+        assert log is not None
+        stage.apply_removal(twin, plan)
+        assert bytes(buf) == twin.tobytes()
+        stage.undo_removal(array, log)
+        assert bytes(buf) == before
