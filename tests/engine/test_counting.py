@@ -236,3 +236,14 @@ def test_bad_parameters(capacity, rate):
 def test_hash_pairs_of_generator():
     h1, _ = hash_pairs(k for k in ["a", "b"])
     assert len(h1) == 2
+
+
+def test_a_batch_larger_than_one_numbered_part_counts_every_key():
+    # stage_add_many numbers keys in parts of 65,535: repeats across the boundary
+    # must count as repeats within one part do.
+    keys = [f"k{i % 40_000}" for i in range(70_000)]
+    a, b = CountingBloomFilter(200_000, 0.01), CountingBloomFilter(200_000, 0.01)
+    for k in keys:
+        a.add(k)
+    b.add_many(keys)
+    assert a.to_bytes() == b.to_bytes()

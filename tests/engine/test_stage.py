@@ -96,3 +96,21 @@ def test_one_pass_batch_removal_agrees_with_the_plan(added, removed):
         assert bytes(buf) == twin.tobytes()
         stage.undo_removal(array, log)
         assert bytes(buf) == before
+
+
+def test_a_batch_removal_larger_than_one_numbered_part():
+    # Keys are numbered in parts of 65,535: a key removed in two parts is taken
+    # twice, and one removal too many in the last part undoes the first part too.
+    header = ff.Header(
+        seed=0, capacity=200_000, error_rate=0.01, growth=2.0, tightening=0.5, generation=1
+    )
+    entry = ff.stage_plan(header, 0, ff.DATA_OFFSET)
+    raw = bytearray(entry.end)
+    stage, array = Stage(0, entry), np.frombuffer(raw, dtype=np.uint8)
+    keys = [f"k{i % 40_000}" for i in range(70_000)]
+    stage.add_many(array, *hash_pairs(keys))
+    before = bytes(raw)
+    assert stage.remove_many(array, *hash_pairs([*keys, "k1"])) is None
+    assert bytes(raw) == before
+    assert stage.remove_many(array, *hash_pairs(keys)) is not None
+    assert not any(raw[entry.offset :])
