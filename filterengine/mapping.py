@@ -24,8 +24,8 @@ __all__ = ["FileIdentity", "FileView"]
 #: file's size with one ``lseek`` (cheaper than a 1-byte ``pread`` or an ``fstat``:
 #: bench/faults.py) and compares it with the last byte the mapped stages need: an
 #: operator's ``cp``, ``truncate`` or ``: >`` is then noticed before any page is
-#: touched. What remains is the window
-#: between that read and the lookup's page touches (a few microseconds). The same
+#: touched. What remains is the window between that check and the lookup's page
+#: touches (a few microseconds). The same
 #: check compares the generation and the state slots' write counters in place, so
 #: an older copy of the file copied over it is refused rather than answered from.
 _NOT_IN_PLACE = (
