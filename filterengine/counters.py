@@ -275,13 +275,15 @@ def _add_part(
         region = array[start + (i >> 1) * cells : start + ((i >> 1) + 1) * cells]
         scratch[xi] = order
         sole = scratch[xi] == order
-        first = xi if sole.all() else xi[sole]
-        v = region[first]
+        # Every key adds one: the keys of a repeated position all read and write
+        # the same byte value, so the scatter is consistent, and _add_counted
+        # then adds what the repeats add beyond it.
+        v = region[xi]
         if i & 1:
-            region[first] = v + ((v < np.uint8(0xF0)).view(np.uint8) << np.uint8(4))
+            region[xi] = v + ((v < np.uint8(0xF0)).view(np.uint8) << np.uint8(4))
         else:
-            region[first] = v + ((v & np.uint8(0x0F)) != np.uint8(0x0F)).view(np.uint8)
-        if len(first) != n:
+            region[xi] = v + ((v & np.uint8(0x0F)) != np.uint8(0x0F)).view(np.uint8)
+        if not sole.all():
             _add_counted(region, i & 1, xi[~sole])
 
 
@@ -437,11 +439,11 @@ def _remove_part(
         xi = x.view(np.int64)
         scratch[xi] = order
         sole = scratch[xi] == order
-        every = sole.all()
         offset = start + (i >> 1) * cells
-        b = offset + (xi if every else xi[sole])
-        if not _take(array, b, i & 1, 1, log) or (
-            not every and not _take_repeated(array, offset, xi[~sole], i & 1, log)
+        # Every key takes one (the keys of a repeated position write the same
+        # byte value: a consistent scatter), the repeats then the rest.
+        if not _take(array, offset + xi, i & 1, 1, log) or (
+            not sole.all() and not _take_repeated(array, offset, xi[~sole], i & 1, log)
         ):
             return False
     return True
