@@ -1,28 +1,45 @@
-"""Benchmark filterengine's filters against the peers named in issue 2.
+"""Benchmark filterengine's filters against the peers.
 
     python bench/engine.py              # 1,000,000 URL-like keys, error rate 0.01
     python bench/engine.py --keys 100000
+    python bench/engine.py --head-to-head-only --compare main   # ours now, ours at
+        # main and fastbloom-rs, at error rates 0.001 and 0.01 (--rates)
 
 All structures get the same keys in the same run. Single-key columns time a
 plain Python loop of single calls (loop overhead included, as a caller pays
 it); "batch" rows time the vectorised methods. Contains and remove are timed
 on a sample (``--sample``, default 200,000) of present keys and of keys never
 added; the false-positive rate is measured on the whole absent sample.
-Afterwards the issue's targets are checked on a filter grown from capacity
-100,000 (scaled with --keys) to all keys.
+Afterwards the targets are checked on a filter grown from capacity 100,000
+(scaled with --keys) to all keys.
+
+The head-to-head table puts the scaling filter beside fastbloom-rs's counting
+filter (Rust, batch calls) at each error rate of ``--rates``, on a one-stage
+file and on one of ``--stages`` stages (FILTER_MAX_STAGES: the most a node's
+file has before the periodic catch-up compacts it), and with ``--compare REV``
+also the scaling filter as it is at git revision REV (its ``filterengine``
+loaded under another name from ``git archive``, so both run in one process,
+on the same keys, alternately). Each figure is the best of ``--repeat`` runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
+import io
+import math
 import os
 import pickle
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +48,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from filterengine import ScalingCountingBloomFilter  # noqa: E402
 
 RATE = 0.01
+#: urlguard's FILTER_MAX_STAGES default (urlguard/conf.py).
+MAX_STAGES = 4
 
 
 def url_keys(n: int, tag: str) -> list[str]:
@@ -44,6 +63,9 @@ def url_keys(n: int, tag: str) -> list[str]:
 
 def rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("inf")
+
+
+rate_of = rate
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -284,6 +306,220 @@ def bench_peers(keys, present, absent, tmp) -> list[Row]:
     return rows
 
 
+# -- head to head: fastbloom-rs, and ours at another revision --------------------
+def load_revision(rev: str, tmp: str) -> ModuleType:
+    """filterengine as it is at git revision ``rev``, imported as its own package
+    (``filterengine_at_rev``) beside the working tree's."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    data = subprocess.run(
+        ["git", "-C", root, "archive", "--format=tar", rev, "filterengine"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    target = os.path.join(tmp, "at-rev")
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(target, filter="data")
+    name = "filterengine_at_rev"
+    package = os.path.join(target, "filterengine")
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(package, "__init__.py"), submodule_search_locations=[package]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def initial_for_stages(n: int, stages: int) -> int:
+    """The largest first-stage capacity with which ``n`` keys fill ``stages``
+    stages (stage i holds ceil(capacity * growth**i): fileformat.stage_plan)."""
+    from filterengine.scaling import DEFAULT_GROWTH
+
+    def needed(capacity: int) -> int:
+        held, count = 0, 0
+        while held < n:
+            held += math.ceil(capacity * DEFAULT_GROWTH**count)
+            count += 1
+        return count
+
+    low, high = 1, n
+    while low < high:
+        mid = (low + high + 1) // 2
+        if needed(mid) >= stages:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+class Contender:
+    """One column group of the head-to-head table: add, lookups on a one-stage
+    and on a many-stage structure, remove, single contains."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.figures: dict[str, float] = {}
+
+    def keep(self, label: str, value: float) -> None:
+        """Keep the best (highest rate, lowest latency) of the repeats."""
+        if label not in self.figures:
+            self.figures[label] = value
+        elif label.startswith("single"):
+            self.figures[label] = min(self.figures[label], value)
+        else:
+            self.figures[label] = max(self.figures[label], value)
+
+
+def cpu_timed(fn: Callable[[], object]) -> float:
+    """CPU seconds of this process running ``fn``: on a shared machine wall time
+    mostly measures the other processes."""
+    gc.collect()
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def single_call_us(contains: Callable[[str], object], sample: list[str]) -> float:
+    """Mean CPU cost of one call in a plain loop, as a caller pays it (µs)."""
+    return cpu_timed(lambda: [contains(key) for key in sample]) / len(sample) * 1e6
+
+
+def run_ours(c: Contender, cls: Any, keys, present, absent, tmp, rate, initial_many, chunk):
+    ids = np.arange(len(keys), dtype=np.int64)
+    sample = absent[:50_000] + present[:50_000]
+    for label, initial in (("1 stage", len(keys)), ("many", initial_many)):
+        path = os.path.join(tmp, f"h2h-{c.name}-{label}.bin".replace(" ", "_"))
+        if os.path.exists(path):
+            os.unlink(path)
+        f = cls.create(path, capacity=initial, error_rate=rate)
+
+        def adding(f=f):
+            for s in range(0, len(keys), chunk):
+                f.add_many(keys[s : s + chunk], ids[s : s + chunk])
+
+        c.keep(f"add {label}", rate_of(len(keys), cpu_timed(adding)))
+        c.keep(
+            f"present {label}",
+            rate_of(len(present), cpu_timed(lambda f=f: f.contains_many(present))),
+        )
+        c.keep(
+            f"absent {label}", rate_of(len(absent), cpu_timed(lambda f=f: f.contains_many(absent)))
+        )
+        c.figures[f"stages {label}"] = len(f.info()["stages"])
+        c.figures[f"fpr {label}"] = float(f.contains_many(absent).mean())
+        if label == "1 stage":
+            c.keep("single contains", single_call_us(f.contains, sample))
+        else:
+            step = max(1, len(keys) // len(present))
+            gone = ids[::step][: len(present)]
+            c.keep(
+                "remove",
+                rate_of(len(present), cpu_timed(lambda f=f, g=gone: f.remove_many(present, g))),
+            )
+        f.close()
+        os.unlink(path)
+
+
+def run_fastbloom(c: Contender, keys, present, absent, rate) -> None:
+    import fastbloom_rs
+
+    b = fastbloom_rs.FilterBuilder(len(keys), rate).build_counting_bloom_filter()
+    c.keep("add 1 stage", rate_of(len(keys), cpu_timed(lambda: b.add_str_batch(keys))))
+    c.keep(
+        "present 1 stage", rate_of(len(present), cpu_timed(lambda: b.contains_str_batch(present)))
+    )
+    c.keep("absent 1 stage", rate_of(len(absent), cpu_timed(lambda: b.contains_str_batch(absent))))
+    c.figures["fpr 1 stage"] = sum(b.contains_str_batch(absent)) / len(absent)
+    c.keep("single contains", single_call_us(b.contains_str, absent[:50_000] + present[:50_000]))
+    remove = b.remove_str
+    c.keep("remove", rate_of(len(present), cpu_timed(lambda: [remove(k) for k in present])))
+    # One structure, no stages: its many-stage figures are its only ones.
+    for what in ("add", "present", "absent"):
+        c.figures[f"{what} many"] = c.figures[f"{what} 1 stage"]
+    c.figures["fpr many"] = c.figures["fpr 1 stage"]
+
+
+H2H_COLUMNS = [
+    ("add 1 stage", "add/s 1 stage"),
+    ("present 1 stage", "present/s 1 stage"),
+    ("absent 1 stage", "absent/s 1 stage"),
+    ("add many", "add/s {S} stages"),
+    ("present many", "present/s {S} stages"),
+    ("absent many", "absent/s {S} stages"),
+    ("remove", "remove/s"),
+    ("single contains", "one contains"),
+]
+
+
+def head_to_head(keys, present, absent, tmp, rates, stages, repeat, chunk, compare) -> None:
+    import filterengine
+
+    engines: list[tuple[str, Any]] = [("ours", filterengine.ScalingCountingBloomFilter)]
+    if compare:
+        old = load_revision(compare, tmp)
+        engines.insert(0, (f"ours at {compare}", old.ScalingCountingBloomFilter))
+    for rate in rates:
+        initial = initial_for_stages(len(keys), stages)
+        contenders = [Contender(name) for name, _ in engines] + [Contender("fastbloom-rs")]
+        for _ in range(repeat):  # alternately, so load changes hit every contender
+            for contender, (_, cls) in zip(contenders, engines, strict=False):
+                run_ours(contender, cls, keys, present, absent, tmp, rate, initial, chunk)
+            run_fastbloom(contenders[-1], keys, present, absent, rate)
+        headers = ["error rate " + f"{rate:g}"] + [
+            title.format(S=stages) for _, title in H2H_COLUMNS
+        ]
+        rows = []
+        for c in contenders:
+            cells = [c.name]
+            for label, _ in H2H_COLUMNS:
+                value = c.figures[label]
+                cells.append(f"{value:.2f} µs" if label.startswith("single") else fmt_rate(value))
+            rows.append(cells)
+        peer = contenders[-1].figures
+        for c in contenders[:-1]:
+            cells = [f"{c.name} / fastbloom-rs"]
+            for label, _ in H2H_COLUMNS:
+                ratio = c.figures[label] / peer[label]
+                if label.startswith("single"):
+                    cells.append(f"{ratio:.2f}× its cost")
+                else:
+                    cells.append(f"{ratio:.2f}×")
+            rows.append(cells)
+        if compare:
+            old_f, new_f = contenders[0].figures, contenders[1].figures
+            cells = [f"ours / ours at {compare}"]
+            for label, _ in H2H_COLUMNS:
+                ratio = new_f[label] / old_f[label]
+                cells.append(
+                    f"{ratio:.2f}× its cost" if label.startswith("single") else f"{ratio:.2f}×"
+                )
+            rows.append(cells)
+        print()
+        print(
+            f"Head to head at error rate {rate:g}: {len(keys):,} keys, lookups of "
+            f"{len(present):,} present and {len(absent):,} absent keys, best of {repeat}; "
+            f"the many-stage file grown from capacity {initial:,} "
+            f"(load average {os.getloadavg()[0]:.2f}):"
+        )
+        print(table(headers, rows))
+        notes = []
+        for c in contenders:
+            f = c.figures
+            many = (
+                f" / {int(f['stages many'])} stages {f['fpr many'] * 100:.3f}%"
+                if "stages many" in f
+                else ""
+            )
+            notes.append(f"{c.name}: FPR 1 stage {f['fpr 1 stage'] * 100:.3f}%{many}")
+        print("Measured false-positive rates: " + "; ".join(notes))
+        print(
+            "fastbloom-rs has no stages (its one filter fills both column groups) and no "
+            "batch remove (a loop of remove_str); 'one contains' is the mean of a plain "
+            "loop of single calls over absent and present keys; every figure is CPU time."
+        )
+
+
 def timed_both(fn: Callable[[], object]) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process): on a shared, loaded machine
     the CPU time is the better estimate of what the code itself costs."""
@@ -455,6 +691,15 @@ def main() -> None:
         help="batch size for our add_many in the comparison table",
     )
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument(
+        "--rates", default="0.001,0.01", help="error rates of the head-to-head tables"
+    )
+    parser.add_argument("--stages", type=int, default=MAX_STAGES)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--compare", metavar="REV", help="also time filterengine at git REV")
+    parser.add_argument(
+        "--head-to-head-only", action="store_true", help="only the head-to-head tables"
+    )
     args = parser.parse_args()
     n = args.keys
     initial = max(1000, n // 10)
@@ -469,6 +714,19 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
     )
     with tempfile.TemporaryDirectory() as tmp:
+        head_to_head(
+            keys,
+            present,
+            absent,
+            tmp,
+            [float(r) for r in args.rates.split(",")],
+            args.stages,
+            args.repeat,
+            args.chunk,
+            args.compare,
+        )
+        if args.head_to_head_only:
+            return
         rows = [
             bench_single(keys, present, absent, tmp, initial),
             bench_batch(keys, present, absent, tmp, initial, args.chunk),

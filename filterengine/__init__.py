@@ -14,12 +14,14 @@ from .opposite import OppositeBloomFilter
 from .persistent import PersistentBloomFilter
 from .scalable import ScalableBloomFilter
 from .scaling import ScalingCountingBloomFilter
+from .status import FileStatus, file_status, writer_active, writer_lock_path
 
 __all__ = [
     "BloomFilter",
     "ContinuousBloomFilter",
     "CountingBloomFilter",
     "FileIdentity",
+    "FileStatus",
     "FilterFileError",
     "FilterLockedError",
     "FilterSpaceError",
@@ -28,6 +30,9 @@ __all__ = [
     "RotatingBloomFilter",
     "ScalableBloomFilter",
     "ScalingCountingBloomFilter",
+    "file_status",
     "hash_pair",
     "hash_pairs",
+    "writer_active",
+    "writer_lock_path",
 ]

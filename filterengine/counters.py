@@ -40,12 +40,16 @@ __all__ = [
     "stage_contains",
     "stage_add",
     "stage_remove",
+    "stage_take",
+    "restore_counters",
     "slice_positions",
     "stage_counter_indices",
     "stage_contains_many",
     "stage_add_many",
     "stage_remove_check",
     "stage_remove_apply",
+    "stage_remove_many",
+    "undo_removal",
     "slice_nonzero",
     "saturated_counters",
 ]
@@ -124,22 +128,36 @@ def stage_add(buf: bytearray | memoryview, base: int, k: int, cells: int, h1: in
     return was_absent
 
 
-def stage_remove(
+def stage_take(
     buf: bytearray | memoryview, base: int, k: int, cells: int, h1: int, h2: int
-) -> bool:
-    """Decrement the key's counters; False, with nothing changed, if any is 0.
+) -> list[int] | None:
+    """Decrement the key's counters and return the ones decremented (for
+    restore_counters); None, with nothing changed, if any is 0.
 
     Saturated counters are left at 15 (see the module docstring)."""
     positions = []
     for c in stage_counters(base, k, cells, h1, h2):
         v = (buf[c >> 1] >> ((c & 1) << 2)) & 15
         if not v:
-            return False
+            return None
         if v != MAX_COUNT:
             positions.append(c)
     for c in positions:
         buf[c >> 1] -= 0x10 if c & 1 else 1
-    return True
+    return positions
+
+
+def stage_remove(
+    buf: bytearray | memoryview, base: int, k: int, cells: int, h1: int, h2: int
+) -> bool:
+    """Decrement the key's counters; False, with nothing changed, if any is 0."""
+    return stage_take(buf, base, k, cells, h1, h2) is not None
+
+
+def restore_counters(buf: bytearray | memoryview, counters: list[int]) -> None:
+    """Undo stage_take: increment the counters it decremented (none was saturated)."""
+    for c in counters:
+        buf[c >> 1] += 0x10 if c & 1 else 1
 
 
 # -- batch paths --------------------------------------------------------------
@@ -180,30 +198,32 @@ def stage_contains_many(
 ) -> np.ndarray:
     """Bool per key: are all its k counters in the stage non-zero?
 
-    Slices are probed two at a time (the two nibbles of one region), and only
-    keys still possibly present go on: an absent key usually fails within the
-    first pair, so the work is about 2n probes, not k*n, with few compactions."""
+    Only keys still possibly present go on to the next slice: an absent key
+    usually fails within the first two, so the work is about 2n probes, not
+    k*n. The first slice needs only h1, so h2 is reduced only for the keys that
+    pass it (half of the absent ones in a full stage)."""
     n = len(h1)
     modulus = np.uint64(cells)
     start = base >> 1
-    alive = None  # indices of keys still possibly present; None = all
+    masks = (np.uint8(0x0F), np.uint8(0xF0))
     x = h1 % modulus
-    step = h2 % modulus
-    low, high = np.uint8(0x0F), np.uint8(0xF0)
-    for i in range(0, k, 2):
-        region = array[start + (i >> 1) * cells : start + ((i >> 1) + 1) * cells]
-        hit = (region[x.view(np.int64)] & low).astype(bool)
+    hit = array[start : start + cells][x.view(np.int64)] & masks[0] != 0
+    alive = None  # indices of keys still possibly present; None = all
+    if hit.all():
+        step = h2 % modulus
+    else:
+        alive = np.flatnonzero(hit)
+        x, step = x[alive], h2[alive] % modulus
+    for i in range(1, k):
+        if alive is not None and not len(alive):
+            break
         y = x + step
         x = np.minimum(y, y - modulus)
-        if i + 1 < k:
-            hit &= (region[x.view(np.int64)] & high).astype(bool)
-            y = x + step
-            x = np.minimum(y, y - modulus)
+        region = array[start + (i >> 1) * cells : start + ((i >> 1) + 1) * cells]
+        hit = region[x.view(np.int64)] & masks[i & 1] != 0
         if hit.all():
             continue
         alive = np.flatnonzero(hit) if alive is None else alive[hit]
-        if not len(alive):
-            break
         x, step = x[hit], step[hit]
     if alive is None:
         return np.ones(n, dtype=bool)
@@ -212,52 +232,79 @@ def stage_contains_many(
     return result
 
 
-def _unique_counts(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted distinct counter indices and how often each occurs in ``c``."""
-    # Sorting (in uint32 when the indices fit, which sorts faster) is the
-    # cheapest way to count duplicates among few keys; many keys take the
-    # dense bincount path of stage_add_many instead.
-    if len(c) and int(c.max()) < 2**32:
-        c = c.astype(np.uint32)
-    s = np.sort(c)
-    if not len(s):
-        return s.astype(np.uint64), np.zeros(0, dtype=np.int64)
-    first = np.empty(len(s), dtype=bool)
-    first[0] = True
-    np.not_equal(s[1:], s[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    counts = np.diff(np.append(starts, len(s)))
-    return s[starts].astype(np.uint64), counts
-
-
-def _store(array: np.ndarray, u: np.ndarray, values: np.ndarray) -> None:
-    """Write ``values`` into the distinct counters ``u``.
-
-    Low and high nibbles are written in two passes: within one pass every
-    byte index is distinct, so no write to a byte loses another's nibble."""
-    odd = (u & _U1).astype(bool)
-    even = ~odd
-    b = (u[even] >> _U1).astype(np.intp)
-    array[b] = (array[b] & np.uint8(0xF0)) | values[even]
-    b = (u[odd] >> _U1).astype(np.intp)
-    array[b] = (array[b] & np.uint8(0x0F)) | (values[odd] << np.uint8(4))
-
-
 def stage_add_many(
     array: np.ndarray, base: int, k: int, cells: int, h1: np.ndarray, h2: np.ndarray
 ) -> None:
     """Increment every key's k counters, saturating at 15, duplicates counted."""
-    if not len(h1):
+    n = len(h1)
+    if not n:
         return
-    if len(h1) * 8 < cells:
-        # Few keys for the slice: count duplicates by sorting the touched counters.
-        for i, x in enumerate(slice_positions(cells, k, h1, h2)):
-            u, counts = _unique_counts(_global(base, cells, i, x))
-            old = counter_values(array, u)
-            _store(array, u, np.minimum(old + counts, MAX_COUNT).astype(np.uint8))
+    if n * 2 > cells:
+        _add_dense(array, base, k, cells, h1, h2)
         return
-    # Many keys: count per counter with bincount and rewrite the slice's
-    # nibbles whole: O(keys + cells) of sequential work, no sort.
+    # Per slice: gather the touched bytes, add one (unless saturated) and scatter
+    # them back. A position that occurs more than once in the batch would lose
+    # all but one increment that way, so each slice first marks the keys whose
+    # position another key of the batch also took (a scatter of key numbers
+    # into a scratch array, read back: O(keys), no sort); they are few, and
+    # counted exactly afterwards by _add_counted. Key numbers are 16-bit, in
+    # parts of at most _PART keys: half the scratch array's cache footprint
+    # of 32-bit ones, ~20% faster (measured).
+    scratch = np.empty(cells, dtype=np.uint16)
+    for at in range(0, n, _PART):
+        _add_part(array, base >> 1, k, cells, h1[at : at + _PART], h2[at : at + _PART], scratch)
+
+
+#: Keys numbered in one uint16 scratch array (stage_add_many, stage_remove_many).
+_PART = 65_535
+
+
+def _add_part(
+    array: np.ndarray,
+    start: int,
+    k: int,
+    cells: int,
+    h1: np.ndarray,
+    h2: np.ndarray,
+    scratch: np.ndarray,
+) -> None:
+    n = len(h1)
+    order = np.arange(n, dtype=np.uint16)
+    for i, x in enumerate(slice_positions(cells, k, h1, h2)):
+        xi = x.view(np.int64)
+        region = array[start + (i >> 1) * cells : start + ((i >> 1) + 1) * cells]
+        scratch[xi] = order
+        sole = scratch[xi] == order
+        # Every key adds one: the keys of a repeated position all read and write
+        # the same byte value, so the scatter is consistent, and _add_counted
+        # then adds what the repeats add beyond it.
+        v = region[xi]
+        if i & 1:
+            region[xi] = v + ((v < np.uint8(0xF0)).view(np.uint8) << np.uint8(4))
+        else:
+            region[xi] = v + ((v & np.uint8(0x0F)) != np.uint8(0x0F)).view(np.uint8)
+        if not sole.all():
+            _add_counted(region, i & 1, xi[~sole])
+
+
+def _add_counted(region: np.ndarray, high: int, x: np.ndarray) -> None:
+    """Add to the nibbles at positions ``x`` of one slice how often each occurs."""
+    u, counts = np.unique(x, return_counts=True)
+    v = region[u]
+    old = v >> np.uint8(4) if high else v & np.uint8(0x0F)
+    new = np.minimum(old.astype(np.int64) + counts, MAX_COUNT).astype(np.uint8)
+    if high:
+        region[u] = (v & np.uint8(0x0F)) | (new << np.uint8(4))
+    else:
+        region[u] = (v & np.uint8(0xF0)) | new
+
+
+def _add_dense(
+    array: np.ndarray, base: int, k: int, cells: int, h1: np.ndarray, h2: np.ndarray
+) -> None:
+    """stage_add_many for batches of the slice's order of size: count per counter
+    with bincount and rewrite the slice's nibbles whole, O(keys + cells) of
+    sequential work."""
     start = base >> 1
     top = np.uint8(MAX_COUNT)
     for i, x in enumerate(slice_positions(cells, k, h1, h2)):
@@ -274,33 +321,163 @@ def stage_add_many(
             region[:] = (region & np.uint8(0xF0)) | low
 
 
+#: Per slice: the bytes holding its distinct touched counters, which nibble (0
+#: low, 1 high), and the counters' new values.
+RemovalPlan = list[tuple[np.ndarray, int, np.ndarray]]
+
+
 def stage_remove_check(
     array: np.ndarray, base: int, k: int, cells: int, h1: np.ndarray, h2: np.ndarray
-) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+) -> tuple[RemovalPlan, np.ndarray]:
     """Plan the removal of every key; change nothing.
 
     Returns (plan, short): ``plan`` holds per slice the distinct counters and
     their new values; ``short`` is a bool per key, True where the removal must
     be refused because one of its counters is 0 or would go below 0 counting
-    the other removals of this batch. Saturated counters stay at 15."""
-    plan = []
-    short = np.zeros(len(h1), dtype=bool)
+    the other removals of this batch. Saturated counters stay at 15.
+
+    Per slice, the positions are told apart as stage_add_many does: one entry
+    per distinct position (the one whose key number a scatter into a scratch
+    array kept) is planned at one removal, and the few positions that occur
+    more than once are planned again, after it, at their full count."""
+    n = len(h1)
+    plan: RemovalPlan = []
+    short = np.zeros(n, dtype=bool)
+    if not n:
+        return plan, short
+    start = base >> 1
+    order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    scratch = np.empty(cells, dtype=order.dtype)
     for i, x in enumerate(slice_positions(cells, k, h1, h2)):
-        c = _global(base, cells, i, x)
-        u, counts = _unique_counts(c)
-        old = counter_values(array, u).astype(np.int64)
-        saturated = old == MAX_COUNT
-        lacking = ~saturated & (old < counts)
+        xi = x.view(np.int64)
+        scratch[xi] = order
+        sole = scratch[xi] == order
+        every = sole.all()
+        first = xi if every else xi[sole]
+        offset = start + (i >> 1) * cells
+        b = offset + first
+        _, values, lacking = _planned(array, b, i & 1, 1)
         if lacking.any():
-            short |= np.isin(c, u[lacking])
-        plan.append((u, np.where(saturated, MAX_COUNT, old - counts).astype(np.uint8)))
+            short[order[sole][lacking] if not every else lacking] = True
+        plan.append((b, i & 1, values))
+        if not every:
+            u, counts = np.unique(xi[~sole], return_counts=True)
+            b = offset + u
+            _, values, lacking = _planned(array, b, i & 1, counts + 1)
+            if lacking.any():
+                short |= np.isin(xi, u[lacking])
+            plan.append((b, i & 1, values))
     return plan, short
 
 
-def stage_remove_apply(array: np.ndarray, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
-    """Apply a plan from stage_remove_check (only when nothing was short)."""
-    for u, values in plan:
-        _store(array, u, values)
+def _planned(
+    array: np.ndarray, b: np.ndarray, high: int, times: int | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the bytes' values now, new nibble values, lacking) for taking ``times``
+    from the nibbles in bytes ``b``."""
+    v = array[b]
+    old = v >> np.uint8(4) if high else v & np.uint8(0x0F)
+    saturated = old == np.uint8(MAX_COUNT)
+    if isinstance(times, int):
+        lacking = ~saturated & (old < np.uint8(times))
+        values = np.where(saturated, old, old - np.uint8(times))
+    else:
+        lacking = ~saturated & (old < times)
+        values = np.where(saturated, MAX_COUNT, old.astype(np.int64) - times)
+    return v, values.astype(np.uint8), lacking
+
+
+def stage_remove_apply(array: np.ndarray, plan: RemovalPlan) -> None:
+    """Apply a plan from stage_remove_check (only when nothing was short).
+
+    Entries are written one after the other: within one, every byte is
+    distinct, and the other nibble of each byte is read back as it is now."""
+    for b, high, values in plan:
+        v = array[b]
+        if high:
+            array[b] = (v & np.uint8(0x0F)) | (values << np.uint8(4))
+        else:
+            array[b] = (v & np.uint8(0xF0)) | values
+
+
+#: Bytes a removal wrote and what they held before, in order (for undo_removal).
+UndoLog = list[tuple[np.ndarray, np.ndarray]]
+
+
+def stage_remove_many(
+    array: np.ndarray, base: int, k: int, cells: int, h1: np.ndarray, h2: np.ndarray
+) -> UndoLog | None:
+    """Remove every key at once if none is short (as stage_remove_check judges);
+    return what undoes it. None, with every counter as it was, if one is.
+
+    One pass: each slice is taken as it is planned, and undone if a later one
+    comes out short, so no byte is read twice (stage_remove_check plus
+    stage_remove_apply read each twice; refusals are the rare case)."""
+    log: UndoLog = []
+    scratch = np.empty(cells, dtype=np.uint16)
+    for at in range(0, len(h1), _PART):
+        # Parts in turn: each takes from the counters as the parts before left them.
+        part = slice(at, at + _PART)
+        if not _remove_part(array, base >> 1, k, cells, h1[part], h2[part], scratch, log):
+            undo_removal(array, log)
+            return None
+    return log
+
+
+def _remove_part(
+    array: np.ndarray,
+    start: int,
+    k: int,
+    cells: int,
+    h1: np.ndarray,
+    h2: np.ndarray,
+    scratch: np.ndarray,
+    log: UndoLog,
+) -> bool:
+    order = np.arange(len(h1), dtype=np.uint16)
+    for i, x in enumerate(slice_positions(cells, k, h1, h2)):
+        xi = x.view(np.int64)
+        scratch[xi] = order
+        sole = scratch[xi] == order
+        offset = start + (i >> 1) * cells
+        # Every key takes one (the keys of a repeated position write the same
+        # byte value: a consistent scatter), the repeats then the rest.
+        if not _take(array, offset + xi, i & 1, 1, log) or (
+            not sole.all() and not _take_repeated(array, offset, xi[~sole], i & 1, log)
+        ):
+            return False
+    return True
+
+
+def _take_repeated(
+    array: np.ndarray, offset: int, extra: np.ndarray, high: int, log: UndoLog
+) -> bool:
+    u, counts = np.unique(extra, return_counts=True)
+    return _take(array, offset + u, high, counts, log)
+
+
+def _take(
+    array: np.ndarray, b: np.ndarray, high: int, times: int | np.ndarray, log: UndoLog
+) -> bool:
+    """Take ``times`` from the nibbles in distinct bytes ``b`` unless one lacks it
+    (saturated ones stay at 15); log the bytes written. False, writing nothing,
+    if one lacks it."""
+    v, values, lacking = _planned(array, b, high, times)
+    if lacking.any():
+        return False
+    log.append((b, v))
+    if high:
+        array[b] = (v & np.uint8(0x0F)) | (values << np.uint8(4))
+    else:
+        array[b] = (v & np.uint8(0xF0)) | values
+    return True
+
+
+def undo_removal(array: np.ndarray, log: UndoLog) -> None:
+    """Put back what stage_remove_many wrote, newest first."""
+    for b, v in reversed(log):
+        array[b] = v
+    log.clear()
 
 
 # -- measurements -------------------------------------------------------------

@@ -92,6 +92,7 @@ __all__ = [
     "next_offset",
     "file_size",
     "check_parameters",
+    "make_header",
     "DYNAMIC",
     "NO_ID_FIRST",
     "NO_ID_LAST",
@@ -202,6 +203,27 @@ def check_parameters(
         raise TypeError(f"error_rate must be a float, not {type(error_rate).__name__}")
     if not 0.0 < error_rate < 1.0 or math.isnan(error_rate):
         raise ValueError(f"error_rate must be strictly between 0 and 1, got {error_rate}")
+
+
+def make_header(
+    capacity: int,
+    error_rate: float,
+    growth: float,
+    tightening: float,
+    *,
+    seed: int,
+    generation: int,
+) -> Header:
+    """A new file's header from the caller's parameters (checked)."""
+    check_parameters(capacity, error_rate, growth, tightening)
+    return Header(
+        seed=seed,
+        capacity=capacity,
+        error_rate=float(error_rate),
+        growth=float(growth),
+        tightening=float(tightening),
+        generation=generation,
+    )
 
 
 def stage_plan(header: Header, index: int, offset: int) -> StageEntry:

@@ -13,21 +13,43 @@ import time
 
 from .errors import FilterFileError, FilterLockedError
 
-__all__ = ["acquire_writer_lock", "release_writer_lock", "lock_path_of"]
+__all__ = ["acquire_writer_lock", "release_writer_lock", "writer_lock_path", "writer_active"]
 
 #: Owner-only: the lock file and the filter files say nothing others need to read.
 FILE_MODE = 0o600
 
 
-def lock_path_of(path: str) -> str:
+def writer_lock_path(path: str) -> str:
+    """The writer lock file of the filter file at ``path``."""
     return path + ".lock"
+
+
+def writer_active(path: str) -> bool:
+    """Whether a live process holds the writer lock of ``path`` now. Never creates
+    the lock file (no lock file: no writer ever opened the file here) and never
+    follows a symbolic link planted in its place."""
+    try:
+        fd = os.open(writer_lock_path(path), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def acquire_writer_lock(path: str, timeout: float) -> int:
     """Take the writer lock of ``path``, waiting at most ``timeout`` seconds; return
     its descriptor. FilterLockedError if another process keeps it; FilterFileError
     if the lock path is a symbolic link."""
-    lock_path = lock_path_of(path)
+    lock_path = writer_lock_path(path)
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         fd = os.open(lock_path, flags, FILE_MODE)

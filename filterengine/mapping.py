@@ -15,19 +15,17 @@ import numpy as np
 
 from . import fileformat as ff
 from .errors import FilterFileError
+from .stage import Probe, Stage
 
-__all__ = ["FileIdentity", "FileView", "Probe", "stage_probe"]
-
-#: (first region, the other regions, cells per slice): what the scalar lookup
-#: needs of one stage (see stage_probe).
-Probe = tuple[memoryview, tuple[memoryview, ...], int]
+__all__ = ["FileIdentity", "FileView"]
 
 #: A file truncated under a mapping kills the process (SIGBUS) at the first touch of a
-#: missing page, and Python cannot catch that signal. So every lookup first reads the
-#: last byte the mapped stages need with one ``pread`` (about 0.3 us, measured against
-#: 0.7 us for an ``fstat``: bench/faults.py): an operator's ``cp``, ``truncate`` or
-#: ``: >`` is then noticed before any page is touched. What remains is the window
-#: between that read and the lookup's page touches (a few microseconds). The same
+#: missing page, and Python cannot catch that signal. So every lookup first asks the
+#: file's size with one ``lseek`` (cheaper than a 1-byte ``pread`` or an ``fstat``:
+#: bench/faults.py) and compares it with the last byte the mapped stages need: an
+#: operator's ``cp``, ``truncate`` or ``: >`` is then noticed before any page is
+#: touched. What remains is the window between that check and the lookup's page
+#: touches (a few microseconds). The same
 #: check compares the generation and the state slots' write counters in place, so
 #: an older copy of the file copied over it is refused rather than answered from.
 _NOT_IN_PLACE = (
@@ -106,7 +104,7 @@ class FileView:
         self.state = ff.State(stage_count=0, applied_seq=0, mem_seqnum=0, disk_seqnum=0, flags=0)
         #: Whether one of the two state slots failed its checksum then.
         self.torn_slot = False
-        self.stages: list[ff.StageEntry] = []
+        self.stages: list[Stage] = []
         self.array: np.ndarray = np.zeros(0, dtype=np.uint8)
         #: Per stage, newest first (it is the biggest and holds the most recent keys).
         self.probes: tuple[Probe, ...] = ()
@@ -179,10 +177,38 @@ class FileView:
         self.state = state
         self.torn_slot = first is None or second is None
         self.layout = _NATIVE_Q.unpack(word_bytes)[0]
-        self.stages = ff.read_entries(self.buf, state.stage_count, header, stat.st_size, path)
+        entries = ff.read_entries(self.buf, state.stage_count, header, stat.st_size, path)
+        self.stages = [Stage(index, entry) for index, entry in enumerate(entries)]
         self.limit = self.stages[-1].end
         self.array = np.frombuffer(mm, dtype=np.uint8)
-        self.probes = tuple(stage_probe(s, self.buf) for s in reversed(self.stages))
+        self.probes = tuple(stage.probe(self.buf) for stage in reversed(self.stages))
+
+    def successor(self, path: str, writable: bool) -> FileView:
+        """A new view of what readers must answer from now that the layout word
+        moved: the file that replaced this one at ``path`` (superseded bit), or
+        this file with its new stages. FilterFileError if another file was copied
+        over this one in place (only a rebuild gives a new generation, and never
+        in place)."""
+        if self.word[0] & ff.SUPERSEDED:
+            return FileView.map(os.open(path, os.O_RDONLY | os.O_CLOEXEC), False, path)
+        fresh = FileView.map(os.dup(self.fd), writable, path)
+        if fresh.header.generation != self.header.generation:
+            fresh.release()
+            raise FilterFileError(
+                f"{path}: generation: expected {self.header.generation}, found "
+                f"{fresh.header.generation}: another filter file was copied over "
+                "this one in place; open it again (and bring it up to date: "
+                "`restore_filter` is the supported way to restore a backup)"
+            )
+        return fresh
+
+    def add_stage(self, stage: Stage) -> None:
+        """Count a stage the writer has just appended (its space reserved, its
+        entry written) in this fresh view of the grown file."""
+        self.stages = [*self.stages, stage]
+        self.limit = stage.end
+        self.probes = (stage.probe(self.buf), *self.probes)
+        self.layout = self.word[0]
 
     def current_state(self, path: str) -> ff.State:
         """The newest valid state slot now (retried like the one read at mapping)."""
@@ -202,8 +228,10 @@ class FileView:
         in place: another generation, or state slots older than already seen)."""
         if self.fd < 0:
             raise ValueError(f"{path}: the filter is closed")
-        if not os.pread(self.fd, 1, self.limit - 1):
-            size = os.fstat(self.fd).st_size
+        # The size by lseek: a syscall that reads no page (about half a 1-byte
+        # pread, and a third of an fstat: bench/faults.py).
+        size = os.lseek(self.fd, 0, os.SEEK_END)
+        if size < self.limit:
             raise FilterFileError(
                 f"{path}: file size: expected at least {self.limit} bytes (the stages "
                 f"this process maps), found {size} bytes: the file was truncated or "
@@ -213,14 +241,19 @@ class FileView:
         # values meanwhile, never ones newer than the file held when we read.
         seen = self.seen_seq
         first, second = self.slot_seqs
-        seqs = (first[0], second[0])
-        if self.generation[0] != self.mapped_generation or seqs[0] < seen[0] or seqs[1] < seen[1]:
+        now_first, now_second = first[0], second[0]
+        if (
+            self.generation[0] != self.mapped_generation
+            or now_first < seen[0]
+            or now_second < seen[1]
+        ):
             raise FilterFileError(
                 f"{path}: another filter file was copied over this one in place while "
                 f"it was mapped (generation or state went back); open it again "
                 f"({_NOT_IN_PLACE})"
             )
-        self.seen_seq = seqs
+        if now_first != seen[0] or now_second != seen[1]:
+            self.seen_seq = (now_first, now_second)
 
     def release(self) -> None:
         """Unmap and close the file (idempotent)."""
@@ -248,23 +281,3 @@ class FileView:
         # may still be answering from it; the last reference closes it here.
         with contextlib.suppress(Exception):
             self.release()
-
-
-def stage_probe(stage: ff.StageEntry, buf: memoryview) -> Probe:
-    """What the scalar lookup needs of a stage, resolved once per mapping: a
-    view of each region of ``cells`` bytes holding a pair of slices (layout:
-    counters.py), the first apart, and cells per slice. Slices come in pairs
-    (plan_slices(paired=True) plans an even k, and read_entries checks every
-    stage against that plan), so a pair is one region read under the fixed
-    masks 0x0F then 0xF0. Indexing a region's own view saves an addition per
-    probe (about 15% of a lookup, measured)."""
-    if stage.k & 1:
-        raise AssertionError(
-            f"stage of odd k={stage.k}: the file passed validation "
-            "but plan_slices(paired=True) gives an even k"
-        )
-    cells = stage.cells
-    regions = tuple(
-        buf[stage.offset + j * cells : stage.offset + (j + 1) * cells] for j in range(stage.k >> 1)
-    )
-    return regions[0], regions[1:], cells

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from filterengine import CountingBloomFilter, FilterFileError
@@ -71,6 +71,46 @@ def test_batch_and_scalar_adds_agree(keys):
         a.add(k)
     b.add_many(keys)
     assert a.to_bytes() == b.to_bytes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c", b"d", "e" * 9]), max_size=70), st.booleans())
+@example(["a"] * 17, False)  # one key past saturation in one sparse batch
+def test_batch_adds_count_repeated_keys_as_scalar_adds_do(keys, roomy):
+    # Few distinct keys in a big filter: the sparse batch path, where every
+    # repeated key's positions collide within the batch (and saturate past 15).
+    a, b = (
+        CountingBloomFilter(5000 if roomy else 200, 0.01),
+        CountingBloomFilter(5000 if roomy else 200, 0.01),
+    )
+    for k in keys:
+        a.add(k)
+    b.add_many(keys)
+    assert a.to_bytes() == b.to_bytes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", "c", b"d"]), max_size=40),
+    st.lists(st.sampled_from(["a", "b", "c", b"d"]), max_size=40),
+)
+@example(["a"] * 3, ["a"] * 4)  # one removal too many in one batch
+@example(["a"] * 17, ["a"] * 2)  # saturated counters stay at 15
+def test_batch_removes_of_repeated_keys_match_scalar_removes(added, removed):
+    a, b = CountingBloomFilter(5000, 0.01), CountingBloomFilter(5000, 0.01)
+    a.add_many(added)
+    b.add_many(added)
+    before = b.to_bytes()
+    try:
+        for k in removed:
+            a.remove(k)
+    except KeyError:
+        with pytest.raises(KeyError):
+            b.remove_many(removed)
+        assert b.to_bytes() == before  # all or nothing
+    else:
+        b.remove_many(removed)
+        assert a.to_bytes() == b.to_bytes()
 
 
 @settings(max_examples=40, deadline=None)
@@ -196,3 +236,14 @@ def test_bad_parameters(capacity, rate):
 def test_hash_pairs_of_generator():
     h1, _ = hash_pairs(k for k in ["a", "b"])
     assert len(h1) == 2
+
+
+def test_a_batch_larger_than_one_numbered_part_counts_every_key():
+    # stage_add_many numbers keys in parts of 65,535: repeats across the boundary
+    # must count as repeats within one part do.
+    keys = [f"k{i % 40_000}" for i in range(70_000)]
+    a, b = CountingBloomFilter(200_000, 0.01), CountingBloomFilter(200_000, 0.01)
+    for k in keys:
+        a.add(k)
+    b.add_many(keys)
+    assert a.to_bytes() == b.to_bytes()

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import pytest
 from django.db import transaction
@@ -180,12 +181,23 @@ def _corrupt(path) -> None:
         fh.write(b"\xff" * 16)
 
 
+def _older_version(path) -> None:
+    """A file an earlier filterengine wrote: a valid header of the previous version."""
+    with open(path, "r+b") as fh:
+        head = bytearray(fh.read(128))
+        head[8:10] = (fileformat.VERSION - 1).to_bytes(2, "little")
+        head[120:124] = zlib.crc32(head[:120]).to_bytes(4, "little")
+        fh.seek(0)
+        fh.write(head)
+
+
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
         (lambda p: os.unlink(p), "missing"),
         (_dirty, "dirty"),
         (_corrupt, "unreadable"),
+        (_older_version, "format version: expected"),
     ],
 )
 def test_a_bad_file_is_rebuilt_and_the_log_says_why(

@@ -28,7 +28,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter, fileformat
+from filterengine import (
+    FilterFileError,
+    FilterLockedError,
+    ScalingCountingBloomFilter,
+    file_status,
+    writer_active,
+)
 from urlguard.conf import conf
 
 logger = logging.getLogger(__name__)
@@ -346,9 +352,7 @@ def _copied_over(path: str, filt: ScalingCountingBloomFilter) -> str:
     ever move applied_seq forward, and give a new generation only to a new inode."""
     seen = _last_seen.get(path)
     try:
-        with open(path, "rb") as f:
-            head = f.read(fileformat.TABLE_OFFSET)
-        generation = fileformat.read_fixed(head, fileformat.DATA_OFFSET, path).generation
+        generation = file_status(path).generation
         mapped = int(filt.generation)  # the header parsed when it was mapped
         applied = int(filt.applied_seq)
     except Exception:
@@ -379,7 +383,7 @@ def _unusable(path: str, filt: ScalingCountingBloomFilter) -> str:
         return f"unreadable: {exc}"
     # Not clean: a writer is in the middle of a change (normal), or one died there.
     identity = _mapped_identity(filt)
-    if identity in _dirty or _torn(path) or not _writer_active(path):
+    if identity in _dirty or _torn(path) or not writer_active(path):
         if identity is not None:
             _dirty.add(identity)
         return (
@@ -424,32 +428,11 @@ def clear_behind(path: str) -> None:
         os.unlink(path + BEHIND_SUFFIX)
 
 
-def _writer_active(path: str) -> bool:
-    """Does a live process hold the file's writer lock (the sidecar `<path>.lock`)?"""
-    try:
-        fd = os.open(path + ".lock", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return False  # no lock file: nobody ever wrote here through the engine
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
-
-
 def _torn(path: str) -> bool:
     """Has a writer found this file torn (a previous writer died mid-change)? Then it
     stays dirty, whoever holds the lock, until a rebuild replaces it."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(fileformat.TABLE_OFFSET)
-        return bool(fileformat.read_state(head, path).flags & fileformat.FLAG_TORN)
+        return file_status(path).torn
     except Exception:
         return False
 
