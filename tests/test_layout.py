@@ -203,6 +203,24 @@ def test_a_wrong_direction_is_reported(tmp_path):
     ]
 
 
+def test_the_app_reads_the_filter_file_only_through_the_engines_public_names():
+    """No module outside filterengine knows the file format: the app imports the
+    package (its __init__ names the public API), never one of its modules; only the
+    atomic-file helper, which knows no filter, is shared."""
+    root = Path(__file__).resolve().parent.parent
+    modules = _modules(root)
+    reaching = {
+        name: sorted(
+            t
+            for t in _imports(name, path, modules)
+            if t.startswith("filterengine.") and t != "filterengine.atomicfile"
+        )
+        for name, path in modules.items()
+        if name.split(".")[0] in ("urlguard", "urlguard_service")
+    }
+    assert not {name: found for name, found in reaching.items() if found}
+
+
 def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
