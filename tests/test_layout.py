@@ -46,7 +46,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
-                # `from urlguard import sync` names a module; `from urlguard.nodesync.sync
+                # `from urlguard.nodesync import sync` names a module; `from urlguard.nodesync.sync
                 # import sync` names something in one.
                 sub = f"{base}.{alias.name}"
                 targets.add(sub if sub in modules else base)
