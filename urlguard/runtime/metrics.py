@@ -1,10 +1,12 @@
-"""Prometheus metrics of this node, served at `GET /metrics` (access-limited).
+"""Prometheus metrics of this node, served at `GET /metrics` (access-limited) by
+urlguard.operations.metricsview.
 
 prometheus_client runs in multiprocess mode: every process (gunicorn workers, the
 Celery worker, a management command) writes its counters to its own memory-mapped
 files in one directory per node (METRICS_DIR, default <DATA_DIR>/metrics; the
 environment's PROMETHEUS_MULTIPROC_DIR wins), and a scrape sums them. Figures of the
-filter file itself are read from this node's file when scraped, not counted.
+filter file itself are read from this node's file when scraped (the view's collectors),
+not counted.
 
 gunicorn: `-c python:urlguard_service.gunicornconf` clears the files of dead processes at
 start and marks an exited worker dead (see that module).
