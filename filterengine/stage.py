@@ -3,10 +3,11 @@ file's counters, with its count and id range in the stage table.
 
 The middle layer of the dablooms design (bitmap -> counting filter -> scaling
 filter): counters.py knows packed nibbles, this module knows where a stage's
-counters are and what its table entry holds, and scaling.py only decides which
-stage a key goes to. Every method takes the buffer it works on (the mapping's
-memoryview for the scalar paths, its numpy array for the batch paths), because a
-remap replaces the buffers while the stage's geometry stays the same.
+counters are and what its table entry holds, and growth.py (additions) and
+removal.py (removals) decide which stage a key goes to. Every method takes the
+buffer it works on (the mapping's memoryview for the scalar paths, its numpy array
+for the batch paths), because a remap replaces the buffers while the stage's
+geometry stays the same.
 """
 
 from __future__ import annotations
