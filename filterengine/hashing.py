@@ -35,6 +35,7 @@ __all__ = [
     "MASK64",
     "check_key",
     "hash_pair",
+    "hash_tuple",
     "hash_pairs",
     "slice_index",
     "slice_indices",
@@ -54,7 +55,7 @@ COUNTER_SCHEME = 3
 HASH_SEED = 0
 MASK64 = (1 << 64) - 1
 
-_hash_tuple = mmh3.mmh3_x64_128_utupledigest  # unsigned (h1, h2) from bytes
+hash_tuple = mmh3.mmh3_x64_128_utupledigest  # unsigned (h1, h2) from bytes
 _hash_bytes = mmh3.hash_bytes  # 16 little-endian bytes: h1 then h2
 
 
@@ -83,7 +84,7 @@ def hash_pair(key: str | bytes, seed: int = HASH_SEED) -> tuple[int, int]:
         key = key.encode()  # type: ignore[union-attr]
     elif cls is not bytes:
         raise _key_type_error(key)
-    return _hash_tuple(key, seed)
+    return hash_tuple(key, seed)
 
 
 def _hashable_keys(keys: Iterable[str | bytes]) -> Sequence[str | bytes]:

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from .hashing import (
-    _hash_tuple,  # the scalar hot path calls mmh3 directly
     hash_pair,
     hash_pairs,
+    hash_tuple,  # the scalar hot path calls mmh3 directly
 )
 from .mapping import FileView
 
@@ -26,7 +26,7 @@ def probe(view: FileView, key: str | bytes) -> bool:
         key = key.encode()
     elif type(key) is not bytes:
         hash_pair(key)  # raises the TypeError naming the type
-    h1, h2 = _hash_tuple(key, view.seed)
+    h1, h2 = hash_tuple(key, view.seed)
     # COUNTER_SCHEME positions (counters.py), one pair of slices per
     # region. The first pair is unrolled: most absent keys leave a stage
     # at its first probe, before h2 is even reduced. Measured (bench/

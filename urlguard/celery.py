@@ -140,7 +140,8 @@ def _urlguard_defaults() -> dict:
     # An explicit routing key: on Redis a fanout is PUB/SUB on "<exchange>/<key>", and
     # the worker would otherwise subscribe with its default key while a publisher
     # sent with none, so nothing would arrive. (RabbitMQ ignores it for fanout.)
-    broadcast = Broadcast(conf.BROADCAST_QUEUE, routing_key="urlguard.nodesync.nudge")
+    # A wire name, like the task names: nodes of two releases must hear each other.
+    broadcast = Broadcast(conf.BROADCAST_QUEUE, routing_key="urlguard.nudge")
     # Each node must apply every change to its own file, so these go to every worker.
     # `declare`: Celery never declares a Broadcast queue when publishing, and on
     # Redis an exchange the publisher has not declared is taken for a direct one, so

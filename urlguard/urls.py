@@ -9,7 +9,7 @@ short links are `urlguard.shortlinks.urls`, included only by a site that wants t
 from django.urls import path
 
 from urlguard.exports import views as exports
-from urlguard.hotpath import linkshim, views
+from urlguard.hotpath import continuation, linkshim
 from urlguard.operations import api, health
 from urlguard.reports import views as reports
 
@@ -22,7 +22,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics_view, name="metrics"),
-    path("continue", views.continue_anyway, name="continue"),
+    path("continue", continuation.continue_anyway, name="continue"),
     # A trailing slash: "report" alone could be a short link's slug.
     path("report-mistake/", reports.report_view, name="report"),
     path("lists/<str:name>", exports.export_view, name="list"),

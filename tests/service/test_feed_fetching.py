@@ -18,7 +18,7 @@ from tests.service.feedserver import feed_server
 from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.models import Source
-from urlguard.writepath.addresses import non_public_kind, refused_for_fetching
+from urlguard.runtime.addresses import non_public_kind, refused_for_fetching
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
 

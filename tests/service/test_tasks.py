@@ -124,7 +124,7 @@ def test_catch_up_is_scheduled_and_nudges_reach_every_node(settings):
         # On Redis the publisher must know the exchange is a fanout, and publish on
         # the key the workers subscribe to, or every nudge silently vanishes.
         assert [e.type for e in route["declare"]] == ["fanout"]
-        assert route["routing_key"] == route["queue"].routing_key == "urlguard.nodesync.nudge"
+        assert route["routing_key"] == route["queue"].routing_key == "urlguard.nudge"
 
 
 def test_removal_of_a_rule_added_long_ago_reaches_its_stage(

@@ -1,8 +1,8 @@
-"""Plumbing shared by the urlguard admin pages and jobs: extra views bound to their
+"""Plumbing shared by the urlguard admin pages (their job pages too): extra views bound to their
 ModelAdmin (with the admin's login, CSRF and never-cache wrapping), method restriction
 for such views, rendering them in the admin's frame, and a change list that decorates a
 whole page of objects in one batch (one Guard.check_many per page of short links, one
-NodeStatus query per page of events); plus the ids and batches they share."""
+NodeStatus query per page of events); plus the ids they share."""
 
 from __future__ import annotations
 

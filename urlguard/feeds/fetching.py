@@ -28,7 +28,7 @@ import urllib3
 import urllib3.connection
 
 from urlguard.feeds.decoding import FeedError
-from urlguard.writepath.addresses import IPNetwork, refused_for_fetching
+from urlguard.runtime.addresses import IPNetwork, refused_for_fetching
 
 __all__ = ["FetchResult", "FetchSettings", "TransientFeedError", "fetch"]
 

@@ -1,9 +1,7 @@
-"""Long admin operations as AdminJob rows, never inside one request: an import (a dry
-run, then the commit through urlguard.writepath.changes.add_rules), a bulk delete (a summary
-with its impact, then the removal through urlguard.writepath.changes.remove_rules) and a
-rescan of the short links. Each job's input is stored in AdminJobChunk rows (about
-a megabyte of whole lines each: the upload is streamed in, the job streams it out)
-and its progress is written to the row for the page to poll.
+"""Where jobs run and what every kind shares: each job's input is stored in
+AdminJobChunk rows (about a megabyte of whole lines each: the upload is streamed in, the
+job streams it out), its progress is written to the row for the page to poll, and a
+failed job records why.
 
 Where the work runs: on a Celery worker when a broker is configured; in the
 embedded default, on one runner thread of the serving process (so the request that

@@ -1,1 +1,2 @@
-"""Running it as a service: health probes, the JSON check API and its keys, and the log format."""
+"""Running it as a service: health probes, `/metrics` (with what is read when scraped),
+the JSON check API and its keys, and the log format."""

@@ -127,7 +127,7 @@ def check(request: HttpRequest) -> JsonResponse:
 def _check_one(request: HttpRequest) -> JsonResponse:
     refused = _rate_limited(
         request,
-        "urlguard.operations.api.open",
+        "urlguard.api.open",
         per_client,
         conf.API_OPEN_RATE,
         "requests reached for this address",
@@ -229,7 +229,7 @@ def _check_batch(request: HttpRequest) -> JsonResponse:
         )
     refused = _rate_limited(
         request,
-        "urlguard.operations.api.key",
+        "urlguard.api.key",
         lambda g, r: str(key.pk),
         conf.API_KEY_RATE,
         "requests reached for this API key",

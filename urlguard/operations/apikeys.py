@@ -38,7 +38,7 @@ SHOWN = len(KEY_PREFIX) + 6
 LAST_USED_EVERY = timedelta(minutes=1)
 #: The rate-limit group of missing and wrong keys, one count per client address
 #: whichever place took them.
-WRONG_KEY_GROUP = "urlguard.operations.api.wrong-key"
+WRONG_KEY_GROUP = "urlguard.api.wrong-key"
 #: What that limit counts, as a refusal names it.
 WRONG_KEYS = "requests with a wrong API key reached for this address"
 

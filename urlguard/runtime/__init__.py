@@ -1,2 +1,3 @@
-"""Process-wide plumbing every layer uses: metrics, batched statistics, rate-limited logging and
-rate limits, the client address they count by, and who owns a long write (host, pid, start time)."""
+"""Process-wide plumbing every layer uses: metrics, batched statistics, rate-limited logging
+and rate limits with the client address they count by, visitor ids, which addresses are
+public, and who owns a long write (host, pid, start time)."""

@@ -45,5 +45,5 @@ class RateLimitedLog:
 
 
 # One instance for the guard and the middleware: their degraded answers are one
-# condition, logged under the guard's name that operators already filter on.
+# condition, logged under the guard's name.
 log_limited = RateLimitedLog(logging.getLogger("urlguard.hotpath.guard"))

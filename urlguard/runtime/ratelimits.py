@@ -18,7 +18,7 @@ from urlguard.runtime.ratelimitedlog import RateLimitedLog
 __all__ = ["Limited", "limited", "per_client"]
 
 # Under the check API's name, where operators have always found it.
-_log = RateLimitedLog(logging.getLogger("urlguard.operations.api"))
+_log = RateLimitedLog(logging.getLogger(__name__))
 
 
 @dataclass(frozen=True)

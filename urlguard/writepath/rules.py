@@ -46,7 +46,7 @@ from urlguard.hotpath.canonical import (
     expressions,
 )
 from urlguard.hotpath.rollup import is_directory_rule, public_suffixes, registrable_domain
-from urlguard.writepath.addresses import non_public_kind
+from urlguard.runtime.addresses import non_public_kind
 
 __all__ = [
     "LEVELS",
