@@ -128,6 +128,6 @@ def test_a_failing_cache_lets_requests_through(client, db, settings, monkeypatch
     monkeypatch.setattr(core.caches["default"].__class__, "add", broken)
     for _ in range(3):
         assert client.get("/api/check", {"url": "https://example.com/"}).status_code == 200
-    assert [r.getMessage() for r in caplog.records if r.name == "urlguard.operations.api"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "urlguard.runtime.ratelimits"] == [
         "rate limits not applied: the cache failed"
     ]
