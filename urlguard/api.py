@@ -69,7 +69,7 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
 
 
 def _answer(data: dict[str, Any] | str, degraded: bool) -> HttpResponse:
-    """`data`, or the JSON text of it (_batch_json), as the answer."""
+    """`data`, or its JSON text already written (a batch's), as the answer."""
     if isinstance(data, str):
         response = HttpResponse(data, content_type="application/json")
     else:

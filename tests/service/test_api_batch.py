@@ -72,7 +72,7 @@ def test_the_batch_answer_is_the_json_of_each_verdict_byte_for_byte(
     if degraded:
         monkeypatch.setattr(guard_module, "_guard", Guard(lambda: None))
     urls = [
-        "https://www.shop.example/c/\u00fc?q=\"quoted\"&x=\\",  # escaped as JSON must
+        'https://www.shop.example/c/\u00fc?q="quoted"&x=\\',  # escaped as JSON must
         "http://login.evil.example/x",
         "HTTP://Site.example/free/b#top",
         "mailto:x@y.example",
