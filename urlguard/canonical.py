@@ -222,17 +222,16 @@ def expressions(url: str | bytes) -> list[str]:
 def expressions_of(parts: CanonicalURL) -> list[str]:
     """expressions() of a URL already read (canonical_url, browser_target)."""
     out: list[str] = []
-    _add_expressions(parts, out)
+    _add_expressions(parts.host, parts.path, parts.query, parts.is_ip, out)
     return out
 
 
-def _add_expressions(parts: CanonicalURL, out: list[str]) -> None:
-    host = parts.host
-    path = parts.path
+def _add_expressions(host: str, path: str, query: str | None, is_ip: bool, out: list[str]) -> None:
+    """Append the expressions of the canonical URL in these parts to `out`."""
     if path == "/":
-        paths = [f"/?{parts.query}", "/"] if parts.query else ["/"]
+        paths = [f"/?{query}", "/"] if query else ["/"]
     else:
-        paths = [f"{path}?{parts.query}", path, "/"] if parts.query else [path, "/"]
+        paths = [f"{path}?{query}", path, "/"] if query else [path, "/"]
         # "/" is the first prefix; then each directory, up to MAX_PATH_PREFIXES in
         # all, never the whole path (it is already listed).
         end = path.find("/", 1)
@@ -243,7 +242,7 @@ def _add_expressions(parts: CanonicalURL, out: list[str]) -> None:
             found += 1
             end = path.find("/", end + 1)
     out += [host + p for p in paths]
-    if parts.is_ip or "." not in host:
+    if is_ip or "." not in host:
         return
     labels = host.split(".")
     count = len(labels)
@@ -275,15 +274,31 @@ def expand_many(urls: Iterable[str | bytes]) -> ExpandedBatch:
     starts = [0]
     add_canonical = canonical.append
     add_start = starts.append
+    simple = _SIMPLE_URL_RE.fullmatch
+    limit = MAX_URL_LENGTH
     for i, url in enumerate(urls):
-        try:
-            parts = _parse(url)
-        except ValueError as exc:
-            errors[i] = str(exc)
-            add_canonical("")
+        # _parse, inline: a simple URL's parts and text without a CanonicalURL.
+        match = simple(url) if type(url) is str and len(url) <= limit else None
+        if match is not None:
+            scheme, host, path, query = match.groups()
+            host = host.lower()
+            path = path or "/"
+            is_ip = False
+            if query is None:
+                add_canonical(f"{scheme}://{host}{path}")
+            else:
+                add_canonical(f"{scheme}://{host}{path}?{query}")
         else:
+            try:
+                parts = _canonical_parts(_read(url))
+            except ValueError as exc:
+                errors[i] = str(exc)
+                add_canonical("")
+                add_start(len(exprs))
+                continue
+            scheme, host, path, query, is_ip = parts
             add_canonical(str(parts))
-            _add_expressions(parts, exprs)
+        _add_expressions(host, path, query, is_ip, exprs)
         add_start(len(exprs))
     return ExpandedBatch(canonical, errors, exprs, starts)
 
@@ -319,12 +334,12 @@ def canonical_url(url: str | bytes) -> CanonicalURL:
 # scheme, a plain host name (_PLAIN_HOST_RE: no port, userinfo, escape, IP
 # address or stray dot), a path of non-empty segments none starting with a dot
 # (so no dot segment and no run of slashes), and path and query of printable
-# ASCII without '%' or '\\' (so nothing to unescape or escape). Its canonical
+# ASCII without '%' or a backslash (so nothing to unescape or escape). Its canonical
 # parts are its own text, the host lower-cased. No part can backtrack: each
 # repetition starts at a character the one before cannot take.
 _SIMPLE_URL_RE = re.compile(
-    r"(https?)://((?:[A-Za-z0-9_\-]+\.)*[A-Za-z_\-][A-Za-z0-9_\-]*)"
-    # Segments: printable ASCII but # % / ? \\, the first character not a dot either.
+    r"(https?)://(" + _PLAIN_HOST_RE.pattern.decode("ascii") + ")"
+    # Segments: printable ASCII but # % / ? and backslash, the first not a dot either.
     r"((?:/[!-\"$&-\-0->@-\[\]-~][!-\"$&-.0->@-\[\]-~]*)*/?)"
     # The query: printable ASCII but # %.
     r"(?:\?([!-\"$&-~]*))?"

@@ -315,7 +315,7 @@ def counted_checks(
     @functools.wraps(check_many)
     def counted(self: Any, urls: Sequence[str]) -> list[Any]:
         verdicts = check_many(self, urls)
-        for index, n in Tally(_verdict_index(v) for v in verdicts).items():
+        for index, n in Tally(map(_verdict_index, verdicts)).items():
             _tally.add_untimed(index, n)
         return verdicts
 

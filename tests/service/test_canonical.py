@@ -1025,6 +1025,25 @@ def test_expand_many_reads_each_url_as_canonicalize_and_expressions_do():
             assert exprs == expressions(url)
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(_URLS, _ORDINARY_URL, _NEAR_SIMPLE_URL), max_size=4))
+@example(["http://a.example/b/?c", "HTTP://A.example", "http://a.example:0/"])
+def test_expand_many_agrees_with_canonicalize_and_expressions(urls):
+    from urlguard.canonical import expand_many
+
+    batch = expand_many(urls)
+    for i, url in enumerate(urls):
+        try:
+            expected = (canonicalize(url), expressions(url))
+        except ValueError as exc:
+            expected = ("", [])
+            assert batch.errors[i] == str(exc)
+        else:
+            assert i not in batch.errors
+        got = (batch.canonical[i], batch.exprs[batch.starts[i] : batch.starts[i + 1]])
+        assert got == expected
+
+
 @settings(max_examples=300, deadline=None)
 @given(_URLS)
 def test_browser_target_is_browser_url_and_its_reading(url):
