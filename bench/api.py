@@ -194,7 +194,22 @@ def wait_for(port: int, proc: subprocess.Popen, log: Path) -> None:
     sys.exit(f"gunicorn did not listen on {port} within 30 s:\n{log.read_text()}")
 
 
-def wrk(url: str, script: Path, seconds: int, connections: int) -> tuple[float, str, int]:
+def server_cpu(master: int) -> float:
+    """CPU seconds used so far by gunicorn's master and its workers (Linux /proc): the
+    server's cost, which other load on the machine does not inflate as it does the
+    URLs/s."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(stat.parent.name) == master or int(fields[1]) == master:
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(url: str, script: Path, seconds: int, connections: int) -> tuple[float, str, int, int]:
     done = subprocess.run(
         [WRK, "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
         capture_output=True,
@@ -203,13 +218,14 @@ def wrk(url: str, script: Path, seconds: int, connections: int) -> tuple[float, 
         check=True,
     )
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", done.stdout).group(1))
-    p99 = re.search(r"99%\s+(\S+)", done.stdout)
+    p99 = re.search(r"^\s*99%\s+(\S+)", done.stdout, re.MULTILINE)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", done.stdout)
     socket_errors = re.search(r"Socket errors: (.*)", done.stdout)
     bad = int(errors.group(1)) if errors else 0
     if socket_errors:
         bad += sum(int(n) for n in re.findall(r"\d+", socket_errors.group(1)))
-    return rps, p99.group(1) if p99 else "?", bad
+    requests = int(re.search(r"(\d+) requests in", done.stdout).group(1))
+    return rps, p99.group(1) if p99 else "?", bad, requests
 
 
 def database(url: str, name: str) -> str:
@@ -372,7 +388,11 @@ def start_server(tree: Tree, args: argparse.Namespace) -> None:
 def over_http(tree: Tree, args: argparse.Namespace) -> None:
     base = f"http://127.0.0.1:{tree.port}/api/check"
     for what, script, per_request in (("POST", "batch.lua", BATCH), ("GET", "single.lua", 1)):
-        rps, p99, bad = wrk(base, tree.tmp / script, args.seconds, args.connections)
+        assert tree.proc is not None
+        cpu = server_cpu(tree.proc.pid)
+        rps, p99, bad, requests = wrk(base, tree.tmp / script, args.seconds, args.connections)
+        cpu = server_cpu(tree.proc.pid) - cpu
+        tree.note(f"{what} cpu", cpu / (requests * per_request) * 1e6)
         if rps * per_request >= max(tree.runs.get(what, [0.0])):
             tree.p99[what] = p99  # the best run's
         tree.note(what, rps * per_request)
@@ -405,19 +425,24 @@ def report(trees: list[Tree], args: argparse.Namespace, urls: list[str]) -> None
         ceiling = tree.best("batch")
         post, get = tree.best("POST"), tree.best("GET")
         print(f"{tree.label}:\n")
-        print("| path | URLs/s | p99 latency | errors | cost per URL vs ceiling |")
-        print("| --- | ---: | ---: | ---: | ---: |")
+        print("| path | URLs/s | CPU µs per URL | p99 latency | errors | cost per URL vs ceiling |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
         print(
             f"| `Guard.check_many` in-process, {BATCH} per call (ceiling, 1 process) | "
-            f"{ceiling:,.0f} | - | - | 1.00x |"
+            f"{ceiling:,.0f} | {tree.best('batch_cpu_us', low=True):.1f} | - | - | 1.00x |"
         )
+        for what, name in (
+            ("POST", f"`POST /api/check`, {BATCH} URLs per request"),
+            ("GET", "`GET /api/check?url=`, one URL per request"),
+        ):
+            rate = tree.best(what)
+            print(
+                f"| {name} | {rate:,.0f} | {tree.best(f'{what} cpu', low=True):.1f} | "
+                f"{tree.p99.get(what, '?')} | {tree.bad.get(what, 0)} | {ceiling / rate:.2f}x |"
+            )
         print(
-            f"| `POST /api/check`, {BATCH} URLs per request | {post:,.0f} | "
-            f"{tree.p99.get('POST', '?')} | {tree.bad.get('POST', 0)} | {ceiling / post:.2f}x |"
-        )
-        print(
-            f"| `GET /api/check?url=`, one URL per request | {get:,.0f} | "
-            f"{tree.p99.get('GET', '?')} | {tree.bad.get('GET', 0)} | {ceiling / get:.2f}x |"
+            "\n(CPU µs per URL: the checking process's; under gunicorn, its master's and "
+            "workers' together, not PostgreSQL's.)"
         )
         verdict = "met" if post * 2 >= ceiling else "NOT met"
         print(
@@ -434,7 +459,9 @@ def report(trees: list[Tree], args: argparse.Namespace, urls: list[str]) -> None
         ("`Guard.check_many`, URLs/s (best wall)", "batch", False, "{:,.0f}"),
         ("`Guard.check_many`, CPU µs per URL (best)", "batch_cpu_us", True, "{:.2f}"),
         ("`POST /api/check` x 1,000, URLs/s", "POST", False, "{:,.0f}"),
+        ("`POST /api/check` x 1,000, server CPU µs per URL", "POST cpu", True, "{:.2f}"),
         ("`GET /api/check?url=`, URLs/s", "GET", False, "{:,.0f}"),
+        ("`GET /api/check?url=`, server CPU µs per URL", "GET cpu", True, "{:.2f}"),
         ("one `Guard.check`, distinct URLs, median µs", "single_us", True, "{:.2f}"),
         ("the redirect's reading + `Guard.check`, median µs", "redirect_us", True, "{:.2f}"),
     ]
@@ -442,13 +469,18 @@ def report(trees: list[Tree], args: argparse.Namespace, urls: list[str]) -> None
         a, b = old.best(what, low=low), new.best(what, low=low)
         ratio = a / b if low else b / a
         print(f"| {name} | {fmt.format(a)} | {fmt.format(b)} | {ratio:.2f}x |")
-    batch_ok = new.best("batch") >= 2 * old.best("batch") and new.best("POST") >= 2 * old.best(
-        "POST"
-    )
-    single_ok = new.best("single_us", low=True) <= old.best("single_us", low=True) * 1.05
+
+    def at_least(what: str, factor: float) -> str:
+        low = what.endswith(("cpu", "_us"))
+        a, b = old.best(what, low=low), new.best(what, low=low)
+        return "met" if (a >= factor * b if low else b >= factor * a) else "NOT met"
+
     print(
-        f"\ntarget (batch paths at 2x {old.label}): {'met' if batch_ok else 'NOT met'}; "
-        f"single check no slower (within 5%): {'met' if single_ok else 'NOT met'}"
+        f"\ntarget (the batch paths at 2x {old.label}): in-process URLs/s "
+        f"{at_least('batch', 2)}, CPU {at_least('batch_cpu_us', 2)}; API URLs/s "
+        f"{at_least('POST', 2)}, server CPU {at_least('POST cpu', 2)}. Single check no "
+        f"slower (within 5%): {at_least('single_us', 1 / 1.05)}. URLs/s compete with the "
+        "machine's other load; CPU per URL does not."
     )
 
 
