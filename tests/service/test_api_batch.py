@@ -61,6 +61,39 @@ def test_one_url_answers_like_the_get(api, rules, client):
     assert single["blocked"] is True and single["rule"] == "evil.example/"
 
 
+@pytest.mark.parametrize("degraded", [False, True])
+def test_the_batch_answer_is_the_json_of_each_verdict_byte_for_byte(
+    api, rules, monkeypatch, degraded
+):
+    from django.http import JsonResponse
+
+    from urlguard.operations.api import verdict_json
+
+    if degraded:
+        monkeypatch.setattr(guard_module, "_guard", Guard(lambda: None))
+    urls = [
+        'https://www.shop.example/c/\u00fc?q="quoted"&x=\\',  # escaped as JSON must
+        "http://login.evil.example/x",
+        "HTTP://Site.example/free/b#top",
+        "mailto:x@y.example",
+        "https://b\u00fccher.example/",
+        "http://a.example/" + "\u2028\U0001f600",
+    ]
+    response = api({"urls": [*urls, 7, None, 1.5, ["nested"]]})
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    expected = [verdict_json(v) for v in guard_module.get_guard().check_many(urls)]
+    expected += [
+        {"url": 7, "error": "not a string"},
+        {"url": None, "error": "not a string"},
+        {"url": 1.5, "error": "not a string"},
+        {"url": None, "error": "not a string"},
+    ]
+    assert response.content == JsonResponse({"results": expected}).content
+    results = response.json()["results"]
+    assert [r.get("blocked") for r in results[:3]] == [False, True, True]
+    assert results[0]["degraded"] is degraded and "error" in results[3]
+
+
 def test_a_thousand_urls_in_order_with_one_probe_and_one_query(
     api, rules, django_assert_max_num_queries
 ):

@@ -601,7 +601,8 @@ def test_worst_hosts_canonicalize_in_linear_time(shape, no_length_limit):
     # exponential regex took seconds for 100 characters, quadratic Punycode
     # seconds for 10,000. 60 characters first: on a regression that fails fast.
     for n in (60, 10_000, 100_000):
-        plain = _best_of(5, canonicalize, f"http://{'a' * n}/")
+        # "HTTP:" keeps the plain host off the simple-URL shortcut: both read in full.
+        plain = _best_of(5, canonicalize, f"HTTP://{'a' * n}/")
         worst = _best_of(3, canonicalize, f"http://{WORST_HOSTS[shape](n)}/")
         assert worst < 200 * plain + 0.002, (shape, n, worst, plain)
 
@@ -620,7 +621,8 @@ DENSE_PATHS = {
 @pytest.mark.parametrize("shape", DENSE_PATHS)
 def test_paths_dense_with_escapes_cost_a_small_factor_of_a_plain_one(shape):
     n = 30_000
-    plain = _best_of(5, canonicalize, "http://a.example/" + "a" * n)
+    # "HTTP:" keeps the plain path off the simple-URL shortcut: both read in full.
+    plain = _best_of(5, canonicalize, "HTTP://a.example/" + "a" * n)
     dense = _best_of(3, canonicalize, "http://a.example/" + DENSE_PATHS[shape](n))
     assert dense < 15 * plain + 0.0005, (shape, dense, plain)
 
@@ -938,3 +940,120 @@ def _outcome(canonicalizer, url):
 @example("http://B\u00fccher.de/x%3Fy/.")  # the browser drops "." before "%3F" is a '?'
 def test_agrees_with_the_published_algorithm_on_ordinary_urls(url):
     assert _outcome(canonicalize, url) == _outcome(_published_algorithm, url)
+
+
+# -- the simple-URL shortcut and the batch reader ---------------------------------------
+
+# Around the shortcut's edges: every character class it takes or refuses, next to
+# the structure characters that decide between them.
+_NEAR_SIMPLE_URL = st.builds(
+    lambda scheme, host, path, fragment: f"{scheme}{host}{path}{fragment}",
+    st.sampled_from(["http://", "https://", "HTTP://", "http:/", "http:///", "ftp://", ""]),
+    st.text(alphabet="aZ0_-.:@%", min_size=0, max_size=12),
+    st.text(alphabet="/.?%\\#aZ9~!\"$&'()*+,;=:@[]^`{|}< >\t\x7f\u00fc-_", max_size=24),
+    st.sampled_from(["", "#", "#x", "#\t\u00fc%"]),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(_URLS, _ORDINARY_URL, _NEAR_SIMPLE_URL))
+@example("http://a/.b")  # a dot segment after all
+@example("http://a/b/.")
+@example("http://a//b")
+@example("http://a/b?c#d")
+@example("http://a?")
+@example("http://A.b-c_d/x/?q\\r")  # a backslash in the query stays as written
+@example("http://a.1/")  # the last label a number: an IPv4 host the browser refuses
+def test_the_simple_url_shortcut_reads_as_the_full_reading(url):
+    from urlguard.hotpath import canonical as module
+
+    try:
+        full = module._canonical_parts(module._read(url))
+    except ValueError:
+        full = None
+    try:
+        short = module._parse(url)
+    except ValueError:
+        short = None
+    assert short == full
+
+
+def test_the_simple_url_shortcut_takes_the_usual_urls_only():
+    from urlguard.hotpath.canonical import _SIMPLE_URL_RE
+
+    usual = [
+        "https://www.shop1.com/c1/s1/item1.html?ref=1",
+        "http://Example.com",
+        "http://example.com/a/b/?x=1&y=/2?#top",
+    ]
+    assert all(_SIMPLE_URL_RE.fullmatch(url) for url in usual)
+    unusual = [
+        "http://example.com/a/../b",
+        "http://example.com/%41",
+        "http://example.com:80/",
+        "http://user@example.com/",
+        "http://1.2.3.4/",
+        "http://example.com./",
+        "http://ex\u00e4mple.com/",
+        "HTTP://example.com/",
+        "http://example.com/a b",
+    ]
+    assert not any(_SIMPLE_URL_RE.fullmatch(url) for url in unusual)
+
+
+def test_expand_many_reads_each_url_as_canonicalize_and_expressions_do():
+    from urlguard.hotpath.canonical import expand_many
+
+    urls = [
+        "https://www.Shop.example/c/s/item.html?ref=1",
+        "mailto:x@y.example",
+        "http://1.2.3.4/a/",
+        "",
+        "http://b\u00fccher.example/x/../y",
+        "http://a.b.c.d.e.f.g.example/1/2/3/4/5/6.html",
+    ]
+    batch = expand_many(urls)
+    assert batch.starts[0] == 0 and len(batch.starts) == len(urls) + 1
+    assert set(batch.errors) == {1, 3}
+    assert "only http and https" in batch.errors[1] and batch.canonical[1] == ""
+    for i, url in enumerate(urls):
+        exprs = batch.exprs[batch.starts[i] : batch.starts[i + 1]]
+        if i in batch.errors:
+            assert exprs == []
+        else:
+            assert batch.canonical[i] == canonicalize(url)
+            assert exprs == expressions(url)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(_URLS, _ORDINARY_URL, _NEAR_SIMPLE_URL), max_size=4))
+@example(["http://a.example/b/?c", "HTTP://A.example", "http://a.example:0/"])
+def test_expand_many_agrees_with_canonicalize_and_expressions(urls):
+    from urlguard.hotpath.canonical import expand_many
+
+    batch = expand_many(urls)
+    for i, url in enumerate(urls):
+        try:
+            expected = (canonicalize(url), expressions(url))
+        except ValueError as exc:
+            expected = ("", [])
+            assert batch.errors[i] == str(exc)
+        else:
+            assert i not in batch.errors
+        got = (batch.canonical[i], batch.exprs[batch.starts[i] : batch.starts[i + 1]])
+        assert got == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(_URLS)
+def test_browser_target_is_browser_url_and_its_reading(url):
+    from urlguard.hotpath.canonical import browser_target
+
+    try:
+        target = browser_target(url)
+    except ValueError:
+        with pytest.raises(ValueError):
+            browser_url(url)
+        return
+    assert target.url == browser_url(url)
+    assert target.canonical == canonical_url(url) == canonical_url(target.url)

@@ -258,6 +258,65 @@ def test_check_many_chunks_its_queries(monkeypatch, django_assert_num_queries):
         assert not any(v.blocked for v in guard.check_many(urls))
 
 
+def test_check_many_gives_what_check_gives_for_each_url():
+    filt = SetFilter()
+    listed(("evil.example/", "spam"), ("site.example/free/", "phishing"), filt=filt)
+    filt.keys.add("fp.example/a/")  # a key in the filter with no table row
+    urls = [
+        "https://www.shop.example/c/s/item.html?ref=1",
+        "http://a.evil.example/x",
+        "http://site.example/free/gift.html?x=1",
+        "http://fp.example/a/b",
+        "http://a.evil.example/x",  # twice in one batch
+        "http://1.2.3.4/free/",
+        "http://b\u00fccher.example/x/../y",
+        "HTTP://EVIL.example./%41",
+        "javascript:alert(1)",
+        "",
+        "https://www.shop.example/c/s/item.html?ref=1",
+    ]
+    batch = Guard(lambda: filt).check_many(urls)
+    for url, verdict in zip(urls, batch, strict=True):
+        try:
+            # A new guard each time: the clean cache would say "(cached)".
+            single = Guard(lambda: filt).check(url)
+        except InvalidURL as exc:
+            assert verdict.error and str(exc) == verdict.error and not verdict.blocked
+        else:
+            assert verdict == single, url
+    assert [v.blocked for v in batch][:4] == [False, True, True, False]
+    assert batch[3].maybe == ("fp.example/a/",)
+
+
+def test_a_clean_verdict_of_a_batch_is_a_verdict_like_any_other():
+    from urlguard.hotpath.guard import Verdict, _clean
+
+    made = _clean("http://A.example/", "http://a.example/")
+    built = Verdict(url="http://A.example/", canonical="http://a.example/", blocked=False)
+    assert made == built and hash(made) == hash(built) and type(made) is Verdict
+    with pytest.raises(AttributeError):
+        made.blocked = True
+
+
+def test_check_judges_the_reading_it_is_given(monkeypatch):
+    from urlguard.hotpath import canonical
+
+    filt = SetFilter()
+    listed(("evil.example/", "spam"), filt=filt)
+    guard = Guard(lambda: filt)
+    target = canonical.browser_target("http://EVIL.example/x/../y")
+    reads = []
+    original_read = canonical._read
+    monkeypatch.setattr(canonical, "_read", lambda url: reads.append(url) or original_read(url))
+    verdict = guard.check(target.url, target.canonical)
+    assert verdict.blocked and verdict.canonical == "http://evil.example/y"
+    assert reads == []  # read once, by browser_target, not again here
+    # Without a reading the guard makes its own, from the URL alone.
+    canonical._cache.clear()
+    assert guard.check("http://evil.example:8080/").blocked
+    assert reads == ["http://evil.example:8080/"]
+
+
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [("database", [True, False]), ("open", [False, False]), ("closed", [True, True])],

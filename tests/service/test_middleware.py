@@ -116,6 +116,31 @@ def test_blocked_redirect_becomes_the_warning_page(client, filt, to, host, categ
 
 
 @pytest.mark.parametrize(
+    ("to", "blocked"),
+    [
+        ("http://EVIL.example/x/../y?q=1", True),
+        ("https://www.python.org/", False),
+        ("http://a.example/" + "x" * 2000, False),  # too long for the memo
+    ],
+)
+def test_each_destination_is_read_once_and_judged_without_a_cache(
+    client, filt, monkeypatch, to, blocked
+):
+    from urlguard.hotpath import canonical
+
+    monkeypatch.setattr(canonical, "_CACHE_MAX_URL", 0)  # no memo: nothing to lean on
+    reads = []
+    for name in ("_read", "_parse"):  # the full reading, and the one with its shortcut
+        original = getattr(canonical, name)
+        monkeypatch.setattr(
+            canonical, name, lambda url, original=original: reads.append(url) or original(url)
+        )
+    response = redirect(client, to)
+    assert response.status_code == (403 if blocked else 302)
+    assert reads == [to]
+
+
+@pytest.mark.parametrize(
     "to",
     [
         "//evil.example/x",  # scheme-relative

@@ -52,6 +52,7 @@ import contextlib
 import ipaddress
 import re
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
 
@@ -62,9 +63,14 @@ __all__ = [
     "MAX_URL_LENGTH",
     "MAX_HOST_LABELS",
     "MAX_PATH_PREFIXES",
+    "BrowserTarget",
+    "ExpandedBatch",
+    "browser_target",
     "browser_url",
     "canonicalize",
+    "expand_many",
     "expressions",
+    "expressions_of",
     "CanonicalURL",
     "canonical_url",
     "split_expression",
@@ -87,10 +93,10 @@ MAX_HOST_LABEL = 63
 MAX_HOST_LABELS = 5
 MAX_PATH_PREFIXES = 4
 
-# Recently seen URLs and their parts. The guard canonicalizes and then asks for
-# the expressions of the canonical form, and popular destinations repeat, so a
-# small cache halves the work on the hot path. Bounded in entries and in the
-# length of what it keeps.
+# Recently seen URLs and their parts: popular destinations repeat. A memo only
+# (the same input always reads the same): the guard is handed the parts it checks
+# (browser_target, canonical_url) and asks for nothing twice. Bounded in entries
+# and in the length of what it keeps.
 _CACHE_ENTRIES = 4096
 _CACHE_MAX_URL = 1024
 
@@ -210,23 +216,22 @@ def expressions(url: str | bytes) -> list[str]:
     Hosts: the exact host, then up to 4 suffixes of its last 5 labels, never the
     last label alone, none for an IP address. Paths: path with query, path, then
     "/" and up to 3 directories. Raises ValueError like canonicalize."""
-    parts = canonical_url(url)
-    host = parts.host
-    hosts = [host]
-    if not parts.is_ip:
-        labels = host.split(".")
-        count = len(labels)
-        for i in range(max(1, count - MAX_HOST_LABELS), count - 1):
-            hosts.append(".".join(labels[i:]))
+    return expressions_of(canonical_url(url))
 
-    path = parts.path
-    paths = []
-    if parts.query:
-        paths.append(f"{path}?{parts.query}")
-    if path != "/":
-        paths.append(path)
-    paths.append("/")
-    if path != "/":
+
+def expressions_of(parts: CanonicalURL) -> list[str]:
+    """expressions() of a URL already read (canonical_url, browser_target)."""
+    out: list[str] = []
+    _add_expressions(parts.host, parts.path, parts.query, parts.is_ip, out)
+    return out
+
+
+def _add_expressions(host: str, path: str, query: str | None, is_ip: bool, out: list[str]) -> None:
+    """Append the expressions of the canonical URL in these parts to `out`."""
+    if path == "/":
+        paths = [f"/?{query}", "/"] if query else ["/"]
+    else:
+        paths = [f"{path}?{query}", path, "/"] if query else [path, "/"]
         # "/" is the first prefix; then each directory, up to MAX_PATH_PREFIXES in
         # all, never the whole path (it is already listed).
         end = path.find("/", 1)
@@ -236,7 +241,66 @@ def expressions(url: str | bytes) -> list[str]:
             paths.append(path[: end + 1])
             found += 1
             end = path.find("/", end + 1)
-    return [h + p for h in hosts for p in paths]
+    out += [host + p for p in paths]
+    if is_ip or "." not in host:
+        return
+    labels = host.split(".")
+    count = len(labels)
+    for i in range(max(1, count - MAX_HOST_LABELS), count - 1):
+        suffix = ".".join(labels[i:])
+        out += [suffix + p for p in paths]
+
+
+class ExpandedBatch(NamedTuple):
+    """Many URLs read at once (expand_many). For the URL at index i: `canonical[i]`
+    ("" when it could not be read, and then `errors[i]` says why) and its
+    expressions `exprs[starts[i]:starts[i + 1]]`, in expressions()'s order."""
+
+    canonical: list[str]
+    errors: dict[int, str]
+    exprs: list[str]
+    starts: list[int]
+
+
+def expand_many(urls: Iterable[str | bytes]) -> ExpandedBatch:
+    """canonicalize() and expressions() of many URLs, each read once, their
+    expressions in one flat list (no list per URL). A batch's URLs are mostly
+    distinct, so the memo is neither asked nor filled: it would cost more than it
+    saves. A URL that canonicalize() refuses gets its ValueError's text in
+    `errors` and no expressions."""
+    canonical: list[str] = []
+    errors: dict[int, str] = {}
+    exprs: list[str] = []
+    starts = [0]
+    add_canonical = canonical.append
+    add_start = starts.append
+    simple = _SIMPLE_URL_RE.fullmatch
+    limit = MAX_URL_LENGTH
+    for i, url in enumerate(urls):
+        # _parse, inline: a simple URL's parts and text without a CanonicalURL.
+        match = simple(url) if type(url) is str and len(url) <= limit else None
+        if match is not None:
+            scheme, host, path, query = match.groups()
+            host = host.lower()
+            path = path or "/"
+            is_ip = False
+            if query is None:
+                add_canonical(f"{scheme}://{host}{path}")
+            else:
+                add_canonical(f"{scheme}://{host}{path}?{query}")
+        else:
+            try:
+                parts = _canonical_parts(_read(url))
+            except ValueError as exc:
+                errors[i] = str(exc)
+                add_canonical("")
+                add_start(len(exprs))
+                continue
+            scheme, host, path, query, is_ip = parts
+            add_canonical(str(parts))
+        _add_expressions(host, path, query, is_ip, exprs)
+        add_start(len(exprs))
+    return ExpandedBatch(canonical, errors, exprs, starts)
 
 
 def split_expression(expression: str) -> tuple[str, str]:
@@ -250,7 +314,7 @@ def split_expression(expression: str) -> tuple[str, str]:
 # An OrderedDict: dropping the oldest entry of a plain dict gets slower with every
 # deletion (its iterator walks over the holes left at the front).
 _cache: OrderedDict[object, CanonicalURL] = OrderedDict()
-_browser_cache: OrderedDict[str, str] = OrderedDict()
+_browser_cache: OrderedDict[str, BrowserTarget] = OrderedDict()
 
 
 def canonical_url(url: str | bytes) -> CanonicalURL:
@@ -260,22 +324,47 @@ def canonical_url(url: str | bytes) -> CanonicalURL:
         parts = _cache.get(key)
         if parts is not None:
             return parts
-    parts = _canonical_parts(_read(url))
+    parts = _parse(url)
     if key is not None:
         _remember(key, parts)
     return parts
 
 
+# A URL that needs none of the reading's work: an explicit lower-case http(s)
+# scheme, a plain host name (_PLAIN_HOST_RE: no port, userinfo, escape, IP
+# address or stray dot), a path of non-empty segments none starting with a dot
+# (so no dot segment and no run of slashes), and path and query of printable
+# ASCII without '%' or a backslash (so nothing to unescape or escape). Its canonical
+# parts are its own text, the host lower-cased. No part can backtrack: each
+# repetition starts at a character the one before cannot take.
+_SIMPLE_URL_RE = re.compile(
+    r"(https?)://(" + _PLAIN_HOST_RE.pattern.decode("ascii") + ")"
+    # Segments: printable ASCII but # % / ? and backslash, the first not a dot either.
+    r"((?:/[!-\"$&-\-0->@-\[\]-~][!-\"$&-.0->@-\[\]-~]*)*/?)"
+    # The query: printable ASCII but # %.
+    r"(?:\?([!-\"$&-~]*))?"
+    r"(?:#.*)?",
+    re.DOTALL,
+)
+
+
+def _parse(url: str | bytes) -> CanonicalURL:
+    """_canonical_parts(_read(url)), without the reading's work for a simple URL."""
+    if type(url) is str and len(url) <= MAX_URL_LENGTH:
+        match = _SIMPLE_URL_RE.fullmatch(url)
+        if match is not None:
+            scheme, host, path, query = match.groups()
+            return CanonicalURL(scheme, host.lower(), path or "/", query, False)
+    return _canonical_parts(_read(url))
+
+
 def _remember(url: str, parts: CanonicalURL) -> None:
-    # Make room for two entries, oldest out first (another thread may empty the
-    # cache meanwhile: then there is nothing left to drop).
+    # Oldest out first (another thread may empty the cache meanwhile: then there
+    # is nothing left to drop).
     with contextlib.suppress(KeyError):
-        while len(_cache) > _CACHE_ENTRIES - 2:
+        while len(_cache) > _CACHE_ENTRIES - 1:
             _cache.popitem(last=False)
     _cache[url] = parts
-    # canonicalize() is idempotent: its output has the same parts, and it is what
-    # the guard asks about next.
-    _cache[str(parts)] = parts
 
 
 def _short(data: bytes) -> str:
@@ -376,6 +465,13 @@ def _canonical_parts(reading: _Reading) -> CanonicalURL:
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+class BrowserTarget(NamedTuple):
+    """browser_target()'s answer: where to send the browser, and what to check."""
+
+    url: str
+    canonical: CanonicalURL
+
+
 def browser_url(url: str | bytes) -> str:
     """The absolute URL to send a browser in place of `url`: it goes exactly where
     canonicalize(url) says, so that no difference between our reading and a
@@ -386,6 +482,14 @@ def browser_url(url: str | bytes) -> str:
     fragment stay as written. Characters a browser would escape are escaped.
     canonicalize(browser_url(url)) == canonicalize(url). Raises ValueError like
     canonicalize, and for a port beyond 65535 (a browser refuses it)."""
+    return browser_target(url).url
+
+
+def browser_target(url: str | bytes) -> BrowserTarget:
+    """browser_url(url) and canonical_url(url) from one reading of `url`: the guard
+    checks `canonical` and the browser is sent to `url`, the same destination
+    (canonical_url(browser_url(u)) == canonical_url(u)). Raises ValueError like
+    browser_url."""
     key = url if isinstance(url, str) and len(url) <= _CACHE_MAX_URL else None
     if key is not None:
         cached = _browser_cache.get(key)
@@ -409,16 +513,13 @@ def browser_url(url: str | bytes) -> str:
         parts += ["?", _escape(reading.query, _URL_QUERY_TABLE, _URL_QUERY_NEEDS_ESCAPE)]
     if reading.fragment is not None:
         parts += ["#", _escape(reading.fragment, _URL_FRAGMENT_TABLE, _URL_FRAGMENT_NEEDS_ESCAPE)]
-    result = "".join(parts)
+    target = BrowserTarget("".join(parts), _canonical_parts(reading))
     if key is not None:
         with contextlib.suppress(KeyError):
             while len(_browser_cache) > _CACHE_ENTRIES - 1:
                 _browser_cache.popitem(last=False)
-        _browser_cache[key] = result
-        if len(result) <= _CACHE_MAX_URL and result not in _cache:
-            # The guard checks this URL next: its parts come from the same reading.
-            _remember(result, _canonical_parts(reading))
-    return result
+        _browser_cache[key] = target
+    return target
 
 
 def _split_scheme(data: bytes, raw: bytes) -> tuple[str, bytes, bool]:

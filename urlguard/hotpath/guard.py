@@ -1,8 +1,9 @@
 """The hot path: is this redirect destination on the spam list?
 
-`Guard.check(url)` canonicalizes the URL, asks the Bloom filter about every
-roll-up expression and, only when the filter says "maybe", confirms in the spam
-table with one indexed query. The filter never says "no" falsely, and the table
+`Guard.check(url)` canonicalizes the URL (or takes the reading the caller
+already made, `parsed`), asks the Bloom filter about every roll-up expression
+and, only when the filter says "maybe", confirms in the spam table with one
+indexed query. The filter never says "no" falsely, and the table
 is the truth, so a clean URL costs no database round trip and a listed URL is
 never missed.
 """
@@ -12,16 +13,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from urlguard.conf import ON_FILTER_ERROR_POLICIES as POLICIES
 from urlguard.conf import conf
-from urlguard.hotpath.canonical import canonicalize, expressions
+from urlguard.hotpath.canonical import (
+    CanonicalURL,
+    ExpandedBatch,
+    canonical_url,
+    expand_many,
+    expressions_of,
+)
 from urlguard.hotpath.cleancache import CleanCache, LRUCleanCache
 from urlguard.models import SpamRule
 from urlguard.nodesync import registry
@@ -30,7 +38,7 @@ from urlguard.runtime.ratelimitedlog import log_limited
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Guard", "InvalidURL", "Verdict", "get_guard"]
+__all__ = ["CheckedFilter", "Guard", "InvalidURL", "Verdict", "get_guard"]
 
 # SQLite allows 32766 bound variables (999 before 3.32); PostgreSQL 65535. 500
 # expressions per IN (...) keeps every backend happy and each query small.
@@ -69,6 +77,30 @@ class Verdict:
         return self.category
 
 
+_SET = {f.name: Verdict.__dict__[f.name].__set__ for f in fields(Verdict)}
+_set_url, _set_canonical, _set_blocked = _SET["url"], _SET["canonical"], _SET["blocked"]
+_set_rule, _set_category, _set_reason = _SET["rule"], _SET["category"], _SET["reason"]
+_set_maybe, _set_degraded, _set_error = _SET["maybe"], _SET["degraded"], _SET["error"]
+
+
+def _clean(url: str, canonical: str) -> Verdict:
+    """Verdict(url=url, canonical=canonical, blocked=False), in half the time: a
+    frozen dataclass's __init__ goes through object.__setattr__ once per field,
+    and a batch makes one of these for nearly every URL. (A field added to Verdict
+    must be set here too: test_guard compares this with Verdict's own.)"""
+    verdict: Verdict = object.__new__(Verdict)
+    _set_url(verdict, url)
+    _set_canonical(verdict, canonical)
+    _set_blocked(verdict, False)
+    _set_rule(verdict, None)
+    _set_category(verdict, "")
+    _set_reason(verdict, "")
+    _set_maybe(verdict, ())
+    _set_degraded(verdict, False)
+    _set_error(verdict, "")
+    return verdict
+
+
 def _specificity(expression: str) -> tuple[int, int]:
     # Longer host first (sub.example.com/ beats example.com/), then longer path
     # (example.com/a/b/ beats example.com/a/): the most specific rule explains
@@ -101,12 +133,14 @@ def _table_only(url: str, canonical: str, rule: SpamRule | None, why: str) -> Ve
     )
 
 
-@dataclass(slots=True)
-class _Prepared:
-    url: str
-    canonical: str = ""
-    exprs: list[str] = field(default_factory=list)
-    error: str = ""
+class CheckedFilter(Protocol):
+    """What the guard asks of a filter: ScalingCountingBloomFilter, or a host's own.
+    Where it has them, `maybe_present(keys)` (one URL's keys with one check of the
+    file) and `generation`/`applied_seq` (the clean cache's validity) are used too."""
+
+    def contains(self, key: str) -> bool: ...
+
+    def contains_many(self, keys: Sequence[str]) -> np.ndarray: ...
 
 
 class Guard:
@@ -119,7 +153,7 @@ class Guard:
 
     def __init__(
         self,
-        get_filter: Callable[[], Any],
+        get_filter: Callable[[], CheckedFilter | None],
         *,
         on_filter_error: str = "database",
         clean_cache: CleanCache | None = None,
@@ -145,13 +179,19 @@ class Guard:
     # -- the hot path -----------------------------------------------------------
 
     @metrics.timed_check
-    def check(self, url: str) -> Verdict:
-        """Return the verdict for `url`; raise InvalidURL if it is not a usable http(s) URL."""
-        try:
-            canonical = canonicalize(url)
-            exprs = expressions(canonical)
-        except ValueError as exc:
-            raise InvalidURL(f"not a usable http(s) URL: {exc}") from exc
+    def check(self, url: str, parsed: CanonicalURL | None = None) -> Verdict:
+        """Return the verdict for `url`; raise InvalidURL if it is not a usable http(s) URL.
+
+        `parsed` is canonical_url(url) where the caller has read `url` already
+        (the middleware: browser_target(destination) gives the URL to send and
+        its reading), so that each destination is read once."""
+        if parsed is None:
+            try:
+                parsed = canonical_url(url)
+            except ValueError as exc:
+                raise InvalidURL(f"not a usable http(s) URL: {exc}") from exc
+        canonical = str(parsed)
+        exprs = expressions_of(parsed)
 
         filt = self.get_filter()
         if filt is None:
@@ -225,7 +265,7 @@ class Guard:
             except Exception:
                 logger.debug("discarding the filter mapping failed", exc_info=True)
 
-    def _cache_token(self, filt: Any) -> tuple[Any, Any]:
+    def _cache_token(self, filt: CheckedFilter) -> tuple[Any, Any]:
         # The clean cache is valid for one state of the filter: any applied
         # change or rebuild may have listed a URL we remember as clean.
         try:
@@ -277,32 +317,26 @@ class Guard:
 
     @metrics.counted_checks
     def check_many(self, urls: Sequence[str]) -> list[Verdict]:
-        """Verdicts for many URLs: one `contains_many` call for all their
-        expressions and one table query per QUERY_CHUNK filter hits.
+        """Verdicts for many URLs, each as `check` gives it: every URL read once
+        (canonical.expand_many), one `contains_many` call for all their
+        expressions, and one table query per QUERY_CHUNK filter hits.
 
         A URL that is not a usable http(s) URL gets a Verdict with `error` set
         (blocked False) rather than an exception, so one bad row cannot stop a
         rescan of thousands."""
-        prepared: list[_Prepared] = []
-        for url in urls:
-            item = _Prepared(url)
-            try:
-                item.canonical = canonicalize(url)
-                item.exprs = expressions(item.canonical)
-            except ValueError as exc:
-                item.error = f"not a usable http(s) URL: {exc}"
-            prepared.append(item)
-        unique = list(dict.fromkeys(e for p in prepared for e in p.exprs))
+        batch = expand_many(urls)
+        exprs, starts = batch.exprs, batch.starts
 
         degraded_why = ""
-        maybe_set: set[str] = set()
+        # Positions in `exprs` the filter may hold: few (listed URLs and false
+        # positives), so everything after the probe works on them alone.
+        hit_positions: list[int] = []
         filt = self.get_filter()
         if filt is None:
             degraded_why = self._unavailable()
-        elif unique:
+        elif exprs:
             try:
-                hits = filt.contains_many(unique)
-                maybe_set = {e for e, hit in zip(unique, hits.tolist(), strict=True) if hit}
+                hit_positions = np.flatnonzero(filt.contains_many(exprs)).tolist()
             except Exception as exc:
                 self._discard()
                 degraded_why = f"reading the filter failed: {exc}"
@@ -314,46 +348,44 @@ class Guard:
                 degraded_why,
                 self.on_filter_error,
             )
-            if self.on_filter_error == "database":
-                maybe_set = set(unique)
+            return self._degraded_many(urls, batch, degraded_why)
 
-        rules: dict[str, SpamRule] = {}
-        to_confirm = [e for e in unique if e in maybe_set]
-        for start in range(0, len(to_confirm), QUERY_CHUNK):
-            chunk = to_confirm[start : start + QUERY_CHUNK]
-            rules.update((r.expression, r) for r in SpamRule.objects.filter(expression__in=chunk))
+        # The URLs with a hit, each with its hit expressions in order.
+        maybe_of: dict[int, list[str]] = {}
+        index = 0
+        for position in hit_positions:
+            while starts[index + 1] <= position:
+                index += 1
+            maybe_of.setdefault(index, []).append(exprs[position])
+        rules = _rules_for(list(dict.fromkeys(e for hits in maybe_of.values() for e in hits)))
 
         verdicts = []
-        for p in prepared:
-            if p.error:
-                verdicts.append(
-                    Verdict(url=p.url, canonical="", blocked=False, error=p.error, reason=p.error)
-                )
+        canonicals, errors = batch.canonical, batch.errors
+        for i, url in enumerate(urls):
+            maybe_list = maybe_of.get(i)
+            if maybe_list is None:
+                if i in errors:
+                    verdicts.append(_unusable(url, errors[i]))
+                else:
+                    verdicts.append(_clean(url, canonicals[i]))
                 continue
-            rule = most_specific(rules[e] for e in p.exprs if e in rules)
-            if degraded_why:
-                verdicts.append(
-                    _table_only(p.url, p.canonical, rule, degraded_why)
-                    if self.on_filter_error == "database"
-                    else self._unchecked(p.url, p.canonical, degraded_why)
-                )
-                continue
-            maybe = tuple(e for e in p.exprs if e in maybe_set)
+            maybe = tuple(maybe_list)
+            rule = most_specific(rules[e] for e in maybe if e in rules)
             if rule is None:
                 verdicts.append(
                     Verdict(
-                        url=p.url,
-                        canonical=p.canonical,
+                        url=url,
+                        canonical=canonicals[i],
                         blocked=False,
                         maybe=maybe,
-                        reason="filter false positive" if maybe else "",
+                        reason="filter false positive",
                     )
                 )
             else:
                 verdicts.append(
                     Verdict(
-                        url=p.url,
-                        canonical=p.canonical,
+                        url=url,
+                        canonical=canonicals[i],
                         blocked=True,
                         rule=rule,
                         category=rule.category,
@@ -362,6 +394,38 @@ class Guard:
                     )
                 )
         return verdicts
+
+    def _degraded_many(self, urls: Sequence[str], batch: ExpandedBatch, why: str) -> list[Verdict]:
+        """check_many's verdicts under ON_FILTER_ERROR, as `check` gives each."""
+        canonicals, errors, exprs, starts = batch
+        table = self.on_filter_error == "database"
+        rules = _rules_for(list(dict.fromkeys(exprs))) if table else {}
+        verdicts = []
+        for i, url in enumerate(urls):
+            if i in errors:
+                verdicts.append(_unusable(url, errors[i]))
+            elif table:
+                listed = (rules[e] for e in exprs[starts[i] : starts[i + 1]] if e in rules)
+                verdicts.append(_table_only(url, canonicals[i], most_specific(listed), why))
+            else:
+                verdicts.append(self._unchecked(url, canonicals[i], why))
+        return verdicts
+
+
+def _unusable(url: str, error: str) -> Verdict:
+    why = f"not a usable http(s) URL: {error}"
+    return Verdict(url=url, canonical="", blocked=False, error=why, reason=why)
+
+
+def _rules_for(expressions: list[str]) -> dict[str, SpamRule]:
+    """The spam table's rules among `expressions`, one query per QUERY_CHUNK."""
+    rules: dict[str, SpamRule] = {}
+    for start in range(0, len(expressions), QUERY_CHUNK):
+        chunk = expressions[start : start + QUERY_CHUNK]
+        # No ORDER BY: the rules are looked up by expression, which is unique.
+        found = SpamRule.objects.filter(expression__in=chunk).order_by()
+        rules.update((rule.expression, rule) for rule in found)
+    return rules
 
 
 _guard: Guard | None = None

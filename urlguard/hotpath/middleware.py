@@ -28,7 +28,7 @@ from django.utils.cache import patch_cache_control
 from django.utils.encoding import iri_to_uri
 
 from urlguard.conf import conf
-from urlguard.hotpath.canonical import browser_url
+from urlguard.hotpath.canonical import browser_target
 from urlguard.hotpath.guard import InvalidURL, get_guard
 from urlguard.hotpath.warning import (
     CONFIRMED_ATTR,
@@ -173,7 +173,7 @@ class RedirectGuardMiddleware:
                 return response
             return warning_response(request, destination=destination, kind="scheme")
         try:
-            target = browser_url(destination)
+            target, parsed = browser_target(destination)
         except ValueError as exc:
             reason = f"not a usable http(s) URL: {exc}"
             return warning_response(request, destination=destination, kind="invalid", reason=reason)
@@ -188,7 +188,9 @@ class RedirectGuardMiddleware:
                 _send_to(response, send)
                 return response
         try:
-            verdict = get_guard().check(target)
+            # The reading that made `target` is what the guard checks: the same
+            # destination, read once.
+            verdict = get_guard().check(target, parsed)
         except InvalidURL as exc:
             return warning_response(request, destination=target, kind="invalid", reason=str(exc))
         if verdict.blocked:

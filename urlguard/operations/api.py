@@ -24,10 +24,12 @@ import json
 import logging
 import math
 from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from urlguard.conf import conf
@@ -67,13 +69,44 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
     }
 
 
-def _answer(data: dict[str, Any], degraded: bool) -> JsonResponse:
-    response = JsonResponse(data)
+def _answer(data: dict[str, Any] | str, degraded: bool) -> HttpResponse:
+    """`data`, or its JSON text already written (a batch's), as the answer."""
+    if isinstance(data, str):
+        response = HttpResponse(data, content_type="application/json")
+    else:
+        response = JsonResponse(data)
     # The answer changes whenever the list does.
     response["Cache-Control"] = "no-store"
     if degraded:
         response["X-URLGuard"] = "degraded"
     return response
+
+
+# A string as JsonResponse's encoder writes it (json's C encoder, ensure_ascii).
+_json_string = encode_basestring_ascii
+_CLEAN_TAIL = ', "blocked": false, "category": null, "rule": null, "reason": "", "degraded": false}'
+
+
+def _result_json(verdict: Verdict) -> str:
+    """json.dumps(verdict_json(verdict)) as JsonResponse writes it. A batch answers
+    nearly every URL clean: those are written from a template, in a fraction of the
+    time of a dict per URL put through the encoder."""
+    if (
+        verdict.blocked
+        or verdict.degraded
+        or verdict.error
+        or verdict.reason
+        or verdict.category
+        or verdict.rule is not None
+    ):
+        return json.dumps(verdict_json(verdict), cls=DjangoJSONEncoder)
+    return (
+        '{"url": '
+        + _json_string(verdict.url)
+        + ', "canonical": '
+        + _json_string(verdict.canonical)
+        + _CLEAN_TAIL
+    )
 
 
 def _unavailable(request: HttpRequest, what: str, error: Exception) -> JsonResponse:
@@ -110,7 +143,7 @@ def _too_many(hit: Limited, who: str) -> JsonResponse:
 
 
 @csrf_exempt  # authenticated by a header, not a cookie: no cross-site request can forge it
-def check(request: HttpRequest) -> JsonResponse:
+def check(request: HttpRequest) -> HttpResponse:
     """`/api/check`: GET one URL, POST a batch."""
     if request.method in ("GET", "HEAD"):
         return _check_one(request)
@@ -124,7 +157,7 @@ def check(request: HttpRequest) -> JsonResponse:
     )
 
 
-def _check_one(request: HttpRequest) -> JsonResponse:
+def _check_one(request: HttpRequest) -> HttpResponse:
     refused = _rate_limited(
         request,
         "urlguard.api.open",
@@ -212,7 +245,7 @@ def _echo(given: Any) -> Any:
     return None
 
 
-def _check_batch(request: HttpRequest) -> JsonResponse:
+def _check_batch(request: HttpRequest) -> HttpResponse:
     header = request.headers.get("Authorization", "")
     try:
         key = apikeys.authenticate_request(request, header)
@@ -252,9 +285,10 @@ def _check_batch(request: HttpRequest) -> JsonResponse:
     results = []
     for given, error, verdict in zip(urls, errors, verdicts, strict=True):
         if error:
-            results.append({"url": _echo(given), "error": error})
+            results.append(json.dumps({"url": _echo(given), "error": error}))
         else:
-            results.append(verdict_json(verdict))
+            results.append(_result_json(verdict))
             if verdict.blocked:
                 hitlog.api_blocked(verdict, where=f"API key {key.name}")
-    return _answer({"results": results}, any(v.degraded for v in verdicts))
+    body = '{"results": [' + ", ".join(results) + "]}"
+    return _answer(body, any(v.degraded for v in verdicts))

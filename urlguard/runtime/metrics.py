@@ -24,7 +24,7 @@ import time
 from bisect import bisect_left
 from collections import Counter as Tally
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 try:
     import prometheus_client  # noqa: F401
@@ -287,23 +287,26 @@ def _verdict_index(verdict: Any) -> int:
     return 2 if verdict.maybe else 0
 
 
-def timed_check(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
-    """Decorates Guard.check: counts each verdict and its time. A ValueError is the
-    guard's InvalidURL (this module cannot import the guard)."""
+_Check = TypeVar("_Check", bound=Callable[..., Any])
+
+
+def timed_check(check: _Check) -> _Check:
+    """Decorates Guard.check(url, parsed=None): counts each verdict and its time. A
+    ValueError is the guard's InvalidURL (this module cannot import the guard)."""
     clock = time.perf_counter
 
     @functools.wraps(check)
-    def timed(self: Any, url: str) -> Any:
+    def timed(self: Any, url: str, parsed: Any = None) -> Any:
         started = clock()
         try:
-            verdict = check(self, url)
+            verdict = check(self, url, parsed)
         except ValueError:
             _tally.add(4, clock() - started)
             raise
         _tally.add(_verdict_index(verdict), clock() - started)
         return verdict
 
-    return timed
+    return cast(_Check, timed)
 
 
 def counted_checks(
@@ -314,7 +317,7 @@ def counted_checks(
     @functools.wraps(check_many)
     def counted(self: Any, urls: Sequence[str]) -> list[Any]:
         verdicts = check_many(self, urls)
-        for index, n in Tally(_verdict_index(v) for v in verdicts).items():
+        for index, n in Tally(map(_verdict_index, verdicts)).items():
             _tally.add_untimed(index, n)
         return verdicts
 
