@@ -32,7 +32,6 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from urlguard import ownership
-from urlguard.importing import ParsedLine
 from urlguard.models import (
     Category,
     ChangeEvent,
@@ -45,6 +44,7 @@ from urlguard.models import (
     rule_writes_allowed,
 )
 from urlguard.nudge import send as _nudge
+from urlguard.rulelists import ParsedLine
 from urlguard.rules import RuleError, normalize_rule
 
 logger = logging.getLogger(__name__)
@@ -418,7 +418,7 @@ def _coerce(
     item: Any, default_category: str
 ) -> tuple[str | None, str, str, int | None, str | None]:
     """-> (text, category, note, lineno, error) from a str, a (text, category[, note])
-    tuple, or an importing.ParsedLine-like object; text None = nothing to import (a
+    tuple, or a rulelists.ParsedLine-like object; text None = nothing to import (a
     comment or blank line)."""
     if isinstance(item, str):
         return item, default_category, "", None, None
@@ -634,7 +634,7 @@ def add_rules(
     """List many rules under `source`, one transaction (and one nudge) per chunk.
 
     `items`: strings (listed under `category`), (text, category[, note]) tuples, or
-    importing.ParsedLine objects (their `error` makes a refusal). Repeated
+    rulelists.ParsedLine objects (their `error` makes a refusal). Repeated
     expressions are skipped; already listed ones are skipped and gain `source`; bad
     ones are refused with the reason (and counted in the change set). With `dry_run`
     nothing is written. `normalized`: the texts are distinct rule expressions

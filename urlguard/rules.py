@@ -301,7 +301,7 @@ def _check_address(host: str, pasted: str) -> None:
     such a rule blocks nothing a visitor could reach from outside, only this
     service's own network (often by a feed's mistake)."""
     # Imported here: conf reads Django settings, and this module is also used
-    # before Django is configured (importing.py's parsers in tests and commands).
+    # before Django is configured (the rule-list parsers in tests and commands).
     from urlguard.conf import conf
 
     kind = non_public_kind(ipaddress.ip_address(host.strip("[]")))
