@@ -14,7 +14,7 @@ from tests.service.test_services import (  # noqa: F401  (fixtures)
     wait_for,
 )
 from urlguard import changes, registry
-from urlguard.feeds import refresh as refreshing
+from urlguard.feeds import listing
 from urlguard.feeds.tasks import refresh_feed
 from urlguard.models import RuleSource, Source, SpamRule
 
@@ -52,11 +52,11 @@ def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_avail
     assert connection.vendor == "postgresql"
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     source = Source.objects.create(name="copy", kind=Source.Kind.FEED, url="file:///dev/null")
-    keys, ids = refreshing._listed_now(source)
+    keys, ids = listing.listed_now(source)
     assert len(keys) == len(ids) == 0
     changes.add_rules([f"h{i}.example" for i in range(2500)], source=source)
     changes.add_rules(["other.example"], source="admin")
-    keys, ids = refreshing._listed_now(source)
+    keys, ids = listing.listed_now(source)
     rows = sorted(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))
     assert len(rows) == 2500
     assert sorted(zip(keys.tolist(), ids.tolist(), strict=True)) == rows
