@@ -82,6 +82,19 @@ _CIDR_RE = re.compile(
 )
 MAX_LABEL_LENGTH = 63
 MAX_HOST_LENGTH = 253
+# The plainest URL, host or expression, which canonicalization leaves as it is but
+# for the host's case (and the scheme, dropped): an optional http(s) scheme, a host
+# of LDH labels whose last is letters only (so no IP address, nothing for IDNA to
+# map), and a path of unreserved characters whose segments start with no dot (so no
+# dot segment, no empty one), with no port, userinfo, query, fragment or escape.
+# Most lines of a big feed are of this shape; _plain_expression reads them in a
+# fraction of canonicalization's time.
+# Possessive: nothing here backtracks (a label's hyphens at its ends are checked after).
+_PLAIN_RE = re.compile(
+    r"(?:https?://)?+"
+    r"((?:[A-Za-z0-9-]{1,63}+\.)++[A-Za-z]{2,63}+)"
+    r"((?:/[A-Za-z0-9_~-][A-Za-z0-9_~.-]*+)*+/?)"
+)
 
 
 class RuleError(ValueError):
@@ -117,6 +130,9 @@ def normalize_rule(text: str) -> str:
     "https://Evil.EXAMPLE.com/x/y.html#frag" -> "evil.example.com/x/y.html",
     "evil.example.com" -> "evil.example.com/", "*.example.com" -> "example.com/".
     Raises RuleError with the reason for anything that cannot be a rule."""
+    plain = _plain_expression(text)
+    if plain is not None:
+        return plain
     parts = _parse(text)
     expression = _expression(parts)
     if len(expression) > MAX_RULE_LENGTH:
@@ -259,6 +275,28 @@ def _parse(text: str) -> CanonicalURL:
     else:
         _check_host_name(parts.host, stripped)
     return parts
+
+
+def _plain_expression(text: str) -> str | None:
+    """normalize_rule(text) for a text of _PLAIN_RE's shape that it accepts; None
+    for any other text (normalize_rule's full path reads it, and says why it
+    refuses it)."""
+    if not isinstance(text, str) or len(text) > MAX_RULE_LENGTH:
+        return None
+    match = _PLAIN_RE.fullmatch(text)
+    if match is None:
+        return None
+    host = match[1].lower()
+    if (
+        len(host) > MAX_HOST_LENGTH
+        or host[0] == "-"
+        or "-." in host
+        or ".-" in host
+        or "xn--" in host
+        or _public_suffixes().is_public(host)
+    ):
+        return None
+    return host + (match[2] or "/")
 
 
 def _check_host_name(host: str, pasted: str) -> None:
