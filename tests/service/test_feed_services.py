@@ -85,3 +85,37 @@ def test_withdrawn_and_deleted_rules_take_their_references_along(services_availa
     assert report.rule_id is None and RuleHitTotal.objects.filter(rule_id=a.pk).exists()
     assert changes.remove_rules([b.pk, c.pk]) == 2
     assert not SpamRule.objects.exists() and not RuleSource.objects.exists()
+
+
+def test_add_listed_on_postgresql_writes_rules_listings_and_log_set_based(
+    services_available,  # noqa: F811
+    monkeypatch,
+):
+    from urlguard.models import ChangeEvent, ChangeSet, expression_key
+
+    assert connection.vendor == "postgresql"
+    nudged: list[int] = []
+    monkeypatch.setattr(changes, "_nudge", nudged.append)
+    other = Source.objects.create(name="other", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules(["shared.example/"], source=other)
+    nudged.clear()
+    feed = Source.objects.create(name="bulk", kind=Source.Kind.FEED, url="file:///dev/null")
+    # A backslash in a query is a field COPY's text format would have to escape.
+    odd = "odd.example/p?a=\\b"
+    wanted = [f"h{i}.example/" for i in range(7)] + ["shared.example/", odd]
+    rows = [(expression, "malware", expression_key(expression)) for expression in wanted]
+    head = ChangeEvent.objects.head()
+    with changes.change_set(kind=ChangeSet.Kind.REFRESH, source=feed) as cs:
+        result = changes.add_listed(iter(rows), source=feed, change_set=cs, chunk_size=3)
+    assert (result.added_count, result.skipped_count, result.gained) == (8, 1, 1)
+    listed = dict(RuleSource.objects.filter(source=feed).values_list("rule__expression", "key"))
+    assert listed == {expression: expression_key(expression) for expression in wanted}
+    assert SpamRule.objects.get(expression=odd).category == "malware"
+    events = list(ChangeEvent.objects.filter(seq__gt=head).order_by("seq"))
+    # Only the rules new to the table are logged, in added_at order, in this set.
+    assert [e.expression for e in events] == [e for e in wanted if e != "shared.example/"]
+    assert [e.added_at for e in events] == sorted(e.added_at for e in events)
+    assert {e.change_set_id for e in events} == {cs.pk} and cs.added == 8
+    # One nudge per chunk that wrote, with that chunk's last seq.
+    assert nudged == [events[2].seq, events[5].seq, events[7].seq]
+    assert SpamRule.objects.filter(expression="shared.example/", listings__source=other).exists()

@@ -399,15 +399,11 @@ def _diff_and_apply(
     ) as cs:
         result.change_set = cs.pk
         if result.added:
-            bulk = changes.add_rules(
-                _still_allowed(staged.lines(picked), staged, result),
+            bulk = changes.add_listed(
+                _still_allowed(staged.entries(picked), staged, result),
                 source=source,
                 user=user,
-                category=source.category,
                 change_set=cs,
-                normalized=True,
-                chunk_size=20_000,
-                keep_names=False,
                 progress=lambda done: report("adding", done, total),
             )
             result.rules_added = bulk.added_count
@@ -447,18 +443,30 @@ def _high_water(source: Source, listed_now: int) -> int:
 
 
 def _still_allowed(
-    lines: Iterator[tuple[str, str]], staged: Staged, result: RefreshResult
-) -> Iterator[tuple[str, str]]:
-    """The entries to add, less any a host allowlisted since this refresh read the
-    allowlist now refuses (the allowlist acts at once, also on a refresh under way)."""
+    entries: Iterator[tuple[int, str, str]], staged: Staged, result: RefreshResult
+) -> Iterator[tuple[str, str, int]]:
+    """(expression, category, key) of the entries to add, less any a host allowlisted
+    since this refresh read the allowlist now refuses (the allowlist acts at once,
+    also on a refresh under way). The allowlist is read here, before the rows are:
+    they are consumed during a COPY, when the connection can run no other query."""
     protected = allowlist.load()
+    keys = staged.keys
     if protected.digest() == staged.allowlist_digest:
-        yield from lines
-        return
-    for expression, category in lines:
+        return ((expression, category, int(keys[index])) for index, expression, category in entries)
+    return _allowed(entries, keys, protected, staged, result)
+
+
+def _allowed(
+    entries: Iterator[tuple[int, str, str]],
+    keys: np.ndarray,
+    protected: allowlist.Allowlist,
+    staged: Staged,
+    result: RefreshResult,
+) -> Iterator[tuple[str, str, int]]:
+    for index, expression, category in entries:
         reason = protected.refusal(expression)
         if reason is None:
-            yield expression, category
+            yield expression, category, int(keys[index])
         else:
             refuse(result, 0, expression, reason)
             staged.allowlisted[expression] = category
