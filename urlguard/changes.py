@@ -839,13 +839,16 @@ def _add_listed_chunk(
     events = qn(ChangeEvent._meta.db_table)
     now = timezone.now()
     # The new rules' ids, above every rule's (we hold the lock), in the rows' order;
-    # the log takes them in that order, so seq follows added_at.
+    # the log takes them in that order, so seq follows added_at. Each row looks its
+    # rule up by the unique index (a subquery per row): as a join, PostgreSQL chose
+    # to hash the whole rules table for every chunk.
     base = _next_added_at() - 1
     cursor.execute(
         f"""
         WITH chunk AS (
-            SELECT s.n, s.expression, s.category, s.key, r.id AS rule_id
-            FROM {stage} s LEFT JOIN {rules} r ON r.expression = s.expression
+            SELECT s.n, s.expression, s.category, s.key,
+                   (SELECT r.id FROM {rules} r WHERE r.expression = s.expression) AS rule_id
+            FROM {stage} s
             WHERE s.n >= %(low)s AND s.n < %(high)s
         ), gained AS (
             INSERT INTO {listings} (rule_id, source_id, {qn("key")}, created)

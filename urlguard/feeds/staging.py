@@ -22,7 +22,11 @@ from urlguard.models import Source, expression_key
 from urlguard.rulelists import pending_entry
 from urlguard.rules import RuleError, normalize_rule
 
-__all__ = ["Staged", "each", "member", "sorted_unique", "stage"]
+__all__ = ["Staged", "member", "sorted_unique", "stage"]
+
+# Units read from the spool together, and the most bytes such a read may span.
+_SPAN_UNITS = 1 << 14
+_SPAN_BYTES = 1 << 23
 
 
 class Staged:
@@ -100,10 +104,27 @@ class Staged:
             self.categories.append(category)
         self.category_of.append(index)
 
-    def _text(self, index: int, ends: np.ndarray) -> str:
-        start = int(ends[index - 1]) if index else 0
-        self.units.seek(start)
-        return self.units.read(int(ends[index]) - start).decode("utf-8", "surrogatepass")
+    def _texts(self, indices: np.ndarray, ends: np.ndarray) -> Iterator[tuple[int, str]]:
+        """(index, text) of the units `indices` (ascending) names. The spool is read a
+        span of units at a time where they lie close together (a first load reads
+        all of it in order), one unit at a time where they are scattered."""
+        units = self.units
+        for start in range(0, len(indices), _SPAN_UNITS):
+            part = indices[start : start + _SPAN_UNITS]
+            starts = np.where(part > 0, ends[np.maximum(part - 1, 0)], 0)
+            stops = ends[part]
+            begin, end = int(starts[0]), int(stops[-1])
+            if end - begin <= _SPAN_BYTES:
+                units.seek(begin)
+                data = units.read(end - begin)
+                starts -= begin
+                stops -= begin
+                for index, a, b in zip(part.tolist(), starts.tolist(), stops.tolist(), strict=True):
+                    yield index, data[a:b].decode("utf-8", "surrogatepass")
+                continue
+            for index, a, b in zip(part.tolist(), starts.tolist(), stops.tolist(), strict=True):
+                units.seek(a)
+                yield index, units.read(b - a).decode("utf-8", "surrogatepass")
 
     def resolve(
         self,
@@ -136,8 +157,7 @@ class Staged:
         base = len(known_keys)
         ends = np.frombuffer(self.ends, dtype=np.int64)
         self.units.flush()
-        for index in each(todo):
-            text = self._text(index, ends)
+        for index, text in self._texts(todo, ends):
             if self.by_line:
                 entries = [
                     (parsed.lineno, parsed.token or "", parsed.category, parsed.error)
@@ -221,12 +241,6 @@ class Staged:
     def close(self) -> None:
         self.units.close()
         self.expressions.close()
-
-
-def each(indices: np.ndarray, step: int = 1 << 16) -> Iterator[int]:
-    """The indices as ints, a slice at a time (a million as one list is 36 MB)."""
-    for start in range(0, len(indices), step):
-        yield from indices[start : start + step].tolist()
 
 
 # Lines a LINE_FORMATS body may comment out: skipped before they are staged.
