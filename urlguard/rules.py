@@ -293,10 +293,22 @@ def _plain_expression(text: str) -> str | None:
         or "-." in host
         or ".-" in host
         or "xn--" in host
-        or _public_suffixes().is_public(host)
+        or (_may_be_public(host) and _public_suffixes().is_public(host))
     ):
         return None
     return host + (match[2] or "/")
+
+
+def _may_be_public(host: str) -> bool:
+    """False only for a host of two labels or more that no public-suffix rule can
+    make a public suffix: one it is not, and whose parent is not, wildcarded, and
+    that is not itself listed (how PublicSuffixList.is_public decides, read from its
+    rule set: three set lookups, where is_public walks every label)."""
+    rules = getattr(_public_suffixes(), "_publicsuffix", None)
+    if not isinstance(rules, frozenset):  # another version of the library: ask it
+        return True
+    parent = host.partition(".")[2]
+    return not parent or host in rules or f"*.{host}" in rules or f"*.{parent}" in rules
 
 
 def _check_host_name(host: str, pasted: str) -> None:

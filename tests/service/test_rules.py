@@ -325,7 +325,7 @@ def _full_path(text: str) -> str | None:
 
 
 _PLAIN_LABELS = st.text(alphabet="aZ09-x", min_size=1, max_size=5) | st.sampled_from(
-    ["xn--bcher-kva", "a" * 63, "a" * 64, "com", "co", "uk", "github", "io", "1"]
+    ["xn--bcher-kva", "a" * 63, "a" * 64, "com", "co", "uk", "github", "io", "ck", "www", "1"]
 )
 _PLAIN_HOSTS = st.lists(_PLAIN_LABELS, min_size=1, max_size=5).map(".".join)
 _PLAIN_PATHS = st.lists(st.text(alphabet="a.~_-Z9/%?#", max_size=6), max_size=4).map(
@@ -338,6 +338,11 @@ _PLAIN_SCHEMES = st.sampled_from(["", "http://", "https://", "HTTP://", "ftp://"
 @given(_PLAIN_SCHEMES, _PLAIN_HOSTS, _PLAIN_PATHS, st.sampled_from(["", ".", ":80", " "]))
 @example("http://", "host1.bench-feed1.example", "/path/1/x.html", "")
 @example("", "co.uk", "", "")
+@example("", "foo.ck", "", "")  # wildcard: *.ck
+@example("", "www.ck", "", "")  # its exception: !www.ck
+@example("", "a.foo.ck", "", "")
+@example("", "s3.amazonaws.com", "", "")
+@example("", "kawasaki.jp", "", "")  # a wildcard's own root: *.kawasaki.jp
 @example("", "a-.example", "/", "")
 @example("", "a.example", "/.x", "")
 @example("", "a.example", "/a//b", "")
@@ -363,3 +368,28 @@ def test_the_fast_path_for_plain_texts_gives_what_the_full_path_gives(scheme, ho
 )
 def test_plain_texts_take_the_fast_path(text):
     assert rules._plain_expression(text) == _full_path(text) is not None
+
+
+@pytest.mark.parametrize(
+    ("host", "public"),
+    [("com", True), ("co.uk", True), ("github.io", True), ("foo.ck", True), ("kawasaki.jp", True)]
+    + [("www.ck", False), ("example.co.uk", False), ("a.b.example", False)],
+)
+def test_the_public_suffix_precheck_never_passes_a_public_suffix(host, public):
+    assert rules._public_suffixes().is_public(host) is public
+    if public:
+        assert rules._may_be_public(host)
+    assert rules._may_be_public("a.b.example") is False
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["ck", "www", "jp", "kawasaki", "city", "uk", "co", "io", "github", "a"]),
+        min_size=1,
+        max_size=4,
+    ).map(".".join)
+)
+def test_a_host_the_precheck_passes_is_no_public_suffix(host):
+    if not rules._may_be_public(host):
+        assert not rules._public_suffixes().is_public(host)
