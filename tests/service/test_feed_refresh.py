@@ -15,9 +15,9 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from tests.service.feedserver import admit_loopback, fixture
-from urlguard.feeds import memo
+from urlguard.feeds import listing, memo, staging
 from urlguard.feeds import refresh as refreshing
-from urlguard.feeds.refresh import refresh_source
+from urlguard.feeds.refresh import RefreshStatus, refresh_source
 from urlguard.models import (
     AllowedHost,
     ChangeEvent,
@@ -317,7 +317,7 @@ def test_a_second_refresh_while_one_runs_does_nothing(server):
         refreshing_since=__import__("django").utils.timezone.now()
     )
     result = refresh_source(feed)
-    assert result.status == "busy" and not SpamRule.objects.exists()
+    assert result.status is RefreshStatus.BUSY and not SpamRule.objects.exists()
     assert not server.requests
 
 
@@ -364,7 +364,7 @@ def test_a_claim_elsewhere_waits_for_its_heartbeat_to_stop(server, settings):
         refresh_heartbeat=now - timedelta(seconds=5),
     )
     busy = refresh_source(feed)
-    assert busy.status == "busy" and not server.requests
+    assert busy.status is RefreshStatus.BUSY and not server.requests
     assert "pid 77 on worker-2.invalid (Celery task 9a)" in busy.summary()
     assert "heartbeat 5 s ago" in busy.summary()
     Source.objects.filter(pk=feed.pk).update(refresh_heartbeat=now - timedelta(seconds=61))
@@ -373,14 +373,14 @@ def test_a_claim_elsewhere_waits_for_its_heartbeat_to_stop(server, settings):
 
 def test_a_refresh_leaves_a_claim_taken_over_from_it_alone(server, monkeypatch):
     feed = make_feed(server.serve("/l", lines("a.example")))
-    real = refreshing._listed_now
+    real = listing.listed_now
     other = "worker-2.invalid:77:123"
 
     def taken_over_meanwhile(source):
         Source.objects.filter(pk=source.pk).update(refresh_owner=other)
         return real(source)
 
-    monkeypatch.setattr(refreshing, "_listed_now", taken_over_meanwhile)
+    monkeypatch.setattr(listing, "listed_now", taken_over_meanwhile)
     refresh_source(feed)
     feed.refresh_from_db()
     assert feed.refresh_owner == other and feed.refreshing_since is not None
@@ -427,10 +427,10 @@ def test_an_interrupted_refresh_that_was_reverted_is_not_written_into_again(serv
 def test_two_refreshes_from_the_same_old_state_do_not_double_apply(server, monkeypatch):
     feed = make_feed(server.serve("/l", lines("a.example", "b.example", "c.example")))
     refresh_source(feed)
-    stale = refreshing._listed_now(feed)
+    stale = listing.listed_now(feed)
     server.serve("/l", lines("a.example", "b.example", "d.example"))
     # Both refreshes diff against the state before either applied.
-    monkeypatch.setattr(refreshing, "_listed_now", lambda source: stale)
+    monkeypatch.setattr(listing, "listed_now", lambda source: stale)
     first = refresh_source(feed)
     second = refresh_source(feed)
     assert (first.added, first.removed, second.added, second.removed) == (1, 1, 1, 1)
@@ -443,7 +443,7 @@ def test_two_refreshes_from_the_same_old_state_do_not_double_apply(server, monke
 def test_dry_run_writes_nothing(server):
     feed = make_feed(server.serve("/l", lines("a.example", "b.example")))
     result = refresh_source(feed, dry_run=True)
-    assert (result.status, result.added) == ("dry-run", 2)
+    assert (result.status, result.added) == (RefreshStatus.DRY_RUN, 2)
     assert not SpamRule.objects.exists() and not FeedRefresh.objects.exists()
     feed.refresh_from_db()
     assert feed.last_status == "never"
@@ -502,13 +502,13 @@ def test_verify_filter_passes_after_refreshes(server, sync_filter):
 def normalized(monkeypatch) -> list[str]:
     """The texts the refresh normalizes, in order."""
     calls: list[str] = []
-    real = refreshing.normalize_rule
+    real = staging.normalize_rule
 
     def counting(text: str) -> str:
         calls.append(text)
         return real(text)
 
-    monkeypatch.setattr(refreshing, "normalize_rule", counting)
+    monkeypatch.setattr(staging, "normalize_rule", counting)
     return calls
 
 

@@ -13,7 +13,7 @@ from tests.service.test_services import (  # noqa: F401  (fixtures)
     start_worker,
     wait_for,
 )
-from urlguard.feeds import refresh as refreshing
+from urlguard.feeds import listing
 from urlguard.feeds.tasks import refresh_feed
 from urlguard.models import RuleSource, Source, SpamRule
 from urlguard.nodesync import registry
@@ -53,11 +53,11 @@ def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_avail
     assert connection.vendor == "postgresql"
     monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     source = Source.objects.create(name="copy", kind=Source.Kind.FEED, url="file:///dev/null")
-    keys, ids = refreshing._listed_now(source)
+    keys, ids = listing.listed_now(source)
     assert len(keys) == len(ids) == 0
     changes.add_rules([f"h{i}.example" for i in range(2500)], source=source)
     changes.add_rules(["other.example"], source="admin")
-    keys, ids = refreshing._listed_now(source)
+    keys, ids = listing.listed_now(source)
     rows = sorted(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))
     assert len(rows) == 2500
     assert sorted(zip(keys.tolist(), ids.tolist(), strict=True)) == rows
@@ -86,3 +86,37 @@ def test_withdrawn_and_deleted_rules_take_their_references_along(services_availa
     assert report.rule_id is None and RuleHitTotal.objects.filter(rule_id=a.pk).exists()
     assert changes.remove_rules([b.pk, c.pk]) == 2
     assert not SpamRule.objects.exists() and not RuleSource.objects.exists()
+
+
+def test_add_listed_on_postgresql_writes_rules_listings_and_log_set_based(
+    services_available,  # noqa: F811
+    monkeypatch,
+):
+    from urlguard.models import ChangeEvent, ChangeSet, expression_key
+
+    assert connection.vendor == "postgresql"
+    nudged: list[int] = []
+    monkeypatch.setattr(changes, "_nudge", nudged.append)
+    other = Source.objects.create(name="other", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules(["shared.example/"], source=other)
+    nudged.clear()
+    feed = Source.objects.create(name="bulk", kind=Source.Kind.FEED, url="file:///dev/null")
+    # A backslash in a query is a field COPY's text format would have to escape.
+    odd = "odd.example/p?a=\\b"
+    wanted = [f"h{i}.example/" for i in range(7)] + ["shared.example/", odd]
+    rows = [(expression, "malware", expression_key(expression)) for expression in wanted]
+    head = ChangeEvent.objects.head()
+    with changes.change_set(kind=ChangeSet.Kind.REFRESH, source=feed) as cs:
+        result = changes.add_listed(iter(rows), source=feed, change_set=cs, chunk_size=3)
+    assert (result.added_count, result.skipped_count, result.gained) == (8, 1, 1)
+    listed = dict(RuleSource.objects.filter(source=feed).values_list("rule__expression", "key"))
+    assert listed == {expression: expression_key(expression) for expression in wanted}
+    assert SpamRule.objects.get(expression=odd).category == "malware"
+    events = list(ChangeEvent.objects.filter(seq__gt=head).order_by("seq"))
+    # Only the rules new to the table are logged, in added_at order, in this set.
+    assert [e.expression for e in events] == [e for e in wanted if e != "shared.example/"]
+    assert [e.added_at for e in events] == sorted(e.added_at for e in events)
+    assert {e.change_set_id for e in events} == {cs.pk} and cs.added == 8
+    # One nudge per chunk that wrote, with that chunk's last seq.
+    assert nudged == [events[2].seq, events[5].seq, events[7].seq]
+    assert SpamRule.objects.filter(expression="shared.example/", listings__source=other).exists()

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from urlguard.writepath.importing import ParsedLine, parse_rules
+from urlguard.writepath.importing import parse_rules
+from urlguard.writepath.rulelists import ParsedLine
 
 
 def parse(text: str, default_category: str = "spam") -> list[ParsedLine]:

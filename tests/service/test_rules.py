@@ -4,11 +4,12 @@ roll-up levels offered for it, public-suffix refusal, and matching."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from urlguard.hotpath.canonical import expressions
-from urlguard.hotpath.rollup import registrable_domain, rule_level
+from urlguard.hotpath.rollup import public_suffixes, registrable_domain, rule_level
+from urlguard.writepath import rules
 from urlguard.writepath.rules import (
     MAX_RULE_LENGTH,
     RuleCandidate,
@@ -311,3 +312,83 @@ def test_private_addresses_are_accepted_when_the_setting_allows(settings):
     settings.URLGUARD = {**settings.URLGUARD, "ALLOW_PRIVATE_ADDRESS_RULES": True}
     assert normalize_rule("192.168.0.1/admin") == "192.168.0.1/admin"
     assert normalize_rule("127.0.0.1") == "127.0.0.1/"
+
+
+def _full_path(text: str) -> str | None:
+    """What normalize_rule gives without its fast path for plain texts (None: refused)."""
+    try:
+        expression = rules._expression(rules._parse(text))
+    except RuleError:
+        return None
+    return expression if len(expression) <= MAX_RULE_LENGTH else None
+
+
+_PLAIN_LABELS = st.text(alphabet="aZ09-x", min_size=1, max_size=5) | st.sampled_from(
+    ["xn--bcher-kva", "a" * 63, "a" * 64, "com", "co", "uk", "github", "io", "ck", "www", "1"]
+)
+_PLAIN_HOSTS = st.lists(_PLAIN_LABELS, min_size=1, max_size=5).map(".".join)
+_PLAIN_PATHS = st.lists(st.text(alphabet="a.~_-Z9/%?#", max_size=6), max_size=4).map(
+    lambda segments: "".join("/" + s for s in segments)
+)
+_PLAIN_SCHEMES = st.sampled_from(["", "http://", "https://", "HTTP://", "ftp://", "//"])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_PLAIN_SCHEMES, _PLAIN_HOSTS, _PLAIN_PATHS, st.sampled_from(["", ".", ":80", " "]))
+@example("http://", "host1.bench-feed1.example", "/path/1/x.html", "")
+@example("", "co.uk", "", "")
+@example("", "foo.ck", "", "")  # wildcard: *.ck
+@example("", "www.ck", "", "")  # its exception: !www.ck
+@example("", "a.foo.ck", "", "")
+@example("", "s3.amazonaws.com", "", "")
+@example("", "kawasaki.jp", "", "")  # a wildcard's own root: *.kawasaki.jp
+@example("", "a-.example", "/", "")
+@example("", "a.example", "/.x", "")
+@example("", "a.example", "/a//b", "")
+def test_the_fast_path_for_plain_texts_gives_what_the_full_path_gives(scheme, host, path, tail):
+    text = f"{scheme}{host}{tail}{path}"
+    plain = rules._plain_expression(text)
+    if plain is not None:
+        assert plain == _full_path(text)
+    try:
+        assert normalize_rule(text) == _full_path(text)
+    except RuleError:
+        assert _full_path(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "http://host1.bench-feed1.example/path/1/x.html",
+        "https://Evil.Example.com/a-b/c_d~e.html",
+        "evil.example.com",
+        "evil.example.com/dir/",
+    ],
+)
+def test_plain_texts_take_the_fast_path(text):
+    assert rules._plain_expression(text) == _full_path(text) is not None
+
+
+@pytest.mark.parametrize(
+    ("host", "public"),
+    [("com", True), ("co.uk", True), ("github.io", True), ("foo.ck", True), ("kawasaki.jp", True)]
+    + [("www.ck", False), ("example.co.uk", False), ("a.b.example", False)],
+)
+def test_the_public_suffix_precheck_never_passes_a_public_suffix(host, public):
+    assert public_suffixes().is_public(host) is public
+    if public:
+        assert rules._may_be_public(host)
+    assert rules._may_be_public("a.b.example") is False
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["ck", "www", "jp", "kawasaki", "city", "uk", "co", "io", "github", "a"]),
+        min_size=1,
+        max_size=4,
+    ).map(".".join)
+)
+def test_a_host_the_precheck_passes_is_no_public_suffix(host):
+    if not rules._may_be_public(host):
+        assert not public_suffixes().is_public(host)

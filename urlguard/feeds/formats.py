@@ -13,7 +13,7 @@ each a generator over a text stream (nothing holds the whole list):
   rows not verified are refused).
 
 ``detect`` names the format from the first lines. Every parser yields
-importing.ParsedLine objects: an expression, or an error saying why the entry is
+rulelists.ParsedLine objects: an expression, or an error saying why the entry is
 refused."""
 
 from __future__ import annotations
@@ -26,17 +26,16 @@ from itertools import chain, islice
 from typing import TextIO
 
 from urlguard.feeds.decoding import FeedError, numbered
-from urlguard.writepath.importing import (
+from urlguard.writepath.rulelists import (
     HOSTS_FILE_SELF_NAMES,
+    EntryMaker,
     ParsedLine,
+    csv_rows,
     entry,
     is_ip_address,
+    refused,
     without_comment,
 )
-
-# Makes an entry of (lineno, raw line, text, category[, note]): importing.entry
-# normalizes it; importing.pending_entry leaves that for later.
-EntryMaker = Callable[..., ParsedLine]
 
 __all__ = ["FORMATS", "LINE_FORMATS", "detect", "parse", "parse_line", "sniff"]
 
@@ -54,7 +53,7 @@ def parse_urls(
         if not tokens:
             continue
         if len(tokens) > 1:
-            yield _refused(
+            yield refused(
                 lineno,
                 text,
                 category,
@@ -75,7 +74,7 @@ def parse_hosts(
         if is_ip_address(tokens[0]):
             names = tokens[1:]
             if not names:
-                yield _refused(lineno, text, category, "an address with no host name after it")
+                yield refused(lineno, text, category, "an address with no host name after it")
         else:
             names = tokens  # some "hosts" lists leave the address out
         for name in names:
@@ -96,11 +95,11 @@ def parse_adblock(
             continue
         reason = _adblock_refusal(rule)
         if reason is not None:
-            yield _refused(lineno, text, category, reason)
+            yield refused(lineno, text, category, reason)
             continue
         match = _ADBLOCK_DOMAIN_RE.fullmatch(rule)
         if match is None:
-            yield _refused(
+            yield refused(
                 lineno,
                 text,
                 category,
@@ -152,7 +151,7 @@ def parse_urlhaus_csv(
         )
     url_col = header.index("url")
     threat_col = header.index("threat") if "threat" in header else None
-    yield from _csv_rows(
+    yield from csv_rows(
         chain([(rows_start, first)], rows),
         lambda lineno, raw, row: _urlhaus_row(lineno, raw, row, url_col, threat_col, make),
         skip_comments=True,
@@ -163,7 +162,7 @@ def _urlhaus_row(
     lineno: int, raw: str, row: list[str], url_col: int, threat_col: int | None, make: EntryMaker
 ) -> ParsedLine:
     if url_col >= len(row) or not row[url_col].strip():
-        return _refused(lineno, raw, "malware", f"{len(row)} column(s) and no URL")
+        return refused(lineno, raw, "malware", f"{len(row)} column(s) and no URL")
     note = row[threat_col].strip() if threat_col is not None and threat_col < len(row) else ""
     return make(lineno, raw, row[url_col].strip(), "malware", note)
 
@@ -182,7 +181,7 @@ def parse_phishtank_csv(
         break
     else:
         return
-    yield from _csv_rows(
+    yield from csv_rows(
         rows,
         lambda lineno, raw, row: _phish(lineno, raw, dict(zip(header, row, strict=False)), make),
     )
@@ -195,7 +194,7 @@ def parse_phishtank_json(
     for index, item in enumerate(_json_array(stream), start=1):
         raw = json.dumps(item)[:300]
         if not isinstance(item, dict):
-            yield _refused(index, raw, "phishing", "an array item that is not an object")
+            yield refused(index, raw, "phishing", "an array item that is not an object")
             continue
         yield _phish(index, raw, item, make)
 
@@ -203,10 +202,10 @@ def parse_phishtank_json(
 def _phish(lineno: int, raw: str, item: dict, make: EntryMaker) -> ParsedLine:
     url = str(item.get("url") or "").strip()
     if not url:
-        return _refused(lineno, raw, "phishing", "no url")
+        return refused(lineno, raw, "phishing", "no url")
     verified = str(item.get("verified", "yes")).strip().lower()
     if verified in ("no", "false", "0"):
-        return _refused(lineno, raw, "phishing", "not verified by PhishTank")
+        return refused(lineno, raw, "phishing", "not verified by PhishTank")
     note = str(item.get("target") or "").strip()
     return make(lineno, raw, url, "phishing", note)
 
@@ -318,46 +317,6 @@ def _significant(lines: Iterable[str], *, comments: tuple[str, ...]) -> Iterator
         stripped = text.strip()
         if stripped and not stripped.startswith(comments):
             yield lineno, text
-
-
-def _refused(lineno: int, raw: str, category: str, reason: str) -> ParsedLine:
-    return ParsedLine(lineno, raw.rstrip("\r\n"), None, category, error=reason)
-
-
-def _csv_rows(
-    numbered: Iterator[tuple[int, str]],
-    make: Callable[[int, str, list[str]], ParsedLine],
-    *,
-    skip_comments: bool = False,
-) -> Iterator[ParsedLine]:
-    """Rows of a CSV body, each numbered by the line it starts on (a quoted field may
-    span lines); an unreadable row is refused and reading goes on."""
-    linenos: list[int] = []
-    consumed: list[str] = []
-
-    def texts() -> Iterator[str]:
-        for lineno, text in numbered:
-            linenos.append(lineno)
-            consumed.append(text.rstrip("\r\n"))
-            yield text if text.endswith("\n") else text + "\n"
-
-    reader = csv.reader(texts())
-    while True:
-        del linenos[:], consumed[:]
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            if not linenos:
-                return
-            yield _refused(linenos[0], "\n".join(consumed), "", f"unreadable CSV row: {exc}")
-            continue
-        if not row or all(not cell.strip() for cell in row):
-            continue
-        if skip_comments and row[0].lstrip().startswith("#"):
-            continue
-        yield make(linenos[0] if linenos else 0, "\n".join(consumed), row)
 
 
 class _Lines:

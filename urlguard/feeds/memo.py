@@ -22,7 +22,7 @@ from urlguard.conf import conf
 __all__ = ["Memo", "load", "save"]
 
 # Raise when a line or an entry can give another expression than before: a change to
-# normalize_rule, to a format's parser, or to importing.entry_text.
+# normalize_rule, to a format's parser, or to rulelists.entry_text.
 NORMALIZER_VERSION = 2
 _SLICE = 1 << 16
 #: A memo's temp file not written to for this long is of a save that died (a live

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from urlguard.celery import shared_task
 from urlguard.conf import conf
-from urlguard.feeds.refresh import due_sources, refresh_source
+from urlguard.feeds.refresh import RefreshStatus, due_sources, refresh_source
 from urlguard.models import AdminJob, Source
 from urlguard.runtime import ownership
 
@@ -124,7 +124,7 @@ def _refresh(
         logger.info("feed %s: retrying in %s s (%s)", source.name, countdown, result.error)
         raise task.retry(countdown=countdown, max_retries=retries)
     if job_id is not None:
-        failed = result.status == Source.Status.FAILED
+        failed = result.status == RefreshStatus.FAILED
         AdminJob.objects.filter(pk=job_id).update(
             state=AdminJob.State.FAILED if failed else AdminJob.State.DONE,
             finished=timezone.now(),

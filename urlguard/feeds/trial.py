@@ -11,7 +11,9 @@ import numpy as np
 
 from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import fetch
-from urlguard.feeds.refresh import RefreshResult, _stage, fetch_settings
+from urlguard.feeds.outcome import RefreshResult
+from urlguard.feeds.refresh import fetch_settings
+from urlguard.feeds.staging import stage
 from urlguard.models import Category, Source
 from urlguard.writepath import allowlist
 from urlguard.writepath.impact import impact_of_listing
@@ -31,7 +33,7 @@ def test_fetch(url: str, *, format: str = "auto", category: str = Category.SPAM)
         if fetched.body is None:
             raise FeedError("the server answered 304 Not Modified to a plain GET")
         with fetched.body:
-            staged = _stage(fetched.body, draft, result)
+            staged = stage(fetched.body, draft, result)
     except FeedError as exc:
         return {"error": str(exc), "http_status": result.http_status, "bytes": result.bytes}
     try:

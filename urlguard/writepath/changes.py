@@ -44,7 +44,7 @@ from urlguard.models import (
 )
 from urlguard.nodesync.nudge import send as _nudge
 from urlguard.runtime import ownership
-from urlguard.writepath.importing import ParsedLine
+from urlguard.writepath.rulelists import ParsedLine
 from urlguard.writepath.rules import RuleError, normalize_rule
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ __all__ = [
     "WithdrawResult",
     "add_rule",
     "add_rules",
+    "add_listed",
     "change_set",
     "current_change_set",
     "interrupted",
@@ -418,7 +419,7 @@ def _coerce(
     item: Any, default_category: str
 ) -> tuple[str | None, str, str, int | None, str | None]:
     """-> (text, category, note, lineno, error) from a str, a (text, category[, note])
-    tuple, or an importing.ParsedLine-like object; text None = nothing to import (a
+    tuple, or a rulelists.ParsedLine-like object; text None = nothing to import (a
     comment or blank line)."""
     if isinstance(item, str):
         return item, default_category, "", None, None
@@ -634,7 +635,7 @@ def add_rules(
     """List many rules under `source`, one transaction (and one nudge) per chunk.
 
     `items`: strings (listed under `category`), (text, category[, note]) tuples, or
-    importing.ParsedLine objects (their `error` makes a refusal). Repeated
+    rulelists.ParsedLine objects (their `error` makes a refusal). Repeated
     expressions are skipped; already listed ones are skipped and gain `source`; bad
     ones are refused with the reason (and counted in the change set). With `dry_run`
     nothing is written. `normalized`: the texts are distinct rule expressions
@@ -710,6 +711,186 @@ def add_rules(
     if cs is not None and result.refused:
         _count(cs, refused=len(result.refused))
     return result
+
+
+# add_listed's rows per transaction on PostgreSQL: each is a few set-based statements,
+# so larger than CHUNK_SIZE; still a second or so under the change-log lock.
+LISTED_CHUNK_SIZE = 50_000
+# Rows per COPY write: a block of text built by one join, not a call per row.
+_COPY_BLOCK = 10_000
+_STAGE_TABLE = "urlguard_listed_stage"
+
+
+def add_listed(
+    rows: Iterable[tuple[str, str, int]],
+    *,
+    source: Source,
+    user: Any = None,
+    change_set: ChangeSet | None = None,
+    chunk_size: int = LISTED_CHUNK_SIZE,
+    progress: Callable[[int], None] | None = None,
+) -> BulkResult:
+    """`source` lists these (expression, category, expression_key) rows: distinct
+    rule expressions already normalized, none of which it lists yet (a feed
+    refresh's new entries). Like add_rules(normalized=True, keep_names=False): a new
+    rule is written with its listing and its change-log row, one already listed by
+    another source gains the listing, one transaction (and one nudge) per chunk.
+
+    On PostgreSQL the rows are first COPied into a temporary table, and each chunk
+    is then three set-based INSERTs (rules, listings, change log) joined against
+    the rules table, so no row becomes a Python object on the way; elsewhere this
+    is add_rules. `rows` is read during the COPY: it must not query the database."""
+    using = router.db_for_write(SpamRule)
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return add_rules(
+            ((expression, category) for expression, category, _ in rows),
+            source=source,
+            user=user,
+            change_set=change_set,
+            chunk_size=chunk_size,
+            progress=progress,
+            normalized=True,
+            keep_names=False,
+        )
+    result = BulkResult()
+    cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, user=user, source=source)
+    result.change_set = cs
+    actor = _actor(user)
+    qn = connection.ops.quote_name
+    stage = qn(_STAGE_TABLE)
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {stage}")
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE {stage} (n bigint PRIMARY KEY, expression text NOT NULL, "
+            "category text NOT NULL, key bigint NOT NULL)"
+        )
+        try:
+            count = _copy_listed(cursor, stage, rows)
+            cursor.execute(f"ANALYZE {stage}")
+            analyze_at = _ANALYZE_EVERY
+            for low in range(0, count, chunk_size):
+                with transaction.atomic(using=using), rule_writes_allowed():
+                    _lock_change_log(using)
+                    gained, added, last_seq = _add_listed_chunk(
+                        cursor, stage, low, low + chunk_size, source, actor, cs
+                    )
+                    _count(cs, added=added)
+                    if last_seq is not None:
+                        transaction.on_commit(partial(_nudge, last_seq), using=using)
+                result.added_count += added
+                result.skipped_count += min(count, low + chunk_size) - low - added
+                result.gained += gained
+                if result.added_count + result.skipped_count >= analyze_at:
+                    _refresh_statistics(using)
+                    analyze_at *= 2
+                if progress is not None:
+                    progress(min(count, low + chunk_size))
+        finally:
+            cursor.execute(f"DROP TABLE IF EXISTS {stage}")
+    return result
+
+
+def _copy_listed(cursor: Any, stage: str, rows: Iterable[tuple[str, str, int]]) -> int:
+    """COPY the rows, numbered from 0, into `stage`; returns how many. A block is
+    written as text built by one join; one whose text would need COPY's escapes (a
+    backslash, or a tab or line end inside a field: canonical expressions have
+    none) goes row by row through psycopg, which escapes."""
+    count = 0
+    with cursor.cursor.copy(f"COPY {stage} (n, expression, category, key) FROM STDIN") as copy:
+        block: list[tuple[str, str, int]] = []
+        for row in rows:
+            block.append(row)
+            if len(block) >= _COPY_BLOCK:
+                _copy_block(copy, block, count)
+                count += len(block)
+                block = []
+        if block:
+            _copy_block(copy, block, count)
+            count += len(block)
+    return count
+
+
+def _copy_block(copy: Any, block: list[tuple[str, str, int]], first: int) -> None:
+    text = "".join(
+        f"{n}\t{expression}\t{category}\t{key}\n"
+        for n, (expression, category, key) in enumerate(block, start=first)
+    )
+    if (
+        "\\" in text
+        or "\r" in text
+        or text.count("\t") != 3 * len(block)
+        or (text.count("\n") != len(block))
+    ):
+        for n, row in enumerate(block, start=first):
+            copy.write_row((n, *row))
+        return
+    copy.write(text)
+
+
+def _add_listed_chunk(
+    cursor: Any, stage: str, low: int, high: int, source: Source, actor: Any, cs: ChangeSet
+) -> tuple[int, int, int | None]:
+    """Rows [low, high) of `stage`, inside the caller's locked transaction: (listings
+    gained by rules already listed, rules added, the last change-log seq written)."""
+    qn = cursor.db.ops.quote_name
+    rules, listings = qn(SpamRule._meta.db_table), qn(RuleSource._meta.db_table)
+    events = qn(ChangeEvent._meta.db_table)
+    now = timezone.now()
+    # The new rules' ids, above every rule's (we hold the lock), in the rows' order;
+    # the log takes them in that order, so seq follows added_at. Each row looks its
+    # rule up by the unique index (a subquery per row): as a join, PostgreSQL chose
+    # to hash the whole rules table for every chunk.
+    base = _next_added_at() - 1
+    cursor.execute(
+        f"""
+        WITH chunk AS (
+            SELECT s.n, s.expression, s.category, s.key,
+                   (SELECT r.id FROM {rules} r WHERE r.expression = s.expression) AS rule_id
+            FROM {stage} s
+            WHERE s.n >= %(low)s AND s.n < %(high)s
+        ), gained AS (
+            INSERT INTO {listings} (rule_id, source_id, {qn("key")}, created)
+            SELECT rule_id, %(source)s, key, %(now)s FROM chunk WHERE rule_id IS NOT NULL
+            ON CONFLICT DO NOTHING RETURNING 1
+        ), fresh AS (
+            INSERT INTO {rules} (expression, category, note, added_at, source, added_by_id,
+                                 created, updated)
+            SELECT expression, category, '', %(base)s + row_number() OVER (ORDER BY n),
+                   %(label)s, %(actor)s, %(now)s, %(now)s
+            FROM chunk WHERE rule_id IS NULL ORDER BY n
+            RETURNING id, expression, added_at, category
+        ), listed AS (
+            INSERT INTO {listings} (rule_id, source_id, {qn("key")}, created)
+            SELECT f.id, %(source)s, c.key, %(now)s
+            FROM fresh f JOIN chunk c ON c.expression = f.expression
+            RETURNING 1
+        ), logged AS (
+            INSERT INTO {events} (action, expression, added_at, category, actor_id, source,
+                                  created, change_set_id, note)
+            SELECT %(add)s, expression, added_at, category, %(actor)s, %(label)s, %(now)s,
+                   %(cs)s, ''
+            FROM fresh ORDER BY added_at
+            RETURNING seq
+        )
+        SELECT (SELECT count(*) FROM gained), (SELECT count(*) FROM listed),
+               (SELECT max(seq) FROM logged)
+        """,
+        {
+            "low": low,
+            "high": high,
+            "source": source.pk,
+            "now": now,
+            "base": base,
+            "label": source.name,
+            "actor": actor.pk if actor is not None else None,
+            "add": _ADD,
+            "cs": cs.pk,
+        },
+    )
+    gained, added, last_seq = cursor.fetchone()
+    return int(gained), int(added), last_seq
 
 
 def _refresh_statistics(using: str) -> None:

@@ -9,30 +9,31 @@ header with a url/expression/host/domain column makes the file CSV; otherwise
 each line is read on its own, as a hosts-file entry if it starts with an IP
 address followed by names, else as one URL, host or expression (blocklist
 spellings `*.example.com`, `||example.com^` and `example.com/dir/*` included).
+The entry type, the normalization of an entry and the CSV row reader are
+urlguard.writepath.rulelists', which the feed formats share.
 """
 
 from __future__ import annotations
 
 import csv
-import functools
-import ipaddress
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 
-from urlguard.writepath.rules import RuleError, normalize_rule
+from urlguard.writepath.rulelists import (
+    HOSTS_FILE_SELF_NAMES,
+    ParsedLine,
+    csv_rows,
+    entry,
+    is_ip_address,
+    without_comment,
+)
 
 __all__ = [
     "CSV_CATEGORY_COLUMNS",
     "CSV_NOTE_COLUMNS",
     "CSV_URL_COLUMNS",
-    "HOSTS_FILE_SELF_NAMES",
-    "ParsedLine",
-    "entry",
-    "is_ip_address",
     "parse_rules",
-    "without_comment",
 ]
 
 # Header names (case-insensitive) recognised in a CSV file, first match wins.
@@ -40,54 +41,6 @@ CSV_URL_COLUMNS = ("url", "expression", "rule", "host", "hostname", "domain", "p
 CSV_CATEGORY_COLUMNS = ("category", "type", "threat", "threat_type", "kind")
 CSV_NOTE_COLUMNS = ("note", "notes", "comment", "description", "reason")
 _CSV_DELIMITERS = (",", ";", "\t", "|")
-
-_COMMENT_RE = re.compile(r"(?:^|(?<=\s))#")
-
-# Names every hosts file maps to loopback or broadcast: they describe the machine
-# itself, not something to block.
-HOSTS_FILE_SELF_NAMES = frozenset(
-    {
-        "localhost",
-        "localhost.localdomain",
-        "local",
-        "broadcasthost",
-        "localhost4",
-        "localhost4.localdomain4",
-        "localhost6",
-        "localhost6.localdomain6",
-        "ip6-localhost",
-        "ip6-loopback",
-        "ip6-localnet",
-        "ip6-mcastprefix",
-        "ip6-allnodes",
-        "ip6-allrouters",
-        "ip6-allhosts",
-        "0.0.0.0",
-    }
-)
-
-
-@dataclass(slots=True)
-class ParsedLine:
-    """One entry of an uploaded list. `expression` is the rule to add (None when
-    `error` says why the entry is refused). `duplicate_of` is the line number of an
-    earlier entry with the same expression (then `error` is None: nothing is wrong,
-    there is just nothing more to add)."""
-
-    lineno: int
-    raw: str
-    expression: str | None
-    category: str
-    error: str | None = None
-    note: str = ""
-    duplicate_of: int | None = None
-    # pending_entry's: the text normalize_rule is still to read (expression is None).
-    token: str | None = None
-
-    @property
-    def is_new(self) -> bool:
-        """True for an entry to add: no error and not a repeat within the file."""
-        return self.error is None and self.duplicate_of is None
 
 
 def parse_rules(lines: Iterable[str], *, default_category: str) -> Iterator[ParsedLine]:
@@ -122,12 +75,12 @@ def parse_rules(lines: Iterable[str], *, default_category: str) -> Iterator[Pars
         return
 
     seen: dict[str, int] = {}
-    for entry in entries:
-        if entry.expression is not None and entry.error is None:
-            first = seen.setdefault(entry.expression, entry.lineno)
-            if first != entry.lineno:
-                entry.duplicate_of = first
-        yield entry
+    for parsed in entries:
+        if parsed.expression is not None and parsed.error is None:
+            first = seen.setdefault(parsed.expression, parsed.lineno)
+            if first != parsed.lineno:
+                parsed.duplicate_of = first
+        yield parsed
 
 
 # -- plain lists and hosts files -----------------------------------------------------
@@ -158,46 +111,6 @@ def _line_entries(numbered: Iterable[tuple[int, str]], category: str) -> Iterato
             )
         else:
             yield entry(lineno, text, tokens[0], category)
-
-
-def entry_text(text: str) -> str:
-    """The part of a list's entry that names what to block."""
-    if text.startswith("||"):
-        # Adblock syntax: "||example.com^" is the domain and its subdomains; options
-        # after '$' ("third-party", ...) do not change what is blocked here.
-        text = text[2:].partition("$")[0].rstrip("^")
-    return text
-
-
-def entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
-    """One entry of a list: `text` normalized to a rule expression, or refused with
-    the reason in `error`."""
-    try:
-        expression = normalize_rule(entry_text(text))
-    except RuleError as exc:
-        return ParsedLine(lineno, raw, None, category, error=str(exc), note=note)
-    return ParsedLine(lineno, raw, expression, category, note=note)
-
-
-def pending_entry(lineno: int, raw: str, text: str, category: str, note: str = "") -> ParsedLine:
-    """entry() without the normalization: `token` holds what normalize_rule is to read
-    (a feed refresh normalizes only the entries it has not seen before)."""
-    return ParsedLine(lineno, raw, None, category, note=note, token=entry_text(text))
-
-
-@functools.lru_cache(maxsize=256)  # a hosts file repeats one or two addresses
-def is_ip_address(token: str) -> bool:
-    try:
-        ipaddress.ip_address(token.split("%", 1)[0])  # "fe80::1%lo0"
-    except ValueError:
-        return False
-    return True
-
-
-def without_comment(text: str) -> str:
-    # A comment starts at a '#' that begins a word; a '#' inside a URL is a fragment.
-    match = _COMMENT_RE.search(text)
-    return text if match is None else text[: match.start()]
 
 
 # -- CSV -----------------------------------------------------------------------------
@@ -247,65 +160,52 @@ def _csv_entries(
     numbered: Iterator[tuple[int, str]], header: _Header, default: str, categories: dict[str, str]
 ) -> Iterator[ParsedLine]:
     first_lineno, _ = next(numbered)  # the header itself
-    linenos: list[int] = []
-    consumed: list[str] = []
+    return csv_rows(
+        numbered,
+        lambda lineno, raw, row: _csv_entry(lineno, raw, row, header, default, categories),
+        delimiter=header.delimiter,
+        skip_comments=True,
+        category=default,
+        first_lineno=first_lineno,
+    )
 
-    def texts() -> Iterator[str]:
-        for lineno, text in numbered:
-            linenos.append(lineno)
-            consumed.append(text)
-            yield text + "\n"  # so that a quoted field spanning lines keeps its newline
 
-    reader = csv.reader(texts(), delimiter=header.delimiter)
-    while True:
-        # A quoted field can span lines: a row is numbered by the line it starts on.
-        del linenos[:], consumed[:]
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            if not linenos:  # nothing consumed: the reader cannot go on
-                return
-            lineno = linenos[0]
-            yield ParsedLine(
-                lineno, "\n".join(consumed), None, default, error=f"unreadable CSV row: {exc}"
-            )
-            continue
-        lineno = linenos[0] if linenos else first_lineno
-        if not row or all(not cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
-            continue
-        raw = "\n".join(consumed)
-        if header.url >= len(row):
-            # Reading its cells by the header's positions would take a URL for a
-            # category (and report "unknown category"): say what is really wrong.
-            yield ParsedLine(
-                lineno,
-                raw,
-                None,
-                default,
-                error=(
-                    f"{len(row)} column(s), but the {header.url_name!r} column is column "
-                    f"{header.url + 1}: is a {header.delimiter!r} missing?"
-                ),
-            )
-            continue
-        note = _cell(row, header.note)
-        category, category_error = _row_category(_cell(row, header.category), default, categories)
-        url = _cell(row, header.url)
-        if category_error is not None:
-            yield ParsedLine(lineno, raw, None, default, error=category_error, note=note)
-        elif not url:
-            yield ParsedLine(
-                lineno,
-                raw,
-                None,
-                category,
-                note=note,
-                error=f"the {header.url_name!r} column is empty",
-            )
-        else:
-            yield entry(lineno, raw, url, category, note)
+def _csv_entry(
+    lineno: int,
+    raw: str,
+    row: list[str],
+    header: _Header,
+    default: str,
+    categories: dict[str, str],
+) -> ParsedLine:
+    if header.url >= len(row):
+        # Reading its cells by the header's positions would take a URL for a
+        # category (and report "unknown category"): say what is really wrong.
+        return ParsedLine(
+            lineno,
+            raw,
+            None,
+            default,
+            error=(
+                f"{len(row)} column(s), but the {header.url_name!r} column is column "
+                f"{header.url + 1}: is a {header.delimiter!r} missing?"
+            ),
+        )
+    note = _cell(row, header.note)
+    category, category_error = _row_category(_cell(row, header.category), default, categories)
+    url = _cell(row, header.url)
+    if category_error is not None:
+        return ParsedLine(lineno, raw, None, default, error=category_error, note=note)
+    if not url:
+        return ParsedLine(
+            lineno,
+            raw,
+            None,
+            category,
+            note=note,
+            error=f"the {header.url_name!r} column is empty",
+        )
+    return entry(lineno, raw, url, category, note)
 
 
 def _cell(row: list[str], index: int | None) -> str:

@@ -67,11 +67,11 @@ class Command(BaseCommand):
             f"every {interval} s)."
         )
         if refresh:
-            from urlguard.feeds.refresh import refresh_source
+            from urlguard.feeds.refresh import RefreshStatus, refresh_source
 
             result = refresh_source(source)
             self.stdout.write(result.summary())
-            if result.status == Source.Status.FAILED:
+            if result.status == RefreshStatus.FAILED:
                 raise CommandError(f"the first refresh of {name!r} failed: {result.error}")
         else:
             self.stdout.write(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from urlguard.feeds import holds
-from urlguard.feeds.refresh import held_for_impact, refresh_source
+from urlguard.feeds.refresh import RefreshStatus, held_for_impact, refresh_source
 from urlguard.jobs.dispatch import runner
 from urlguard.models import AdminJob, Source
 
@@ -99,7 +99,7 @@ class Command(BaseCommand):
                     f"  {result.held:,} entries held for confirmation; to apply them: "
                     f"`manage.py refresh_feeds {source.name} --accept-held`"
                 )
-            if result.status == Source.Status.HELD:
+            if result.status == RefreshStatus.HELD:
                 # The flag for this hold, with those given (a refresh can be both).
                 impact = accept_impact or held_for_impact(result.held_reason)
                 shrink = accept_shrink or not held_for_impact(result.held_reason)
@@ -110,7 +110,7 @@ class Command(BaseCommand):
                 )
             if result.rescan_job is not None:
                 rescans.append(result.rescan_job)
-            if result.status == Source.Status.FAILED:
+            if result.status == RefreshStatus.FAILED:
                 failed.append(source.name)
         for job_id in rescans:
             self.stdout.write(_rescan_outcome(job_id))
