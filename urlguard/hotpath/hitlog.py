@@ -13,57 +13,18 @@ newest HIT_EVENTS_KEPT kept: the admin's hit log."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections, router
 from django.db.models import Sum
 from django.utils import timezone
 
 from urlguard.conf import conf
 from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
-from urlguard.runtime import stats
+from urlguard.runtime import database, stats
 
 __all__ = ["api_blocked", "continued", "prune", "top_hosts", "top_rules", "warned"]
 
 WARNED, CONTINUED = 0, 1
-
-
-def _upsert(
-    model, keys: Sequence[str], adds: Sequence[str], latest: str | None, rows: list[tuple]
-) -> None:
-    """INSERT rows (keys, adds..., latest) ON CONFLICT (keys) add the counts and keep
-    the later timestamp: one statement per STATEMENT_ROWS rows (SQLite and PostgreSQL)."""
-    if not rows:
-        return
-    connection = connections[router.db_for_write(model)]
-    qn = connection.ops.quote_name
-    table = qn(model._meta.db_table)
-    columns = [*keys, *adds, *([latest] if latest else [])]
-    field = {f.attname: f for f in model._meta.fields}
-    later = "GREATEST" if connection.vendor == "postgresql" else "MAX"
-    sets = [f"{qn(c)} = {table}.{qn(c)} + excluded.{qn(c)}" for c in adds]
-    if latest:
-        sets.append(
-            f"{qn(latest)} = {later}(COALESCE({table}.{qn(latest)}, excluded.{qn(latest)}), "
-            f"excluded.{qn(latest)})"
-        )
-    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), stats.STATEMENT_ROWS):
-            part = rows[start : start + stats.STATEMENT_ROWS]
-            params: list[Any] = []
-            for values in part:
-                params.extend(
-                    field[name].get_db_prep_save(value, connection)
-                    for name, value in zip(columns, values, strict=True)
-                )
-            cursor.execute(
-                f"INSERT INTO {table} ({', '.join(qn(c) for c in columns)}) "
-                f"VALUES {', '.join([row] * len(part))} "
-                f"ON CONFLICT ({', '.join(qn(k) for k in keys)}) DO UPDATE SET {', '.join(sets)}",
-                params,
-            )
 
 
 def _write(items: list[tuple[int, int, str, dt.datetime]]) -> None:
@@ -80,21 +41,21 @@ def _write(items: list[tuple[int, int, str, dt.datetime]]) -> None:
             row[2] = max(row[2], at)
         if kind == WARNED and host:
             hosts[(host[:255], day)] = hosts.get((host[:255], day), 0) + 1
-    _upsert(
+    database.upsert_adding(
         RuleHitDay,
         ("rule_id", "day"),
         ("hits", "continued"),
         "last_at",
         [(r, d, h, c, at) for (r, d), (h, c, at) in days.items()],
     )
-    _upsert(
+    database.upsert_adding(
         RuleHitTotal,
         ("rule_id",),
         ("hits", "continued"),
         "last_at",
         [(r, h, c, at) for r, (h, c, at) in totals.items()],
     )
-    _upsert(
+    database.upsert_adding(
         HostHitDay, ("host", "day"), ("hits",), None, [(h, d, n) for (h, d), n in hosts.items()]
     )
 

@@ -26,7 +26,7 @@ from django.utils import timezone
 from urlguard import shortlinks
 from urlguard.celery import shared_task
 from urlguard.models import AdminJob, AdminJobChunk, ChangeSet, SpamRule
-from urlguard.runtime import ownership
+from urlguard.runtime import database, ownership
 from urlguard.shortlinks.rescan import rescan_links
 from urlguard.wording import counted
 from urlguard.writepath import changes
@@ -91,8 +91,7 @@ runner = _Runner()
 
 
 def _memory_database() -> bool:
-    connection = connections[router.db_for_write(AdminJob)]
-    return connection.vendor == "sqlite" and bool(getattr(connection, "is_in_memory_db", bool)())
+    return database.in_memory_sqlite(connections[router.db_for_write(AdminJob)])
 
 
 def dispatch(task, job_id: int) -> None:

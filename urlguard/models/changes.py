@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from urlguard.models.feeds import Source
 from urlguard.models.rules import Category
+from urlguard.runtime import database
 
 
 class ChangeSet(models.Model):
@@ -59,7 +60,7 @@ class ChangeSet(models.Model):
         return f"Change set #{self.pk} ({self.get_kind_display().lower()})"
 
 
-# pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
+# The lock's key: "urlg" — one lock for every writer of the change log.
 CHANGE_LOG_LOCK = 0x75726C67
 
 
@@ -68,11 +69,7 @@ class ChangeEventManager(models.Manager):
         """Serialize writers of the change log until the current transaction ends, so
         that seq values commit in seq order (a node that has seen seq N never sees a
         smaller one commit later)."""
-        connection = connections[using or self.db]
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHANGE_LOG_LOCK])
-        # SQLite: settings make every transaction BEGIN IMMEDIATE, i.e. one writer at a time.
+        database.lock_transaction(connections[using or self.db], CHANGE_LOG_LOCK)
 
     def head(self) -> int:
         """The newest seq in the log (0 if empty): a primary-key lookup."""

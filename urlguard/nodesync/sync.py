@@ -33,7 +33,7 @@ from filterengine import (
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, SpamRule
 from urlguard.nodesync import nodestatus, registry
-from urlguard.runtime import metrics
+from urlguard.runtime import database, metrics
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +56,9 @@ APPLY_CHUNK = 5000
 REBUILD_FETCH = 20_000
 # Rules probed per contains_many call while verifying.
 VERIFY_BATCH = 50_000
-# Misses kept for the second look (and the examples logged): enough to tell
-# damaged counters from rules committed while we looked.
-VERIFY_KEEP = 900
+# Misses kept for the second look (one IN list; and the examples logged): enough to
+# tell damaged counters from rules committed while we looked.
+VERIFY_KEEP = database.IN_BATCH
 
 
 @dataclass
@@ -154,14 +154,12 @@ def _snapshot_transaction(using: str) -> Iterator[None]:
     connection = connections[using]
     outer = connection.in_atomic_block
     with transaction.atomic(using=using):
-        if connection.vendor == "postgresql":
-            if not outer:
-                with connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            else:
-                # Inside someone's transaction the isolation level is fixed: hold
-                # the writers off instead, with the lock they take.
-                ChangeEvent.objects.lock_log(using)
+        if not outer:
+            database.repeatable_read(connection)
+        else:
+            # Inside someone's transaction the isolation level is fixed: hold
+            # the writers off instead, with the lock they take.
+            ChangeEvent.objects.lock_log(using)
         yield
 
 
@@ -562,12 +560,8 @@ def _sampled_rules(size: int) -> Iterator[list[str]]:
     span = hi - lo + 1
     pks = random.sample(range(lo, hi + 1), min(span, 2 * size))
     found: list[str] = []
-    for start in range(0, len(pks), 900):
-        found.extend(
-            SpamRule.objects.filter(pk__in=pks[start : start + 900]).values_list(
-                "expression", flat=True
-            )
-        )
+    for batch in database.in_batches(pks):
+        found.extend(SpamRule.objects.filter(pk__in=batch).values_list("expression", flat=True))
     yield found[:size]
 
 

@@ -36,6 +36,7 @@ from django.db import DatabaseError, connections
 
 from urlguard.conf import conf
 from urlguard.models import ShortLink, ShortLinkGeneration
+from urlguard.runtime import database
 
 __all__ = ["CachedLink", "LinkUnavailable", "get", "poll", "refresh_due", "reset"]
 
@@ -76,11 +77,9 @@ _poll_failing = False
 
 
 _FIELDS = ("pk", "slug", "destination", "disabled", "disabled_reason")
-#: Slugs per IN (...) list when the cache is read again: under SQLite's parameter limit.
-_REFRESH_BATCH = 500
 #: Entries refresh_due reads per poll: 2,000 a second at the default poll, enough
 #: for a full cache (50,000) within its 60 s TTL.
-_REFRESH_PER_POLL = 2 * _REFRESH_BATCH
+_REFRESH_PER_POLL = 1000
 
 
 def _read(slug: str) -> CachedLink | None:
@@ -202,8 +201,8 @@ def refresh_due() -> int:
 
 def _read_many(slugs: list[str]) -> dict[str, CachedLink]:
     fresh: dict[str, CachedLink] = {}
-    for start in range(0, len(slugs), _REFRESH_BATCH):
-        rows = ShortLink.objects.filter(slug__in=slugs[start : start + _REFRESH_BATCH])
+    for batch in database.in_batches(slugs):
+        rows = ShortLink.objects.filter(slug__in=batch)
         for row in rows.values_list(*_FIELDS):
             fresh[row[1]] = CachedLink(*row)
     return fresh

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from django.db import DatabaseError, connections, models, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
@@ -43,7 +43,8 @@ from urlguard.models import (
     rule_writes_allowed,
 )
 from urlguard.nodesync.nudge import send as _nudge
-from urlguard.runtime import ownership
+from urlguard.runtime import database, ownership
+from urlguard.runtime.database import in_batches
 from urlguard.writepath.importing import ParsedLine
 from urlguard.writepath.rules import RuleError, normalize_rule
 
@@ -73,8 +74,6 @@ CHUNK_SIZE = 5000
 # A bulk load refreshes the planner's statistics when it has added this many rules,
 # then at each doubling (see _refresh_statistics).
 _ANALYZE_EVERY = 20_000
-# SQLite's historical limit on bound parameters is 999; stay under it for IN (...).
-_IN_BATCH = 900
 _ADD = str(ChangeEvent.Action.ADD.value)
 _REMOVE = str(ChangeEvent.Action.REMOVE.value)
 
@@ -438,13 +437,6 @@ def _coerce(
     )
 
 
-def in_batches(values: list, size: int = _IN_BATCH) -> Iterator[list]:
-    """`values` in slices of `size`; by default short enough for one IN (...) on
-    every backend."""
-    for i in range(0, len(values), size):
-        yield values[i : i + size]
-
-
 def existing_expressions(expressions: list[str]) -> set[str]:
     """Which of `expressions` the spam table already lists (one query per batch)."""
     found: set[str] = set()
@@ -455,49 +447,8 @@ def existing_expressions(expressions: list[str]) -> set[str]:
     return found
 
 
-def _insert(using: str, model: Any, names: tuple[str, ...], rows: list[tuple]) -> None:
-    """INSERT many rows in one executemany: bulk imports spend their time here, and
-    Model.bulk_create's per-object, per-value work was most of it (100,000 rules:
-    27 s -> 8 s on SQLite). Rows hold database-ready values (str, int, None, and
-    datetimes prepared once per chunk by _db_value)."""
-    connection = connections[using]
-    fields = [model._meta.get_field(name) for name in names]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    marks = ", ".join(["%s"] * len(fields))
-    table = connection.ops.quote_name(model._meta.db_table)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # COPY is ~5x the rows per second of a pipelined executemany here (a
-            # 1,000,000-entry feed writes 3,000,000 rows on its first load).
-            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-            return
-        cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
-
-
 def _db_value(using: str, model: Any, name: str, value: Any) -> Any:
     return model._meta.get_field(name).get_db_prep_save(value, connections[using])
-
-
-def _present(expressions: list[str]) -> dict[str, int]:
-    """expression -> rule pk, for those of `expressions` the table lists."""
-    connection = connections[router.db_for_read(SpamRule)]
-    if connection.vendor == "postgresql":
-        # One statement with one array parameter: the ORM's IN lists of 900 cost more
-        # in building and binding the query than PostgreSQL spends answering it.
-        qn = connection.ops.quote_name
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT expression, {qn(str(SpamRule._meta.pk.column))} "  # type: ignore[union-attr]
-                f"FROM {qn(SpamRule._meta.db_table)} WHERE expression = ANY(%s)",
-                [expressions],
-            )
-            return dict(cursor.fetchall())
-    found: dict[str, int] = {}
-    for batch in in_batches(expressions):
-        found.update(SpamRule.objects.filter(expression__in=batch).values_list("expression", "pk"))
-    return found
 
 
 def _list_under(using: str, source: Source, pairs: list[tuple[int, str]], now: Any) -> int:
@@ -539,7 +490,7 @@ def _add_chunk(
     assert cs is not None
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
-        listed = _present([c.expression for c in chunk])
+        listed = database.map_in(SpamRule, "expression", [c.expression for c in chunk], "pk")
         new = [c for c in chunk if c.expression not in listed]
         now = _db_value(using, SpamRule, "created", timezone.now())
         if listed:
@@ -555,7 +506,7 @@ def _add_chunk(
         actor = _actor(user)
         actor_id = actor.pk if actor is not None else None
         ids = [first_id + i for i in range(len(new))]
-        _insert(
+        database.insert_rows(
             using,
             SpamRule,
             (
@@ -580,7 +531,7 @@ def _add_chunk(
             .values_list("added_at", "pk")
         )
         # New rules: no listing of them can exist yet, so a plain insert (COPY) will do.
-        _insert(
+        database.insert_rows(
             using,
             RuleSource,
             ("rule", "source", "key", "created"),
@@ -590,7 +541,7 @@ def _add_chunk(
             ],
         )
         # One statement per chunk, rows in added_at order: seq follows added_at.
-        _insert(
+        database.insert_rows(
             using,
             ChangeEvent,
             (
@@ -717,15 +668,7 @@ def _refresh_statistics(using: str) -> None:
     (expression IN (...), rule_id IN (...)) from the tables' statistics; a table
     grown far past them is planned as a small one and sequentially scanned by every
     lookup (~35 ms each at 300,000 rules, and growing with the table)."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return
-    tables = ", ".join(
-        connection.ops.quote_name(model._meta.db_table)
-        for model in (SpamRule, RuleSource, ChangeEvent)
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {tables}")
+    database.analyze(using, (SpamRule, RuleSource, ChangeEvent))
 
 
 def _pks(rules: Iterable[Any]) -> Iterator[int]:
@@ -743,12 +686,12 @@ def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Any, lab
     if not rows:
         return 0
     rows = sorted(rows, key=lambda r: r[2])
-    _delete_rules(using, [r[0] for r in rows])
+    database.delete_by_pk(using, SpamRule, [r[0] for r in rows])
     actor = _actor(user)
     now = _db_value(using, ChangeEvent, "created", timezone.now())
     # The removal carries the rule's own added_at: it routes to the stage that took
     # the addition, however long ago that was; the note lets a revert bring it back.
-    _insert(
+    database.insert_rows(
         using,
         ChangeEvent,
         (
@@ -776,69 +719,13 @@ def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Any, lab
 _ROW = ("pk", "expression", "added_at", "category", "note")
 
 
-def _delete_rules(using: str, pks: list[int]) -> None:
-    """DELETE these rules, with what refers to them: on PostgreSQL one statement per
-    table (`= ANY(array)`), doing what each relation's on_delete says; elsewhere
-    through the ORM's collector, which costs a few queries per 900 rules (10,000
-    withdrawn rules took a second that way)."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        for batch in in_batches(pks):
-            SpamRule.objects.filter(pk__in=batch).delete()
-        return
-    qn = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        for relation in SpamRule._meta.related_objects:
-            table = qn(relation.related_model._meta.db_table)
-            column = qn(str(relation.field.column))
-            if relation.on_delete is models.CASCADE:
-                cursor.execute(f"DELETE FROM {table} WHERE {column} = ANY(%s)", [pks])
-            elif relation.on_delete is models.SET_NULL:
-                cursor.execute(
-                    f"UPDATE {table} SET {column} = NULL WHERE {column} = ANY(%s)", [pks]
-                )
-            elif relation.on_delete is not models.DO_NOTHING:
-                raise NotImplementedError(f"on_delete of {relation!r} is not handled here")
-        table = qn(SpamRule._meta.db_table)
-        key = qn(str(SpamRule._meta.pk.column))  # type: ignore[union-attr]
-        cursor.execute(f"DELETE FROM {table} WHERE {key} = ANY(%s)", [pks])
-
-
 def _withdraw_part(using: str, lister: Source, pks: list[int]) -> tuple[int, list[tuple]]:
     """Inside the caller's locked transaction: take `lister`'s listings of these rules
     away; returns how many it had and the rows (_ROW) of those no source lists now."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        withdrawn = 0
-        orphans: list[tuple] = []
-        for batch in in_batches(pks):
-            listed = RuleSource.objects.filter(source=lister, rule_id__in=batch)
-            ids = list(listed.values_list("rule_id", flat=True))
-            if not ids:
-                continue
-            listed.delete()
-            withdrawn += len(ids)
-            orphans.extend(
-                SpamRule.objects.filter(pk__in=ids, listings__isnull=True).values_list(*_ROW)
-            )
-        return withdrawn, orphans
-    qn = connection.ops.quote_name
-    listings, rules = qn(RuleSource._meta.db_table), qn(SpamRule._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM {listings} WHERE source_id = %s AND rule_id = ANY(%s) RETURNING rule_id",
-            [lister.pk, pks],
-        )
-        ids = [row[0] for row in cursor.fetchall()]
-        if not ids:
-            return 0, []
-        cursor.execute(
-            f"SELECT r.id, r.expression, r.added_at, r.category, r.note FROM {rules} r "
-            f"WHERE r.id = ANY(%s) AND NOT EXISTS "
-            f"(SELECT 1 FROM {listings} l WHERE l.rule_id = r.id)",
-            [ids],
-        )
-        return len(ids), cursor.fetchall()
+    ids = database.delete_in(using, RuleSource, "rule_id", pks, source_id=lister.pk)
+    if not ids:
+        return 0, []
+    return len(ids), database.unreferenced(using, SpamRule, ids, _ROW, RuleSource, "rule")
 
 
 def remove_rules(
