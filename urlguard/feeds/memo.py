@@ -40,7 +40,7 @@ def stamp(fmt: str, allowlist_digest: str) -> str:
     and the allowlist."""
     return (
         f"normalizer {NORMALIZER_VERSION}; format {fmt}; "
-        f"private addresses {bool(conf.ALLOW_PRIVATE_ADDRESS_RULES)}; "
+        f"private addresses {conf.ALLOW_PRIVATE_ADDRESS_RULES}; "
         f"allowlist {allowlist_digest}"
     )
 

@@ -150,11 +150,11 @@ class RefreshResult:
 
 def fetch_settings() -> FetchSettings:
     return FetchSettings(
-        connect_timeout=float(conf.FEED_CONNECT_TIMEOUT),
-        read_timeout=float(conf.FEED_READ_TIMEOUT),
-        deadline=float(conf.FEED_DEADLINE),
-        max_bytes=int(conf.FEED_MAX_BYTES),
-        max_redirects=int(conf.FEED_MAX_REDIRECTS),
+        connect_timeout=conf.FEED_CONNECT_TIMEOUT,
+        read_timeout=conf.FEED_READ_TIMEOUT,
+        deadline=conf.FEED_DEADLINE,
+        max_bytes=conf.FEED_MAX_BYTES,
+        max_redirects=conf.FEED_MAX_REDIRECTS,
         file_root=conf.FEED_FILE_ROOT,
         allowed_networks=conf.FEED_ALLOWED_NETWORKS,
     )
@@ -366,7 +366,7 @@ def _claim(source: Source, owner: str) -> str:
         # A claim of no recorded owner (made before claims named one) waits out
         # FEED_CLAIM_TIMEOUT.
         gone = ownership.gone_reason(holder, heartbeat, since) if holder else ""
-        if not gone and since > now - timedelta(seconds=float(conf.FEED_CLAIM_TIMEOUT)):
+        if not gone and since > now - timedelta(seconds=conf.FEED_CLAIM_TIMEOUT):
             beat = f", heartbeat {(now - (heartbeat or since)).total_seconds():.0f} s ago"
             return f"{ownership.describe(holder)} since {since:%Y-%m-%d %H:%M:%S}{beat}"
         gone = gone or f"claimed over FEED_CLAIM_TIMEOUT={conf.FEED_CLAIM_TIMEOUT:g} s ago"
@@ -602,8 +602,8 @@ _COMMENTS = {"urls": "#", "hosts": "#", "adblock": "!"}
 
 
 def _stage(body: Any, source: Source, result: RefreshResult) -> _Staged:
-    max_line, max_units = int(conf.FEED_MAX_LINE), int(conf.FEED_MAX_ENTRIES)
-    with open_text(body, limit=int(conf.FEED_MAX_BYTES), max_line=max_line) as text:
+    max_line, max_units = conf.FEED_MAX_LINE, conf.FEED_MAX_ENTRIES
+    with open_text(body, limit=conf.FEED_MAX_BYTES, max_line=max_line) as text:
         fmt, stream = formats.sniff(text, source.format)  # type: ignore[arg-type]
         result.format = fmt
         staged = _Staged(fmt, source.category)
@@ -695,7 +695,7 @@ def _diff_and_apply(
     result.added = len(first) - len(held)
     result.removed = int(gone_mask.sum())
     result.unchanged = staged.count() - len(first)
-    threshold = float(conf.FEED_SHRINK_THRESHOLD)
+    threshold = conf.FEED_SHRINK_THRESHOLD
     high_water = _high_water(source, len(old_keys))
     shrunk = len(old_keys) and result.removed > threshold * len(old_keys)
     drained = high_water and staged.count() < (1 - threshold) * high_water
@@ -724,7 +724,7 @@ def _diff_and_apply(
         report("impact", 0, 0)
         impact = impact_of_listing(expression for expression, _ in staged.lines(picked))
         result.impact = impact.as_dict()
-        limit = int(conf.CONFIRM_IMPACT_LINKS)
+        limit = conf.CONFIRM_IMPACT_LINKS
         if limit and impact.exact and impact.changed > limit and not accept_impact:
             result.status = Source.Status.HELD
             result.held_reason = (
@@ -791,7 +791,7 @@ def _high_water(source: Source, listed_now: int) -> int:
     """The most entries `source` listed within FEED_SHRINK_WINDOW (since its last
     accepted shrink, which sets a new mark), so that a feed drained a little at a
     time is held as one drained at once."""
-    window = float(conf.FEED_SHRINK_WINDOW)
+    window = conf.FEED_SHRINK_WINDOW
     if not window:
         return listed_now
     refreshes = FeedRefresh.objects.filter(

@@ -110,7 +110,7 @@ def _refresh(
                 message=f"{source.name}: failed: {type(exc).__name__}: {exc}"[:1000],
             )
         raise
-    retries = int(conf.FEED_RETRIES)
+    retries = conf.FEED_RETRIES
     # Only a worker's run retries: an eager one, or a call on the runner thread, has
     # nobody to send the retry to, and its job must end now.
     request = task.request

@@ -83,7 +83,7 @@ def _write_events(events: list[HitEvent]) -> None:
     if newest is None:
         newest = HitEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
     if newest is not None:
-        HitEvent.objects.filter(pk__lte=newest - int(conf.HIT_EVENTS_KEPT)).delete()
+        HitEvent.objects.filter(pk__lte=newest - conf.HIT_EVENTS_KEPT).delete()
 
 
 HIT_EVENTS = stats.batch("hit_events", flush=_write_events, model=HitEvent)
@@ -154,7 +154,7 @@ def continued(rule_id: int, *, destination: str = "", host: str = "") -> None:
 
 def prune(now: dt.datetime | None = None) -> int:
     """Forget daily rows older than HIT_LOG_DAYS (the per-rule totals stay)."""
-    cutoff = (now or timezone.now()).date() - dt.timedelta(days=int(conf.HIT_LOG_DAYS))
+    cutoff = (now or timezone.now()).date() - dt.timedelta(days=conf.HIT_LOG_DAYS)
     removed, _ = RuleHitDay.objects.filter(day__lt=cutoff).delete()
     hosts, _ = HostHitDay.objects.filter(day__lt=cutoff).delete()
     return removed + hosts

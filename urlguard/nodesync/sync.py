@@ -111,7 +111,7 @@ def _too_many_stages(filt: ScalingCountingBloomFilter) -> str:
 def first_stage_capacity(rules: int) -> int:
     """The first stage of a rebuilt file: room for the rules it holds and the
     REBUILD_HEADROOM growth after them, so a large list is one stage, not many."""
-    return max(int(conf.FILTER_CAPACITY), math.ceil(rules * float(conf.REBUILD_HEADROOM)))
+    return max(conf.FILTER_CAPACITY, math.ceil(rules * conf.REBUILD_HEADROOM))
 
 
 def _apply_pending(filt: ScalingCountingBloomFilter, result: SyncResult) -> None:
@@ -221,7 +221,7 @@ def _build(
             if progress is not None and done % REBUILD_FETCH == 0:
                 progress(done, total)
 
-    timeout = float(conf.WRITER_LOCK_TIMEOUT)
+    timeout = conf.WRITER_LOCK_TIMEOUT
     try:
         ScalingCountingBloomFilter.build(
             path,
@@ -271,7 +271,7 @@ def restore(source: str, path: str | None = None) -> SyncResult:
             ) from exc
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    timeout = float(conf.WRITER_LOCK_TIMEOUT)
+    timeout = conf.WRITER_LOCK_TIMEOUT
     with registry.sync_lock(path):
         try:
             ScalingCountingBloomFilter.restore(path, source, catch_up=replay, lock_timeout=timeout)
@@ -495,7 +495,7 @@ def sync_and_report(
     if not result.skipped or periodic:
         report(result, full=periodic)
     if periodic and not result.rebuilt and conf.SPOT_CHECK_SAMPLE:
-        verify_and_repair(result.path, sample=int(conf.SPOT_CHECK_SAMPLE))
+        verify_and_repair(result.path, sample=conf.SPOT_CHECK_SAMPLE)
     return result
 
 

@@ -96,7 +96,7 @@ class _Kind:
     def __init__(self, name: str, model: type[models.Model] | None) -> None:
         self.name = name
         self.model = model
-        self.bound = int(conf.STATS_BUFFER_MAX)
+        self.bound = conf.STATS_BUFFER_MAX
 
     # take, give_back and size are called with _lock held; write without it.
     def take(self) -> Any:
@@ -261,7 +261,7 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     # drop against the bound of a setting that no longer holds.
     if setting == "URLGUARD":
         try:
-            bound = int(conf.STATS_BUFFER_MAX)
+            bound = conf.STATS_BUFFER_MAX
         except ImproperlyConfigured:
             return  # the system check reports it; the flush reads it again
         with _lock:
@@ -352,7 +352,7 @@ def _report_losses() -> None:
             n,
         )
     losses = _loss_counter()
-    node = str(conf.NODE_NAME)
+    node = conf.NODE_NAME
     for name, n in unreported.items():
         if name != losses.name:
             losses.add((name, node), n)
@@ -377,7 +377,7 @@ def flush() -> dict[str, int]:
     (items kept after a database error). Safe from any thread."""
     with _flush_lock:
         _report_losses()
-        bound = int(conf.STATS_BUFFER_MAX)
+        bound = conf.STATS_BUFFER_MAX
         left = {}
         for kind in list(_kinds.values()):
             with _lock:
@@ -419,7 +419,7 @@ def flush() -> dict[str, int]:
 def _loop() -> None:
     try:
         while not _stopping.is_set():
-            _wake.wait(float(conf.STATS_FLUSH_INTERVAL))
+            _wake.wait(conf.STATS_FLUSH_INTERVAL)
             _wake.clear()
             if _stopping.is_set():
                 break
@@ -450,7 +450,7 @@ def _start() -> None:
 def stop(timeout: float | None = None) -> None:
     """Stop the background thread and flush everything (graceful stop). Idempotent."""
     global _thread
-    deadline = time.monotonic() + (float(conf.STATS_STOP_TIMEOUT) if timeout is None else timeout)
+    deadline = time.monotonic() + (conf.STATS_STOP_TIMEOUT if timeout is None else timeout)
     _stopping.set()
     _wake.set()
     thread, _thread = _thread, None

@@ -99,7 +99,7 @@ def get(slug: str) -> CachedLink | None:
         now = _clock()
         # Past its TTL, the polling thread is re-reading it (for up to another TTL;
         # beyond that, or with no thread, this request reads it itself).
-        if now < until or (_poller_alive() and now < until + float(conf.LINK_CACHE_TTL)):
+        if now < until or (_poller_alive() and now < until + conf.LINK_CACHE_TTL):
             _used.add(slug)
             return entry[2]
     try:
@@ -114,7 +114,7 @@ def get(slug: str) -> CachedLink | None:
     if link is None:
         return None
     with _lock:
-        size = int(conf.LINK_CACHE_SIZE)
+        size = conf.LINK_CACHE_SIZE
         while len(_entries) >= size:
             # Oldest first: a hot link evicted this way costs one query to come back.
             evicted = next(iter(_entries))
@@ -122,7 +122,7 @@ def get(slug: str) -> CachedLink | None:
             _used.discard(evicted)
         # Under the generation read before the query: if a change was announced
         # meanwhile this entry is stale on arrival, and the next get reads again.
-        _keep(slug, _clock() + float(conf.LINK_CACHE_TTL), generation, link)
+        _keep(slug, _clock() + conf.LINK_CACHE_TTL, generation, link)
         if len(_due) > 2 * size:
             _compact_due()
     _used.add(slug)
@@ -158,7 +158,7 @@ def refresh_due() -> int:
     held up behind a long refresh); drop the due ones nobody asked for, and those
     whose row is gone. Returns the entries read. Raises what the read raised, keeping
     them due (the next poll retries)."""
-    horizon = _clock() + 2 * float(conf.LINK_CACHE_POLL)
+    horizon = _clock() + 2 * conf.LINK_CACHE_POLL
     records: list[tuple[float, str]] = []
     with _lock:
         generation = _generation
@@ -179,7 +179,7 @@ def refresh_due() -> int:
         with _lock:
             _due.extendleft(reversed(records))
         raise
-    until = _clock() + float(conf.LINK_CACHE_TTL)
+    until = _clock() + conf.LINK_CACHE_TTL
     with _lock:
         if _generation != generation:
             return 0  # a poll elsewhere (tests) moved it and read every entry again
@@ -221,7 +221,7 @@ def poll() -> bool:
         return False
     # Read after the generation: every change up to `value` is committed, so visible.
     fresh = _read_many(list(_entries))
-    until = _clock() + float(conf.LINK_CACHE_TTL)
+    until = _clock() + conf.LINK_CACHE_TTL
     with _lock:
         # An entry a request added meanwhile carries the old generation: read again.
         _entries.clear()
@@ -235,7 +235,7 @@ def poll() -> bool:
 
 def _interval() -> float:
     try:
-        return float(conf.LINK_CACHE_POLL)
+        return conf.LINK_CACHE_POLL
     except Exception:  # a bad setting (the system check names it) must not end the loop
         return 0.5
 

@@ -133,7 +133,7 @@ class Command(BaseCommand):
         """A fresh demo has no filter file yet: build it now, as news (INFO), before
         the first rule's change would find it missing (a WARNING, right for a node
         whose file went missing, alarming on a first run)."""
-        path = str(conf.FILTER_PATH)
+        path = conf.FILTER_PATH
         if os.path.exists(path):
             return
         logger.info("building the demo's first filter file %s", path)
