@@ -96,7 +96,7 @@ def _in_process_task(*args: Any, name: str = "", bind: bool = False, **options: 
 
 if not HAVE_CELERY:
     shared_task = _in_process_task  # noqa: F811
-    EagerResult = InProcessResult  # type: ignore[misc,assignment]  # noqa: F811
+    EagerResult = InProcessResult  # noqa: F811
 
 
 def current_app() -> Any:

@@ -610,7 +610,7 @@ def _stage(body: Any, source: Source, result: RefreshResult) -> _Staged:
         try:
             if staged.by_line:
                 staged.add_lines(
-                    numbered(stream, _COMMENTS.get(fmt, "")),  # type: ignore[arg-type]
+                    numbered(stream, _COMMENTS.get(fmt, "")),
                     max_line=max_line,
                     max_units=max_units,
                     refuse=lambda lineno, raw, reason: _refuse(result, lineno, raw, reason),

@@ -25,7 +25,7 @@ TEST_FETCH_TASK = "urlguard.feeds.test_fetch_job"
 _PROGRESS_EVERY = 0.5
 
 
-def _job_progress(job_id: int | None):  # type: ignore[no-untyped-def]
+def _job_progress(job_id: int | None):
     last = [0.0]
 
     def report(stage: str, done: int, total: int) -> None:

@@ -178,11 +178,11 @@ def metrics_view(request: HttpRequest, extra: Sequence[Any] = ()) -> HttpRespons
         multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ
         if multiprocess:
             MultiProcessCollector(registry)
-        registry.register(FilterCollector())  # type: ignore[arg-type]
+        registry.register(FilterCollector())
         for collector in extra:
             registry.register(collector)
-        registry.register(FeedCollector())  # type: ignore[arg-type]
-        registry.register(StatsLossCollector())  # type: ignore[arg-type]
+        registry.register(FeedCollector())
+        registry.register(StatsLossCollector())
         body = generate_latest(registry)
         if not multiprocess:
             body = generate_latest(REGISTRY) + body

@@ -337,7 +337,7 @@ def delete_by_pk(using: str, model: type[models.Model], pks: list[int]) -> None:
     qn = connection.ops.quote_name
     with connection.cursor() as cursor:
         for relation in model._meta.related_objects:
-            table = qn(relation.related_model._meta.db_table)  # type: ignore[union-attr]
+            table = qn(relation.related_model._meta.db_table)
             column = qn(str(relation.field.column))
             if relation.on_delete is models.CASCADE:
                 cursor.execute(f"DELETE FROM {table} WHERE {column} = ANY(%s)", [pks])
