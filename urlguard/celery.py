@@ -95,8 +95,8 @@ def _in_process_task(*args: Any, name: str = "", bind: bool = False, **options: 
 
 
 if not HAVE_CELERY:
-    shared_task = _in_process_task  # noqa: F811
-    EagerResult = InProcessResult  # noqa: F811
+    shared_task = _in_process_task
+    EagerResult = InProcessResult
 
 
 def current_app() -> Any:

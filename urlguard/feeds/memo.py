@@ -79,7 +79,7 @@ def load(source_id: int, expected_stamp: str) -> Memo | None:
             if str(data["stamp"]) != expected_stamp:
                 return None
             memo = Memo(data["high"], data["low"], data["keys"])
-    except Exception:  # noqa: BLE001  (missing, empty, cut short, not ours: a cache miss)
+    except Exception:  # missing, empty, cut short, not ours: a cache miss
         return None
     if not (len(memo.high) == len(memo.low) == len(memo.keys)):
         return None
