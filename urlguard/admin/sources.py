@@ -27,7 +27,7 @@ from urlguard.feeds import holds
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health, in_words, refresh_state
 from urlguard.feeds.refresh import held_for_impact
-from urlguard.models import AdminJob, AllowedHost, FeedHold, FeedRefresh, Source
+from urlguard.models import Actor, AdminJob, AllowedHost, FeedHold, FeedRefresh, Source, row_user
 from urlguard.wording import counted
 
 HISTORY_SHOWN = 20
@@ -436,7 +436,7 @@ def _why(refresh: FeedRefresh) -> str:
 
 
 def start_refresh(
-    source: Source, *, user: Any, accept_shrink: bool = False, accept_impact: bool = False
+    source: Source, *, user: Actor, accept_shrink: bool = False, accept_impact: bool = False
 ) -> AdminJob:
     """Queue a refresh of `source` as an AdminJob (a worker, or this process's runner
     thread: never inside the request, which a first load of a big feed would outlast)."""
@@ -445,7 +445,7 @@ def start_refresh(
 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REFRESH,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={
             "source": source.pk,
             "name": source.name,
@@ -458,7 +458,7 @@ def start_refresh(
     return job
 
 
-def start_test_fetch(data: dict[str, Any], *, user: Any) -> AdminJob:
+def start_test_fetch(data: dict[str, Any], *, user: Actor) -> AdminJob:
     """Queue a test fetch of the subscribe form's feed (a worker, or this process's
     runner thread: never inside the request)."""
     from urlguard.feeds.tasks import test_fetch_job
@@ -466,7 +466,7 @@ def start_test_fetch(data: dict[str, Any], *, user: Any) -> AdminJob:
 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.TEST_FETCH,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={
             "name": data.get("name", ""),
             "url": data["url"].strip(),

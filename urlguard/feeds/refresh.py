@@ -41,6 +41,7 @@ from urlguard.feeds.decoding import FeedError, numbered, open_text
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.feeds.health import in_words
 from urlguard.models import (
+    Actor,
     AllowedHost,
     ChangeSet,
     FeedRefresh,
@@ -180,7 +181,7 @@ def refresh_source(
     dry_run: bool = False,
     accept_shrink: bool = False,
     accept_impact: bool = False,
-    user: Any = None,
+    user: Actor = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> RefreshResult:
     """Refresh `source` once. Never raises for the feed's own faults: they come back
@@ -314,7 +315,7 @@ def _may_block_links(impact: dict[str, Any] | None) -> bool:
     return impact is None or not impact["exact"] or impact["changed"] > 0
 
 
-def _start_rescan(user: Any) -> int | None:
+def _start_rescan(user: Actor) -> int | None:
     """The rescan of the short links an import runs too, where the site has them."""
     from urlguard.jobs.runner import rescan_after_adding
 
@@ -339,7 +340,7 @@ def held_for_impact(held_reason: str) -> bool:
     return IMPACT_HOLD in held_reason
 
 
-def accept_held(source: Source, *, user: Any = None) -> RefreshResult:
+def accept_held(source: Source, *, user: Actor = None) -> RefreshResult:
     """Apply the held refresh of `source`: a refresh that accepts what it was held
     for (its shrink, or its impact on the short links), nothing else (fetched again,
     so what is applied is the source as it is now, with its numbers recorded)."""
@@ -677,7 +678,7 @@ def _diff_and_apply(
     dry_run: bool,
     accept_shrink: bool,
     accept_impact: bool,
-    user: Any,
+    user: Actor,
     report: Callable[[str, int, int], None],
 ) -> None:
     old_keys, old_ids = listed  # sorted by key
@@ -830,7 +831,7 @@ def _still_allowed(
 
 
 def _apply_allowlist(
-    source: Source, staged: _Staged, result: RefreshResult, *, dry_run: bool, user: Any = None
+    source: Source, staged: _Staged, result: RefreshResult, *, dry_run: bool, user: Actor = None
 ) -> None:
     """An allowlist's entries are hosts, never rules: replace its AllowedHost rows, and
     act on the hosts that came and went as a person's allowlisting does."""

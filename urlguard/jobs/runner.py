@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from urlguard import shortlinks
 from urlguard.celery import shared_task
-from urlguard.models import AdminJob, AdminJobChunk, ChangeSet, SpamRule
+from urlguard.models import Actor, AdminJob, AdminJobChunk, ChangeSet, SpamRule, row_user
 from urlguard.runtime import database, ownership
 from urlguard.shortlinks.rescan import rescan_links
 from urlguard.wording import counted
@@ -229,12 +229,14 @@ def _fail(job: AdminJob, exc: BaseException, message: str) -> None:
 # -- imports ---------------------------------------------------------------------------
 
 
-def create_import(texts: Iterable[str], *, default_category: str, filename: str, user) -> AdminJob:
+def create_import(
+    texts: Iterable[str], *, default_category: str, filename: str, user: Actor
+) -> AdminJob:
     """An import job holding the uploaded text, waiting for its dry run."""
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.IMPORT,
         state=AdminJob.State.QUEUED,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={"filename": filename, "default_category": default_category, "phase": "preview"},
         message="Waiting for the dry run to start.",
     )
@@ -247,7 +249,7 @@ def start_preview(job: AdminJob) -> None:
     dispatch(preview_import_job, job.pk)
 
 
-def preview_import(text: str, *, default_category: str, filename: str, user) -> AdminJob:
+def preview_import(text: str, *, default_category: str, filename: str, user: Actor) -> AdminJob:
     """create_import and its dry run, here and now (commands and tests)."""
     job = create_import([text], default_category=default_category, filename=filename, user=user)
     preview_import_job(job.pk)
@@ -334,7 +336,7 @@ def preview_import_job(job_id: int) -> dict | None:
     return {"new": len(new)}
 
 
-def start_import(job: AdminJob, *, user) -> bool:
+def start_import(job: AdminJob, *, user: Actor) -> bool:
     """Queue a previewed import (once: a second click finds it no longer previewed).
     `user`, who commits it, is its actor from here on (the rules, the change log and
     the rescan are theirs), not whoever uploaded the file; the uploader stays in
@@ -349,20 +351,20 @@ def start_import(job: AdminJob, *, user) -> bool:
         state=AdminJob.State.QUEUED,
         message="Waiting for a worker.",
         done=0,
-        created_by=user,
+        created_by=row_user(user),
         params=params,
     )
     if claimed:
-        job.created_by, job.params = user, params
+        job.created_by, job.params = row_user(user), params
         dispatch(import_rules_job, job.pk)
     return bool(claimed)
 
 
-def start_rescan(*, user, after_import: int | None = None) -> AdminJob:
+def start_rescan(*, user: Actor, after_import: int | None = None) -> AdminJob:
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.RESCAN,
         state=AdminJob.State.QUEUED,
-        created_by=user,
+        created_by=row_user(user),
         params={"after_import": after_import} if after_import else {},
         message="Waiting for a worker.",
     )
@@ -370,7 +372,7 @@ def start_rescan(*, user, after_import: int | None = None) -> AdminJob:
     return job
 
 
-def rescan_after_adding(*, user, after_import: int | None = None) -> AdminJob | None:
+def rescan_after_adding(*, user: Actor, after_import: int | None = None) -> AdminJob | None:
     """New rules may block existing short links: queue their rescan (which also brings
     the impact index up to date), where the site has short links; None where it has
     none (an import and a feed refresh both end with this)."""
@@ -450,7 +452,7 @@ def import_rules_job(job_id: int) -> dict | None:
 # -- bulk deletes --------------------------------------------------------------------------
 
 
-def create_delete(rules, *, user) -> AdminJob:
+def create_delete(rules, *, user: Actor) -> AdminJob:
     """A bulk-delete job for the rules (a QuerySet or primary keys), waiting for its
     summary. Only the keys are read here: a million of them is a few megabytes."""
     pks = (
@@ -461,7 +463,7 @@ def create_delete(rules, *, user) -> AdminJob:
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.DELETE,
         state=AdminJob.State.QUEUED,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={"phase": "preview"},
         message="Waiting for the summary to start.",
     )
@@ -634,12 +636,12 @@ def rescan_links_job(job_id: int) -> dict | None:
 # -- reverts ---------------------------------------------------------------------------------
 
 
-def create_revert(change_set, *, user) -> AdminJob:
+def create_revert(change_set, *, user: Actor) -> AdminJob:
     """A revert job for `change_set`, waiting for its summary."""
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REVERT,
         state=AdminJob.State.QUEUED,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={"phase": "preview", "change_set": change_set.pk},
         message="Waiting for the summary to start.",
     )

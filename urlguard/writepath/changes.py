@@ -32,6 +32,7 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from urlguard.models import (
+    Actor,
     Category,
     ChangeEvent,
     ChangeSet,
@@ -40,6 +41,7 @@ from urlguard.models import (
     SpamRule,
     expression_key,
     now_micros,
+    row_user,
     rule_writes_allowed,
 )
 from urlguard.nodesync.nudge import send as _nudge
@@ -156,11 +158,6 @@ def _check_category(category: str) -> str:
     return str(category)  # a Category member becomes its plain value
 
 
-def _actor(user: Any) -> Any:
-    # The admin may pass AnonymousUser (e.g. a public report form); it is no row.
-    return user if user is not None and getattr(user, "is_authenticated", False) else None
-
-
 def _lock_change_log(using: str) -> None:
     ChangeEvent.objects.lock_log(using)
 
@@ -206,7 +203,7 @@ def current_change_set() -> ChangeSet | None:
 def change_set(
     *,
     kind: str = ChangeSet.Kind.OTHER,
-    actor: Any = None,
+    actor: Actor = None,
     note: str = "",
     reason: str = "",
     source: str | Source | None = None,
@@ -229,7 +226,7 @@ def change_set(
     else:
         cs = ChangeSet.objects.create(
             kind=kind,
-            actor=_actor(actor),
+            actor=row_user(actor),
             note=note,
             reason=reason,
             source=source_for(source) if source is not None else None,
@@ -286,7 +283,7 @@ def _one_off(
     change_set: ChangeSet | None,
     *,
     kind: str,
-    user: Any,
+    user: Actor,
     source: Source | None,
     note: str = "",
     reason: str = "",
@@ -298,7 +295,7 @@ def _one_off(
     if current is not None:
         return current
     return ChangeSet.objects.create(
-        kind=kind, actor=_actor(user), source=source, note=note, reason=reason
+        kind=kind, actor=row_user(user), source=source, note=note, reason=reason
     )
 
 
@@ -330,7 +327,7 @@ def add_rule(
     category: str,
     source: str | Source = "admin",
     note: str = "",
-    user: Any = None,
+    user: Actor = None,
     change_set: ChangeSet | None = None,
 ) -> SpamRule:
     """Normalize `text` (URL, host or expression) and list it under `source`. Raises
@@ -360,7 +357,7 @@ def add_rule(
             added_at=_next_added_at(),
             source=label,
             note=note,
-            added_by=_actor(user),
+            added_by=row_user(user),
         )
         rule.save(force_insert=True, using=using)
         RuleSource.objects.create(rule=rule, source=lister, key=expression_key(expression))
@@ -369,7 +366,7 @@ def add_rule(
             expression=expression,
             added_at=rule.added_at,
             category=category,
-            actor=_actor(user),
+            actor=row_user(user),
             source=label,
             change_set=cs,
             note=note,
@@ -382,7 +379,7 @@ def add_rule(
 def remove_rule(
     rule: SpamRule,
     *,
-    user: Any = None,
+    user: Actor = None,
     source: str | Source = "admin",
     change_set: ChangeSet | None = None,
     reason: str = "",
@@ -474,7 +471,7 @@ def _add_chunk(
     *,
     source: Source,
     label: str,
-    user: Any,
+    user: Actor,
     dry_run: bool,
     cs: ChangeSet | None,
     keep_names: bool = True,
@@ -503,7 +500,7 @@ def _add_chunk(
         if not new:
             return
         first_id = _next_added_at()
-        actor = _actor(user)
+        actor = row_user(user)
         actor_id = actor.pk if actor is not None else None
         ids = [first_id + i for i in range(len(new))]
         database.insert_rows(
@@ -573,7 +570,7 @@ def add_rules(
     items: Iterable[Any],
     *,
     source: str | Source,
-    user: Any = None,
+    user: Actor = None,
     category: str = Category.SPAM,
     dry_run: bool = False,
     chunk_size: int = CHUNK_SIZE,
@@ -679,7 +676,7 @@ def _pks(rules: Iterable[Any]) -> Iterator[int]:
         yield rule if isinstance(rule, int) else rule.pk
 
 
-def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Any, label: str) -> int:
+def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Actor, label: str) -> int:
     """Delete these (pk, expression, added_at, category, note) rules and log their
     removals in `cs`, inside the caller's locked transaction. Their listings go with
     them (RuleSource rows cascade)."""
@@ -687,7 +684,7 @@ def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Any, lab
         return 0
     rows = sorted(rows, key=lambda r: r[2])
     database.delete_by_pk(using, SpamRule, [r[0] for r in rows])
-    actor = _actor(user)
+    actor = row_user(user)
     now = _db_value(using, ChangeEvent, "created", timezone.now())
     # The removal carries the rule's own added_at: it routes to the stage that took
     # the addition, however long ago that was; the note lets a revert bring it back.
@@ -731,7 +728,7 @@ def _withdraw_part(using: str, lister: Source, pks: list[int]) -> tuple[int, lis
 def remove_rules(
     rules: Iterable[Any],
     *,
-    user: Any = None,
+    user: Actor = None,
     source: str | Source = "admin",
     chunk_size: int = CHUNK_SIZE,
     change_set: ChangeSet | None = None,
@@ -765,7 +762,7 @@ def withdraw_rules(
     source: str | Source,
     rules: Iterable[Any],
     *,
-    user: Any = None,
+    user: Actor = None,
     chunk_size: int = CHUNK_SIZE,
     change_set: ChangeSet | None = None,
     reason: str = "",
