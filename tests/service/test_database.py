@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from urlguard.models import (
+    Click,
     HostHitDay,
     RuleSource,
     ShortLink,
@@ -91,6 +93,21 @@ def test_upsert_adding_many_rows(old_sqlite_limit):
     database.upsert_adding(HostHitDay, ("host", "day"), ("hits",), None, rows[:10])
     hits = dict(HostHitDay.objects.values_list("host", "hits"))
     assert len(hits) == 600 and hits["h0.example"] == 2 and hits["h599.example"] == 1
+
+
+def test_clicks_of_many_links_and_visitors_are_written(old_sqlite_limit):
+    # The new-visitor lookup has two IN lists (links, visitors) in one statement.
+    from urlguard.shortlinks import clicks
+
+    pks = _links(600)
+    now = time.time()
+    clicks.write_clicks(
+        [clicks.PendingClick(pk, f"v{pk}", now, True, True) for pk in pks]
+        + [clicks.PendingClick(pks[0], "v-again", now, True, True)]
+    )
+    assert Click.objects.count() == 601
+    uniques = dict(ShortLink.objects.values_list("pk", "unique_visitors"))
+    assert uniques[pks[0]] == 2 and set(uniques.values()) == {1, 2}
 
 
 def _rules(n: int, source: Source) -> list[int]:

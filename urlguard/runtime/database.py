@@ -1,7 +1,7 @@
 """The SQL that differs between the backends the app runs on: PostgreSQL (deployments,
 `make test-services`) and SQLite (the embedded demo, the default test pass). Every
 other module says what it wants done and never asks which backend it has, so a fast
-path written for one backend has its portable twin next to it, and the bound on
+path written for one backend has its portable twin next to it, and the limit on
 bound parameters is stated once.
 
 Models and tables are passed in: this module imports none of the app's models (the
@@ -24,6 +24,7 @@ __all__ = [
     "STATEMENT_ROWS",
     "add_counts",
     "analyze",
+    "array_parameter",
     "delete_by_pk",
     "delete_in",
     "in_batches",
