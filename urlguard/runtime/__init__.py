@@ -1,2 +1,3 @@
 """Process-wide plumbing every layer uses: metrics, batched statistics, rate-limited logging and
-rate limits, the client address they count by, and who owns a long write (host, pid, start time)."""
+rate limits, the client address they count by, who owns a long write (host, pid, start time), and
+the SQL that differs between PostgreSQL and SQLite (database)."""
