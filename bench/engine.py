@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from filterengine import ScalingCountingBloomFilter  # noqa: E402
+from filterengine import ScalingCountingBloomFilter
 
 RATE = 0.01
 #: urlguard's FILTER_MAX_STAGES default (urlguard/conf.py).

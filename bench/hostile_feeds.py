@@ -56,7 +56,7 @@ def _body(name: str) -> tuple[bytes, str]:
 
 def _trickle_server() -> str:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Length", "100000")
             self.end_headers()

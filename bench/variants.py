@@ -23,14 +23,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from filterengine import (  # noqa: E402
+from filterengine import (
     ContinuousBloomFilter,
     OppositeBloomFilter,
     PersistentBloomFilter,
     RotatingBloomFilter,
     ScalableBloomFilter,
 )
-from filterengine.hashing import MASK64, hash_pair, plan_slices  # noqa: E402
+from filterengine.hashing import MASK64, hash_pair, plan_slices
 
 
 def rate(fn: Callable[[], object], ops: int, repeat: int = 3) -> float:
@@ -95,7 +95,7 @@ def bench_opposite(n: int) -> None:
         c = LRUCache(maxsize=size)
         for k in stream:
             if k in c:
-                c[k]  # refresh recency, as a cache hit does  # noqa: B018
+                c[k]  # refresh recency, as a cache hit does
             else:
                 c[k] = True
 

@@ -15,7 +15,7 @@ class UrlguardConfig(AppConfig):
         # site's Celery app finds them, and urlguard.writepath.changes nudges them by name).
         from urlguard import celery, checks, tasks  # noqa: F401
         from urlguard.conf import conf
-        from urlguard.nodesync import embedded, registry  # noqa: F401
+        from urlguard.nodesync import embedded, registry
 
         try:
             catch_up = conf.EMBEDDED_CATCH_UP

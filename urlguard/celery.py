@@ -95,8 +95,8 @@ def _in_process_task(*args: Any, name: str = "", bind: bool = False, **options: 
 
 
 if not HAVE_CELERY:
-    shared_task = _in_process_task  # noqa: F811
-    EagerResult = InProcessResult  # type: ignore[misc,assignment]  # noqa: F811
+    shared_task = _in_process_task
+    EagerResult = InProcessResult
 
 
 def current_app() -> Any:
@@ -154,17 +154,17 @@ def _urlguard_defaults() -> dict:
         "declare": [broadcast.exchange],
     }
     schedule = {
-        "urlguard-catch-up": {"task": CATCH_UP_TASK, "schedule": float(conf.CATCHUP_INTERVAL)},
+        "urlguard-catch-up": {"task": CATCH_UP_TASK, "schedule": conf.CATCHUP_INTERVAL},
         # Queues each due feed on the ordinary queue: one worker refreshes it.
         "urlguard-feeds": {
             "task": "urlguard.feeds.refresh_due_feeds",
-            "schedule": float(conf.FEED_CHECK_INTERVAL),
+            "schedule": conf.FEED_CHECK_INTERVAL,
         },
     }
-    if float(conf.VERIFY_INTERVAL) > 0:
+    if conf.VERIFY_INTERVAL > 0:
         schedule["urlguard-verify"] = {
             "task": VERIFY_FILTER_TASK,
-            "schedule": float(conf.VERIFY_INTERVAL),
+            "schedule": conf.VERIFY_INTERVAL,
         }
     return {
         "task_queues": (

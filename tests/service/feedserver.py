@@ -54,7 +54,7 @@ def feed_server() -> Iterator[FeedServer]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             feeds = holder["server"]
             feeds.requests.append((self.path, dict(self.headers.items())))
             route = feeds.routes.get(self.path)

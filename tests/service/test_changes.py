@@ -296,3 +296,14 @@ def test_every_relation_to_a_rule_is_one_the_bulk_delete_handles():
         if relation.on_delete is models.CASCADE:
             # One DELETE of those rows: nothing may depend on them in turn.
             assert not relation.related_model._meta.related_objects, relation
+
+
+def test_only_a_logged_in_user_becomes_a_rows_actor(django_user_model):
+    from django.contrib.auth.models import AnonymousUser
+
+    from urlguard.models import row_user
+
+    user = django_user_model(username="someone")
+    assert row_user(user) is user
+    assert row_user(AnonymousUser()) is None
+    assert row_user(None) is None

@@ -317,7 +317,7 @@ def test_postgres_commits_change_events_in_seq_order():
         try:
             for i in range(15):
                 changes.add_rule(f"w{n}-{i}.example.org", category="spam")
-        except BaseException as exc:  # noqa: BLE001 (reported below)
+        except BaseException as exc:  # reported below
             errors.append(exc)
         finally:
             connections.close_all()
@@ -375,7 +375,7 @@ def test_rebuilds_under_concurrent_writes_count_every_rule_once(filter_path, mon
                 if i % 3 == 0:
                     changes.remove_rule(rule)
                 i += 1
-        except BaseException as exc:  # noqa: BLE001 (reported below)
+        except BaseException as exc:  # reported below
             errors.append(exc)
         finally:
             connections.close_all()

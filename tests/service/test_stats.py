@@ -306,13 +306,6 @@ def test_a_counter_writes_its_rows_in_key_order(links, clicks_counter):
     assert keys == sorted(ids), update
 
 
-def test_integer_columns_go_as_one_array_literal():
-    assert stats._array_parameter((3, -1, 2**62)) == "{3,-1,4611686018427387904}"
-    # Anything else (a bool is an int subclass) is left to psycopg's own dumper.
-    assert stats._array_parameter((1, True)) == [1, True]
-    assert stats._array_parameter(("a", "b")) == ["a", "b"]
-
-
 @pytest.mark.live
 def test_short_links_keep_room_on_each_page_for_their_counter_updates(db):
     if connection.vendor != "postgresql":

@@ -46,7 +46,7 @@ class HitEventAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    def lookup_allowed(self, lookup, value, request=None):  # type: ignore[no-untyped-def]
+    def lookup_allowed(self, lookup, value, request=None):
         if lookup in ("rule_id", "where", "host"):
             return True
         return super().lookup_allowed(lookup, value, request)
@@ -114,6 +114,6 @@ class HitEventAdmin(admin.ModelAdmin):
             " ", '<a class="button {}" href="{}">{}</a>', ((c, u, t) for u, c, t in links)
         )
 
-    def changelist_view(self, request: HttpRequest, extra_context=None):  # type: ignore[no-untyped-def]
+    def changelist_view(self, request: HttpRequest, extra_context=None):
         extra_context = {**(extra_context or {}), "title": "Hit log: warnings shown, newest first"}
         return super().changelist_view(request, extra_context)

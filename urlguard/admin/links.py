@@ -27,10 +27,10 @@ from urlguard.admin.pages import (
 from urlguard.conf import conf
 from urlguard.hotpath.guard import get_guard
 from urlguard.models import AdminJob, Category, ShortLink, StatsLoss
+from urlguard.runtime import database
 from urlguard.shortlinks.rescan import was_checked
 from urlguard.shortlinks.slugs import SlugError, create_short_link
 from urlguard.wording import counted
-from urlguard.writepath import changes
 
 # Disabling a link records why, so a later "why is my link dead?" has an answer.
 DISABLED_REASON = "destination blocked by spam rule {expression}"
@@ -43,16 +43,12 @@ def _is(n: int) -> str:
     return "is" if n == 1 else "are"
 
 
-# Links per UPDATE batch (and per id lookup: SQLite's parameter limit).
-DISABLE_BATCH = 900
-
-
 def disable_links(reasons: dict[int, str]) -> int:
     """Disable the links {id: why} that are still enabled, in one transaction of
     batched UPDATEs (a rescan may find thousands); returns how many changed."""
     changed = 0
     with transaction.atomic():
-        for batch in changes.in_batches(list(reasons), DISABLE_BATCH):
+        for batch in database.in_batches(list(reasons)):
             links = list(ShortLink.objects.filter(pk__in=batch, disabled=False).only("pk"))
             for link in links:
                 link.disabled = True

@@ -23,7 +23,15 @@ from django.utils.html import format_html, format_html_join
 
 from urlguard.admin.pages import http_methods, render_tool, tool_urls
 from urlguard.hotpath.canonical import split_expression
-from urlguard.models import AllowedHost, ChangeSet, MistakeReport, RuleSource, Source, SpamRule
+from urlguard.models import (
+    Actor,
+    AllowedHost,
+    ChangeSet,
+    MistakeReport,
+    RuleSource,
+    Source,
+    SpamRule,
+)
 from urlguard.writepath import changes
 from urlguard.writepath.allowlist import allow_host
 from urlguard.writepath.impact import impact_of_removing
@@ -31,7 +39,7 @@ from urlguard.writepath.impact import impact_of_removing
 CHANGELIST = "admin:urlguard_mistakereport_changelist"
 
 
-def resolve(rule_or_report, status: str, user, change_set: ChangeSet | None = None) -> int:
+def resolve(rule_or_report, status: str, user: Actor, change_set: ChangeSet | None = None) -> int:
     """Close the open reports about the report's rule (or about `rule`), linking the
     change set that acted on them."""
     if isinstance(rule_or_report, MistakeReport):
@@ -54,7 +62,7 @@ def reason_of(report: MistakeReport) -> str:
 
 
 @contextmanager
-def acting_on(report_id: Any, user: Any) -> Iterator[ChangeSet | None]:
+def acting_on(report_id: Any, user: Actor) -> Iterator[ChangeSet | None]:
     """A change set for the writes inside, carrying the report (given by its id, as
     the narrow form passes it) as its reason; None (no set) for no such report."""
     report = MistakeReport.objects.filter(pk=int(report_id)).first() if report_id else None

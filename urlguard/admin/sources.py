@@ -27,13 +27,13 @@ from urlguard.feeds import holds
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health, in_words, refresh_state
 from urlguard.feeds.refresh import held_for_impact
-from urlguard.models import AdminJob, AllowedHost, FeedHold, FeedRefresh, Source
+from urlguard.models import Actor, AdminJob, AllowedHost, FeedHold, FeedRefresh, Source, row_user
 from urlguard.wording import counted
 
 HISTORY_SHOWN = 20
 
 
-def age(when) -> str:  # type: ignore[no-untyped-def]
+def age(when) -> str:
     if when is None:
         return "never"
     seconds = (timezone.now() - when).total_seconds()
@@ -81,10 +81,10 @@ class IntervalField(forms.CharField):
     """An interval typed as a person says it ("15 min", "1 h", "1 d", or seconds),
     stored in seconds."""
 
-    def prepare_value(self, value):  # type: ignore[no-untyped-def]
+    def prepare_value(self, value):
         return human_interval(value) if isinstance(value, int) else value
 
-    def to_python(self, value):  # type: ignore[no-untyped-def]
+    def to_python(self, value):
         text = str(super().to_python(value) or "").strip().lower()
         if not text:
             return None
@@ -233,7 +233,7 @@ class SourceAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(rules_listed=Count("listings"))
 
-    def get_form(self, request, obj=None, change=False, **kwargs):  # type: ignore[no-untyped-def]
+    def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
         form.may_read_files = request.user.is_superuser
         return form
@@ -284,7 +284,7 @@ class SourceAdmin(admin.ModelAdmin):
         return "" if obj.last_entries is None else f"{obj.last_entries:,}"
 
     @admin.display(description="rules listed", ordering="rules_listed")
-    def rules(self, obj: Source):  # type: ignore[no-untyped-def]
+    def rules(self, obj: Source):
         count = getattr(obj, "rules_listed", None)
         if count is None:
             count = obj.listings.count()
@@ -436,7 +436,7 @@ def _why(refresh: FeedRefresh) -> str:
 
 
 def start_refresh(
-    source: Source, *, user: Any, accept_shrink: bool = False, accept_impact: bool = False
+    source: Source, *, user: Actor, accept_shrink: bool = False, accept_impact: bool = False
 ) -> AdminJob:
     """Queue a refresh of `source` as an AdminJob (a worker, or this process's runner
     thread: never inside the request, which a first load of a big feed would outlast)."""
@@ -445,7 +445,7 @@ def start_refresh(
 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REFRESH,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={
             "source": source.pk,
             "name": source.name,
@@ -458,7 +458,7 @@ def start_refresh(
     return job
 
 
-def start_test_fetch(data: dict[str, Any], *, user: Any) -> AdminJob:
+def start_test_fetch(data: dict[str, Any], *, user: Actor) -> AdminJob:
     """Queue a test fetch of the subscribe form's feed (a worker, or this process's
     runner thread: never inside the request)."""
     from urlguard.feeds.tasks import test_fetch_job
@@ -466,7 +466,7 @@ def start_test_fetch(data: dict[str, Any], *, user: Any) -> AdminJob:
 
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.TEST_FETCH,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={
             "name": data.get("name", ""),
             "url": data["url"].strip(),
@@ -590,12 +590,12 @@ def refresh_job_view(
         can_change=model_admin.has_change_permission(request, source),
         # The body's own lines only to a superuser: whoever can edit a feed's URL
         # must not be able to read what another address answers through this page.
-        show_entries=request.user.is_superuser,  # type: ignore[union-attr]
+        show_entries=request.user.is_superuser,
     )
 
 
 @http_methods("GET")
-def refresh_status_view(model_admin: SourceAdmin, request: HttpRequest, job_id: int):  # type: ignore[no-untyped-def]
+def refresh_status_view(model_admin: SourceAdmin, request: HttpRequest, job_id: int):
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     job = AdminJob.objects.filter(

@@ -22,7 +22,7 @@ def operator_summary() -> dict[str, Any]:
     held = feeds.filter(held_at__isnull=False).count()
     failing = (
         feeds.filter(held_at__isnull=True)
-        .filter(failures__gte=int(conf.FEED_UNHEALTHY_FAILURES))
+        .filter(failures__gte=conf.FEED_UNHEALTHY_FAILURES)
         .count()
     )
     head = ChangeEvent.objects.head()

@@ -557,7 +557,7 @@ class DnsServer:
                 logger.exception("serve_dns: answering %s failed", peer[0])
                 close_old_connections()
 
-    def _send_truncated(self, udp: socket.socket, wire: bytes, peer: tuple) -> None:  # type: ignore[type-arg]
+    def _send_truncated(self, udp: socket.socket, wire: bytes, peer: tuple) -> None:
         try:
             query = dns.message.from_wire(wire)
         except Exception:

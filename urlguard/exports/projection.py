@@ -12,11 +12,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import connections, router, transaction
+from django.db import router
 from django.db.models import Max
 
 from urlguard.hotpath.canonical import split_expression
 from urlguard.models import ChangeEvent, SpamRule
+from urlguard.runtime import database
 from urlguard.writepath import allowlist
 
 __all__ = [
@@ -123,13 +124,6 @@ def snapshot() -> Iterator[Snapshot]:
     it still; elsewhere the caller renders and then asks `consistent()` (a change
     committed meanwhile moves the position: render again)."""
     using = router.db_for_read(SpamRule)
-    connection = connections[using]
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        with transaction.atomic(using=using):
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            position = current_position()
-            yield Snapshot(position, _exceptions(position.allowlist, using), using, True)
-        return
-    position = current_position()
-    yield Snapshot(position, _exceptions(position.allowlist, using), using, False)
+    with database.read_snapshot(using) as held:
+        position = current_position()
+        yield Snapshot(position, _exceptions(position.allowlist, using), using, held)

@@ -145,7 +145,7 @@ def render(export: Export, directory: Path) -> Rendered:
     raise RenderBusy(f"the list changed under {ATTEMPTS} renders of {export.name} in a row")
 
 
-def _write(target: Path, export: Export, position: Position, counts: RenderCounts, body) -> None:  # type: ignore[no-untyped-def]
+def _write(target: Path, export: Export, position: Position, counts: RenderCounts, body) -> None:
     head = [*export.preamble(position), *export.header(position, counts)]
     meta = {"seq": position.seq, "time": position.time.isoformat(), "allowlist": position.allowlist}
     write_aside(target.with_suffix(".json"), [json.dumps(meta).encode()])

@@ -42,7 +42,7 @@ class _Limited(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def,override]
+    def readinto(self, buffer) -> int:
         try:
             data = self._raw.read(len(buffer))
         except EOFError as exc:

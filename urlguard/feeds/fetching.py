@@ -261,7 +261,7 @@ def _answer(
     )
 
 
-def _spool(  # type: ignore[no-untyped-def]
+def _spool(
     response: urllib3.BaseHTTPResponse, url: str, settings: FetchSettings, deadline: _Deadline
 ):
     body = tempfile.TemporaryFile(prefix="urlguard-feed-")  # noqa: SIM115 (returned open)

@@ -37,7 +37,7 @@ def health(source: Source) -> str:
         return "disabled"
     if source.held_at is not None:
         return "held"
-    if source.failures >= int(conf.FEED_UNHEALTHY_FAILURES):
+    if source.failures >= conf.FEED_UNHEALTHY_FAILURES:
         return "failing"
     if source.failures:
         return "failed"

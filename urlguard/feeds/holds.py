@@ -13,13 +13,12 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
 
 import numpy as np
 from django.utils import timezone
 
 from urlguard.conf import conf
-from urlguard.models import FeedHold, Source, expression_key
+from urlguard.models import Actor, FeedHold, Source, expression_key
 from urlguard.writepath.impact import impact_of_adding
 from urlguard.writepath.safety import Confirmation, confirmations_many
 
@@ -114,7 +113,7 @@ def record(source: Source, held: list[Held], listed: np.ndarray) -> None:
         )
 
 
-def accept(source: Source, *, user: Any = None, expressions: Iterable[str] | None = None) -> int:
+def accept(source: Source, *, user: Actor = None, expressions: Iterable[str] | None = None) -> int:
     """Accept the held entries of `source` (all, or those of `expressions`): the next
     refresh applies them (it fetches the body again: an unchanged one would otherwise
     answer "not modified"). Returns how many were accepted."""

@@ -40,7 +40,7 @@ def stamp(fmt: str, allowlist_digest: str) -> str:
     and the allowlist."""
     return (
         f"normalizer {NORMALIZER_VERSION}; format {fmt}; "
-        f"private addresses {bool(conf.ALLOW_PRIVATE_ADDRESS_RULES)}; "
+        f"private addresses {conf.ALLOW_PRIVATE_ADDRESS_RULES}; "
         f"allowlist {allowlist_digest}"
     )
 
@@ -79,7 +79,7 @@ def load(source_id: int, expected_stamp: str) -> Memo | None:
             if str(data["stamp"]) != expected_stamp:
                 return None
             memo = Memo(data["high"], data["low"], data["keys"])
-    except Exception:  # noqa: BLE001  (missing, empty, cut short, not ours: a cache miss)
+    except Exception:  # missing, empty, cut short, not ours: a cache miss
         return None
     if not (len(memo.high) == len(memo.low) == len(memo.keys)):
         return None

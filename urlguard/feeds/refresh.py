@@ -41,7 +41,7 @@ from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.feeds.outcome import MAX_REFUSALS_KEPT, RefreshResult, RefreshStatus, refuse
 from urlguard.feeds.staging import Staged, member, stage
-from urlguard.models import AllowedHost, ChangeSet, FeedRefresh, Source
+from urlguard.models import Actor, AllowedHost, ChangeSet, FeedRefresh, Source
 from urlguard.runtime import ownership
 from urlguard.writepath import allowlist, changes
 from urlguard.writepath.impact import impact_of_listing
@@ -67,11 +67,11 @@ IMPACT_HOLD = "CONFIRM_IMPACT_LINKS"
 
 def fetch_settings() -> FetchSettings:
     return FetchSettings(
-        connect_timeout=float(conf.FEED_CONNECT_TIMEOUT),
-        read_timeout=float(conf.FEED_READ_TIMEOUT),
-        deadline=float(conf.FEED_DEADLINE),
-        max_bytes=int(conf.FEED_MAX_BYTES),
-        max_redirects=int(conf.FEED_MAX_REDIRECTS),
+        connect_timeout=conf.FEED_CONNECT_TIMEOUT,
+        read_timeout=conf.FEED_READ_TIMEOUT,
+        deadline=conf.FEED_DEADLINE,
+        max_bytes=conf.FEED_MAX_BYTES,
+        max_redirects=conf.FEED_MAX_REDIRECTS,
         file_root=conf.FEED_FILE_ROOT,
         allowed_networks=conf.FEED_ALLOWED_NETWORKS,
     )
@@ -97,7 +97,7 @@ def refresh_source(
     dry_run: bool = False,
     accept_shrink: bool = False,
     accept_impact: bool = False,
-    user: Any = None,
+    user: Actor = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> RefreshResult:
     """Refresh `source` once. Never raises for the feed's own faults: they come back
@@ -231,7 +231,7 @@ def _may_block_links(impact: dict[str, Any] | None) -> bool:
     return impact is None or not impact["exact"] or impact["changed"] > 0
 
 
-def _start_rescan(user: Any) -> int | None:
+def _start_rescan(user: Actor) -> int | None:
     """The rescan of the short links an import runs too, where the site has them."""
     from urlguard.jobs.rescans import rescan_after_adding
 
@@ -256,7 +256,7 @@ def held_for_impact(held_reason: str) -> bool:
     return IMPACT_HOLD in held_reason
 
 
-def accept_held(source: Source, *, user: Any = None) -> RefreshResult:
+def accept_held(source: Source, *, user: Actor = None) -> RefreshResult:
     """Apply the held refresh of `source`: a refresh that accepts what it was held
     for (its shrink, or its impact on the short links), nothing else (fetched again,
     so what is applied is the source as it is now, with its numbers recorded)."""
@@ -283,7 +283,7 @@ def _claim(source: Source, owner: str) -> str:
         # A claim of no recorded owner (made before claims named one) waits out
         # FEED_CLAIM_TIMEOUT.
         gone = ownership.gone_reason(holder, heartbeat, since) if holder else ""
-        if not gone and since > now - timedelta(seconds=float(conf.FEED_CLAIM_TIMEOUT)):
+        if not gone and since > now - timedelta(seconds=conf.FEED_CLAIM_TIMEOUT):
             beat = f", heartbeat {(now - (heartbeat or since)).total_seconds():.0f} s ago"
             return f"{ownership.describe(holder)} since {since:%Y-%m-%d %H:%M:%S}{beat}"
         gone = gone or f"claimed over FEED_CLAIM_TIMEOUT={conf.FEED_CLAIM_TIMEOUT:g} s ago"
@@ -313,7 +313,7 @@ def _diff_and_apply(
     dry_run: bool,
     accept_shrink: bool,
     accept_impact: bool,
-    user: Any,
+    user: Actor,
     report: Callable[[str, int, int], None],
 ) -> None:
     old_keys, old_ids = listed  # sorted by key
@@ -331,7 +331,7 @@ def _diff_and_apply(
     result.added = len(first) - len(held)
     result.removed = int(gone_mask.sum())
     result.unchanged = staged.count() - len(first)
-    threshold = float(conf.FEED_SHRINK_THRESHOLD)
+    threshold = conf.FEED_SHRINK_THRESHOLD
     high_water = _high_water(source, len(old_keys))
     shrunk = len(old_keys) and result.removed > threshold * len(old_keys)
     drained = high_water and staged.count() < (1 - threshold) * high_water
@@ -360,7 +360,7 @@ def _diff_and_apply(
         report("impact", 0, 0)
         impact = impact_of_listing(expression for expression, _ in staged.lines(picked))
         result.impact = impact.as_dict()
-        limit = int(conf.CONFIRM_IMPACT_LINKS)
+        limit = conf.CONFIRM_IMPACT_LINKS
         if limit and impact.exact and impact.changed > limit and not accept_impact:
             result.status = RefreshStatus.HELD
             result.held_reason = (
@@ -423,7 +423,7 @@ def _high_water(source: Source, listed_now: int) -> int:
     """The most entries `source` listed within FEED_SHRINK_WINDOW (since its last
     accepted shrink, which sets a new mark), so that a feed drained a little at a
     time is held as one drained at once."""
-    window = float(conf.FEED_SHRINK_WINDOW)
+    window = conf.FEED_SHRINK_WINDOW
     if not window:
         return listed_now
     refreshes = FeedRefresh.objects.filter(
@@ -474,7 +474,7 @@ def _allowed(
 
 
 def _apply_allowlist(
-    source: Source, staged: Staged, result: RefreshResult, *, dry_run: bool, user: Any = None
+    source: Source, staged: Staged, result: RefreshResult, *, dry_run: bool, user: Actor = None
 ) -> None:
     """An allowlist's entries are hosts, never rules: replace its AllowedHost rows, and
     act on the hosts that came and went as a person's allowlisting does."""

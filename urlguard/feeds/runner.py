@@ -53,7 +53,7 @@ def run_once() -> list[str]:
 
 
 def _loop() -> None:
-    while not _stop.wait(float(conf.FEED_CHECK_INTERVAL)):
+    while not _stop.wait(conf.FEED_CHECK_INTERVAL):
         try:
             run_once()
         except Exception:

@@ -249,15 +249,15 @@ _COMMENTS = {"urls": "#", "hosts": "#", "adblock": "!"}
 
 
 def stage(body: Any, source: Source, result: RefreshResult) -> Staged:
-    max_line, max_units = int(conf.FEED_MAX_LINE), int(conf.FEED_MAX_ENTRIES)
-    with open_text(body, limit=int(conf.FEED_MAX_BYTES), max_line=max_line) as text:
+    max_line, max_units = conf.FEED_MAX_LINE, conf.FEED_MAX_ENTRIES
+    with open_text(body, limit=conf.FEED_MAX_BYTES, max_line=max_line) as text:
         fmt, stream = formats.sniff(text, source.format)  # type: ignore[arg-type]
         result.format = fmt
         staged = Staged(fmt, source.category)
         try:
             if staged.by_line:
                 staged.add_lines(
-                    numbered(stream, _COMMENTS.get(fmt, "")),  # type: ignore[arg-type]
+                    numbered(stream, _COMMENTS.get(fmt, "")),
                     max_line=max_line,
                     max_units=max_units,
                     refuse=lambda lineno, raw, reason: refuse(result, lineno, raw, reason),

@@ -25,7 +25,7 @@ TEST_FETCH_TASK = "urlguard.feeds.test_fetch_job"
 _PROGRESS_EVERY = 0.5
 
 
-def _job_progress(job_id: int | None):  # type: ignore[no-untyped-def]
+def _job_progress(job_id: int | None):
     last = [0.0]
 
     def report(stage: str, done: int, total: int) -> None:
@@ -110,7 +110,7 @@ def _refresh(
                 message=f"{source.name}: failed: {type(exc).__name__}: {exc}"[:1000],
             )
         raise
-    retries = int(conf.FEED_RETRIES)
+    retries = conf.FEED_RETRIES
     # Only a worker's run retries: an eager one, or a call on the runner thread, has
     # nobody to send the retry to, and its job must end now.
     request = task.request

@@ -33,16 +33,14 @@ from urlguard.hotpath.canonical import (
 from urlguard.hotpath.cleancache import CleanCache, LRUCleanCache
 from urlguard.models import SpamRule
 from urlguard.nodesync import registry
-from urlguard.runtime import metrics
+from urlguard.runtime import database, metrics
 from urlguard.runtime.ratelimitedlog import log_limited
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["CheckedFilter", "Guard", "InvalidURL", "Verdict", "get_guard"]
 
-# SQLite allows 32766 bound variables (999 before 3.32); PostgreSQL 65535. 500
-# expressions per IN (...) keeps every backend happy and each query small.
-QUERY_CHUNK = 500
+QUERY_CHUNK = database.IN_BATCH
 
 
 class InvalidURL(ValueError):

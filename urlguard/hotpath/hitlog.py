@@ -13,57 +13,18 @@ newest HIT_EVENTS_KEPT kept: the admin's hit log."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections, router
 from django.db.models import Sum
 from django.utils import timezone
 
 from urlguard.conf import conf
 from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
-from urlguard.runtime import stats
+from urlguard.runtime import database, stats
 
 __all__ = ["api_blocked", "continued", "prune", "top_hosts", "top_rules", "warned"]
 
 WARNED, CONTINUED = 0, 1
-
-
-def _upsert(
-    model, keys: Sequence[str], adds: Sequence[str], latest: str | None, rows: list[tuple]
-) -> None:
-    """INSERT rows (keys, adds..., latest) ON CONFLICT (keys) add the counts and keep
-    the later timestamp: one statement per STATEMENT_ROWS rows (SQLite and PostgreSQL)."""
-    if not rows:
-        return
-    connection = connections[router.db_for_write(model)]
-    qn = connection.ops.quote_name
-    table = qn(model._meta.db_table)
-    columns = [*keys, *adds, *([latest] if latest else [])]
-    field = {f.attname: f for f in model._meta.fields}
-    later = "GREATEST" if connection.vendor == "postgresql" else "MAX"
-    sets = [f"{qn(c)} = {table}.{qn(c)} + excluded.{qn(c)}" for c in adds]
-    if latest:
-        sets.append(
-            f"{qn(latest)} = {later}(COALESCE({table}.{qn(latest)}, excluded.{qn(latest)}), "
-            f"excluded.{qn(latest)})"
-        )
-    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), stats.STATEMENT_ROWS):
-            part = rows[start : start + stats.STATEMENT_ROWS]
-            params: list[Any] = []
-            for values in part:
-                params.extend(
-                    field[name].get_db_prep_save(value, connection)
-                    for name, value in zip(columns, values, strict=True)
-                )
-            cursor.execute(
-                f"INSERT INTO {table} ({', '.join(qn(c) for c in columns)}) "
-                f"VALUES {', '.join([row] * len(part))} "
-                f"ON CONFLICT ({', '.join(qn(k) for k in keys)}) DO UPDATE SET {', '.join(sets)}",
-                params,
-            )
 
 
 def _write(items: list[tuple[int, int, str, dt.datetime]]) -> None:
@@ -80,21 +41,21 @@ def _write(items: list[tuple[int, int, str, dt.datetime]]) -> None:
             row[2] = max(row[2], at)
         if kind == WARNED and host:
             hosts[(host[:255], day)] = hosts.get((host[:255], day), 0) + 1
-    _upsert(
+    database.upsert_adding(
         RuleHitDay,
         ("rule_id", "day"),
         ("hits", "continued"),
         "last_at",
         [(r, d, h, c, at) for (r, d), (h, c, at) in days.items()],
     )
-    _upsert(
+    database.upsert_adding(
         RuleHitTotal,
         ("rule_id",),
         ("hits", "continued"),
         "last_at",
         [(r, h, c, at) for r, (h, c, at) in totals.items()],
     )
-    _upsert(
+    database.upsert_adding(
         HostHitDay, ("host", "day"), ("hits",), None, [(h, d, n) for (h, d), n in hosts.items()]
     )
 
@@ -122,7 +83,7 @@ def _write_events(events: list[HitEvent]) -> None:
     if newest is None:
         newest = HitEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
     if newest is not None:
-        HitEvent.objects.filter(pk__lte=newest - int(conf.HIT_EVENTS_KEPT)).delete()
+        HitEvent.objects.filter(pk__lte=newest - conf.HIT_EVENTS_KEPT).delete()
 
 
 HIT_EVENTS = stats.batch("hit_events", flush=_write_events, model=HitEvent)
@@ -193,7 +154,7 @@ def continued(rule_id: int, *, destination: str = "", host: str = "") -> None:
 
 def prune(now: dt.datetime | None = None) -> int:
     """Forget daily rows older than HIT_LOG_DAYS (the per-rule totals stay)."""
-    cutoff = (now or timezone.now()).date() - dt.timedelta(days=int(conf.HIT_LOG_DAYS))
+    cutoff = (now or timezone.now()).date() - dt.timedelta(days=conf.HIT_LOG_DAYS)
     removed, _ = RuleHitDay.objects.filter(day__lt=cutoff).delete()
     hosts, _ = HostHitDay.objects.filter(day__lt=cutoff).delete()
     return removed + hosts

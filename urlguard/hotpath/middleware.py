@@ -258,7 +258,7 @@ def get_failure_policy() -> str:
     try:
         return get_guard().on_filter_error
     except Exception:
-        return str(conf.ON_FILTER_ERROR)
+        return conf.ON_FILTER_ERROR
 
 
 def _needs_check(response: HttpResponseBase) -> bool:

@@ -20,7 +20,7 @@ from urlguard.jobs.dispatch import (
     writes_into,
     written_before,
 )
-from urlguard.models import AdminJob, AdminJobChunk, ChangeSet, SpamRule
+from urlguard.models import Actor, AdminJob, AdminJobChunk, ChangeSet, SpamRule, row_user
 from urlguard.wording import counted
 from urlguard.writepath import changes
 from urlguard.writepath.impact import impact_of_removing
@@ -33,7 +33,7 @@ DELETE_CHUNK = changes.CHUNK_SIZE
 DELETE_SAMPLES = 20
 
 
-def create_delete(rules, *, user) -> AdminJob:
+def create_delete(rules, *, user: Actor) -> AdminJob:
     """A bulk-delete job for the rules (a QuerySet or primary keys), waiting for its
     summary. Only the keys are read here: a million of them is a few megabytes."""
     pks = (
@@ -44,7 +44,7 @@ def create_delete(rules, *, user) -> AdminJob:
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.DELETE,
         state=AdminJob.State.QUEUED,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={"phase": "preview"},
         message="Waiting for the summary to start.",
     )

@@ -20,7 +20,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from urlguard.models import AdminJob, AdminJobChunk, ChangeSet
-from urlguard.runtime import ownership
+from urlguard.runtime import database, ownership
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +72,7 @@ runner = _Runner()
 
 
 def _memory_database() -> bool:
-    connection = connections[router.db_for_write(AdminJob)]
-    return connection.vendor == "sqlite" and bool(getattr(connection, "is_in_memory_db", bool)())
+    return database.in_memory_sqlite(connections[router.db_for_write(AdminJob)])
 
 
 def dispatch(task, job_id: int) -> None:

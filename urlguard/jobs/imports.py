@@ -23,7 +23,7 @@ from urlguard.jobs.dispatch import (
     written_before,
 )
 from urlguard.jobs.rescans import rescan_after_adding
-from urlguard.models import AdminJob, AdminJobChunk, ChangeSet, SpamRule
+from urlguard.models import Actor, AdminJob, AdminJobChunk, ChangeSet, SpamRule, row_user
 from urlguard.wording import counted
 from urlguard.writepath import changes
 from urlguard.writepath.impact import impact_of_adding
@@ -40,12 +40,14 @@ IMPORT_CHUNK = changes.CHUNK_SIZE
 MAX_REFUSED_SHOWN = 1_000
 
 
-def create_import(texts: Iterable[str], *, default_category: str, filename: str, user) -> AdminJob:
+def create_import(
+    texts: Iterable[str], *, default_category: str, filename: str, user: Actor
+) -> AdminJob:
     """An import job holding the uploaded text, waiting for its dry run."""
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.IMPORT,
         state=AdminJob.State.QUEUED,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={"filename": filename, "default_category": default_category, "phase": "preview"},
         message="Waiting for the dry run to start.",
     )
@@ -58,7 +60,7 @@ def start_preview(job: AdminJob) -> None:
     dispatch(preview_import_job, job.pk)
 
 
-def preview_import(text: str, *, default_category: str, filename: str, user) -> AdminJob:
+def preview_import(text: str, *, default_category: str, filename: str, user: Actor) -> AdminJob:
     """create_import and its dry run, here and now (commands and tests)."""
     job = create_import([text], default_category=default_category, filename=filename, user=user)
     preview_import_job(job.pk)
@@ -145,7 +147,7 @@ def preview_import_job(job_id: int) -> dict | None:
     return {"new": len(new)}
 
 
-def start_import(job: AdminJob, *, user) -> bool:
+def start_import(job: AdminJob, *, user: Actor) -> bool:
     """Queue a previewed import (once: a second click finds it no longer previewed).
     `user`, who commits it, is its actor from here on (the rules, the change log and
     the rescan are theirs), not whoever uploaded the file; the uploader stays in
@@ -160,11 +162,11 @@ def start_import(job: AdminJob, *, user) -> bool:
         state=AdminJob.State.QUEUED,
         message="Waiting for a worker.",
         done=0,
-        created_by=user,
+        created_by=row_user(user),
         params=params,
     )
     if claimed:
-        job.created_by, job.params = user, params
+        job.created_by, job.params = row_user(user), params
         dispatch(import_rules_job, job.pk)
     return bool(claimed)
 

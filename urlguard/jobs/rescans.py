@@ -10,7 +10,7 @@ from django.utils import timezone
 from urlguard import shortlinks
 from urlguard.celery import shared_task
 from urlguard.jobs.dispatch import Progress, begin, dispatch, fail
-from urlguard.models import AdminJob
+from urlguard.models import Actor, AdminJob, row_user
 from urlguard.shortlinks.rescan import rescan_links
 from urlguard.wording import counted
 from urlguard.writepath.impact import build_link_index
@@ -18,11 +18,11 @@ from urlguard.writepath.impact import build_link_index
 logger = logging.getLogger(__name__)
 
 
-def start_rescan(*, user, after_import: int | None = None) -> AdminJob:
+def start_rescan(*, user: Actor, after_import: int | None = None) -> AdminJob:
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.RESCAN,
         state=AdminJob.State.QUEUED,
-        created_by=user,
+        created_by=row_user(user),
         params={"after_import": after_import} if after_import else {},
         message="Waiting for a worker.",
     )
@@ -30,7 +30,7 @@ def start_rescan(*, user, after_import: int | None = None) -> AdminJob:
     return job
 
 
-def rescan_after_adding(*, user, after_import: int | None = None) -> AdminJob | None:
+def rescan_after_adding(*, user: Actor, after_import: int | None = None) -> AdminJob | None:
     """New rules may block existing short links: queue their rescan (which also brings
     the impact index up to date), where the site has short links; None where it has
     none (an import and a feed refresh both end with this)."""

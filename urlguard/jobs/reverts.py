@@ -15,18 +15,18 @@ from urlguard.jobs.dispatch import (
     fail,
     start_commit,
 )
-from urlguard.models import AdminJob, ChangeSet
+from urlguard.models import Actor, AdminJob, ChangeSet, row_user
 from urlguard.wording import counted
 
 logger = logging.getLogger(__name__)
 
 
-def create_revert(change_set, *, user) -> AdminJob:
+def create_revert(change_set, *, user: Actor) -> AdminJob:
     """A revert job for `change_set`, waiting for its summary."""
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REVERT,
         state=AdminJob.State.QUEUED,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_by=row_user(user),
         params={"phase": "preview", "change_set": change_set.pk},
         message="Waiting for the summary to start.",
     )

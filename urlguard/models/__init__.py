@@ -10,9 +10,12 @@ from urlguard.models.apikeys import (
 )
 from urlguard.models.changes import (
     CHANGE_LOG_LOCK,
+    Actor,
     ChangeEvent,
     ChangeEventManager,
     ChangeSet,
+    UserOrNone,
+    row_user,
 )
 from urlguard.models.feeds import (
     FeedHold,
@@ -57,6 +60,7 @@ from urlguard.models.statistics import (
 
 __all__ = [
     "APIKey",
+    "Actor",
     "AdminJob",
     "AdminJobChunk",
     "AllowedHost",
@@ -86,7 +90,9 @@ __all__ = [
     "SpamRule",
     "SpamRuleQuerySet",
     "StatsLoss",
+    "UserOrNone",
     "expression_key",
     "now_micros",
+    "row_user",
     "rule_writes_allowed",
 ]

@@ -3,6 +3,8 @@ sets (one action's worth, revertible)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias, cast
+
 from django.conf import settings
 from django.db import connections, models
 from django.db.models import Max
@@ -10,6 +12,26 @@ from django.utils import timezone
 
 from urlguard.models.feeds import Source
 from urlguard.models.rules import Category
+from urlguard.runtime import database
+
+if TYPE_CHECKING:
+    # User: the model settings.AUTH_USER_MODEL names, as django-stubs resolves the
+    # foreign keys to it under the settings mypy runs with.
+    from django.contrib.auth.models import AnonymousUser, User
+
+#: A user a row refers to (ChangeSet.actor, AdminJob.created_by, ...), or None.
+UserOrNone: TypeAlias = "User | None"
+#: Who acts, as callers of the write path name them: a user, request.user of a request
+#: nobody logged into (AnonymousUser), or None (a task, a command). Only a logged-in
+#: user becomes a row's actor.
+Actor: TypeAlias = "User | AnonymousUser | None"
+
+
+def row_user(actor: Actor) -> UserOrNone:
+    """The user a row may name for `actor`: a logged-in user, else None."""
+    if actor is None or not getattr(actor, "is_authenticated", False):
+        return None
+    return cast(UserOrNone, actor)  # AnonymousUser is never authenticated
 
 
 class ChangeSet(models.Model):
@@ -59,7 +81,7 @@ class ChangeSet(models.Model):
         return f"Change set #{self.pk} ({self.get_kind_display().lower()})"
 
 
-# pg_advisory_xact_lock key: "urlg" — one lock for every writer of the change log.
+# The lock's key: "urlg" — one lock for every writer of the change log.
 CHANGE_LOG_LOCK = 0x75726C67
 
 
@@ -68,11 +90,7 @@ class ChangeEventManager(models.Manager):
         """Serialize writers of the change log until the current transaction ends, so
         that seq values commit in seq order (a node that has seen seq N never sees a
         smaller one commit later)."""
-        connection = connections[using or self.db]
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHANGE_LOG_LOCK])
-        # SQLite: settings make every transaction BEGIN IMMEDIATE, i.e. one writer at a time.
+        database.lock_transaction(connections[using or self.db], CHANGE_LOG_LOCK)
 
     def head(self) -> int:
         """The newest seq in the log (0 if empty): a primary-key lookup."""

@@ -65,19 +65,19 @@ def _refuse(what: str) -> None:
 class SpamRuleQuerySet(models.QuerySet):
     """Bulk writes that would skip the ChangeEvent are refused."""
 
-    def update(self, **kwargs):  # type: ignore[no-untyped-def]
+    def update(self, **kwargs):
         _refuse("QuerySet.update()")
         return super().update(**kwargs)
 
-    def delete(self):  # type: ignore[no-untyped-def]
+    def delete(self):
         _refuse("QuerySet.delete()")
         return super().delete()
 
-    def bulk_create(self, objs, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def bulk_create(self, objs, *args, **kwargs):
         _refuse("QuerySet.bulk_create()")
         return super().bulk_create(objs, *args, **kwargs)
 
-    def bulk_update(self, objs, fields, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def bulk_update(self, objs, fields, *args, **kwargs):
         _refuse("QuerySet.bulk_update()")
         return super().bulk_update(objs, fields, *args, **kwargs)
 
@@ -113,14 +113,14 @@ class SpamRule(models.Model):
         return self.expression
 
     @classmethod
-    def from_db(cls, db, field_names, values):  # type: ignore[no-untyped-def]
+    def from_db(cls, db, field_names, values):
         obj = super().from_db(db, field_names, values)
         # Remembered so that save() can refuse a change of what the filter holds.
         if "expression" in obj.__dict__ and "added_at" in obj.__dict__:
             obj._loaded_key = (obj.expression, obj.added_at)
         return obj
 
-    def save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def save(self, *args, **kwargs):
         # Category, note and source may be edited in place (the filter holds only
         # expressions); a new row or a changed expression/added_at must go through
         # urlguard.writepath.changes so that a ChangeEvent records it.
@@ -132,6 +132,6 @@ class SpamRule(models.Model):
             _refuse("changing a rule's expression or added_at")
         return super().save(*args, **kwargs)
 
-    def delete(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def delete(self, *args, **kwargs):
         _refuse("SpamRule.delete()")
         return super().delete(*args, **kwargs)

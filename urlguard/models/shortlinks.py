@@ -44,7 +44,7 @@ class ShortLinkQuerySet(models.QuerySet):
     """Bulk writes that change what a redirect reads announce it (ShortLinkGeneration)
     in their own transaction (savepoint=False: no extra statements inside a caller's)."""
 
-    def update(self, **kwargs):  # type: ignore[no-untyped-def]
+    def update(self, **kwargs):
         if _announced_by_caller.get() or not _touches_redirect(kwargs):
             return super().update(**kwargs)
         with transaction.atomic(using=self.db, savepoint=False):
@@ -53,7 +53,7 @@ class ShortLinkQuerySet(models.QuerySet):
                 ShortLinkGeneration.bump(self.db)
         return changed
 
-    def bulk_update(self, objs, fields, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def bulk_update(self, objs, fields, *args, **kwargs):
         if not _touches_redirect(fields):
             return super().bulk_update(objs, fields, *args, **kwargs)
         with transaction.atomic(using=self.db, savepoint=False):
@@ -66,7 +66,7 @@ class ShortLinkQuerySet(models.QuerySet):
                 ShortLinkGeneration.bump(self.db)
         return changed
 
-    def delete(self):  # type: ignore[no-untyped-def]
+    def delete(self):
         with transaction.atomic(using=self.db, savepoint=False):
             deleted = super().delete()
             if deleted[0]:
@@ -91,7 +91,7 @@ class ShortLink(models.Model):
     def __str__(self) -> str:
         return f"/{self.slug} → {self.destination}"
 
-    def save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def save(self, *args, **kwargs):
         if self._state.adding:
             # A new link is in no cache (misses are not cached): nothing to announce.
             return super().save(*args, **kwargs)
@@ -110,7 +110,7 @@ class ShortLink(models.Model):
             super().save(*args, **kwargs)
             ShortLinkGeneration.bump(using)
 
-    def delete(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def delete(self, *args, **kwargs):
         using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
         with transaction.atomic(using=using, savepoint=False):
             deleted = super().delete(*args, **kwargs)

@@ -89,8 +89,8 @@ class Upkeep:
         self.path = path or conf.FILTER_PATH
         #: False: only watch the file (catch it up when unusable); no interval work.
         self.periodic = periodic
-        self.catch_up_at = now + float(conf.CATCHUP_INTERVAL) if periodic else math.inf
-        interval = float(conf.VERIFY_INTERVAL)
+        self.catch_up_at = now + conf.CATCHUP_INTERVAL if periodic else math.inf
+        interval = conf.VERIFY_INTERVAL
         self.verify_at = now + interval if interval > 0 and periodic else None
         self.retry_at = now
         self.failures = 0
@@ -142,7 +142,7 @@ class Upkeep:
         self.done(time.monotonic(), caught_up=catch_up, verified=verify, ok=ok)
 
     def done(self, now: float, *, caught_up: bool, verified: bool, ok: bool) -> None:
-        interval = float(conf.CATCHUP_INTERVAL)
+        interval = conf.CATCHUP_INTERVAL
         if ok:
             self.failures = 0
             self.retry_at = now
@@ -152,7 +152,7 @@ class Upkeep:
         if caught_up and self.periodic:
             self.catch_up_at = now + interval
         if verified and self.verify_at is not None:
-            self.verify_at = now + float(conf.VERIFY_INTERVAL)
+            self.verify_at = now + conf.VERIFY_INTERVAL
 
 
 def _database_answers() -> bool:

@@ -68,7 +68,7 @@ def when_applied() -> str:
     return (
         "It is saved, but the nodes could not be told at once "
         f"({outcome.detail}): they apply it at their next catch-up, within "
-        f"{float(conf.CATCHUP_INTERVAL):g} s"
+        f"{conf.CATCHUP_INTERVAL:g} s"
     )
 
 

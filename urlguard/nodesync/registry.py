@@ -505,7 +505,7 @@ def open_writer(
     if path is None:
         path = conf.FILTER_PATH
     if timeout is None:
-        timeout = float(conf.WRITER_LOCK_TIMEOUT)
+        timeout = conf.WRITER_LOCK_TIMEOUT
     try:
         return ScalingCountingBloomFilter.open(path, readonly=False, lock_timeout=timeout)
     except FilterLockedError as exc:
@@ -536,7 +536,7 @@ def sync_lock(path: str | None = None, *, timeout: float | None = None) -> Itera
     if path is None:
         path = conf.FILTER_PATH
     if timeout is None:
-        timeout = float(conf.WRITER_LOCK_TIMEOUT)
+        timeout = conf.WRITER_LOCK_TIMEOUT
     lock_path = path + ".sync.lock"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)

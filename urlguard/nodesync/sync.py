@@ -33,7 +33,7 @@ from filterengine import (
 from urlguard.conf import conf
 from urlguard.models import ChangeEvent, SpamRule
 from urlguard.nodesync import nodestatus, registry
-from urlguard.runtime import metrics
+from urlguard.runtime import database, metrics
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +56,9 @@ APPLY_CHUNK = 5000
 REBUILD_FETCH = 20_000
 # Rules probed per contains_many call while verifying.
 VERIFY_BATCH = 50_000
-# Misses kept for the second look (and the examples logged): enough to tell
-# damaged counters from rules committed while we looked.
-VERIFY_KEEP = 900
+# Misses kept for the second look (one IN list; and the examples logged): enough to
+# tell damaged counters from rules committed while we looked.
+VERIFY_KEEP = database.IN_BATCH
 
 
 @dataclass
@@ -111,7 +111,7 @@ def _too_many_stages(filt: ScalingCountingBloomFilter) -> str:
 def first_stage_capacity(rules: int) -> int:
     """The first stage of a rebuilt file: room for the rules it holds and the
     REBUILD_HEADROOM growth after them, so a large list is one stage, not many."""
-    return max(int(conf.FILTER_CAPACITY), math.ceil(rules * float(conf.REBUILD_HEADROOM)))
+    return max(conf.FILTER_CAPACITY, math.ceil(rules * conf.REBUILD_HEADROOM))
 
 
 def _apply_pending(filt: ScalingCountingBloomFilter, result: SyncResult) -> None:
@@ -154,14 +154,12 @@ def _snapshot_transaction(using: str) -> Iterator[None]:
     connection = connections[using]
     outer = connection.in_atomic_block
     with transaction.atomic(using=using):
-        if connection.vendor == "postgresql":
-            if not outer:
-                with connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            else:
-                # Inside someone's transaction the isolation level is fixed: hold
-                # the writers off instead, with the lock they take.
-                ChangeEvent.objects.lock_log(using)
+        if not outer:
+            database.repeatable_read(connection)
+        else:
+            # Inside someone's transaction the isolation level is fixed: hold
+            # the writers off instead, with the lock they take.
+            ChangeEvent.objects.lock_log(using)
         yield
 
 
@@ -223,7 +221,7 @@ def _build(
             if progress is not None and done % REBUILD_FETCH == 0:
                 progress(done, total)
 
-    timeout = float(conf.WRITER_LOCK_TIMEOUT)
+    timeout = conf.WRITER_LOCK_TIMEOUT
     try:
         ScalingCountingBloomFilter.build(
             path,
@@ -273,7 +271,7 @@ def restore(source: str, path: str | None = None) -> SyncResult:
             ) from exc
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    timeout = float(conf.WRITER_LOCK_TIMEOUT)
+    timeout = conf.WRITER_LOCK_TIMEOUT
     with registry.sync_lock(path):
         try:
             ScalingCountingBloomFilter.restore(path, source, catch_up=replay, lock_timeout=timeout)
@@ -497,7 +495,7 @@ def sync_and_report(
     if not result.skipped or periodic:
         report(result, full=periodic)
     if periodic and not result.rebuilt and conf.SPOT_CHECK_SAMPLE:
-        verify_and_repair(result.path, sample=int(conf.SPOT_CHECK_SAMPLE))
+        verify_and_repair(result.path, sample=conf.SPOT_CHECK_SAMPLE)
     return result
 
 
@@ -562,12 +560,8 @@ def _sampled_rules(size: int) -> Iterator[list[str]]:
     span = hi - lo + 1
     pks = random.sample(range(lo, hi + 1), min(span, 2 * size))
     found: list[str] = []
-    for start in range(0, len(pks), 900):
-        found.extend(
-            SpamRule.objects.filter(pk__in=pks[start : start + 900]).values_list(
-                "expression", flat=True
-            )
-        )
+    for batch in database.in_batches(pks):
+        found.extend(SpamRule.objects.filter(pk__in=batch).values_list("expression", flat=True))
     yield found[:size]
 
 

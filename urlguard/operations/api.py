@@ -172,7 +172,7 @@ def _check_one(request: HttpRequest) -> HttpResponse:
         return json_error(
             "missing query parameter 'url', e.g. /api/check?url=https://example.com/", 400
         )
-    too_long = _too_long(url, int(conf.API_MAX_URL_LENGTH))
+    too_long = _too_long(url, conf.API_MAX_URL_LENGTH)
     if too_long:
         return json_error(too_long, 400)
     try:
@@ -188,7 +188,7 @@ def _check_one(request: HttpRequest) -> HttpResponse:
 
 def _urls_of(request: HttpRequest) -> list[Any] | JsonResponse:
     """The "urls" list of the request body, or the refusal to send instead."""
-    limit = int(conf.API_MAX_BODY_BYTES)
+    limit = conf.API_MAX_BODY_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
@@ -208,13 +208,13 @@ def _urls_of(request: HttpRequest) -> list[Any] | JsonResponse:
     urls = data.get("urls") if isinstance(data, dict) else None
     if not isinstance(urls, list):
         return json_error('the body must be a JSON object {"urls": [...]} with a list', 400)
-    most = int(conf.API_MAX_URLS)
+    most = conf.API_MAX_URLS
     if len(urls) > most:
         return json_error(f"{len(urls)} URLs in one request; at most {most} are allowed", 413)
     # Canonicalizing costs about linear in the characters (more per escape): the
     # body bound alone would let one request ask for ~0.5 s of work.
     chars = sum(len(u) for u in urls if isinstance(u, str))
-    most_chars = int(conf.API_MAX_BATCH_CHARS)
+    most_chars = conf.API_MAX_BATCH_CHARS
     if chars > most_chars:
         return json_error(
             f"the URLs add up to {chars} characters; at most {most_chars} are allowed in one "
@@ -273,7 +273,7 @@ def _check_batch(request: HttpRequest) -> HttpResponse:
     if isinstance(urls, JsonResponse):
         return urls
     # A non-string or too long entry gets its error in its slot like any unusable URL.
-    most = int(conf.API_MAX_URL_LENGTH)
+    most = conf.API_MAX_URL_LENGTH
     errors = [_too_long(u, most) if isinstance(u, str) else "not a string" for u in urls]
     strings = [
         u if isinstance(u, str) and not error else "" for u, error in zip(urls, errors, strict=True)

@@ -59,7 +59,7 @@ def create_api_key(name: str) -> tuple[APIKey, str]:
     return APIKey.objects.create(name=name, prefix=prefix, key_hash=digest), key
 
 
-def revoke(queryset) -> int:  # type: ignore[no-untyped-def]
+def revoke(queryset) -> int:
     """Revoke the keys of `queryset` not revoked yet; returns how many."""
     return int(queryset.filter(revoked_at=None).update(revoked_at=timezone.now()))
 

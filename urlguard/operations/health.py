@@ -75,8 +75,8 @@ def _filter_check(path: str) -> tuple[dict[str, Any], int | None]:
 
 
 def _lag_check(applied: int, head: int) -> dict[str, Any]:
-    max_changes = int(conf.READY_MAX_LAG_CHANGES)
-    max_seconds = float(conf.READY_MAX_LAG_SECONDS)
+    max_changes = conf.READY_MAX_LAG_CHANGES
+    max_seconds = conf.READY_MAX_LAG_SECONDS
     check: dict[str, Any] = {"max_changes": max_changes, "max_seconds": max_seconds}
     if applied > head:
         return {

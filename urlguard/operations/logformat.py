@@ -22,7 +22,7 @@ def _json_wanted() -> tuple[bool, str]:
     try:
         from urlguard.conf import conf
 
-        return bool(conf.LOG_JSON), str(conf.NODE_NAME)
+        return conf.LOG_JSON, conf.NODE_NAME
     except Exception:
         return False, ""
 

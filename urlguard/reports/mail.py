@@ -29,7 +29,7 @@ _THROTTLE_KEY = "urlguard.report.mail"
 def report_arrived(report: MistakeReport, request: HttpRequest) -> bool:
     """Queue the mail about `report` unless one went out within the interval (or no
     manager or no interval is set); True if queued."""
-    interval = int(conf.REPORT_MAIL_INTERVAL)
+    interval = conf.REPORT_MAIL_INTERVAL
     if not interval or not settings.MANAGERS:
         return False
     if not cache.add(_THROTTLE_KEY, report.pk, interval):

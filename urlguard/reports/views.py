@@ -78,8 +78,8 @@ def _count(who: str) -> int:
 def _limited(request: HttpRequest, visitor: str) -> bool:
     """True once this visitor has sent REPORT_RATE_LIMIT reports this hour, or its
     address (network) REPORT_ADDRESS_RATE_LIMIT: a new User-Agent is a new visitor."""
-    by_visitor = _count(f"v.{visitor}") > int(conf.REPORT_RATE_LIMIT)
-    by_address = _count(f"a.{client_network(request)}") > int(conf.REPORT_ADDRESS_RATE_LIMIT)
+    by_visitor = _count(f"v.{visitor}") > conf.REPORT_RATE_LIMIT
+    by_address = _count(f"a.{client_network(request)}") > conf.REPORT_ADDRESS_RATE_LIMIT
     return by_visitor or by_address
 
 
@@ -121,7 +121,7 @@ def report_view(request: HttpRequest) -> HttpResponse:
             open_reports = MistakeReport.objects.filter(
                 destination=destination[:4000], status=MistakeReport.Status.OPEN
             )
-            if open_reports.count() >= int(conf.REPORT_MAX_OPEN_PER_DESTINATION):
+            if open_reports.count() >= conf.REPORT_MAX_OPEN_PER_DESTINATION:
                 # Enough people said so already: thank this one, store nothing.
                 return render(request, "urlguard/report.html", {**context, "sent": True})
             rule = SpamRule.objects.filter(pk=data.get("r")).first() if data.get("r") else None

@@ -136,7 +136,7 @@ def gone_reason(owner: str, heartbeat: datetime | None, since: datetime | None) 
         # database busy with a long write).
         return "" if parsed.alive() else f"{parsed.describe()} is dead"
     last = heartbeat or since
-    timeout = float(conf.HEARTBEAT_TIMEOUT)
+    timeout = conf.HEARTBEAT_TIMEOUT
     age = (timezone.now() - last).total_seconds() if last is not None else math.inf
     if age > timeout:
         return (
@@ -173,7 +173,7 @@ class _Heart:
     def _loop(self) -> None:
         process = str(me()).partition(" task ")[0]
         failures = 0
-        while not self.stop.wait(float(conf.HEARTBEAT_INTERVAL)):
+        while not self.stop.wait(conf.HEARTBEAT_INTERVAL):
             try:
                 beaten = beat(process)
                 failures = 0
@@ -238,7 +238,7 @@ def recover_orphans() -> dict[str, int]:
     unfinished change set whose writer is gone (it is partial: the work run again
     finishes it). Cheap: it reads only rows that are running."""
     now = timezone.now()
-    stale = now - timedelta(seconds=float(conf.HEARTBEAT_TIMEOUT))
+    stale = now - timedelta(seconds=conf.HEARTBEAT_TIMEOUT)
     jobs = claims = sets = 0
     for job in AdminJob.objects.filter(state__in=ACTIVE_JOB_STATES).only(
         "pk", "kind", "state", "owner", "heartbeat", "started", "created", "message"
@@ -255,7 +255,7 @@ def recover_orphans() -> dict[str, int]:
         logger.warning("admin job %s (%s) marked failed: %s", job.pk, job.kind, reason)
     # A claim of no recorded owner (made before claims named one) waits out
     # FEED_CLAIM_TIMEOUT, as urlguard.feeds.refresh does.
-    unowned_stale = now - timedelta(seconds=float(conf.FEED_CLAIM_TIMEOUT))
+    unowned_stale = now - timedelta(seconds=conf.FEED_CLAIM_TIMEOUT)
     for source in Source.objects.filter(refreshing_since__isnull=False).only(
         "pk", "name", "refreshing_since", "refresh_owner", "refresh_heartbeat"
     ):

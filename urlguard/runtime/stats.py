@@ -58,7 +58,7 @@ from django.db import (
 )
 
 from urlguard.conf import conf
-from urlguard.runtime import metrics
+from urlguard.runtime import database, metrics
 
 __all__ = [
     "Batch",
@@ -75,9 +75,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Rows per statement: under SQLite's bound-parameter limit for any sane row width.
-STATEMENT_ROWS = 500
 
 _lock = threading.Lock()  # guards every kind's pending items
 _flush_lock = threading.Lock()  # one flush at a time (the thread, exit, tests)
@@ -99,7 +96,7 @@ class _Kind:
     def __init__(self, name: str, model: type[models.Model] | None) -> None:
         self.name = name
         self.model = model
-        self.bound = int(conf.STATS_BUFFER_MAX)
+        self.bound = conf.STATS_BUFFER_MAX
 
     # take, give_back and size are called with _lock held; write without it.
     def take(self) -> Any:
@@ -192,95 +189,12 @@ class Counter(_Kind):
         # In key order: two flushes (other processes) that lock the same rows take
         # them in the same order, so they wait for each other, never deadlock.
         items = sorted(taken.items(), key=lambda item: item[0])  # type: ignore[arg-type,return-value]
-        for start in range(0, len(items), STATEMENT_ROWS):
-            self._statement(items[start : start + STATEMENT_ROWS])
-
-    def _statement(self, items: list[tuple[Hashable, list[int]]]) -> None:
-        assert self.model is not None
-        connection = connections[self.using()]
-        qn = connection.ops.quote_name
-        table = qn(self.model._meta.db_table)
-        keys = [qn(f.column) for f in self.key_fields]
-        counts = [qn(f.column) for f in self.count_fields]
-        if connection.vendor == "postgresql":
-            self._statement_of_arrays(connection, items)
-            return
-        params: list[Any] = []
-        for key, entry in items:
-            params.extend(key if len(self.key_fields) > 1 else (key,))  # type: ignore[arg-type]
-            params.extend(entry[1:])
-        if self.upsert:
-            row = "(" + ", ".join(["%s"] * (len(keys) + len(counts))) + ")"
-            sql = (
-                f"INSERT INTO {table} ({', '.join(keys + counts)}) "
-                f"VALUES {', '.join([row] * len(items))} "
-                f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
-                + ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in counts)
-            )
-        else:
-            # PostgreSQL types a VALUES list from its first row's literals: cast
-            # so that the join compares like with like. SQLite needs no cast.
-            casts = [
-                f"::{f.cast_db_type(connection)}" if connection.vendor == "postgresql" else ""
-                for f in (*self.key_fields, *self.count_fields)
-            ]
-            row = "(" + ", ".join(f"%s{cast}" for cast in casts) + ")"
-            names = [f"k{i}" for i in range(len(keys))] + [f"n{i}" for i in range(len(counts))]
-            sql = (
-                f"WITH v ({', '.join(names)}) AS (VALUES {', '.join([row] * len(items))}) "
-                f"UPDATE {table} SET "
-                + ", ".join(f"{c} = {table}.{c} + v.n{i}" for i, c in enumerate(counts))
-                + " FROM v WHERE "
-                + " AND ".join(f"{table}.{k} = v.k{i}" for i, k in enumerate(keys))
-            )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-
-    def _statement_of_arrays(
-        self, connection: Any, items: list[tuple[Hashable, list[int]]]
-    ) -> None:
-        """PostgreSQL: one array parameter per column, unnested in key order. A VALUES
-        list of 1,000 links was 2,000 parameters for the client to split and quote
-        while holding the GIL, once a second in every serving process: 7.4 ms of CPU
-        a flush, 2.6 ms this way (18.6 -> 11.1 ms end to end)."""
-        assert self.model is not None
-        qn = connection.ops.quote_name
-        table = qn(self.model._meta.db_table)
-        keys = [qn(f.column) for f in self.key_fields]
-        counts = [qn(f.column) for f in self.count_fields]
         several = len(self.key_fields) > 1
         rows = [(*(key if several else (key,)), *entry[1:]) for key, entry in items]  # type: ignore[misc]
-        arrays = [_array_parameter(column) for column in zip(*rows, strict=True)]
-        types = [f.cast_db_type(connection) for f in (*self.key_fields, *self.count_fields)]
-        names = [f"k{i}" for i in range(len(keys))] + [f"n{i}" for i in range(len(counts))]
-        source = (
-            "unnest("
-            + ", ".join(f"%s::{kind}[]" for kind in types)
-            + f") AS v ({', '.join(names)})"
+        assert self.model is not None
+        database.add_counts(
+            self.using(), self.model, self.key_fields, self.count_fields, rows, upsert=self.upsert
         )
-        if self.upsert:
-            sql = (
-                f"INSERT INTO {table} ({', '.join(keys + counts)}) SELECT * FROM {source} "
-                f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
-                + ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in counts)
-            )
-        else:
-            sql = (
-                f"UPDATE {table} SET "
-                + ", ".join(f"{c} = {table}.{c} + v.n{i}" for i, c in enumerate(counts))
-                + f" FROM {source} WHERE "
-                + " AND ".join(f"{table}.{k} = v.k{i}" for i, k in enumerate(keys))
-            )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, arrays)
-
-
-def _array_parameter(column: tuple[Any, ...]) -> Any:
-    # Integers go as one array literal: psycopg's list dumper looks at every element
-    # (1 ms of the flush's 2.5 ms of CPU for 1,000 links).
-    if all(type(value) is int for value in column):
-        return "{" + ",".join(map(str, column)) + "}"
-    return list(column)
 
 
 class _Queue(_Kind):
@@ -325,7 +239,7 @@ class Rows(_Queue):
     def write(self, taken: deque[models.Model]) -> None:
         assert self.model is not None
         self.model._default_manager.using(self.using()).bulk_create(
-            list(taken), batch_size=STATEMENT_ROWS
+            list(taken), batch_size=database.STATEMENT_ROWS
         )
 
 
@@ -347,7 +261,7 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     # drop against the bound of a setting that no longer holds.
     if setting == "URLGUARD":
         try:
-            bound = int(conf.STATS_BUFFER_MAX)
+            bound = conf.STATS_BUFFER_MAX
         except ImproperlyConfigured:
             return  # the system check reports it; the flush reads it again
         with _lock:
@@ -438,7 +352,7 @@ def _report_losses() -> None:
             n,
         )
     losses = _loss_counter()
-    node = str(conf.NODE_NAME)
+    node = conf.NODE_NAME
     for name, n in unreported.items():
         if name != losses.name:
             losses.add((name, node), n)
@@ -463,7 +377,7 @@ def flush() -> dict[str, int]:
     (items kept after a database error). Safe from any thread."""
     with _flush_lock:
         _report_losses()
-        bound = int(conf.STATS_BUFFER_MAX)
+        bound = conf.STATS_BUFFER_MAX
         left = {}
         for kind in list(_kinds.values()):
             with _lock:
@@ -505,7 +419,7 @@ def flush() -> dict[str, int]:
 def _loop() -> None:
     try:
         while not _stopping.is_set():
-            _wake.wait(float(conf.STATS_FLUSH_INTERVAL))
+            _wake.wait(conf.STATS_FLUSH_INTERVAL)
             _wake.clear()
             if _stopping.is_set():
                 break
@@ -536,7 +450,7 @@ def _start() -> None:
 def stop(timeout: float | None = None) -> None:
     """Stop the background thread and flush everything (graceful stop). Idempotent."""
     global _thread
-    deadline = time.monotonic() + (float(conf.STATS_STOP_TIMEOUT) if timeout is None else timeout)
+    deadline = time.monotonic() + (conf.STATS_STOP_TIMEOUT if timeout is None else timeout)
     _stopping.set()
     _wake.set()
     thread, _thread = _thread, None

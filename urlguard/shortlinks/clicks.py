@@ -41,7 +41,7 @@ from django.http import HttpRequest
 
 from filterengine import OppositeBloomFilter, RotatingBloomFilter
 from urlguard.models import Click, ShortLink
-from urlguard.runtime import stats
+from urlguard.runtime import database, stats
 from urlguard.runtime.visitors import visitor_id
 
 __all__ = ["UNIQUE_WINDOW", "record_click", "reset", "visitor_id", "write_clicks"]
@@ -63,8 +63,6 @@ RECENT_CLICK_SLOTS = 1 << 16
 #: beyond it the filter's error grows, which undercounts (never overcounts).
 UNIQUE_CAPACITY = 200_000
 UNIQUE_ERROR_RATE = 0.01
-#: Ids per IN (...) list: under SQLite's bound-parameter limit.
-_IN_BATCH = 500
 
 #: Wall-clock seconds; the hour of a click and the filter's ticks both read it
 #: (the filter survives a clock stepped backwards: nothing expired comes back).
@@ -132,7 +130,7 @@ def write_clicks(clicks: list[PendingClick]) -> None:
             first.setdefault((click.link_id, click.visitor), click)
     ids = sorted({click.link_id for click in clicks})
     live: set[int] = set()
-    for start in range(0, len(ids), _IN_BATCH):
+    for batch in database.in_batches(ids):
         # The row locks, in id order (two flushes never wait on each other in a
         # cycle), are held to the commit: a flush of the same new visitor in
         # another process waits here, then its lookup (a new statement, reading
@@ -140,7 +138,7 @@ def write_clicks(clicks: list[PendingClick]) -> None:
         # SQLite has no row locks: its write transaction already excludes others.
         live.update(
             ShortLink.objects.select_for_update()
-            .filter(pk__in=ids[start : start + _IN_BATCH])
+            .filter(pk__in=batch)
             .order_by("pk")
             .values_list("pk", flat=True)
         )
@@ -162,7 +160,7 @@ def write_clicks(clicks: list[PendingClick]) -> None:
                 and (c.link_id, c.visitor) in new
             )
         ],
-        batch_size=stats.STATEMENT_ROWS,
+        batch_size=database.STATEMENT_ROWS,
     )
 
 
@@ -174,11 +172,12 @@ def _new_visitors(first: dict[tuple[int, str], PendingClick]) -> set[tuple[int, 
     latest: dict[tuple[int, str], datetime] = {}
     link_ids = sorted({link_id for link_id, _ in first})
     visitors = sorted({visitor for _, visitor in first})
-    for start in range(0, len(link_ids), _IN_BATCH):
-        for vstart in range(0, len(visitors), _IN_BATCH):
+    # Two IN lists in one statement: half the batch each.
+    for link_batch in database.in_batches(link_ids, database.IN_BATCH // 2):
+        for visitor_batch in database.in_batches(visitors, database.IN_BATCH // 2):
             found = Click.objects.filter(
-                link_id__in=link_ids[start : start + _IN_BATCH],
-                visitor__in=visitors[vstart : vstart + _IN_BATCH],
+                link_id__in=link_batch,
+                visitor__in=visitor_batch,
                 at__gte=since,
             ).values_list("link_id", "visitor", "at")
             for link_id, visitor, at in found:

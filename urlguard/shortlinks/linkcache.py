@@ -36,6 +36,7 @@ from django.db import DatabaseError, connections
 
 from urlguard.conf import conf
 from urlguard.models import ShortLink, ShortLinkGeneration
+from urlguard.runtime import database
 
 __all__ = ["CachedLink", "LinkUnavailable", "get", "poll", "refresh_due", "reset"]
 
@@ -76,11 +77,9 @@ _poll_failing = False
 
 
 _FIELDS = ("pk", "slug", "destination", "disabled", "disabled_reason")
-#: Slugs per IN (...) list when the cache is read again: under SQLite's parameter limit.
-_REFRESH_BATCH = 500
 #: Entries refresh_due reads per poll: 2,000 a second at the default poll, enough
 #: for a full cache (50,000) within its 60 s TTL.
-_REFRESH_PER_POLL = 2 * _REFRESH_BATCH
+_REFRESH_PER_POLL = 1000
 
 
 def _read(slug: str) -> CachedLink | None:
@@ -100,7 +99,7 @@ def get(slug: str) -> CachedLink | None:
         now = _clock()
         # Past its TTL, the polling thread is re-reading it (for up to another TTL;
         # beyond that, or with no thread, this request reads it itself).
-        if now < until or (_poller_alive() and now < until + float(conf.LINK_CACHE_TTL)):
+        if now < until or (_poller_alive() and now < until + conf.LINK_CACHE_TTL):
             _used.add(slug)
             return entry[2]
     try:
@@ -115,7 +114,7 @@ def get(slug: str) -> CachedLink | None:
     if link is None:
         return None
     with _lock:
-        size = int(conf.LINK_CACHE_SIZE)
+        size = conf.LINK_CACHE_SIZE
         while len(_entries) >= size:
             # Oldest first: a hot link evicted this way costs one query to come back.
             evicted = next(iter(_entries))
@@ -123,7 +122,7 @@ def get(slug: str) -> CachedLink | None:
             _used.discard(evicted)
         # Under the generation read before the query: if a change was announced
         # meanwhile this entry is stale on arrival, and the next get reads again.
-        _keep(slug, _clock() + float(conf.LINK_CACHE_TTL), generation, link)
+        _keep(slug, _clock() + conf.LINK_CACHE_TTL, generation, link)
         if len(_due) > 2 * size:
             _compact_due()
     _used.add(slug)
@@ -159,7 +158,7 @@ def refresh_due() -> int:
     held up behind a long refresh); drop the due ones nobody asked for, and those
     whose row is gone. Returns the entries read. Raises what the read raised, keeping
     them due (the next poll retries)."""
-    horizon = _clock() + 2 * float(conf.LINK_CACHE_POLL)
+    horizon = _clock() + 2 * conf.LINK_CACHE_POLL
     records: list[tuple[float, str]] = []
     with _lock:
         generation = _generation
@@ -180,7 +179,7 @@ def refresh_due() -> int:
         with _lock:
             _due.extendleft(reversed(records))
         raise
-    until = _clock() + float(conf.LINK_CACHE_TTL)
+    until = _clock() + conf.LINK_CACHE_TTL
     with _lock:
         if _generation != generation:
             return 0  # a poll elsewhere (tests) moved it and read every entry again
@@ -202,8 +201,8 @@ def refresh_due() -> int:
 
 def _read_many(slugs: list[str]) -> dict[str, CachedLink]:
     fresh: dict[str, CachedLink] = {}
-    for start in range(0, len(slugs), _REFRESH_BATCH):
-        rows = ShortLink.objects.filter(slug__in=slugs[start : start + _REFRESH_BATCH])
+    for batch in database.in_batches(slugs):
+        rows = ShortLink.objects.filter(slug__in=batch)
         for row in rows.values_list(*_FIELDS):
             fresh[row[1]] = CachedLink(*row)
     return fresh
@@ -222,7 +221,7 @@ def poll() -> bool:
         return False
     # Read after the generation: every change up to `value` is committed, so visible.
     fresh = _read_many(list(_entries))
-    until = _clock() + float(conf.LINK_CACHE_TTL)
+    until = _clock() + conf.LINK_CACHE_TTL
     with _lock:
         # An entry a request added meanwhile carries the old generation: read again.
         _entries.clear()
@@ -236,7 +235,7 @@ def poll() -> bool:
 
 def _interval() -> float:
     try:
-        return float(conf.LINK_CACHE_POLL)
+        return conf.LINK_CACHE_POLL
     except Exception:  # a bad setting (the system check names it) must not end the loop
         return 0.5
 

@@ -153,9 +153,9 @@ def _pool_size(total: int) -> int:
     if multiprocessing.current_process().daemon:
         return 1
     from urlguard.models import ShortLink
+    from urlguard.runtime import database
 
-    connection = connections[router.db_for_read(ShortLink)]
-    if connection.vendor == "sqlite" and connection.is_in_memory_db():  # type: ignore[attr-defined]
+    if database.in_memory_sqlite(connections[router.db_for_read(ShortLink)]):
         return 1  # other processes cannot see an in-memory database (tests)
     return os.cpu_count() or 1
 

@@ -16,13 +16,20 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db import router, transaction
 from django.db.models import Q, QuerySet
 
 from urlguard.hotpath.canonical import split_expression
-from urlguard.models import AllowedHost, AllowlistRefusal, ChangeSet, Source, SpamRule
+from urlguard.models import (
+    Actor,
+    AllowedHost,
+    AllowlistRefusal,
+    ChangeSet,
+    Source,
+    SpamRule,
+    row_user,
+)
 from urlguard.writepath import changes
 from urlguard.writepath.rules import RuleError, normalize_rule
 
@@ -181,7 +188,7 @@ def _feed_listings(expressions: list[str]) -> dict[Source, list[SpamRule]]:
     return per_source
 
 
-def enforce(hosts: Iterable[str], *, change_set: ChangeSet, user: Any = None) -> AllowResult:
+def enforce(hosts: Iterable[str], *, change_set: ChangeSet, user: Actor = None) -> AllowResult:
     """Withdraw every feed listing the allowlist (as it is now) refuses because of
     `hosts`, recording each as an AllowlistRefusal of its feed. Inside a transaction."""
     protected = load()
@@ -211,7 +218,7 @@ def enforce(hosts: Iterable[str], *, change_set: ChangeSet, user: Any = None) ->
     return result
 
 
-def release(hosts: Iterable[str], *, change_set: ChangeSet, user: Any = None) -> AllowResult:
+def release(hosts: Iterable[str], *, change_set: ChangeSet, user: Actor = None) -> AllowResult:
     """List again every feed listing kept out because of `hosts` that the allowlist
     (as it is now, without them) no longer refuses. Inside a transaction."""
     protected = load()
@@ -244,7 +251,7 @@ def _list(hosts: Iterable[str]) -> list[str]:
     return [hosts] if isinstance(hosts, str) else list(hosts)
 
 
-def allow_host(text: str, *, note: str = "", user: Any = None) -> AllowResult:
+def allow_host(text: str, *, note: str = "", user: Actor = None) -> AllowResult:
     """Put a host on the allowlist (or update its note) and withdraw at once the feed
     listings it refuses, in one change set. RuleError for a text that is no host."""
     host = host_of(text)
@@ -253,7 +260,7 @@ def allow_host(text: str, *, note: str = "", user: Any = None) -> AllowResult:
         entry, created = AllowedHost.objects.get_or_create(
             source=None,
             host=host,
-            defaults={"note": note[:200], "added_by": _person(user)},
+            defaults={"note": note[:200], "added_by": row_user(user)},
         )
         if not created and note and note != entry.note:
             entry.note = note[:200]
@@ -269,7 +276,7 @@ def allow_host(text: str, *, note: str = "", user: Any = None) -> AllowResult:
     return result
 
 
-def unallow_host(text: str, *, user: Any = None) -> AllowResult:
+def unallow_host(text: str, *, user: Actor = None) -> AllowResult:
     """Take a host off the allowlist and list again, at once, the feed listings it
     kept out. LookupError if no person allowlisted it."""
     host = host_of(text)
@@ -289,10 +296,6 @@ def unallow_host(text: str, *, user: Any = None) -> AllowResult:
         result.host = host
         result.change_set = _kept(cs)
     return result
-
-
-def _person(user: Any) -> Any:
-    return user if getattr(user, "is_authenticated", False) else None
 
 
 def _kept(cs: ChangeSet) -> ChangeSet | None:

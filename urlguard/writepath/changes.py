@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from django.db import DatabaseError, connections, models, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
 from urlguard.models import (
+    Actor,
     Category,
     ChangeEvent,
     ChangeSet,
@@ -40,10 +41,12 @@ from urlguard.models import (
     SpamRule,
     expression_key,
     now_micros,
+    row_user,
     rule_writes_allowed,
 )
 from urlguard.nodesync.nudge import send as _nudge
-from urlguard.runtime import ownership
+from urlguard.runtime import database, ownership
+from urlguard.runtime.database import in_batches
 from urlguard.writepath.rulelists import ParsedLine
 from urlguard.writepath.rules import RuleError, normalize_rule
 
@@ -74,8 +77,6 @@ CHUNK_SIZE = 5000
 # A bulk load refreshes the planner's statistics when it has added this many rules,
 # then at each doubling (see _refresh_statistics).
 _ANALYZE_EVERY = 20_000
-# SQLite's historical limit on bound parameters is 999; stay under it for IN (...).
-_IN_BATCH = 900
 _ADD = str(ChangeEvent.Action.ADD.value)
 _REMOVE = str(ChangeEvent.Action.REMOVE.value)
 
@@ -158,11 +159,6 @@ def _check_category(category: str) -> str:
     return str(category)  # a Category member becomes its plain value
 
 
-def _actor(user: Any) -> Any:
-    # The admin may pass AnonymousUser (e.g. a public report form); it is no row.
-    return user if user is not None and getattr(user, "is_authenticated", False) else None
-
-
 def _lock_change_log(using: str) -> None:
     ChangeEvent.objects.lock_log(using)
 
@@ -208,7 +204,7 @@ def current_change_set() -> ChangeSet | None:
 def change_set(
     *,
     kind: str = ChangeSet.Kind.OTHER,
-    actor: Any = None,
+    actor: Actor = None,
     note: str = "",
     reason: str = "",
     source: str | Source | None = None,
@@ -231,7 +227,7 @@ def change_set(
     else:
         cs = ChangeSet.objects.create(
             kind=kind,
-            actor=_actor(actor),
+            actor=row_user(actor),
             note=note,
             reason=reason,
             source=source_for(source) if source is not None else None,
@@ -288,7 +284,7 @@ def _one_off(
     change_set: ChangeSet | None,
     *,
     kind: str,
-    user: Any,
+    user: Actor,
     source: Source | None,
     note: str = "",
     reason: str = "",
@@ -300,7 +296,7 @@ def _one_off(
     if current is not None:
         return current
     return ChangeSet.objects.create(
-        kind=kind, actor=_actor(user), source=source, note=note, reason=reason
+        kind=kind, actor=row_user(user), source=source, note=note, reason=reason
     )
 
 
@@ -332,7 +328,7 @@ def add_rule(
     category: str,
     source: str | Source = "admin",
     note: str = "",
-    user: Any = None,
+    user: Actor = None,
     change_set: ChangeSet | None = None,
 ) -> SpamRule:
     """Normalize `text` (URL, host or expression) and list it under `source`. Raises
@@ -362,7 +358,7 @@ def add_rule(
             added_at=_next_added_at(),
             source=label,
             note=note,
-            added_by=_actor(user),
+            added_by=row_user(user),
         )
         rule.save(force_insert=True, using=using)
         RuleSource.objects.create(rule=rule, source=lister, key=expression_key(expression))
@@ -371,7 +367,7 @@ def add_rule(
             expression=expression,
             added_at=rule.added_at,
             category=category,
-            actor=_actor(user),
+            actor=row_user(user),
             source=label,
             change_set=cs,
             note=note,
@@ -384,7 +380,7 @@ def add_rule(
 def remove_rule(
     rule: SpamRule,
     *,
-    user: Any = None,
+    user: Actor = None,
     source: str | Source = "admin",
     change_set: ChangeSet | None = None,
     reason: str = "",
@@ -439,13 +435,6 @@ def _coerce(
     )
 
 
-def in_batches(values: list, size: int = _IN_BATCH) -> Iterator[list]:
-    """`values` in slices of `size`; by default short enough for one IN (...) on
-    every backend."""
-    for i in range(0, len(values), size):
-        yield values[i : i + size]
-
-
 def existing_expressions(expressions: list[str]) -> set[str]:
     """Which of `expressions` the spam table already lists (one query per batch)."""
     found: set[str] = set()
@@ -456,49 +445,8 @@ def existing_expressions(expressions: list[str]) -> set[str]:
     return found
 
 
-def _insert(using: str, model: Any, names: tuple[str, ...], rows: list[tuple]) -> None:
-    """INSERT many rows in one executemany: bulk imports spend their time here, and
-    Model.bulk_create's per-object, per-value work was most of it (100,000 rules:
-    27 s -> 8 s on SQLite). Rows hold database-ready values (str, int, None, and
-    datetimes prepared once per chunk by _db_value)."""
-    connection = connections[using]
-    fields = [model._meta.get_field(name) for name in names]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    marks = ", ".join(["%s"] * len(fields))
-    table = connection.ops.quote_name(model._meta.db_table)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # COPY is ~5x the rows per second of a pipelined executemany here (a
-            # 1,000,000-entry feed writes 3,000,000 rows on its first load).
-            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-            return
-        cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
-
-
 def _db_value(using: str, model: Any, name: str, value: Any) -> Any:
     return model._meta.get_field(name).get_db_prep_save(value, connections[using])
-
-
-def _present(expressions: list[str]) -> dict[str, int]:
-    """expression -> rule pk, for those of `expressions` the table lists."""
-    connection = connections[router.db_for_read(SpamRule)]
-    if connection.vendor == "postgresql":
-        # One statement with one array parameter: the ORM's IN lists of 900 cost more
-        # in building and binding the query than PostgreSQL spends answering it.
-        qn = connection.ops.quote_name
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT expression, {qn(str(SpamRule._meta.pk.column))} "  # type: ignore[union-attr]
-                f"FROM {qn(SpamRule._meta.db_table)} WHERE expression = ANY(%s)",
-                [expressions],
-            )
-            return dict(cursor.fetchall())
-    found: dict[str, int] = {}
-    for batch in in_batches(expressions):
-        found.update(SpamRule.objects.filter(expression__in=batch).values_list("expression", "pk"))
-    return found
 
 
 def _list_under(using: str, source: Source, pairs: list[tuple[int, str]], now: Any) -> int:
@@ -524,7 +472,7 @@ def _add_chunk(
     *,
     source: Source,
     label: str,
-    user: Any,
+    user: Actor,
     dry_run: bool,
     cs: ChangeSet | None,
     keep_names: bool = True,
@@ -540,7 +488,7 @@ def _add_chunk(
     assert cs is not None
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
-        listed = _present([c.expression for c in chunk])
+        listed = database.map_in(SpamRule, "expression", [c.expression for c in chunk], "pk")
         new = [c for c in chunk if c.expression not in listed]
         now = _db_value(using, SpamRule, "created", timezone.now())
         if listed:
@@ -553,10 +501,10 @@ def _add_chunk(
         if not new:
             return
         first_id = _next_added_at()
-        actor = _actor(user)
+        actor = row_user(user)
         actor_id = actor.pk if actor is not None else None
         ids = [first_id + i for i in range(len(new))]
-        _insert(
+        database.insert_rows(
             using,
             SpamRule,
             (
@@ -581,7 +529,7 @@ def _add_chunk(
             .values_list("added_at", "pk")
         )
         # New rules: no listing of them can exist yet, so a plain insert (COPY) will do.
-        _insert(
+        database.insert_rows(
             using,
             RuleSource,
             ("rule", "source", "key", "created"),
@@ -591,7 +539,7 @@ def _add_chunk(
             ],
         )
         # One statement per chunk, rows in added_at order: seq follows added_at.
-        _insert(
+        database.insert_rows(
             using,
             ChangeEvent,
             (
@@ -623,7 +571,7 @@ def add_rules(
     items: Iterable[Any],
     *,
     source: str | Source,
-    user: Any = None,
+    user: Actor = None,
     category: str = Category.SPAM,
     dry_run: bool = False,
     chunk_size: int = CHUNK_SIZE,
@@ -725,7 +673,7 @@ def add_listed(
     rows: Iterable[tuple[str, str, int]],
     *,
     source: Source,
-    user: Any = None,
+    user: Actor = None,
     change_set: ChangeSet | None = None,
     chunk_size: int = LISTED_CHUNK_SIZE,
     progress: Callable[[int], None] | None = None,
@@ -742,7 +690,7 @@ def add_listed(
     is add_rules. `rows` is read during the COPY: it must not query the database."""
     using = router.db_for_write(SpamRule)
     connection = connections[using]
-    if connection.vendor != "postgresql":
+    if not database.postgresql(connection):
         return add_rules(
             ((expression, category) for expression, category, _ in rows),
             source=source,
@@ -756,7 +704,7 @@ def add_listed(
     result = BulkResult()
     cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, user=user, source=source)
     result.change_set = cs
-    actor = _actor(user)
+    actor = row_user(user)
     qn = connection.ops.quote_name
     stage = qn(_STAGE_TABLE)
     connection.ensure_connection()
@@ -898,15 +846,7 @@ def _refresh_statistics(using: str) -> None:
     (expression IN (...), rule_id IN (...)) from the tables' statistics; a table
     grown far past them is planned as a small one and sequentially scanned by every
     lookup (~35 ms each at 300,000 rules, and growing with the table)."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return
-    tables = ", ".join(
-        connection.ops.quote_name(model._meta.db_table)
-        for model in (SpamRule, RuleSource, ChangeEvent)
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {tables}")
+    database.analyze(using, (SpamRule, RuleSource, ChangeEvent))
 
 
 def _pks(rules: Iterable[Any]) -> Iterator[int]:
@@ -917,19 +857,19 @@ def _pks(rules: Iterable[Any]) -> Iterator[int]:
         yield rule if isinstance(rule, int) else rule.pk
 
 
-def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Any, label: str) -> int:
+def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Actor, label: str) -> int:
     """Delete these (pk, expression, added_at, category, note) rules and log their
     removals in `cs`, inside the caller's locked transaction. Their listings go with
     them (RuleSource rows cascade)."""
     if not rows:
         return 0
     rows = sorted(rows, key=lambda r: r[2])
-    _delete_rules(using, [r[0] for r in rows])
-    actor = _actor(user)
+    database.delete_by_pk(using, SpamRule, [r[0] for r in rows])
+    actor = row_user(user)
     now = _db_value(using, ChangeEvent, "created", timezone.now())
     # The removal carries the rule's own added_at: it routes to the stage that took
     # the addition, however long ago that was; the note lets a revert bring it back.
-    _insert(
+    database.insert_rows(
         using,
         ChangeEvent,
         (
@@ -957,75 +897,19 @@ def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Any, lab
 _ROW = ("pk", "expression", "added_at", "category", "note")
 
 
-def _delete_rules(using: str, pks: list[int]) -> None:
-    """DELETE these rules, with what refers to them: on PostgreSQL one statement per
-    table (`= ANY(array)`), doing what each relation's on_delete says; elsewhere
-    through the ORM's collector, which costs a few queries per 900 rules (10,000
-    withdrawn rules took a second that way)."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        for batch in in_batches(pks):
-            SpamRule.objects.filter(pk__in=batch).delete()
-        return
-    qn = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        for relation in SpamRule._meta.related_objects:
-            table = qn(relation.related_model._meta.db_table)
-            column = qn(str(relation.field.column))
-            if relation.on_delete is models.CASCADE:
-                cursor.execute(f"DELETE FROM {table} WHERE {column} = ANY(%s)", [pks])
-            elif relation.on_delete is models.SET_NULL:
-                cursor.execute(
-                    f"UPDATE {table} SET {column} = NULL WHERE {column} = ANY(%s)", [pks]
-                )
-            elif relation.on_delete is not models.DO_NOTHING:
-                raise NotImplementedError(f"on_delete of {relation!r} is not handled here")
-        table = qn(SpamRule._meta.db_table)
-        key = qn(str(SpamRule._meta.pk.column))  # type: ignore[union-attr]
-        cursor.execute(f"DELETE FROM {table} WHERE {key} = ANY(%s)", [pks])
-
-
 def _withdraw_part(using: str, lister: Source, pks: list[int]) -> tuple[int, list[tuple]]:
     """Inside the caller's locked transaction: take `lister`'s listings of these rules
     away; returns how many it had and the rows (_ROW) of those no source lists now."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        withdrawn = 0
-        orphans: list[tuple] = []
-        for batch in in_batches(pks):
-            listed = RuleSource.objects.filter(source=lister, rule_id__in=batch)
-            ids = list(listed.values_list("rule_id", flat=True))
-            if not ids:
-                continue
-            listed.delete()
-            withdrawn += len(ids)
-            orphans.extend(
-                SpamRule.objects.filter(pk__in=ids, listings__isnull=True).values_list(*_ROW)
-            )
-        return withdrawn, orphans
-    qn = connection.ops.quote_name
-    listings, rules = qn(RuleSource._meta.db_table), qn(SpamRule._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM {listings} WHERE source_id = %s AND rule_id = ANY(%s) RETURNING rule_id",
-            [lister.pk, pks],
-        )
-        ids = [row[0] for row in cursor.fetchall()]
-        if not ids:
-            return 0, []
-        cursor.execute(
-            f"SELECT r.id, r.expression, r.added_at, r.category, r.note FROM {rules} r "
-            f"WHERE r.id = ANY(%s) AND NOT EXISTS "
-            f"(SELECT 1 FROM {listings} l WHERE l.rule_id = r.id)",
-            [ids],
-        )
-        return len(ids), cursor.fetchall()
+    ids = database.delete_in(using, RuleSource, "rule_id", pks, source_id=lister.pk)
+    if not ids:
+        return 0, []
+    return len(ids), database.unreferenced(using, SpamRule, ids, _ROW, RuleSource, "rule")
 
 
 def remove_rules(
     rules: Iterable[Any],
     *,
-    user: Any = None,
+    user: Actor = None,
     source: str | Source = "admin",
     chunk_size: int = CHUNK_SIZE,
     change_set: ChangeSet | None = None,
@@ -1059,7 +943,7 @@ def withdraw_rules(
     source: str | Source,
     rules: Iterable[Any],
     *,
-    user: Any = None,
+    user: Actor = None,
     chunk_size: int = CHUNK_SIZE,
     change_set: ChangeSet | None = None,
     reason: str = "",

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from urlguard.conf import conf
 from urlguard.hotpath.canonical import expressions
+from urlguard.runtime import database
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,6 @@ __all__ = [
 
 # Links fetched per query while building the index or confirming candidates.
 FETCH = 20_000
-IN_BATCH = 900
 # Without an index, a table this small is matched directly (about a second).
 DIRECT_LIMIT = 20_000
 # Links created since the index was built are matched directly up to this many;
@@ -341,8 +341,8 @@ def _match(
     impact = Impact(action=action, rules=len(rule_set))
     matched: list[tuple[int, str, str, bool, list[str]]] = []  # pk, slug, dest, disabled, exprs
     ordered = sorted(pks)
-    for start in range(0, len(ordered), IN_BATCH):
-        rows = ShortLink.objects.filter(pk__in=ordered[start : start + IN_BATCH]).values_list(
+    for batch in database.in_batches(ordered):
+        rows = ShortLink.objects.filter(pk__in=batch).values_list(
             "pk", "slug", "destination", "disabled"
         )
         for pk, slug, destination, disabled in rows:
@@ -365,10 +365,10 @@ def _other_rules(matched: list, exclude: set[str]) -> dict[str, str]:
 
     wanted = sorted({e for *_, exprs in matched for e in exprs} - exclude)
     listed: dict[str, str] = {}
-    for start in range(0, len(wanted), IN_BATCH):
+    for batch in database.in_batches(wanted):
         listed.update(
             (e, e)
-            for e in SpamRule.objects.filter(expression__in=wanted[start : start + IN_BATCH])
+            for e in SpamRule.objects.filter(expression__in=batch)
             .values_list("expression", flat=True)
             .iterator()
         )
@@ -380,10 +380,9 @@ def _clicks(pks: list[int]) -> int:
 
     since = timezone.now() - CLICK_WINDOW
     total = 0
-    for start in range(0, len(pks), IN_BATCH):
-        total += Click.objects.filter(
-            link_id__in=pks[start : start + IN_BATCH], at__gte=since
-        ).aggregate(n=Count("pk"))["n"]
+    for batch in database.in_batches(pks):
+        clicks = Click.objects.filter(link_id__in=batch, at__gte=since)
+        total += clicks.aggregate(n=Count("pk"))["n"]
     return total
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from django.db import router, transaction
 
-from urlguard.models import ChangeEvent, ChangeSet, SpamRule
+from urlguard.models import Actor, ChangeEvent, ChangeSet, SpamRule
 from urlguard.runtime import ownership
 from urlguard.writepath import changes
 from urlguard.writepath.impact import Impact, impact_of_adding, impact_of_removing
@@ -148,7 +148,7 @@ def impact_of_reverting(change_set: ChangeSet) -> tuple[Impact, Impact]:
 def revert_change_set(
     change_set: ChangeSet,
     *,
-    user=None,
+    user: Actor = None,
     reason: str = "",
     progress: Callable[[int], None] | None = None,
 ) -> ChangeSet:

@@ -38,7 +38,7 @@ class Command(BaseCommand):
                 f"(log head #{max(result.head, result.applied_seq)})."
             )
         )
-        sample = int(conf.SPOT_CHECK_SAMPLE)
+        sample = conf.SPOT_CHECK_SAMPLE
         if sample and not result.rebuilt:
             with write_errors(path):
                 check = sync.verify_and_repair(path, sample=sample)

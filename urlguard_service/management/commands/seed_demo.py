@@ -21,6 +21,7 @@ from django.db.models import Q, QuerySet
 from urlguard.conf import conf
 from urlguard.models import ShortLink, SpamRule
 from urlguard.nodesync import sync
+from urlguard.runtime import database
 from urlguard.shortlinks.slugs import create_short_link
 from urlguard.writepath.changes import RuleExists, add_rule
 from urlguard.writepath.rules import normalize_rule
@@ -132,7 +133,7 @@ class Command(BaseCommand):
         """A fresh demo has no filter file yet: build it now, as news (INFO), before
         the first rule's change would find it missing (a WARNING, right for a node
         whose file went missing, alarming on a first run)."""
-        path = str(conf.FILTER_PATH)
+        path = conf.FILTER_PATH
         if os.path.exists(path):
             return
         logger.info("building the demo's first filter file %s", path)
@@ -148,7 +149,7 @@ class Command(BaseCommand):
         if not embedded_demo_database():
             self.stdout.write(
                 "No superuser exists, and this is not the embedded SQLite demo "
-                f"({connection.vendor}, DATABASE_URL set), so none is made with a known "
+                f"({connection.display_name}, DATABASE_URL set), so none is made with a known "
                 "password. Create one with:  python manage.py createsuperuser"
             )
             return
@@ -177,4 +178,4 @@ def demo_links() -> QuerySet[ShortLink]:
 def embedded_demo_database() -> bool:
     """The database is the embedded demo's SQLite file (settings.EMBEDDED_DEMO: no
     DATABASE_URL in the environment), not a deployment's."""
-    return bool(getattr(settings, "EMBEDDED_DEMO", False)) and connection.vendor == "sqlite"
+    return bool(getattr(settings, "EMBEDDED_DEMO", False)) and database.sqlite(connection)
