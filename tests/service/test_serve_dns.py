@@ -87,6 +87,31 @@ def test_rfc5782_test_points_and_reversed_addresses(dns_server, sync_filter):
     assert ask(server.port, f"9.113.0.203.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
 
 
+def nibbles(address: str) -> str:
+    """RFC 5782 section 2.4: the address's 32 hex digits, least significant first."""
+    return ".".join(reversed(ipaddress.IPv6Address(address).exploded.replace(":", "")))
+
+
+def test_ipv6_addresses_are_asked_in_reversed_nibbles(dns_server, sync_filter):
+    add_rule("http://[2001:DB8::5]/", category="malware", source="test")
+    sync_filter()
+    server = dns_server()
+    name = f"{nibbles('2001:db8::5')}.{URIBL}"
+    assert name.startswith("5.0.0.0.") and name.count(".") == 32 + 2
+    assert [r.to_text() for r in ask(server.port, name).answer[0]] == ["127.0.0.4"]
+    txt = ask(server.port, name, "TXT").answer[0][0].to_text()
+    assert "[2001:db8::5]/" in txt and "malware" in txt
+    assert ask(server.port, f"{nibbles('2001:db8::6')}.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    # RFC 5782 section 5: the IPv6 test points.
+    assert ask(server.port, f"{nibbles('::ffff:7f00:2')}.{URIBL}").answer[0][0].to_text() == (
+        "127.0.0.2"
+    )
+    assert ask(server.port, f"{nibbles('::ffff:7f00:1')}.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    # 31 or 33 digits, or a label of two, name no address.
+    short = f"{nibbles('2001:db8::5').partition('.')[2]}.{URIBL}"
+    assert ask(server.port, short).rcode() == dns.rcode.NXDOMAIN
+
+
 def test_no_listing_is_ever_127_0_0_1():
     categories = list(CATEGORY_TABLE)
     for n in range(len(categories) + 1):
