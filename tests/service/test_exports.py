@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import base64
 import re
+from datetime import UTC, datetime, timedelta
 
 import dns.zone
 import pytest
 from django.test import Client
-from django.utils.http import http_date
+from django.utils import timezone
+from django.utils.http import http_date, parse_http_date
 
 from urlguard import apikeys
 from urlguard.changes import add_rule, remove_rule
-from urlguard.exports import rcs, render
-from urlguard.exports.projection import read_allowlist
+from urlguard.exports import rcs, render, views
+from urlguard.exports.projection import Position, read_allowlist
 from urlguard.exports.rspamd_urls import url_pattern
 from urlguard.models import AllowedHost, ChangeEvent, Source, SpamRule
 
@@ -171,6 +173,8 @@ def test_unknown_list_and_methods(get):
 
 def test_conditional_get_head_and_max_age(rules, get, settings):
     settings.URLGUARD = {**settings.URLGUARD, "EXPORT_MAX_AGE": 60}
+    # Settled: the second of the last change is long over.
+    ChangeEvent.objects.update(created=timezone.now() - timedelta(minutes=1))
     first = get("domains.txt")
     etag, modified = first["ETag"], first["Last-Modified"]
     assert first["Cache-Control"] == "private, max-age=60"
@@ -368,3 +372,44 @@ def test_right_keys_on_lists_do_not_count_as_wrong_ones(rules, get, settings):
         assert get("hosts.txt").status_code == 200
     assert get("hosts.txt", auth=False).status_code == 401
     assert get("hosts.txt").status_code == 429
+
+
+def at(second: int, fraction: float) -> datetime:
+    return datetime.fromtimestamp(second + fraction, tz=UTC)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.2, 0.999])
+def test_a_change_in_the_second_a_consumer_fetched_is_never_answered_304(rules, get, fraction):
+    second = int(timezone.now().timestamp()) - 3600
+    # The consumer fetched at second + 0.0..; the change came later in that second.
+    ChangeEvent.objects.update(created=at(second, fraction))
+    pihole = get("hosts.txt", HTTP_IF_MODIFIED_SINCE=http_date(second))
+    assert pihole.status_code == 200 and "evil.example" in body(pihole)
+    assert get("hosts.txt", HTTP_IF_MODIFIED_SINCE=http_date(second - 1)).status_code == 200
+    # A fetch in any later second had the change.
+    later = get("hosts.txt", HTTP_IF_MODIFIED_SINCE=http_date(second + 1))
+    assert later.status_code == 304
+
+
+def test_an_echoed_last_modified_is_304_only_once_no_change_can_share_its_second(rules, get):
+    now = timezone.now().timestamp()
+    second = int(now)
+    ChangeEvent.objects.update(created=at(second, 0.1))
+    fresh = get("hosts.txt")
+    # The second is not over: a change later in it must not be answered 304 to an
+    # echo of this Last-Modified, so it names the second itself.
+    assert parse_http_date(fresh["Last-Modified"]) == second
+    assert get("hosts.txt", HTTP_IF_MODIFIED_SINCE=fresh["Last-Modified"]).status_code == 200
+    ChangeEvent.objects.update(created=at(second - 60, 0.1))
+    settled = get("hosts.txt")
+    assert parse_http_date(settled["Last-Modified"]) == second - 59
+    assert get("hosts.txt", HTTP_IF_MODIFIED_SINCE=settled["Last-Modified"]).status_code == 304
+
+
+def test_last_modified_names_the_second_until_it_is_settled():
+    position = Position(seq=1, time=at(1_000, 0.5))
+    assert views.last_modified(position, now=1_000.6) == 1_000
+    assert views.last_modified(position, now=1_001 + views.SETTLE_SECONDS - 0.01) == 1_000
+    assert views.last_modified(position, now=1_001 + views.SETTLE_SECONDS) == 1_001
+    exact = Position(seq=1, time=at(1_000, 0.0))
+    assert views.last_modified(exact, now=2_000) == 1_001
