@@ -107,6 +107,12 @@ def _names(value: Any) -> bool:
     return isinstance(value, (list, tuple, set, frozenset)) and all(_text(v) for v in value)
 
 
+def _export_name(name: str) -> bool:
+    from urlguard.exports.catalog import EXPORTS
+
+    return name in EXPORTS
+
+
 def _host_base_dir() -> Path | None:
     """The BASE_DIR that `django-admin startproject` writes into every settings.py (not
     a Django setting: a site may have none)."""
@@ -873,6 +879,25 @@ class Settings:
         resolve=int,
         check_id="urlguard.E028",
         hint="e.g. 20.",
+    )
+    # The exports rendered ahead of their pollers each time this node applies changes
+    # (urlguard.exports.prerender); () renders none ahead (a poll is then served the
+    # newest render kept until one is made).
+    EXPORTS_PRERENDER = Setting(
+        (
+            "hosts.txt",
+            "domains.txt",
+            "abp.txt",
+            "rspamd-domains.map",
+            "rspamd-urls.map",
+            "rpz.zone",
+        ),
+        must_be="a list of export names (hosts.txt, domains.txt, abp.txt, "
+        "rspamd-domains.map, rspamd-urls.map, rpz.zone)",
+        valid=lambda v: _names(v) and all(_export_name(n) for n in v),
+        resolve=tuple,
+        check_id="urlguard.E096",
+        hint="e.g. ['hosts.txt', 'abp.txt'] (a list, not a string), or [] for none.",
     )
     # serve_dns: the RPZ zone (transferred to resolvers) and the URIBL zone (answered
     # live), absolute names.

@@ -495,6 +495,13 @@ def sync_and_report(
         )
     if not result.skipped or periodic:
         report(result, full=periodic)
+    if result.applied or result.rebuilt or periodic:
+        # The exports at the new position, rendered in the background before their
+        # pollers ask (a periodic catch-up also covers a node that booted, or lost a
+        # render to a kill, with nothing applied since).
+        from urlguard.exports import prerender
+
+        prerender.request()
     if periodic and not result.rebuilt and conf.SPOT_CHECK_SAMPLE:
         verify_and_repair(result.path, sample=int(conf.SPOT_CHECK_SAMPLE))
     return result

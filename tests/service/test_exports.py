@@ -18,11 +18,12 @@ from django.utils.http import http_date, parse_http_date
 from urlguard import apikeys
 from urlguard.changes import add_rule, remove_rule
 from urlguard.exports import rcs, render, views
+from urlguard.exports.catalog import get_export
 from urlguard.exports.projection import Position, read_allowlist
 from urlguard.exports.rspamd_urls import url_pattern
 from urlguard.models import AllowedHost, ChangeEvent, Source, SpamRule
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prerender_inline")]
 
 
 @pytest.fixture
@@ -195,13 +196,14 @@ def test_conditional_get_head_and_max_age(rules, get, settings):
 def test_one_render_per_position(rules, get, monkeypatch):
     calls = []
     real = render.render
-    monkeypatch.setattr(render, "render", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(render, "render", lambda e, d: calls.append(e.name) or real(e, d))
     for _ in range(5):
         assert get("hosts.txt").status_code == 200
-    assert len(calls) == 1
+    assert calls == ["hosts.txt"]
     add_rule("new.example/", category="spam", source="test")
+    assert "new.example" in get("hosts.txt").body
     get("hosts.txt")
-    assert len(calls) == 2
+    assert calls.count("hosts.txt") == 2
 
 
 def test_old_renders_are_pruned(rules, get, settings):
@@ -262,25 +264,62 @@ def test_a_list_that_never_holds_still_is_a_503_with_retry_after(rules, get, mon
     assert not list(render.export_dir("domains.txt").glob("*.txt"))
 
 
-def test_while_another_process_renders_the_newest_kept_render_is_served(rules, get):
-    """Of many pollers after a change one renders; the others get the last render at
-    once, with its own position in its headers, instead of waiting."""
+def test_a_poll_before_the_prerender_is_done_gets_the_newest_kept_render_at_once(
+    rules, get, monkeypatch
+):
+    """No poll renders while a render is kept: until the node's pre-render of the new
+    position is done, the last render is served at once, with its own position in
+    its headers, and the pre-render is asked for (again) without waiting for it."""
     import fcntl
     import os
 
+    from urlguard.exports import prerender
+
     before = get("domains.txt")
     add_rule("new.example/", category="spam", source="test")
+    asked: list[None] = []
+    monkeypatch.setattr(prerender, "request", lambda: asked.append(None))
+    monkeypatch.setattr(render, "render", lambda *a: pytest.fail("rendered in a request"))
     lock = os.open(render.export_dir("domains.txt") / ".lock", os.O_RDWR)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process is rendering
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the pre-render is busy with it
         during = get("domains.txt")
     finally:
         os.close(lock)
+    assert asked
     assert during.status_code == 200 and during["ETag"] == before["ETag"]
     assert during["X-URLGuard-Position"] == before["X-URLGuard-Position"]
     assert during["Last-Modified"] == before["Last-Modified"]
     assert "new.example" not in during.body
+    monkeypatch.undo()
+    prerender.render_all()
     assert "new.example" in get("domains.txt").body
+
+
+def test_a_render_killed_midway_leaves_no_file_and_is_done_by_the_next_round(rules, get):
+    from urlguard.exports import prerender
+
+    get("hosts.txt")
+    add_rule("new.example/", category="spam", source="test")
+
+    class Killed(BaseException):
+        pass
+
+    def lines(expression, category):
+        raise Killed
+
+    export = get_export("hosts.txt")
+    export.rule_lines = lines
+    directory = render.export_dir("hosts.txt")
+    kept = sorted(p.name for p in directory.iterdir())
+    with pytest.raises(Killed):
+        render.render(export, directory)
+    # Only a temp file at most: no render and no sidecar of the new position.
+    assert sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) == [
+        n for n in kept if not n.startswith(".")
+    ]
+    prerender.render_all()
+    assert "new.example" in get("hosts.txt").body
 
 
 def test_a_render_pruned_before_it_is_opened_is_found_again(rules, get, monkeypatch):

@@ -14,7 +14,7 @@ from urlguard import apikeys
 from urlguard.changes import add_rule
 from urlguard.models import AllowedHost, ChangeEvent, Source
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prerender_inline")]
 
 adblock = pytest.importorskip("adblock", reason="PyPI adblock (the dev extra) is not installed")
 

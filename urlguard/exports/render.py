@@ -56,9 +56,8 @@ def rendered_path(name: str, key: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
-    """Hold the export's render lock; yields False at once if another process holds
-    it and `wait` is False."""
+def _locked(directory: Path) -> Iterator[None]:
+    """Hold the export's render lock (waiting for another process's render)."""
     fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + LOCK_TIMEOUT
@@ -67,22 +66,23 @@ def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if not wait:
-                    yield False
-                    return
                 if time.monotonic() > deadline:
                     raise RenderBusy(f"another process is rendering {directory.name}") from None
                 time.sleep(0.05)
-        yield True
+        yield
     finally:
         os.close(fd)
 
 
-def rendered(export: Export, position: Position) -> Rendered:
-    """The file of `export` at `position`, rendered now if no process has yet. The
-    result may be of a later position (a change committed meanwhile). While another
-    process renders it, the newest render kept is the answer (its own position in its
-    headers): of a thousand pollers one renders, the others wait for nothing."""
+def rendered(export: Export, position: Position, *, in_request: bool = True) -> Rendered:
+    """The file of `export` at `position`. The result may be of a later position (a
+    change committed meanwhile) or, `in_request`, of an earlier one: a request never
+    renders while a render is kept. It is served the newest render kept (its own
+    position, ETag and Last-Modified in its headers: right for its content) and the
+    pre-render (urlguard.exports.prerender) is asked for this one; the poll after it
+    finishes gets it. Only a node that keeps no render of the export at all (a fresh
+    data directory: the pre-render at boot is still running) renders in a request,
+    and of concurrent ones only the first: the rest wait for its file."""
     path = rendered_path(export.name, position.key)
     if path.exists():
         return Rendered(path, position)
@@ -90,9 +90,14 @@ def rendered(export: Export, position: Position) -> Rendered:
     # Owner only, like the rest of the data directory.
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     stale = newest(directory)
-    with _locked(directory, wait=stale is None) as mine:
-        if not mine and stale is not None:
-            return stale
+    if in_request and stale is not None:
+        from urlguard.exports import prerender
+
+        prerender.request()
+        if path.exists():  # rendered meanwhile (or by an inline pre-render)
+            return Rendered(path, position)
+        return stale
+    with _locked(directory):
         if path.exists():
             return Rendered(path, position)
         result = render(export, directory)
