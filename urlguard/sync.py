@@ -132,6 +132,8 @@ def _apply_pending(filt: ScalingCountingBloomFilter, result: SyncResult) -> None
             # Consecutive rows of one action go in one vectorised call; keeping runs
             # in log order makes "add then remove the same rule" exact.
             for action, run in groupby(events, key=lambda e: e[1]):
+                if action not in (ChangeEvent.Action.ADD, ChangeEvent.Action.REMOVE):
+                    continue  # the allowlist's rows: the filter holds rules only
                 rows = list(run)
                 keys = [r[2] for r in rows]
                 ids = [r[3] for r in rows]

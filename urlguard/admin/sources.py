@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from urlguard import changes
 from urlguard.admin.pages import counted, http_methods, render_tool, tool_urls
 from urlguard.conf import conf
 from urlguard.feeds import holds
@@ -387,11 +388,13 @@ class SourceAdmin(admin.ModelAdmin):
     @admin.action(description="Disable selected sources", permissions=["change"])
     def disable(self, request, queryset):
         n = queryset.update(enabled=False)
+        _log_allowlist(queryset, request.user)
         self.message_user(request, f"Disabled {counted(n, 'source')}; their rules stay listed.")
 
     @admin.action(description="Enable selected sources", permissions=["change"])
     def enable(self, request, queryset):
         n = queryset.update(enabled=True)
+        _log_allowlist(queryset, request.user)
         self.message_user(request, f"Enabled {counted(n, 'source')}.")
 
     def changelist_view(self, request, extra_context=None):
@@ -414,6 +417,15 @@ class SourceAdmin(admin.ModelAdmin):
             )
             + super().get_urls()
         )
+
+
+def _log_allowlist(sources: Any, user: Any) -> None:
+    """The hosts of allowlist sources just enabled or disabled entered or left the
+    allowlist: into the change log with them (the exports' positions carry it)."""
+    hosts = AllowedHost.objects.filter(source__in=sources.filter(is_allowlist=True))
+    names = list(hosts.values_list("host", flat=True).distinct())
+    if names:
+        changes.record_allowlist(names, user=user)
 
 
 def _links_blocked(refresh: FeedRefresh) -> str:

@@ -263,6 +263,7 @@ def allow_host(text: str, *, note: str = "", user: Any = None) -> AllowResult:
             actor=user,
             reason=f"allowlisted {host}" + (f": {note}" if note else ""),
         ) as cs:
+            changes.record_allowlist([host], change_set=cs, user=user)
             result = enforce([host], change_set=cs, user=user)
         result.host, result.entry, result.created = host, entry, created
         result.change_set = _kept(cs)
@@ -285,6 +286,7 @@ def unallow_host(text: str, *, user: Any = None) -> AllowResult:
         with changes.change_set(
             kind=ChangeSet.Kind.ALLOWLIST, actor=user, reason=f"removed {host} from the allowlist"
         ) as cs:
+            changes.record_allowlist([host], change_set=cs, user=user)
             result = release([host], change_set=cs, user=user)
         result.host = host
         result.change_set = _kept(cs)
@@ -297,7 +299,7 @@ def _person(user: Any) -> Any:
 
 def _kept(cs: ChangeSet) -> ChangeSet | None:
     """The change set, or None (and gone) if nothing was written in it."""
-    if cs.added or cs.removed or cs.refused:
+    if cs.added or cs.removed or cs.refused or cs.events.exists():
         return cs
     cs.delete()
     return None
