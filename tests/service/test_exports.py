@@ -452,3 +452,20 @@ def test_last_modified_names_the_second_until_it_is_settled():
     assert views.last_modified(position, now=1_001 + views.SETTLE_SECONDS) == 1_001
     exact = Position(seq=1, time=at(1_000, 0.0))
     assert views.last_modified(exact, now=2_000) == 1_001
+
+
+def test_allowlisting_moves_the_position_and_the_abp_patch_carries_the_exception(rules, get):
+    from urlguard.feeds.allowlist import allow_host, unallow_host
+
+    before = get("abp.txt")
+    old = before.body.splitlines()
+    diff_path = next(x for x in old if x.startswith("! Diff-Path: ")).split(": ", 1)[1]
+    allow_host("partner.example")
+    after = get("abp.txt")
+    assert int(after["X-URLGuard-Position"]) == int(before["X-URLGuard-Position"]) + 1
+    assert after["ETag"] != before["ETag"]
+    patch = get(diff_path).body
+    assert "@@||partner.example^" in patch
+    assert rcs.apply(old, patch) == after.body.splitlines()
+    unallow_host("partner.example")
+    assert "@@||partner.example^" not in get("abp.txt").body

@@ -319,3 +319,57 @@ def test_the_fast_path_answers_as_the_general_one(dns_server, listed, name, edns
 )
 def test_the_fast_path_leaves_odd_packets_to_the_general_one(dns_server, wire):
     assert dns_server()._fast_uribl(wire) is None
+
+
+def ixfr_parts(port: int, serial: int):
+    rrsets = transfer(port, RPZ, "IXFR", serial=serial)
+    soas = [i for i, r in enumerate(rrsets) if r.rdtype == dns.rdatatype.SOA]
+    assert len(soas) == 4, rrsets  # incremental: new, old, new, new
+    return (
+        rrsets[soas[0]][0].serial,
+        records(rrsets[soas[1] + 1 : soas[2]]),
+        records(rrsets[soas[2] + 1 : soas[3]]),
+    )
+
+
+def test_allowlisting_a_host_moves_the_serial_and_the_ixfr_carries_its_passthru(dns_server, listed):
+    from urlguard.feeds.allowlist import allow_host, unallow_host
+
+    server = dns_server()
+    passthru = (f"partner.example.{RPZ}", "rpz-passthru.")
+    before = ChangeEvent.objects.head()
+    allow_host("partner.example")
+    allowed = ChangeEvent.objects.head()
+    assert allowed == before + 1
+    serial, deleted, added = ixfr_parts(server.port, before)
+    assert serial == allowed and deleted == set() and added == {passthru}
+    unallow_host("partner.example")
+    serial, deleted, added = ixfr_parts(server.port, allowed)
+    assert serial == allowed + 1 and deleted == {passthru} and added == set()
+    # Allowed and taken off again between the two serials: nothing to send.
+    serial, deleted, added = ixfr_parts(server.port, before)
+    assert (deleted, added) == (set(), set())
+    # A host the list blocks whole gets no exception, whenever it was allowlisted.
+    blocked = ChangeEvent.objects.head()
+    allow_host("www.evil.example")
+    _, deleted, added = ixfr_parts(server.port, blocked)
+    assert (deleted, added) == (set(), set())
+    # ... until that rule goes.
+    listed_at = ChangeEvent.objects.head()
+    remove_rule(SpamRule.objects.get(expression="evil.example/"))
+    _, deleted, added = ixfr_parts(server.port, listed_at)
+    exception = (f"www.evil.example.{RPZ}", "rpz-passthru.")
+    assert exception in added and (f"evil.example.{RPZ}", ".") in deleted
+
+
+def test_an_ixfr_across_the_upgrade_that_logged_the_allowlist_is_the_whole_zone(dns_server, listed):
+    from urlguard.exports.rpzjournal import UPGRADE_SOURCE
+
+    server = dns_server()
+    old = ChangeEvent.objects.head()
+    ChangeEvent.objects.create(
+        action="allow", expression="partner.example", added_at=1, source=UPGRADE_SOURCE
+    )
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=old)
+    soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
+    assert len(soas) == 2  # AXFR-style: the zone between two SOAs
