@@ -76,3 +76,19 @@ def test_reverting_an_allowlisting_still_brings_back_what_it_withdrew(server):
     revert = revert_change_set(allowed.change_set)
     assert (revert.added, revert.removed) == (1, 0)
     assert SpamRule.objects.filter(expression="code-host.example/").exists()
+
+
+def test_the_admin_logs_an_allowlist_source_turned_off_and_on(server, make_staff):
+    from django.urls import reverse
+
+    url = server.serve("/allow", lines("a.example", "b.example"), ETag='"1"')
+    feed = Source.objects.create(name="partners", kind=Source.Kind.FEED, url=url, is_allowlist=True)
+    refresh_source(feed)
+    admin = make_staff(superuser=True)
+    changelist = reverse("admin:urlguard_source_changelist")
+    head = ChangeEvent.objects.head()
+    admin.post(changelist, {"action": "disable", "_selected_action": [feed.pk]})
+    assert allowlist_rows(head) == [("unallow", "a.example"), ("unallow", "b.example")]
+    head = ChangeEvent.objects.head()
+    admin.post(changelist, {"action": "enable", "_selected_action": [feed.pk]})
+    assert allowlist_rows(head) == [("allow", "a.example"), ("allow", "b.example")]
