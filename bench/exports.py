@@ -232,13 +232,17 @@ def first_poller(n: int) -> None:
     from django.conf import settings
     from django.test import Client
 
-    from urlguard import sync
+    from urlguard import embedded, sync
     from urlguard.changes import add_rule
     from urlguard.exports import prerender
     from urlguard.exports.catalog import EXPORTS
     from urlguard.exports.render import export_dir
+    from urlguard.feeds import runner
     from urlguard.models import ChangeEvent
 
+    # A request starts the embedded default's upkeep and feed threads: not measured.
+    embedded.stop()
+    runner.stop()
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     settings.URLGUARD = {**getattr(settings, "URLGUARD", {}), "EXPORTS_OPEN": True}
     client = Client()
