@@ -92,3 +92,52 @@ def test_the_admin_logs_an_allowlist_source_turned_off_and_on(server, make_staff
     head = ChangeEvent.objects.head()
     admin.post(changelist, {"action": "enable", "_selected_action": [feed.pk]})
     assert allowlist_rows(head) == [("allow", "a.example"), ("allow", "b.example")]
+
+
+@pytest.fixture
+def back_to_the_latest_schema():
+    """The migration test moves the schema back; every later test needs it whole."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    yield
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_logs_the_hosts_in_force(back_to_the_latest_schema):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from urlguard.exports.rpzjournal import UPGRADE_SOURCE
+
+    before, ours = ("urlguard", "0017_hit_events"), ("urlguard", "0018_allowlist_events")
+    executor = MigrationExecutor(connection)
+    executor.migrate([before])
+    apps = executor.loader.project_state([before]).apps
+    OldSource = apps.get_model("urlguard", "Source")
+    OldHost = apps.get_model("urlguard", "AllowedHost")
+    on = OldSource.objects.create(
+        name="on", kind="feed", url="https://x.example/a", is_allowlist=True
+    )
+    off = OldSource.objects.create(
+        name="off", kind="feed", url="https://x.example/b", is_allowlist=True, enabled=False
+    )
+    OldHost.objects.create(source=None, host="by-hand.example")
+    OldHost.objects.create(source=on, host="feed.example")
+    OldHost.objects.create(source=on, host="by-hand.example")
+    OldHost.objects.create(source=off, host="off.example")
+    executor = MigrationExecutor(connection)
+    executor.migrate([ours])
+    rows = ChangeEvent.objects.filter(source=UPGRADE_SOURCE).order_by("seq")
+    assert list(rows.values_list("action", "expression")) == [
+        ("allow", "by-hand.example"),
+        ("allow", "feed.example"),
+    ]
+    # From here a host's latest row says whether it is allowlisted.
+    assert changes.record_allowlist() == 0
+    unallow_host("by-hand.example")  # the feed still lists it: still in force
+    assert changes.record_allowlist() == 0
+    assert allowlist_rows(rows.last().seq) == []
