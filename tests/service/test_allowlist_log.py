@@ -141,3 +141,15 @@ def test_the_migration_logs_the_hosts_in_force(back_to_the_latest_schema):
     unallow_host("by-hand.example")  # the feed still lists it: still in force
     assert changes.record_allowlist() == 0
     assert allowlist_rows(rows.last().seq) == []
+
+
+def test_the_admin_change_log_shows_allowlist_rows(make_staff):
+    from django.urls import reverse
+
+    event = allow_host("partner.example").change_set.events.get()
+    admin = make_staff(superuser=True)
+    page = admin.get(reverse("admin:urlguard_changeevent_changelist"))
+    assert page.status_code == 200
+    assert "partner.example" in page.content.decode() and "Allowlist" in page.content.decode()
+    detail = admin.get(reverse("admin:urlguard_changeevent_change", args=[event.seq]))
+    assert detail.status_code == 200 and "partner.example" in detail.content.decode()
