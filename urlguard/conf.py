@@ -881,8 +881,8 @@ class Settings:
         hint="e.g. 20.",
     )
     # The exports rendered ahead of their pollers each time this node applies changes
-    # (urlguard.exports.prerender); () renders none ahead (a poll is then served the
-    # newest render kept until one is made).
+    # (urlguard.exports.prerender), never in a request; one left out is rendered by the
+    # first poll of each position instead.
     EXPORTS_PRERENDER = Setting(
         (
             "hosts.txt",

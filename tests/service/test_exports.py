@@ -199,7 +199,7 @@ def test_one_render_per_position(rules, get, monkeypatch):
     monkeypatch.setattr(render, "render", lambda e, d: calls.append(e.name) or real(e, d))
     for _ in range(5):
         assert get("hosts.txt").status_code == 200
-    assert calls == ["hosts.txt"]
+    assert calls.count("hosts.txt") == 1
     add_rule("new.example/", category="spam", source="test")
     assert "new.example" in get("hosts.txt").body
     get("hosts.txt")
@@ -258,6 +258,7 @@ def test_a_render_the_log_moved_under_is_done_again(rules, get, monkeypatch):
 def test_a_list_that_never_holds_still_is_a_503_with_retry_after(rules, get, monkeypatch):
     from urlguard.exports import projection
 
+    monkeypatch.setattr(render, "COLD_WAIT", 0.1)
     monkeypatch.setattr(projection.Snapshot, "consistent", lambda self: False)
     response = get("domains.txt")
     assert response.status_code == 503 and response["Retry-After"] == "30"

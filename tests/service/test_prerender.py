@@ -78,3 +78,34 @@ def test_the_thread_renders_after_a_nudge_and_the_poll_renders_nothing(
     text = b"".join(response.streaming_content).decode()
     assert "0.0.0.0 new.example" in text
     assert response["X-URLGuard-Position"] == str(sync.log_head())
+
+
+@pytest.mark.django_db
+def test_a_node_with_no_render_yet_answers_503_without_rendering_in_the_request(
+    prerender_requests, monkeypatch, settings
+):
+    settings.URLGUARD = {**settings.URLGUARD, "EXPORTS_OPEN": True}
+    add("one.example/")
+    monkeypatch.setattr(render, "COLD_WAIT", 0.2)
+    monkeypatch.setattr(render, "render", lambda *a: pytest.fail("rendered in a request"))
+    response = Client().get("/lists/hosts.txt")
+    assert response.status_code == 503 and response["Retry-After"] == "30"
+    assert "first render of hosts.txt" in response.content.decode()
+    assert prerender_requests  # the pre-render was asked for it
+
+
+@pytest.mark.django_db
+def test_a_list_left_out_of_the_prerender_is_rendered_by_its_first_poll(
+    prerender_requests, settings
+):
+    settings.URLGUARD = {
+        **settings.URLGUARD,
+        "EXPORTS_OPEN": True,
+        "EXPORTS_PRERENDER": ["abp.txt"],
+    }
+    client = Client()
+    add("one.example/")
+    assert "one.example" in b"".join(client.get("/lists/hosts.txt").streaming_content).decode()
+    add("two.example/")
+    assert "two.example" in b"".join(client.get("/lists/hosts.txt").streaming_content).decode()
+    assert not prerender_requests

@@ -29,6 +29,9 @@ __all__ = ["RenderBusy", "Rendered", "export_dir", "render", "rendered", "write_
 
 #: A render waits this long for another process's render of the same export.
 LOCK_TIMEOUT = 600.0
+#: A request for a pre-rendered export of which the node keeps no render yet waits
+#: this long for the first (a small list is done by then), then gets a 503.
+COLD_WAIT = 5.0
 #: Renders retried when changes keep committing under one (no snapshot isolation).
 ATTEMPTS = 5
 #: A temp file not written to for this long is of a writer that died: a live render
@@ -56,8 +59,9 @@ def rendered_path(name: str, key: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """Hold the export's render lock (waiting for another process's render)."""
+def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
+    """Hold the export's render lock; yields False at once if another process holds
+    it and `wait` is False."""
     fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + LOCK_TIMEOUT
@@ -66,23 +70,29 @@ def _locked(directory: Path) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not wait:
+                    yield False
+                    return
                 if time.monotonic() > deadline:
                     raise RenderBusy(f"another process is rendering {directory.name}") from None
                 time.sleep(0.05)
-        yield
+        yield True
     finally:
         os.close(fd)
 
 
 def rendered(export: Export, position: Position, *, in_request: bool = True) -> Rendered:
     """The file of `export` at `position`. The result may be of a later position (a
-    change committed meanwhile) or, `in_request`, of an earlier one: a request never
-    renders while a render is kept. It is served the newest render kept (its own
-    position, ETag and Last-Modified in its headers: right for its content) and the
-    pre-render (urlguard.exports.prerender) is asked for this one; the poll after it
-    finishes gets it. Only a node that keeps no render of the export at all (a fresh
-    data directory: the pre-render at boot is still running) renders in a request,
-    and of concurrent ones only the first: the rest wait for its file."""
+    change committed meanwhile) or, `in_request`, of an earlier one.
+
+    An export the node pre-renders (EXPORTS_PRERENDER) is never rendered in a request:
+    the pre-render (urlguard.exports.prerender) is asked for this position and the
+    request is served the newest render kept (its own position, ETag and Last-Modified
+    in its headers: right for its content); the poll after the pre-render gets the new
+    one. A node that keeps no render of it yet (a fresh data directory) waits up to
+    COLD_WAIT for the first, then RenderBusy (503, Retry-After). Any other export is
+    rendered by the first request for the position; requests meanwhile get the
+    newest render kept, or wait for that one when there is none."""
     path = rendered_path(export.name, position.key)
     if path.exists():
         return Rendered(path, position)
@@ -90,14 +100,23 @@ def rendered(export: Export, position: Position, *, in_request: bool = True) -> 
     # Owner only, like the rest of the data directory.
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     stale = newest(directory)
-    if in_request and stale is not None:
+    if in_request and export.name in conf.EXPORTS_PRERENDER:
         from urlguard.exports import prerender
 
         prerender.request()
-        if path.exists():  # rendered meanwhile (or by an inline pre-render)
-            return Rendered(path, position)
-        return stale
-    with _locked(directory):
+        deadline = time.monotonic() + (0.0 if stale is not None else COLD_WAIT)
+        while True:
+            if path.exists():  # rendered meanwhile (or by an inline pre-render)
+                return Rendered(path, position)
+            kept = stale or newest(directory)
+            if kept is not None:
+                return kept
+            if time.monotonic() >= deadline:
+                raise RenderBusy(f"the first render of {export.name} on this node is under way")
+            time.sleep(0.05)
+    with _locked(directory, wait=not in_request or stale is None) as mine:
+        if not mine and stale is not None:
+            return stale
         if path.exists():
             return Rendered(path, position)
         result = render(export, directory)
