@@ -13,9 +13,13 @@ class UrlguardConfig(AppConfig):
     def ready(self) -> None:
         # checks register on import; the task modules register the Celery tasks (the
         # site's Celery app finds them, and urlguard.changes nudges them by name).
-        from urlguard import celery, checks, embedded, registry, tasks  # noqa: F401
+        from urlguard import celery, checks, embedded, registry, sync, tasks  # noqa: F401
         from urlguard.conf import conf
+        from urlguard.exports import prerender
         from urlguard.feeds import tasks as feed_tasks  # noqa: F401
+
+        if prerender.after_changes not in sync.AFTER_CHANGES:
+            sync.AFTER_CHANGES.append(prerender.after_changes)
 
         try:
             catch_up = conf.EMBEDDED_CATCH_UP

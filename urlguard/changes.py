@@ -34,6 +34,7 @@ from django.utils import timezone
 from urlguard import ownership
 from urlguard.importing import ParsedLine
 from urlguard.models import (
+    AllowedHost,
     Category,
     ChangeEvent,
     ChangeSet,
@@ -342,8 +343,6 @@ def record_allowlist(
     it in the transaction that changed the allowlist, after the change: the rows
     commit with it, so an export's position and the allowlist it reads agree.
     Idempotent (a second call writes nothing). Returns the rows written."""
-    from urlguard.feeds.allowlist import in_force  # imports this module
-
     using = router.db_for_write(ChangeEvent)
     with transaction.atomic(using=using):
         _lock_change_log(using)
@@ -352,7 +351,9 @@ def record_allowlist(
         batches: Iterable[list[str] | None] = [None] if wanted is None else in_batches(wanted)
         events: list[tuple[str, str]] = []
         for batch in batches:
-            rows = in_force() if batch is None else in_force().filter(host__in=batch)
+            rows = AllowedHost.objects.in_force()
+            if batch is not None:
+                rows = rows.filter(host__in=batch)
             now_in = set(rows.values_list("host", flat=True))
             named = logged if batch is None else logged.filter(expression__in=batch)
             last: dict[str, str] = {}

@@ -107,10 +107,16 @@ def _names(value: Any) -> bool:
     return isinstance(value, (list, tuple, set, frozenset)) and all(_text(v) for v in value)
 
 
-def _export_name(name: str) -> bool:
-    from urlguard.exports.catalog import EXPORTS
-
-    return name in EXPORTS
+#: The exports served at /lists/<name> (urlguard.exports.catalog; a test keeps the two
+#: the same: the catalog imports this module).
+EXPORT_NAMES = (
+    "hosts.txt",
+    "domains.txt",
+    "abp.txt",
+    "rspamd-domains.map",
+    "rspamd-urls.map",
+    "rpz.zone",
+)
 
 
 def _host_base_dir() -> Path | None:
@@ -884,17 +890,9 @@ class Settings:
     # (urlguard.exports.prerender), never in a request; one left out is rendered by the
     # first poll of each position instead.
     EXPORTS_PRERENDER = Setting(
-        (
-            "hosts.txt",
-            "domains.txt",
-            "abp.txt",
-            "rspamd-domains.map",
-            "rspamd-urls.map",
-            "rpz.zone",
-        ),
-        must_be="a list of export names (hosts.txt, domains.txt, abp.txt, "
-        "rspamd-domains.map, rspamd-urls.map, rpz.zone)",
-        valid=lambda v: _names(v) and all(_export_name(n) for n in v),
+        EXPORT_NAMES,
+        must_be=f"a list of export names ({', '.join(EXPORT_NAMES)})",
+        valid=lambda v: _names(v) and all(n in EXPORT_NAMES for n in v),
         resolve=tuple,
         check_id="urlguard.E096",
         hint="e.g. ['hosts.txt', 'abp.txt'] (a list, not a string), or [] for none.",

@@ -469,6 +469,12 @@ def _logged_rebuild(
     )
 
 
+#: Called, without arguments and without waiting, after sync_and_report applied
+#: changes (or rebuilt, or caught up periodically); the app's ready() adds the exports'
+#: pre-render (urlguard.exports.prerender.after_changes).
+AFTER_CHANGES: list[Callable[[], None]] = []
+
+
 def sync_and_report(
     up_to_seq: int | None = None,
     *,
@@ -498,12 +504,11 @@ def sync_and_report(
     if not result.skipped or periodic:
         report(result, full=periodic)
     if result.applied or result.rebuilt or periodic:
-        # The exports at the new position, rendered in the background before their
-        # pollers ask (a periodic catch-up also covers a node that booted, or lost a
-        # render to a kill, with nothing applied since).
-        from urlguard.exports import prerender
-
-        prerender.request()
+        # E.g. the exports at the new position, rendered in the background before
+        # their pollers ask (a periodic catch-up also covers a node that booted, or
+        # lost a render to a kill, with nothing applied since).
+        for hook in AFTER_CHANGES:
+            hook()
     if periodic and not result.rebuilt and conf.SPOT_CHECK_SAMPLE:
         verify_and_repair(result.path, sample=int(conf.SPOT_CHECK_SAMPLE))
     return result

@@ -329,8 +329,8 @@ def test_a_render_pruned_before_it_is_opened_is_found_again(rules, get, monkeypa
     real = views.rendered
     calls = []
 
-    def pruned_once(export, position):
-        result = real(export, position)
+    def pruned_once(export, position, **kwargs):
+        result = real(export, position, **kwargs)
         calls.append(result)
         if len(calls) == 1:  # another process pruned it meanwhile
             return render.Rendered(result.path.with_name("pruned.txt"), result.position)

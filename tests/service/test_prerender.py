@@ -109,3 +109,13 @@ def test_a_list_left_out_of_the_prerender_is_rendered_by_its_first_poll(
     add("two.example/")
     assert "two.example" in b"".join(client.get("/lists/hosts.txt").streaming_content).decode()
     assert not prerender_requests
+
+
+def test_the_settings_name_every_export_of_the_catalog():
+    from urlguard.conf import EXPORT_NAMES
+
+    assert tuple(EXPORTS) == EXPORT_NAMES
+
+
+def test_the_app_hooks_the_prerender_to_the_node_sync_once():
+    assert sync.AFTER_CHANGES.count(prerender.after_changes) == 1

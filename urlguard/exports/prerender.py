@@ -27,7 +27,7 @@ from urlguard.exports.render import RenderBusy, Rendered, rendered
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["render_all", "request", "wait"]
+__all__ = ["after_changes", "render_all", "request", "wait"]
 
 _cond = threading.Condition()
 _asked = 0  # requests made in this process
@@ -44,6 +44,11 @@ def request() -> None:
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_loop, name="urlguard-prerender", daemon=True)
             _thread.start()
+
+
+def after_changes() -> None:
+    """urlguard.sync's hook (registered by the app's ready()): this node applied changes."""
+    request()
 
 
 def wait(timeout: float) -> bool:
@@ -86,7 +91,7 @@ def render_all() -> list[Rendered]:
         if export is None:
             continue
         try:
-            done.append(rendered(export, current_position(), in_request=False))
+            done.append(rendered(export, current_position()))
         except RenderBusy as exc:
             logger.warning("pre-rendering %s: %s; the next change retries", name, exc)
     return done

@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -81,9 +81,12 @@ def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
         os.close(fd)
 
 
-def rendered(export: Export, position: Position, *, in_request: bool = True) -> Rendered:
+def rendered(
+    export: Export, position: Position, *, ask_prerender: Callable[[], None] | None = None
+) -> Rendered:
     """The file of `export` at `position`. The result may be of a later position (a
-    change committed meanwhile) or, `in_request`, of an earlier one.
+    change committed meanwhile) or, for a request (which passes `ask_prerender`), of
+    an earlier one.
 
     An export the node pre-renders (EXPORTS_PRERENDER) is never rendered in a request:
     the pre-render (urlguard.exports.prerender) is asked for this position and the
@@ -100,10 +103,8 @@ def rendered(export: Export, position: Position, *, in_request: bool = True) -> 
     # Owner only, like the rest of the data directory.
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     stale = newest(directory)
-    if in_request and export.name in conf.EXPORTS_PRERENDER:
-        from urlguard.exports import prerender
-
-        prerender.request()
+    if ask_prerender is not None and export.name in conf.EXPORTS_PRERENDER:
+        ask_prerender()
         deadline = time.monotonic() + (0.0 if stale is not None else COLD_WAIT)
         while True:
             if path.exists():  # rendered meanwhile (or by an inline pre-render)
@@ -114,7 +115,7 @@ def rendered(export: Export, position: Position, *, in_request: bool = True) -> 
             if time.monotonic() >= deadline:
                 raise RenderBusy(f"the first render of {export.name} on this node is under way")
             time.sleep(0.05)
-    with _locked(directory, wait=not in_request or stale is None) as mine:
+    with _locked(directory, wait=ask_prerender is None or stale is None) as mine:
         if not mine and stale is not None:
             return stale
         if path.exists():

@@ -31,7 +31,7 @@ from django.views.decorators.http import require_http_methods
 
 from urlguard import apikeys
 from urlguard.conf import conf
-from urlguard.exports import rcs
+from urlguard.exports import prerender, rcs
 from urlguard.exports.abp import AbpExport
 from urlguard.exports.catalog import get_export
 from urlguard.exports.projection import Position, current_position
@@ -133,7 +133,7 @@ def export_view(request: HttpRequest, name: str) -> HttpResponseBase:
     # between finding it and opening it.
     for attempt in range(2):
         try:
-            current = rendered(export, current_position())
+            current = rendered(export, current_position(), ask_prerender=_ask_prerender)
             if patch:
                 return _patch_response(request, patch.group(1), current)
             etag = f'"{current.position.key}"'
@@ -148,6 +148,10 @@ def export_view(request: HttpRequest, name: str) -> HttpResponseBase:
             if attempt:
                 raise
     raise AssertionError("unreachable")
+
+
+def _ask_prerender() -> None:
+    prerender.request()
 
 
 def _patch_response(request: HttpRequest, old_key: str, current: Rendered) -> HttpResponseBase:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from urlguard import changes
 from urlguard.canonical import split_expression
@@ -83,9 +83,7 @@ class Allowlist:
 def in_force() -> QuerySet[AllowedHost]:
     """The entries that protect their host now: a person's, and those of enabled
     allowlist feeds."""
-    return AllowedHost.objects.filter(
-        Q(source__isnull=True) | Q(source__enabled=True, source__is_allowlist=True)
-    )
+    return AllowedHost.objects.in_force()
 
 
 def load() -> Allowlist:
