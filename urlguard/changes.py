@@ -80,9 +80,9 @@ _IN_BATCH = 900
 _ADD = str(ChangeEvent.Action.ADD.value)
 _REMOVE = str(ChangeEvent.Action.REMOVE.value)
 _ALLOW = str(ChangeEvent.Action.ALLOW.value)
+_UNALLOW = str(ChangeEvent.Action.UNALLOW.value)
 #: The `source` of allowlist rows (the allowlist is no rule source).
 ALLOWLIST_LABEL = "allowlist"
-_UNALLOW = str(ChangeEvent.Action.UNALLOW.value)
 
 # The change set that writes without an explicit `change_set=` join (see change_set()).
 _current: contextvars.ContextVar[ChangeSet | None] = contextvars.ContextVar(
