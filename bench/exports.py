@@ -7,10 +7,14 @@ Creates its own database (urlguard_bench_exports, dropped and re-created), loads
     the whole list / AXFR they spare;
   - URIBL queries per second answered by serve_dns to a bounded dnspython client
     (--clients threads, each one query in flight);
-  - add_rule -> NXDOMAIN at an Unbound secondary (NOTIFY + IXFR), if unbound is installed.
+  - add_rule -> NXDOMAIN at an Unbound secondary (NOTIFY + IXFR), if unbound is installed;
+  - the first poller's latency after a change, per export: rendered in its request (as
+    before the pre-render, and still on a node that keeps no render) beside served while
+    the node's pre-render runs and after it (--first-poller-only: this section alone).
 
     .venv/bin/python bench/exports.py [--rules 1000000] [--seconds 5] [--clients 4]
                                       [--pg postgres://postgres@127.0.0.1:5432]
+                                      [--first-poller-only]
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--db", default="urlguard_bench_exports")
+    parser.add_argument("--first-poller-only", action="store_true")
     args = parser.parse_args()
 
     import psycopg
@@ -109,7 +114,9 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     try:
         seed(connection, args.rules)
-        run(args, var)
+        if not args.first_poller_only:
+            run(args, var)
+        first_poller(args.rules)
     finally:
         connection.close()
         with psycopg.connect(f"{args.pg}/postgres", autocommit=True) as admin:
@@ -216,6 +223,74 @@ def run(args: argparse.Namespace, var: Path) -> None:
             print(f"add_rule -> NXDOMAIN at an Unbound secondary (NOTIFY + IXFR): {latency:.2f} s")
     finally:
         server.stop()
+
+
+def first_poller(n: int) -> None:
+    """GET /lists/<name> right after a change: rendered in the request (every first
+    poller's lot before the pre-render; still so for an export left out of
+    EXPORTS_PRERENDER) beside the poll during the pre-render (served the newest render
+    kept) and after it."""
+    from django.conf import settings
+    from django.test import Client
+
+    from urlguard.exports import prerender
+    from urlguard.exports.catalog import EXPORTS
+    from urlguard.feeds import runner
+    from urlguard.models import ChangeEvent
+    from urlguard.nodesync import embedded, sync
+    from urlguard.writepath.changes import add_rule
+
+    # A request starts the embedded default's upkeep and feed threads: not measured.
+    embedded.stop()
+    runner.stop()
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    settings.URLGUARD = {**getattr(settings, "URLGUARD", {}), "EXPORTS_OPEN": True}
+    client = Client()
+
+    def poll(name: str) -> tuple[float, str]:
+        started = time.perf_counter()
+        response = client.get(f"/lists/{name}")
+        for _ in response.streaming_content:
+            pass
+        return time.perf_counter() - started, response["X-URLGuard-Position"]
+
+    print(f"\n## First poller after a change, {n:,} rules\n")
+    sync.sync_and_report(periodic=True)  # the node's first catch-up renders them all
+    assert prerender.wait(3600)
+    # As before the pre-render: no export rendered ahead, so the first poll of a new
+    # position renders it in its request.
+    urlguard_settings = settings.URLGUARD
+    settings.URLGUARD = {**urlguard_settings, "EXPORTS_PRERENDER": []}
+    old = {}
+    try:
+        for i, name in enumerate(EXPORTS):
+            add_rule(f"first-poller-{i}.example/", category="spam", source="bench")
+            old[name] = poll(name)[0]
+    finally:
+        settings.URLGUARD = urlguard_settings
+    started = time.perf_counter()
+    # Committed, then applied by its nudge in-process (the embedded default), which
+    # asks for the pre-render: a worker's apply task does the same.
+    add_rule("first-poller-new.example/", category="spam", source="bench")
+    head = str(ChangeEvent.objects.head())
+    during = {name: poll(name) for name in EXPORTS}
+    assert prerender.wait(3600)
+    prerendered = time.perf_counter() - started
+    after = {name: poll(name) for name in EXPORTS}
+    print("| export | rendered in the request | during the pre-render | after it | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name in EXPORTS:
+        (d, d_pos), (a, a_pos) = during[name], after[name]
+        assert a_pos == head, (name, a_pos, head)
+        which = "new" if d_pos == head else "previous"
+        print(
+            f"| {name} | {old[name] * 1e3:,.0f} ms | {d * 1e3:,.1f} ms ({which} position) "
+            f"| {a * 1e3:,.1f} ms | {old[name] / max(d, a):,.0f}x |"
+        )
+    print(
+        f"\nthe pre-render of all {len(EXPORTS)} exports was done {prerendered:.1f} s "
+        "after add_rule returned"
+    )
 
 
 def produce(server, kind: str, serial: int | None = None) -> tuple[float, int, int]:  # type: ignore[no-untyped-def]

@@ -7,10 +7,13 @@
 #   entrypoint.sh worker            the node's Celery worker: broadcast + task queues
 #                                   (one per node: it is the only writer of its filter)
 #   entrypoint.sh beat              Celery beat (exactly one per deployment)
+#   entrypoint.sh dns               manage.py serve_dns: the RPZ and URIBL zones (optional,
+#                                   one per node that DNS consumers ask, beside its worker)
 #   entrypoint.sh migrate           database migrations (once per release, before web)
 #   entrypoint.sh createsuperuser   the first admin from DJANGO_SUPERUSER_* (idempotent)
 #   entrypoint.sh manage ARGS...    any manage.py command (filter_info, sync_filter ...)
 #   entrypoint.sh healthcheck       GET /healthz on this node's web (the image's HEALTHCHECK)
+#   entrypoint.sh healthcheck dns   the SOA of the RPZ zone from this node's serve_dns
 set -eu
 
 # The service project's WSGI callable and Celery app: the one place to change them.
@@ -32,11 +35,15 @@ export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-${URLGUARD_VAR_DIR:
 mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
 BIND="${URLGUARD_BIND:-0.0.0.0:8000}"
+# A high port: the image's user may bind nothing below 1024. Publish or map 53 to it
+# (compose, the Kubernetes Service), or grant CAP_NET_BIND_SERVICE (the systemd unit).
+DNS_BIND="${URLGUARD_DNS_BIND:-0.0.0.0:5353}"
+DNS_ZONE="${URLGUARD_DNS_RPZ_ZONE:-rpz.urlguard.}"
 QUEUES="${URLGUARD_WORKER_QUEUES:-urlguard.broadcast,celery}"
 LOGLEVEL="${URLGUARD_LOG_LEVEL:-INFO}"
 
 usage() {
-    sed -n '5,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '5,16p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -65,6 +72,12 @@ beat)
     exec "$PYTHON" -m celery -A "$CELERY_APP" beat --loglevel "$LOGLEVEL" \
         --schedule "${URLGUARD_BEAT_SCHEDULE:-${URLGUARD_VAR_DIR:-$ROOT/var}/celerybeat-schedule}" "$@"
     ;;
+dns)
+    # Reads the database and this node's filter file (written by the node's worker).
+    host="${DNS_BIND%:*}"
+    host="${host#[}"
+    exec "$PYTHON" manage.py serve_dns --address "${host%]}" --port "${DNS_BIND##*:}" "$@"
+    ;;
 migrate)
     exec "$PYTHON" manage.py migrate --noinput "$@"
     ;;
@@ -89,6 +102,20 @@ manage)
     exec "$PYTHON" manage.py "$@"
     ;;
 healthcheck)
+    if [ "${1:-}" = dns ]; then
+        # Healthy: the RPZ zone's SOA answered, authoritatively, within 3 seconds.
+        exec "$PYTHON" -c '
+import sys
+import dns.flags, dns.message, dns.query, dns.rcode, dns.rdatatype
+host, _, port = sys.argv[1].rpartition(":")
+host = "127.0.0.1" if host in ("", "0.0.0.0", "[::]", "::") else host.strip("[]")
+query = dns.message.make_query(sys.argv[2], "SOA")
+answer = dns.query.udp(query, host, port=int(port), timeout=3)
+ok = answer.rcode() == dns.rcode.NOERROR and answer.flags & dns.flags.AA and any(
+    r.rdtype == dns.rdatatype.SOA for r in answer.answer)
+sys.exit(0 if ok else 1)
+' "$DNS_BIND" "$DNS_ZONE"
+    fi
     exec "$PYTHON" -c '
 import sys, urllib.request
 host, _, port = sys.argv[1].rpartition(":")

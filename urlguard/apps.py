@@ -15,7 +15,11 @@ class UrlguardConfig(AppConfig):
         # site's Celery app finds them, and urlguard.writepath.changes nudges them by name).
         from urlguard import celery, checks, tasks  # noqa: F401
         from urlguard.conf import conf
-        from urlguard.nodesync import embedded, registry
+        from urlguard.exports import prerender
+        from urlguard.nodesync import embedded, registry, sync
+
+        if prerender.after_changes not in sync.AFTER_CHANGES:
+            sync.AFTER_CHANGES.append(prerender.after_changes)
 
         try:
             catch_up = conf.EMBEDDED_CATCH_UP

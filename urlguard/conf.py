@@ -107,6 +107,18 @@ def _names(value: Any) -> bool:
     return isinstance(value, (list, tuple, set, frozenset)) and all(_text(v) for v in value)
 
 
+#: The exports served at /lists/<name> (urlguard.exports.catalog; a test keeps the two
+#: the same: the catalog imports this module).
+EXPORT_NAMES = (
+    "hosts.txt",
+    "domains.txt",
+    "abp.txt",
+    "rspamd-domains.map",
+    "rspamd-urls.map",
+    "rpz.zone",
+)
+
+
 def _host_base_dir() -> Path | None:
     """The BASE_DIR that `django-admin startproject` writes into every settings.py (not
     a Django setting: a site may have none)."""
@@ -873,6 +885,17 @@ class Settings:
         resolve=int,
         check_id="urlguard.E028",
         hint="e.g. 20.",
+    )
+    # The exports rendered ahead of their pollers each time this node applies changes
+    # (urlguard.exports.prerender), never in a request; one left out is rendered by the
+    # first poll of each position instead.
+    EXPORTS_PRERENDER = Setting(
+        EXPORT_NAMES,
+        must_be=f"a list of export names ({', '.join(EXPORT_NAMES)})",
+        valid=lambda v: _names(v) and all(n in EXPORT_NAMES for n in v),
+        resolve=tuple,
+        check_id="urlguard.E096",
+        hint="e.g. ['hosts.txt', 'abp.txt'] (a list, not a string), or [] for none.",
     )
     # serve_dns: the RPZ zone (transferred to resolvers) and the URIBL zone (answered
     # live), absolute names.

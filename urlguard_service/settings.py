@@ -182,6 +182,13 @@ if _metrics_token := os.environ.get("URLGUARD_METRICS_TOKEN", ""):
     URLGUARD["METRICS_TOKEN"] = _metrics_token
 if _metrics_networks := os.environ.get("URLGUARD_METRICS_ALLOWED_NETWORKS", ""):
     URLGUARD["METRICS_ALLOWED_NETWORKS"] = [n.strip() for n in _metrics_networks.split(",")]
+# The `dns` role (serve_dns): its zones, who may transfer the RPZ zone, whom to NOTIFY.
+for _name in ("DNS_RPZ_ZONE", "DNS_URIBL_ZONE"):
+    if _value := os.environ.get(f"URLGUARD_{_name}", ""):
+        URLGUARD[_name] = _value
+for _name in ("DNS_TRANSFER_NETWORKS", "DNS_NOTIFY"):
+    if _value := os.environ.get(f"URLGUARD_{_name}", ""):
+        URLGUARD[_name] = [v.strip() for v in _value.split(",") if v.strip()]
 
 # The cache keeps the API's rate-limit counters: per process by default, shared by
 # every process and node with CACHE_URL=redis://host:6379/N.

@@ -109,6 +109,17 @@ def test_compose_runs_two_nodes_each_web_and_worker_on_its_own_volume_and_one_be
         node = services[web]["environment"]["URLGUARD_NODE_NAME"]
         assert services[worker]["environment"]["URLGUARD_NODE_NAME"] == node
     assert len(volumes) == 2
+    # Each node's DNS server beside its worker: the same volume (filter file, metrics).
+    dnses = sorted(n for n, r in roles.items() if r == "dns")
+    assert len(dnses) == 2
+    for dns, worker in zip(dnses, workers, strict=True):
+        assert services[dns]["volumes"] == services[worker]["volumes"]
+        node = services[worker]["environment"]["URLGUARD_NODE_NAME"]
+        assert services[dns]["environment"]["URLGUARD_NODE_NAME"] == node
+        assert {p.rsplit("/", 1)[1] for p in services[dns]["ports"]} == {"udp", "tcp"}
+        assert all(p.split(":")[-1].startswith("5353/") for p in services[dns]["ports"])
+        test = services[dns]["healthcheck"]["test"]
+        assert test == ["CMD", "/app/deploy/entrypoint.sh", "healthcheck", "dns"]
     front = services["front"]
     assert "./nginx/compose.conf:/etc/nginx/conf.d/default.conf:ro" in front["volumes"]
     env = services["web1"]["environment"]
@@ -124,7 +135,8 @@ def test_the_kubernetes_manifests_validate():
         doc["kind"] for path in files for doc in yaml.safe_load_all(path.read_text()) if doc
     )
     assert kinds == sorted(
-        ["ConfigMap", "Secret", "Deployment", "Deployment", "Service", "PodDisruptionBudget"]
+        ["ConfigMap", "Secret", "Deployment", "Deployment", "Service", "Service"]
+        + ["PodDisruptionBudget"]
         + ["Job", "Job"]
     )
 
@@ -139,11 +151,23 @@ def test_kubernetes_validate_can_fail(tmp_path):
 def test_a_node_pod_runs_web_and_worker_on_one_var_volume_with_probes():
     docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "node.yaml").read_text()))
     pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
-    web, worker = pod["containers"]
-    assert (web["args"][0], worker["args"][0]) == ("web", "worker")
+    web, worker, dns = pod["containers"]
+    assert (web["args"][0], worker["args"][0], dns["args"][0]) == ("web", "worker", "dns")
     assert web["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert web["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    for container in (web, worker):
+    probe = ["/app/deploy/entrypoint.sh", "healthcheck", "dns"]
+    assert dns["livenessProbe"]["exec"]["command"] == probe
+    assert {(p["containerPort"], p["protocol"]) for p in dns["ports"]} == {
+        (5353, "UDP"),
+        (5353, "TCP"),
+    }
+    service = next(d for d in docs if d["metadata"]["name"] == "urlguard-dns")["spec"]
+    assert {(p["port"], p["protocol"], p["targetPort"]) for p in service["ports"]} == {
+        (53, "UDP", "dns-udp"),
+        (53, "TCP", "dns-tcp"),
+    }
+    assert service["selector"]["app.kubernetes.io/component"] == "node"
+    for container in (web, worker, dns):
         assert {"name": "var", "mountPath": "/app/var"} in container["volumeMounts"]
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
     beat = yaml.safe_load((DEPLOY / "kubernetes" / "beat.yaml").read_text())["spec"]
@@ -347,6 +371,7 @@ def test_the_systemd_units_verify(tmp_path):
     units = installed_units(tmp_path)
     assert [u.name for u in units] == [
         "urlguard-beat.service",
+        "urlguard-dns.service",
         "urlguard-web.service",
         "urlguard-worker.service",
     ]
@@ -356,6 +381,11 @@ def test_the_systemd_units_verify(tmp_path):
     web = (tmp_path / "urlguard-web.service").read_text()
     assert "Environment=PROMETHEUS_MULTIPROC_DIR=/run/urlguard/metrics" in web
     assert f"ExecStart={ROOT}/deploy/entrypoint.sh web" in web
+    dns = (tmp_path / "urlguard-dns.service").read_text()
+    assert f"ExecStart={ROOT}/deploy/entrypoint.sh dns" in dns
+    assert "AmbientCapabilities=CAP_NET_BIND_SERVICE" in dns
+    assert f"{ROOT}/deploy/entrypoint.sh healthcheck dns" in dns
+    assert "Environment=PROMETHEUS_MULTIPROC_DIR=/run/urlguard/metrics" in dns
 
 
 def test_systemd_verify_can_fail(tmp_path):

@@ -61,7 +61,7 @@ def test_an_unknown_role_is_refused_with_the_list(tmp_path):
     done = entrypoint("wbe", env=environment(tmp_path))
     assert done.returncode == 2
     assert "unknown role 'wbe'" in done.stderr
-    for role in ("web", "worker", "beat", "migrate", "createsuperuser"):
+    for role in ("web", "worker", "beat", "dns", "migrate", "createsuperuser", "healthcheck dns"):
         assert f"entrypoint.sh {role}" in done.stderr
     assert entrypoint(env=environment(tmp_path)).returncode == 2
 
@@ -127,6 +127,58 @@ def test_web_serves_and_its_healthcheck_says_so(tmp_path):
     # gunicorn (the exec'd process, so signals reach it) with the metrics hooks.
     assert "urlguard metrics in" in text and str(tmp_path / "var" / "metrics") in text
     assert '"GET /metrics HTTP/1.1" 200' in text
+
+
+def free_dns_port() -> int:
+    """A port free for UDP and TCP both, in this test run's range (18200-18299)."""
+    for port in range(18250, 18300):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, socket.socket() as t:
+            try:
+                u.bind(("127.0.0.1", port))
+                t.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 18250-18299")
+
+
+def test_dns_serves_and_its_healthcheck_says_so(tmp_path):
+    import dns.message
+    import dns.query
+
+    var = tmp_path / "var"
+    env = environment(var)
+    assert entrypoint("migrate", env=env).returncode == 0
+    port = free_dns_port()
+    env.update(URLGUARD_DNS_BIND=f"127.0.0.1:{port}", URLGUARD_DNS_RPZ_ZONE="rpz.example.net.")
+    assert entrypoint("healthcheck", "dns", env=env, timeout=30).returncode != 0  # not yet
+    log = (tmp_path / "dns.log").open("w")
+    server = subprocess.Popen(
+        ["sh", str(ENTRYPOINT), "dns"], env=env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while entrypoint("healthcheck", "dns", env=env, timeout=30).returncode != 0:
+            assert server.poll() is None, (tmp_path / "dns.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "dns.log").read_text()
+            time.sleep(0.2)
+        query = dns.message.make_query("2.0.0.127.uribl.urlguard.", "A")
+        answer = dns.query.udp(query, "127.0.0.1", port=port, timeout=5)
+        assert answer.answer[0][0].to_text() == "127.0.0.2"
+        # The zone comes from the environment: the default one is no longer served.
+        query = dns.message.make_query("rpz.urlguard.", "SOA")
+        assert dns.query.udp(query, "127.0.0.1", port=port, timeout=5).rcode() == 5  # REFUSED
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+        log.close()
+    text = (tmp_path / "dns.log").read_text()
+    # serve_dns itself (exec'd: SIGTERM reached it) on the address and port given.
+    assert f"serve_dns on 127.0.0.1 port {port}" in text and "serve_dns stopped." in text
+    assert server.returncode == 0
+    # Its metrics are in the node's directory, which the node's web sums at /metrics.
+    assert list((var / "metrics").glob("*.db"))
 
 
 def test_the_worker_refuses_the_shipped_secret_key_off_the_demo(tmp_path):

@@ -175,3 +175,23 @@ def dns_server(build_filter, fresh_guard):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def prerender_requests(monkeypatch) -> list[None]:
+    """The exports' background pre-render (urlguard.exports.prerender), recorded
+    instead of started: a thread of its own cannot see a test's uncommitted rows. A
+    test of it uses `prerender_inline`, or the real thread in a transactional test."""
+    from urlguard.exports import prerender
+
+    asked: list[None] = []
+    monkeypatch.setattr(prerender, "request", lambda: asked.append(None))
+    return asked
+
+
+@pytest.fixture
+def prerender_inline(monkeypatch) -> None:
+    """The pre-render finishes before the next poll (it runs in the caller)."""
+    from urlguard.exports import prerender
+
+    monkeypatch.setattr(prerender, "request", prerender.render_all)

@@ -161,11 +161,14 @@ def test_bad_hosts_are_refused():
 
 
 def test_allowing_twice_keeps_one_entry_and_updates_the_note():
-    allow_host("code-host.example", note="one")
+    first = allow_host("code-host.example", note="one")
+    # Nothing withdrawn, but the host's entry is in the change log.
+    assert first.change_set is not None
+    assert [e.action for e in first.change_set.events.all()] == ["allow"]
     again = allow_host("code-host.example", note="two")
     assert not again.created and again.change_set is None
     assert list(AllowedHost.objects.values_list("host", "note")) == [("code-host.example", "two")]
-    assert not ChangeSet.objects.exists()  # nothing withdrawn, no empty change sets
+    assert ChangeSet.objects.count() == 1  # the second changed nothing: no empty change set
 
 
 def test_allow_host_command(hosts_feed):

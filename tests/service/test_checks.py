@@ -163,6 +163,7 @@ REFUSED = {
     "EXPORT_MAX_AGE": [-1, "300", "5m", 1.5, None, True],
     "EXPORTS_OPEN": ["yes", 1, None],
     "EXPORT_KEEP_VERSIONS": [0, -1, "20", 1.5, None],
+    "EXPORTS_PRERENDER": ["hosts.txt", ["hosts.txt", "nope.txt"], [""], None],
     "DNS_RPZ_ZONE": ["rpz.urlguard", "", ".", "a..b.", "bad_label-.x.", None, 5],
     "DNS_URIBL_ZONE": ["uribl.urlguard", "-x.example.", None],
     "DNS_NOTIFY": ["127.0.0.1:53", ["127.0.0.1"], ["localhost:53"], ["127.0.0.1:0"], None],

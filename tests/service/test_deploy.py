@@ -123,3 +123,29 @@ def test_node_name_and_metrics_access_come_from_the_environment(tmp_path):
     assert done.stdout.split(" ", 2) == ["node7", "'t0ken'", "['127.0.0.0/8', '10.0.0.0/8']\n"]
     done = _run(tmp_path, ["-c", probe], **env)
     assert done.stdout.split(" ", 1)[1] == "'' ['127.0.0.0/8', '::1/128']\n", done.stderr
+
+
+def test_the_dns_roles_settings_come_from_the_environment(tmp_path):
+    probe = (
+        "import django; django.setup(); from urlguard.conf import conf; "
+        "print(conf.DNS_RPZ_ZONE, conf.DNS_URIBL_ZONE, "
+        "[str(n) for n in conf.DNS_TRANSFER_NETWORKS], conf.DNS_NOTIFY)"
+    )
+    env = {"DJANGO_SETTINGS_MODULE": "urlguard_service.settings"}
+    done = _run(
+        tmp_path,
+        ["-c", probe],
+        URLGUARD_DNS_RPZ_ZONE="rpz.example.net.",
+        URLGUARD_DNS_URIBL_ZONE="uribl.example.net.",
+        URLGUARD_DNS_TRANSFER_NETWORKS="127.0.0.0/8, 10.0.0.0/24",
+        URLGUARD_DNS_NOTIFY="10.0.0.53:53,10.0.0.54:5353",
+        **env,
+    )
+    assert done.stdout.strip() == (
+        "rpz.example.net. uribl.example.net. ['127.0.0.0/8', '10.0.0.0/24'] "
+        "(('10.0.0.53', 53), ('10.0.0.54', 5353))"
+    ), done.stderr
+    done = _run(tmp_path, ["-c", probe], **env)
+    assert done.stdout.strip() == ("rpz.urlguard. uribl.urlguard. ['127.0.0.0/8', '::1/128'] ()"), (
+        done.stderr
+    )

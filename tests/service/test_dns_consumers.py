@@ -73,6 +73,53 @@ def test_unbound_secondary_follows_the_list_by_notify_and_ixfr(dns_server, sync_
         unbound.wait(10)
 
 
+@pytest.mark.skipif(not Path(UNBOUND).exists(), reason="Debian's unbound is not installed")
+def test_an_allowlisted_exception_reaches_unbound_by_notify_and_ixfr(
+    dns_server, sync_filter, tmp_path
+):
+    from urlguard.writepath.allowlist import allow_host, unallow_host
+
+    add_rule("evil.example/", category="phishing", source="test")
+    port = free_port()
+    server = dns_server(notify=(("127.0.0.1", port),))
+    names = {"partner.hosting": "192.0.2.4", "other.hosting": "192.0.2.5", "evil": "192.0.2.1"}
+    # Another provider's zone, listed after ours, blocks the whole hosting platform.
+    unbound = start_unbound(
+        tmp_path,
+        port=port,
+        primary=server.port,
+        zone=RPZ,
+        names=names,
+        verbosity=4,
+        local_rpz=["hosting.example CNAME .", "*.hosting.example CNAME ."],
+    )
+    try:
+
+        def rcode(name):
+            try:
+                return ask(port, name, timeout=1).rcode()
+            except Exception:
+                return None
+
+        assert until(lambda: rcode("evil.example.") == dns.rcode.NXDOMAIN), _log(tmp_path)
+        assert rcode("partner.hosting.example.") == dns.rcode.NXDOMAIN
+        # Allowlisted here: our zone's passthru, first, wins over the other zone.
+        allowed = time.monotonic()
+        allow_host("partner.hosting.example")
+        assert until(lambda: rcode("partner.hosting.example.") == dns.rcode.NOERROR), _log(tmp_path)
+        assert time.monotonic() - allowed < 10
+        assert ask(port, "partner.hosting.example.").answer[0][0].to_text() == "192.0.2.4"
+        assert rcode("other.hosting.example.") == dns.rcode.NXDOMAIN
+        unallow_host("partner.hosting.example")
+        assert until(lambda: rcode("partner.hosting.example.") == dns.rcode.NXDOMAIN), _log(
+            tmp_path
+        )
+        assert "IXFR packet" in _log(tmp_path)  # incremental, not a whole transfer
+    finally:
+        unbound.terminate()
+        unbound.wait(10)
+
+
 def _log(tmp_path: Path) -> str:
     path = tmp_path / "unbound.log"
     return path.read_text()[-30000:] if path.exists() else "(no unbound log)"

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import base64
 import re
+from datetime import UTC, datetime, timedelta
 
 import dns.zone
 import pytest
 from django.test import Client
-from django.utils.http import http_date
+from django.utils import timezone
+from django.utils.http import http_date, parse_http_date
 
-from urlguard.exports import rcs, render
-from urlguard.exports.projection import read_allowlist
+from urlguard.exports import rcs, render, views
+from urlguard.exports.catalog import get_export
+from urlguard.exports.projection import Position, read_allowlist
 from urlguard.exports.rspamd_urls import url_pattern
 from urlguard.models import AllowedHost, ChangeEvent, Source, SpamRule
 from urlguard.operations import apikeys
 from urlguard.writepath.changes import add_rule, remove_rule
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prerender_inline")]
 
 
 @pytest.fixture
@@ -171,6 +174,8 @@ def test_unknown_list_and_methods(get):
 
 def test_conditional_get_head_and_max_age(rules, get, settings):
     settings.URLGUARD = {**settings.URLGUARD, "EXPORT_MAX_AGE": 60}
+    # Settled: the second of the last change is long over.
+    ChangeEvent.objects.update(created=timezone.now() - timedelta(minutes=1))
     first = get("domains.txt")
     etag, modified = first["ETag"], first["Last-Modified"]
     assert first["Cache-Control"] == "private, max-age=60"
@@ -191,13 +196,14 @@ def test_conditional_get_head_and_max_age(rules, get, settings):
 def test_one_render_per_position(rules, get, monkeypatch):
     calls = []
     real = render.render
-    monkeypatch.setattr(render, "render", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(render, "render", lambda e, d: calls.append(e.name) or real(e, d))
     for _ in range(5):
         assert get("hosts.txt").status_code == 200
-    assert len(calls) == 1
+    assert calls.count("hosts.txt") == 1
     add_rule("new.example/", category="spam", source="test")
+    assert "new.example" in get("hosts.txt").body
     get("hosts.txt")
-    assert len(calls) == 2
+    assert calls.count("hosts.txt") == 2
 
 
 def test_old_renders_are_pruned(rules, get, settings):
@@ -252,31 +258,69 @@ def test_a_render_the_log_moved_under_is_done_again(rules, get, monkeypatch):
 def test_a_list_that_never_holds_still_is_a_503_with_retry_after(rules, get, monkeypatch):
     from urlguard.exports import projection
 
+    monkeypatch.setattr(render, "COLD_WAIT", 0.1)
     monkeypatch.setattr(projection.Snapshot, "consistent", lambda self: False)
     response = get("domains.txt")
     assert response.status_code == 503 and response["Retry-After"] == "30"
     assert not list(render.export_dir("domains.txt").glob("*.txt"))
 
 
-def test_while_another_process_renders_the_newest_kept_render_is_served(rules, get):
-    """Of many pollers after a change one renders; the others get the last render at
-    once, with its own position in its headers, instead of waiting."""
+def test_a_poll_before_the_prerender_is_done_gets_the_newest_kept_render_at_once(
+    rules, get, monkeypatch
+):
+    """No poll renders while a render is kept: until the node's pre-render of the new
+    position is done, the last render is served at once, with its own position in
+    its headers, and the pre-render is asked for (again) without waiting for it."""
     import fcntl
     import os
 
+    from urlguard.exports import prerender
+
     before = get("domains.txt")
     add_rule("new.example/", category="spam", source="test")
+    asked: list[None] = []
+    monkeypatch.setattr(prerender, "request", lambda: asked.append(None))
+    monkeypatch.setattr(render, "render", lambda *a: pytest.fail("rendered in a request"))
     lock = os.open(render.export_dir("domains.txt") / ".lock", os.O_RDWR)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process is rendering
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the pre-render is busy with it
         during = get("domains.txt")
     finally:
         os.close(lock)
+    assert asked
     assert during.status_code == 200 and during["ETag"] == before["ETag"]
     assert during["X-URLGuard-Position"] == before["X-URLGuard-Position"]
     assert during["Last-Modified"] == before["Last-Modified"]
     assert "new.example" not in during.body
+    monkeypatch.undo()
+    prerender.render_all()
     assert "new.example" in get("domains.txt").body
+
+
+def test_a_render_killed_midway_leaves_no_file_and_is_done_by_the_next_round(rules, get):
+    from urlguard.exports import prerender
+
+    get("hosts.txt")
+    add_rule("new.example/", category="spam", source="test")
+
+    class Killed(BaseException):
+        pass
+
+    def lines(expression, category):
+        raise Killed
+
+    export = get_export("hosts.txt")
+    export.rule_lines = lines
+    directory = render.export_dir("hosts.txt")
+    kept = sorted(p.name for p in directory.iterdir())
+    with pytest.raises(Killed):
+        render.render(export, directory)
+    # Only a temp file at most: no render and no sidecar of the new position.
+    assert sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) == [
+        n for n in kept if not n.startswith(".")
+    ]
+    prerender.render_all()
+    assert "new.example" in get("hosts.txt").body
 
 
 def test_a_render_pruned_before_it_is_opened_is_found_again(rules, get, monkeypatch):
@@ -285,8 +329,8 @@ def test_a_render_pruned_before_it_is_opened_is_found_again(rules, get, monkeypa
     real = views.rendered
     calls = []
 
-    def pruned_once(export, position):
-        result = real(export, position)
+    def pruned_once(export, position, **kwargs):
+        result = real(export, position, **kwargs)
         calls.append(result)
         if len(calls) == 1:  # another process pruned it meanwhile
             return render.Rendered(result.path.with_name("pruned.txt"), result.position)
@@ -368,3 +412,61 @@ def test_right_keys_on_lists_do_not_count_as_wrong_ones(rules, get, settings):
         assert get("hosts.txt").status_code == 200
     assert get("hosts.txt", auth=False).status_code == 401
     assert get("hosts.txt").status_code == 429
+
+
+def at(second: int, fraction: float) -> datetime:
+    return datetime.fromtimestamp(second + fraction, tz=UTC)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.2, 0.999])
+def test_a_change_in_the_second_a_consumer_fetched_is_never_answered_304(rules, get, fraction):
+    second = int(timezone.now().timestamp()) - 3600
+    # The consumer fetched at second + 0.0..; the change came later in that second.
+    ChangeEvent.objects.update(created=at(second, fraction))
+    pihole = get("hosts.txt", HTTP_IF_MODIFIED_SINCE=http_date(second))
+    assert pihole.status_code == 200 and "evil.example" in body(pihole)
+    assert get("hosts.txt", HTTP_IF_MODIFIED_SINCE=http_date(second - 1)).status_code == 200
+    # A fetch in any later second had the change.
+    later = get("hosts.txt", HTTP_IF_MODIFIED_SINCE=http_date(second + 1))
+    assert later.status_code == 304
+
+
+def test_an_echoed_last_modified_is_304_only_once_no_change_can_share_its_second(rules, get):
+    now = timezone.now().timestamp()
+    second = int(now)
+    ChangeEvent.objects.update(created=at(second, 0.1))
+    fresh = get("hosts.txt")
+    # The second is not over: a change later in it must not be answered 304 to an
+    # echo of this Last-Modified, so it names the second itself.
+    assert parse_http_date(fresh["Last-Modified"]) == second
+    assert get("hosts.txt", HTTP_IF_MODIFIED_SINCE=fresh["Last-Modified"]).status_code == 200
+    ChangeEvent.objects.update(created=at(second - 60, 0.1))
+    settled = get("hosts.txt")
+    assert parse_http_date(settled["Last-Modified"]) == second - 59
+    assert get("hosts.txt", HTTP_IF_MODIFIED_SINCE=settled["Last-Modified"]).status_code == 304
+
+
+def test_last_modified_names_the_second_until_it_is_settled():
+    position = Position(seq=1, time=at(1_000, 0.5))
+    assert views.last_modified(position, now=1_000.6) == 1_000
+    assert views.last_modified(position, now=1_001 + views.SETTLE_SECONDS - 0.01) == 1_000
+    assert views.last_modified(position, now=1_001 + views.SETTLE_SECONDS) == 1_001
+    exact = Position(seq=1, time=at(1_000, 0.0))
+    assert views.last_modified(exact, now=2_000) == 1_001
+
+
+def test_allowlisting_moves_the_position_and_the_abp_patch_carries_the_exception(rules, get):
+    from urlguard.writepath.allowlist import allow_host, unallow_host
+
+    before = get("abp.txt")
+    old = before.body.splitlines()
+    diff_path = next(x for x in old if x.startswith("! Diff-Path: ")).split(": ", 1)[1]
+    allow_host("partner.example")
+    after = get("abp.txt")
+    assert int(after["X-URLGuard-Position"]) == int(before["X-URLGuard-Position"]) + 1
+    assert after["ETag"] != before["ETag"]
+    patch = get(diff_path).body
+    assert "@@||partner.example^" in patch
+    assert rcs.apply(old, patch) == after.body.splitlines()
+    unallow_host("partner.example")
+    assert "@@||partner.example^" not in get("abp.txt").body

@@ -14,7 +14,7 @@ from urlguard.models import AllowedHost, ChangeEvent, Source
 from urlguard.operations import apikeys
 from urlguard.writepath.changes import add_rule
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prerender_inline")]
 
 adblock = pytest.importorskip("adblock", reason="PyPI adblock (the dev extra) is not installed")
 

@@ -15,7 +15,7 @@ from urlguard.operations import apikeys
 from urlguard.writepath.changes import add_rule
 
 
-def test_a_change_committed_during_a_render_is_in_the_next_position(monkeypatch):
+def test_a_change_committed_during_a_render_is_in_the_next_position(monkeypatch, prerender_inline):
     add_rule("first.example/", category="spam", source="test")
     before = ChangeEvent.objects.head()
     key = apikeys.create_api_key("svc")[1]

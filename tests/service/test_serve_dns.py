@@ -87,6 +87,31 @@ def test_rfc5782_test_points_and_reversed_addresses(dns_server, sync_filter):
     assert ask(server.port, f"9.113.0.203.{URIBL}").answer[0][0].to_text() == "127.0.0.2"
 
 
+def nibbles(address: str) -> str:
+    """RFC 5782 section 2.4: the address's 32 hex digits, least significant first."""
+    return ".".join(reversed(ipaddress.IPv6Address(address).exploded.replace(":", "")))
+
+
+def test_ipv6_addresses_are_asked_in_reversed_nibbles(dns_server, sync_filter):
+    add_rule("http://[2001:DB8::5]/", category="malware", source="test")
+    sync_filter()
+    server = dns_server()
+    name = f"{nibbles('2001:db8::5')}.{URIBL}"
+    assert name.startswith("5.0.0.0.") and name.count(".") == 32 + 2
+    assert [r.to_text() for r in ask(server.port, name).answer[0]] == ["127.0.0.4"]
+    txt = ask(server.port, name, "TXT").answer[0][0].to_text()
+    assert "[2001:db8::5]/" in txt and "malware" in txt
+    assert ask(server.port, f"{nibbles('2001:db8::6')}.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    # RFC 5782 section 5: the IPv6 test points.
+    assert ask(server.port, f"{nibbles('::ffff:7f00:2')}.{URIBL}").answer[0][0].to_text() == (
+        "127.0.0.2"
+    )
+    assert ask(server.port, f"{nibbles('::ffff:7f00:1')}.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    # 31 or 33 digits, or a label of two, name no address.
+    short = f"{nibbles('2001:db8::5').partition('.')[2]}.{URIBL}"
+    assert ask(server.port, short).rcode() == dns.rcode.NXDOMAIN
+
+
 def test_no_listing_is_ever_127_0_0_1():
     categories = list(CATEGORY_TABLE)
     for n in range(len(categories) + 1):
@@ -294,3 +319,57 @@ def test_the_fast_path_answers_as_the_general_one(dns_server, listed, name, edns
 )
 def test_the_fast_path_leaves_odd_packets_to_the_general_one(dns_server, wire):
     assert dns_server()._fast_uribl(wire) is None
+
+
+def ixfr_parts(port: int, serial: int):
+    rrsets = transfer(port, RPZ, "IXFR", serial=serial)
+    soas = [i for i, r in enumerate(rrsets) if r.rdtype == dns.rdatatype.SOA]
+    assert len(soas) == 4, rrsets  # incremental: new, old, new, new
+    return (
+        rrsets[soas[0]][0].serial,
+        records(rrsets[soas[1] + 1 : soas[2]]),
+        records(rrsets[soas[2] + 1 : soas[3]]),
+    )
+
+
+def test_allowlisting_a_host_moves_the_serial_and_the_ixfr_carries_its_passthru(dns_server, listed):
+    from urlguard.writepath.allowlist import allow_host, unallow_host
+
+    server = dns_server()
+    passthru = (f"partner.example.{RPZ}", "rpz-passthru.")
+    before = ChangeEvent.objects.head()
+    allow_host("partner.example")
+    allowed = ChangeEvent.objects.head()
+    assert allowed == before + 1
+    serial, deleted, added = ixfr_parts(server.port, before)
+    assert serial == allowed and deleted == set() and added == {passthru}
+    unallow_host("partner.example")
+    serial, deleted, added = ixfr_parts(server.port, allowed)
+    assert serial == allowed + 1 and deleted == {passthru} and added == set()
+    # Allowed and taken off again between the two serials: nothing to send.
+    serial, deleted, added = ixfr_parts(server.port, before)
+    assert (deleted, added) == (set(), set())
+    # A host the list blocks whole gets no exception, whenever it was allowlisted.
+    blocked = ChangeEvent.objects.head()
+    allow_host("www.evil.example")
+    _, deleted, added = ixfr_parts(server.port, blocked)
+    assert (deleted, added) == (set(), set())
+    # ... until that rule goes.
+    listed_at = ChangeEvent.objects.head()
+    remove_rule(SpamRule.objects.get(expression="evil.example/"))
+    _, deleted, added = ixfr_parts(server.port, listed_at)
+    exception = (f"www.evil.example.{RPZ}", "rpz-passthru.")
+    assert exception in added and (f"evil.example.{RPZ}", ".") in deleted
+
+
+def test_an_ixfr_across_the_upgrade_that_logged_the_allowlist_is_the_whole_zone(dns_server, listed):
+    from urlguard.exports.rpzjournal import UPGRADE_SOURCE
+
+    server = dns_server()
+    old = ChangeEvent.objects.head()
+    ChangeEvent.objects.create(
+        action="allow", expression="partner.example", added_at=1, source=UPGRADE_SOURCE
+    )
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=old)
+    soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
+    assert len(soas) == 2  # AXFR-style: the zone between two SOAs

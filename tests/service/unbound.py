@@ -59,9 +59,12 @@ def start_unbound(
     zone: str,
     names: dict[str, str],
     verbosity: int = 1,
+    local_rpz: list[str] = (),  # type: ignore[assignment]
 ) -> subprocess.Popen[bytes]:
     """Unbound on 127.0.0.1:`port`, secondary of the RPZ `zone` at 127.0.0.1:`primary`,
-    resolving `names` (relative to example.) to their addresses. Its log is
+    resolving `names` (relative to example.) to their addresses. `local_rpz`: the
+    records of a second policy zone (local.rpz., from a file) listed after it, as an
+    operator lists another provider's zone after this one. Its log is
     `directory`/unbound.log."""
     records = "".join(f"{name} A {address}\n" for name, address in names.items())
     (directory / "example.zone").write_text(
@@ -69,9 +72,14 @@ def start_unbound(
         "@ NS ns.example.\nns A 127.0.0.1\n" + records
     )
     config = directory / "unbound.conf"
-    config.write_text(
-        CONFIG.format(
-            port=port, directory=directory, zone=zone, primary=primary, verbosity=verbosity
-        )
+    text = CONFIG.format(
+        port=port, directory=directory, zone=zone, primary=primary, verbosity=verbosity
     )
+    if local_rpz:
+        (directory / "local.rpz").write_text(
+            "$ORIGIN local.rpz.\n@ 3600 IN SOA ns.local.rpz. hostmaster.local.rpz. 1 3600 600"
+            " 86400 60\n@ NS ns.local.rpz.\n" + "".join(f"{line}\n" for line in local_rpz)
+        )
+        text += f'rpz:\n    name: local.rpz.\n    zonefile: "{directory}/local.rpz"\n'
+    config.write_text(text)
     return subprocess.Popen([UNBOUND, "-d", "-c", str(config)], stderr=subprocess.DEVNULL)

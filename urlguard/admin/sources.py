@@ -29,6 +29,7 @@ from urlguard.feeds.health import HEALTH_LABELS, health, in_words, refresh_state
 from urlguard.feeds.refresh import held_for_impact
 from urlguard.models import Actor, AdminJob, AllowedHost, FeedHold, FeedRefresh, Source, row_user
 from urlguard.wording import counted
+from urlguard.writepath import changes
 
 HISTORY_SHOWN = 20
 
@@ -388,11 +389,13 @@ class SourceAdmin(admin.ModelAdmin):
     @admin.action(description="Disable selected sources", permissions=["change"])
     def disable(self, request, queryset):
         n = queryset.update(enabled=False)
+        _log_allowlist(queryset, request.user)
         self.message_user(request, f"Disabled {counted(n, 'source')}; their rules stay listed.")
 
     @admin.action(description="Enable selected sources", permissions=["change"])
     def enable(self, request, queryset):
         n = queryset.update(enabled=True)
+        _log_allowlist(queryset, request.user)
         self.message_user(request, f"Enabled {counted(n, 'source')}.")
 
     def changelist_view(self, request, extra_context=None):
@@ -415,6 +418,15 @@ class SourceAdmin(admin.ModelAdmin):
             )
             + super().get_urls()
         )
+
+
+def _log_allowlist(sources: Any, user: Any) -> None:
+    """The hosts of allowlist sources just enabled or disabled entered or left the
+    allowlist: into the change log with them (the exports' positions carry it)."""
+    hosts = AllowedHost.objects.filter(source__in=sources.filter(is_allowlist=True))
+    names = list(hosts.values_list("host", flat=True).distinct())
+    if names:
+        changes.record_allowlist(names, user=user)
 
 
 def _links_blocked(refresh: FeedRefresh) -> str:

@@ -51,8 +51,9 @@ class Position:
 
     @property
     def key(self) -> str:
-        """Names this projection: the log position, and the allowlist (its changes
-        are not in the change log)."""
+        """Names this projection: the log position (allowlist changes are rows of the
+        log too), and the allowlist itself, which the log's rows before they were
+        logged (and a table edited by hand) do not name."""
         digest = hashlib.blake2b("\n".join(self.allowlist).encode(), digest_size=4).hexdigest()
         return f"{self.seq}-{digest}"
 

@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -29,6 +29,9 @@ __all__ = ["RenderBusy", "Rendered", "export_dir", "render", "rendered", "write_
 
 #: A render waits this long for another process's render of the same export.
 LOCK_TIMEOUT = 600.0
+#: A request for a pre-rendered export of which the node keeps no render yet waits
+#: this long for the first (a small list is done by then), then gets a 503.
+COLD_WAIT = 5.0
 #: Renders retried when changes keep committing under one (no snapshot isolation).
 ATTEMPTS = 5
 #: A temp file not written to for this long is of a writer that died: a live render
@@ -78,11 +81,21 @@ def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
         os.close(fd)
 
 
-def rendered(export: Export, position: Position) -> Rendered:
-    """The file of `export` at `position`, rendered now if no process has yet. The
-    result may be of a later position (a change committed meanwhile). While another
-    process renders it, the newest render kept is the answer (its own position in its
-    headers): of a thousand pollers one renders, the others wait for nothing."""
+def rendered(
+    export: Export, position: Position, *, ask_prerender: Callable[[], None] | None = None
+) -> Rendered:
+    """The file of `export` at `position`. The result may be of a later position (a
+    change committed meanwhile) or, for a request (which passes `ask_prerender`), of
+    an earlier one.
+
+    An export the node pre-renders (EXPORTS_PRERENDER) is never rendered in a request:
+    the pre-render (urlguard.exports.prerender) is asked for this position and the
+    request is served the newest render kept (its own position, ETag and Last-Modified
+    in its headers: right for its content); the poll after the pre-render gets the new
+    one. A node that keeps no render of it yet (a fresh data directory) waits up to
+    COLD_WAIT for the first, then RenderBusy (503, Retry-After). Any other export is
+    rendered by the first request for the position; requests meanwhile get the
+    newest render kept, or wait for that one when there is none."""
     path = rendered_path(export.name, position.key)
     if path.exists():
         return Rendered(path, position)
@@ -90,7 +103,19 @@ def rendered(export: Export, position: Position) -> Rendered:
     # Owner only, like the rest of the data directory.
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     stale = newest(directory)
-    with _locked(directory, wait=stale is None) as mine:
+    if ask_prerender is not None and export.name in conf.EXPORTS_PRERENDER:
+        ask_prerender()
+        deadline = time.monotonic() + (0.0 if stale is not None else COLD_WAIT)
+        while True:
+            if path.exists():  # rendered meanwhile (or by an inline pre-render)
+                return Rendered(path, position)
+            kept = stale or newest(directory)
+            if kept is not None:
+                return kept
+            if time.monotonic() >= deadline:
+                raise RenderBusy(f"the first render of {export.name} on this node is under way")
+            time.sleep(0.05)
+    with _locked(directory, wait=ask_prerender is None or stale is None) as mine:
         if not mine and stale is not None:
             return stale
         if path.exists():

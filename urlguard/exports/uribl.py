@@ -1,11 +1,14 @@
 """URIBL/DNSBL answers, looked up live through the guard (filter, then the table):
-`<host>.<zone>` or `<reversed IPv4>.<zone>` is listed when a whole-host rule blocks
-that host. The A record's last octet is the categories' bitmask (never 127.0.0.1);
+`<host>.<zone>`, `<reversed IPv4>.<zone>` or `<reversed IPv6 nibbles>.<zone>` (RFC 5782
+section 2.4: 32 hex digits, least significant first) is listed when a whole-host rule
+blocks that host. The A record's last octet is the categories' bitmask (never 127.0.0.1);
 the TXT names the rule, its category and where to report a mistake. RFC 5782 test
-points: 127.0.0.2 and `test` listed, 127.0.0.1 and `invalid` not."""
+points: 127.0.0.2 (also as ::ffff:7f00:2) and `test` listed, 127.0.0.1 (and
+::ffff:7f00:1) and `invalid` not."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from urlguard.conf import conf
@@ -42,10 +45,19 @@ class Listing:
         return f"listed by urlguard rule {rule.expression} ({rule.category}); report: {report}"
 
 
+_NIBBLES = frozenset("0123456789abcdef")
+
+
 def _subject(labels: list[str]) -> tuple[str, bool]:
-    """(host, is_address) named by the labels below the zone."""
+    """(host, is_address) named by the labels below the zone, the host written as a
+    rule writes it (an IPv6 address in brackets, an IPv4-mapped one as IPv4)."""
     if len(labels) == 4 and all(x.isdigit() and len(x) <= 3 and int(x) < 256 for x in labels):
         return ".".join(reversed(labels)), True
+    if len(labels) == 32 and all(len(x) == 1 and x in _NIBBLES for x in labels):
+        address = ipaddress.IPv6Address(int("".join(reversed(labels)), 16))
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped), True
+        return f"[{address.compressed}]", True
     return ".".join(labels), False
 
 

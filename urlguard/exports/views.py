@@ -4,14 +4,25 @@ basic auth with the key as password for consumers that can only put credentials 
 a URL) unless EXPORTS_OPEN; missing and wrong keys count against the client address
 with the check API's (API_FAILED_KEY_RATE, then 429). Conditional: ETag and
 Last-Modified (Pi-hole sends only If-Modified-Since); streamed from the render cached
-per position."""
+per position.
+
+Last-Modified and If-Modified-Since have whole seconds, changes do not. An
+If-Modified-Since is answered 304 only when the position's time is before the second
+it names: Pi-hole sends its cached file's time, and a change at 12:00:00.7 after its
+fetch at 12:00:00.2 must reach it, not be answered 304 to "since 12:00:00". A client
+that echoes our Last-Modified must still get its 304, so once the position's second is
+over (and SETTLE_SECONDS more, longer than a write stays uncommitted after stamping
+its changes) Last-Modified names the end of that second: no later change can be stamped
+before it. Until then it names the second itself (a 200 to an echo, never a wrong 304)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import math
 import os
 import re
+import time
 
 from django.http import FileResponse, HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.cache import get_conditional_response
@@ -19,7 +30,7 @@ from django.utils.http import http_date
 from django.views.decorators.http import require_http_methods
 
 from urlguard.conf import conf
-from urlguard.exports import rcs
+from urlguard.exports import prerender, rcs
 from urlguard.exports.abp import AbpExport
 from urlguard.exports.catalog import get_export
 from urlguard.exports.projection import Position, current_position
@@ -61,9 +72,26 @@ def _refused(status: int, text: str) -> HttpResponse:
     return response
 
 
+#: How long after its second ends a position is dated by that second's end.
+SETTLE_SECONDS = 5.0
+
+
+def _not_modified_from(position: Position) -> int:
+    """The earliest If-Modified-Since (whole seconds) a 304 answers: the second after
+    the one the position's time falls in."""
+    return math.floor(position.time.timestamp()) + 1
+
+
+def last_modified(position: Position, now: float | None = None) -> int:
+    """The Last-Modified of `position` sent at `now` (see the module's docstring)."""
+    end = _not_modified_from(position)
+    settled = (time.time() if now is None else now) >= end + SETTLE_SECONDS
+    return end if settled else end - 1
+
+
 def _cacheable(response: HttpResponseBase, etag: str, position: Position) -> HttpResponseBase:
     response["ETag"] = etag
-    response["Last-Modified"] = http_date(position.time.timestamp())
+    response["Last-Modified"] = http_date(last_modified(position))
     scope = "public" if conf.EXPORTS_OPEN else "private"
     response["Cache-Control"] = f"{scope}, max-age={conf.EXPORT_MAX_AGE}"
     response["X-URLGuard-Position"] = str(position.seq)
@@ -75,7 +103,7 @@ def _file_response(
     request: HttpRequest, path: os.PathLike[str], content_type: str, etag: str, position: Position
 ) -> HttpResponseBase:
     conditional = get_conditional_response(
-        request, etag=etag, last_modified=int(position.time.timestamp())
+        request, etag=etag, last_modified=_not_modified_from(position)
     )
     if conditional is not None:
         return _cacheable(conditional, etag, position)
@@ -105,7 +133,7 @@ def export_view(request: HttpRequest, name: str) -> HttpResponseBase:
     # between finding it and opening it.
     for attempt in range(2):
         try:
-            current = rendered(export, current_position())
+            current = rendered(export, current_position(), ask_prerender=_ask_prerender)
             if patch:
                 return _patch_response(request, patch.group(1), current)
             etag = f'"{current.position.key}"'
@@ -120,6 +148,10 @@ def export_view(request: HttpRequest, name: str) -> HttpResponseBase:
             if attempt:
                 raise
     raise AssertionError("unreachable")
+
+
+def _ask_prerender() -> None:
+    prerender.request()
 
 
 def _patch_response(request: HttpRequest, old_key: str, current: Rendered) -> HttpResponseBase:
@@ -138,7 +170,7 @@ def _patch_response(request: HttpRequest, old_key: str, current: Rendered) -> Ht
         write_aside(path, rcs.diff(old, current.path))
     if newest:
         response = get_conditional_response(
-            request, etag=etag, last_modified=int(current.position.time.timestamp())
+            request, etag=etag, last_modified=_not_modified_from(current.position)
         ) or HttpResponse(b"", content_type="text/plain; charset=utf-8")
         return _cacheable(response, etag, current.position)
     return _file_response(request, path, "text/plain; charset=utf-8", etag, current.position)

@@ -501,10 +501,11 @@ def _apply_allowlist(
             [AllowedHost(source=source, host=host) for host in sorted(hosts - present)],
             ignore_conflicts=True,
         )
+        changes.record_allowlist(sorted(hosts ^ present), change_set=cs, user=user)
         if source.enabled:
             allowlist.release(sorted(present - hosts), change_set=cs, user=user)
             allowlist.enforce(sorted(hosts - present), change_set=cs, user=user)
-    if cs.added or cs.removed:
+    if cs.added or cs.removed or cs.events.exists():
         result.change_set = cs.pk
     else:
         cs.delete()

@@ -9,6 +9,16 @@ from urlguard.models.feeds import Source
 from urlguard.models.rules import Category
 
 
+class AllowedHostQuerySet(models.QuerySet):
+    def in_force(self) -> AllowedHostQuerySet:
+        """The entries that protect their host now: a person's, and those of enabled
+        allowlist feeds."""
+        return self.filter(
+            models.Q(source__isnull=True)
+            | models.Q(source__enabled=True, source__is_allowlist=True)
+        )
+
+
 class AllowedHost(models.Model):
     """A host on the allowlist: feeds may not block it, or a parent domain of it, as a
     whole (rules on a path or page of it are still accepted). Entered by a person
@@ -33,6 +43,8 @@ class AllowedHost(models.Model):
         related_name="+",
     )
     created = models.DateTimeField(auto_now_add=True)
+
+    objects = AllowedHostQuerySet.as_manager()
 
     class Meta:
         ordering = ["host"]

@@ -99,14 +99,20 @@ class ChangeEventManager(models.Manager):
 
 class ChangeEvent(models.Model):
     """The change log: one row per addition or removal, written in the same
-    transaction as the SpamRule change. Nodes apply rows in seq order, once."""
+    transaction as the SpamRule change. Nodes apply rows in seq order, once.
+
+    A host entering or leaving the allowlist (`allow`, `unallow`: `expression` is the
+    host) is a row too, so that the exports' positions (RPZ serial and IXFR, ABP diff
+    patches) carry it; the filter holds no allowlist, and nodes pass over these rows."""
 
     class Action(models.TextChoices):
         ADD = "add", "Add"
         REMOVE = "remove", "Remove"
+        ALLOW = "allow", "Allowlist"
+        UNALLOW = "unallow", "Off the allowlist"
 
     seq = models.BigAutoField(primary_key=True)
-    action = models.CharField(max_length=6, choices=Action.choices)
+    action = models.CharField(max_length=8, choices=Action.choices)
     expression = models.CharField(max_length=2000)
     added_at = models.BigIntegerField()
     category = models.CharField(max_length=16, choices=Category.choices, blank=True, default="")
@@ -129,6 +135,14 @@ class ChangeEvent(models.Model):
 
     class Meta:
         ordering = ["-seq"]
+        indexes = [
+            # A host's latest allowlist row, among millions of rule rows.
+            models.Index(
+                fields=["expression", "seq"],
+                condition=models.Q(action__in=["allow", "unallow"]),
+                name="urlguard_changeevent_allowlist",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.action} {self.expression}"

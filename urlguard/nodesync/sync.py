@@ -133,6 +133,8 @@ def _apply_pending(filt: ScalingCountingBloomFilter, result: SyncResult) -> None
             # Consecutive rows of one action go in one vectorised call; keeping runs
             # in log order makes "add then remove the same rule" exact.
             for action, run in groupby(events, key=lambda e: e[1]):
+                if action not in (ChangeEvent.Action.ADD, ChangeEvent.Action.REMOVE):
+                    continue  # the allowlist's rows: the filter holds rules only
                 rows = list(run)
                 keys = [r[2] for r in rows]
                 ids = [r[3] for r in rows]
@@ -466,6 +468,12 @@ def _logged_rebuild(
     )
 
 
+#: Called, without arguments and without waiting, after sync_and_report applied
+#: changes (or rebuilt, or caught up periodically); the app's ready() adds the exports'
+#: pre-render (urlguard.exports.prerender.after_changes).
+AFTER_CHANGES: list[Callable[[], None]] = []
+
+
 def sync_and_report(
     up_to_seq: int | None = None,
     *,
@@ -494,6 +502,12 @@ def sync_and_report(
         )
     if not result.skipped or periodic:
         report(result, full=periodic)
+    if result.applied or result.rebuilt or periodic:
+        # E.g. the exports at the new position, rendered in the background before
+        # their pollers ask (a periodic catch-up also covers a node that booted, or
+        # lost a render to a kill, with nothing applied since).
+        for hook in AFTER_CHANGES:
+            hook()
     if periodic and not result.rebuilt and conf.SPOT_CHECK_SAMPLE:
         verify_and_repair(result.path, sample=conf.SPOT_CHECK_SAMPLE)
     return result

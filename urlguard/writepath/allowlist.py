@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import router, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from urlguard.hotpath.canonical import split_expression
 from urlguard.models import (
@@ -90,9 +90,7 @@ class Allowlist:
 def in_force() -> QuerySet[AllowedHost]:
     """The entries that protect their host now: a person's, and those of enabled
     allowlist feeds."""
-    return AllowedHost.objects.filter(
-        Q(source__isnull=True) | Q(source__enabled=True, source__is_allowlist=True)
-    )
+    return AllowedHost.objects.in_force()
 
 
 def load() -> Allowlist:
@@ -270,6 +268,7 @@ def allow_host(text: str, *, note: str = "", user: Actor = None) -> AllowResult:
             actor=user,
             reason=f"allowlisted {host}" + (f": {note}" if note else ""),
         ) as cs:
+            changes.record_allowlist([host], change_set=cs, user=user)
             result = enforce([host], change_set=cs, user=user)
         result.host, result.entry, result.created = host, entry, created
         result.change_set = _kept(cs)
@@ -292,6 +291,7 @@ def unallow_host(text: str, *, user: Actor = None) -> AllowResult:
         with changes.change_set(
             kind=ChangeSet.Kind.ALLOWLIST, actor=user, reason=f"removed {host} from the allowlist"
         ) as cs:
+            changes.record_allowlist([host], change_set=cs, user=user)
             result = release([host], change_set=cs, user=user)
         result.host = host
         result.change_set = _kept(cs)
@@ -300,7 +300,7 @@ def unallow_host(text: str, *, user: Actor = None) -> AllowResult:
 
 def _kept(cs: ChangeSet) -> ChangeSet | None:
     """The change set, or None (and gone) if nothing was written in it."""
-    if cs.added or cs.removed or cs.refused:
+    if cs.added or cs.removed or cs.refused or cs.events.exists():
         return cs
     cs.delete()
     return None

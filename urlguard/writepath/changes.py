@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from urlguard.models import (
     Actor,
+    AllowedHost,
     Category,
     ChangeEvent,
     ChangeSet,
@@ -63,6 +64,7 @@ __all__ = [
     "change_set",
     "current_change_set",
     "interrupted",
+    "record_allowlist",
     "record_refused",
     "remove_rule",
     "remove_rules",
@@ -79,6 +81,10 @@ CHUNK_SIZE = 5000
 _ANALYZE_EVERY = 20_000
 _ADD = str(ChangeEvent.Action.ADD.value)
 _REMOVE = str(ChangeEvent.Action.REMOVE.value)
+_ALLOW = str(ChangeEvent.Action.ALLOW.value)
+_UNALLOW = str(ChangeEvent.Action.UNALLOW.value)
+#: The `source` of allowlist rows (the allowlist is no rule source).
+ALLOWLIST_LABEL = "allowlist"
 
 # The change set that writes without an explicit `change_set=` join (see change_set()).
 _current: contextvars.ContextVar[ChangeSet | None] = contextvars.ContextVar(
@@ -317,6 +323,73 @@ def _count(cs: ChangeSet, **deltas: int) -> None:
 def record_refused(cs: ChangeSet, count: int) -> None:
     """Count `count` entries refused (e.g. by the allowlist) in `cs`."""
     _count(cs, refused=count)
+
+
+# -- the allowlist -------------------------------------------------------------------
+
+
+def record_allowlist(
+    hosts: Iterable[str] | None = None,
+    *,
+    change_set: ChangeSet | None = None,
+    user: Actor = None,
+) -> int:
+    """Log what the allowlist did to `hosts` (None: every host it ever named): an
+    `allow` row for a host now in force whose latest allowlist row is not one, an
+    `unallow` row for a host no longer in force whose latest row is an `allow`. Call
+    it in the transaction that changed the allowlist, after the change: the rows
+    commit with it, so an export's position and the allowlist it reads agree.
+    Idempotent (a second call writes nothing). Returns the rows written."""
+    using = router.db_for_write(ChangeEvent)
+    with transaction.atomic(using=using):
+        _lock_change_log(using)
+        logged = ChangeEvent.objects.using(using).filter(action__in=(_ALLOW, _UNALLOW))
+        wanted: list[str] | None = None if hosts is None else sorted(set(hosts))
+        batches: Iterable[list[str] | None] = [None] if wanted is None else in_batches(wanted)
+        events: list[tuple[str, str]] = []
+        for batch in batches:
+            rows = AllowedHost.objects.in_force()
+            if batch is not None:
+                rows = rows.filter(host__in=batch)
+            now_in = set(rows.values_list("host", flat=True))
+            named = logged if batch is None else logged.filter(expression__in=batch)
+            last: dict[str, str] = {}
+            for host, action in named.order_by("seq").values_list("expression", "action"):
+                last[host] = action
+            candidates = set(last) | now_in if batch is None else set(batch)
+            for host in sorted(candidates):
+                allowed = last.get(host) == _ALLOW
+                if (host in now_in) != allowed:
+                    events.append((host, _UNALLOW if allowed else _ALLOW))
+        if not events:
+            return 0
+        cs = _one_off(change_set, kind=ChangeSet.Kind.ALLOWLIST, user=user, source=None)
+        actor = row_user(user)
+        now = _db_value(using, ChangeEvent, "created", timezone.now())
+        added_at = now_micros()
+        database.insert_rows(
+            using,
+            ChangeEvent,
+            (
+                "action",
+                "expression",
+                "added_at",
+                "category",
+                "actor",
+                "source",
+                "created",
+                "change_set",
+                "note",
+            ),
+            [
+                (action, host, added_at, "", actor.pk if actor else None, ALLOWLIST_LABEL)
+                + (now, cs.pk, "")
+                for host, action in events
+            ],
+        )
+        last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
+        transaction.on_commit(partial(_nudge, last_seq), using=using)
+    return len(events)
 
 
 # -- single writes --------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""Renders the exports ahead of their pollers. When a node applies changes (the
+worker's apply task and boot-time catch-up; in the embedded default the nudge its
+request applied, and the upkeep thread's catch-up), each export named in
+EXPORTS_PRERENDER is rendered at the new change-log position into the per-position
+cache, in a background thread of that process: the first poller after a change is
+served a file, never a render of a million rules.
+
+One thread per process, started on the first request for it. Requests coalesce: a
+burst of changes is one round of renders at the newest position (and one more if the
+log moved during it). A round renders under each export's render lock, so two
+processes of a node never render the same position twice. A process killed midway
+leaves a temp file only (renders are written aside and renamed into place), which a
+later prune removes; the position is rendered by the next round, or served by the
+newest render kept until then (see render.rendered)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import connections
+
+from urlguard.conf import conf
+from urlguard.exports.catalog import get_export
+from urlguard.exports.projection import current_position
+from urlguard.exports.render import RenderBusy, Rendered, rendered
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["after_changes", "render_all", "request", "wait"]
+
+_cond = threading.Condition()
+_asked = 0  # requests made in this process
+_done = 0  # of them, those a finished round covered
+_thread: threading.Thread | None = None
+
+
+def request() -> None:
+    """Have this process render the exports at the newest position soon; returns at once."""
+    global _asked, _thread
+    with _cond:
+        _asked += 1
+        _cond.notify_all()
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_loop, name="urlguard-prerender", daemon=True)
+            _thread.start()
+
+
+def after_changes() -> None:
+    """urlguard.nodesync.sync's hook (registered by the app's ready()): this node
+    applied changes."""
+    request()
+
+
+def wait(timeout: float) -> bool:
+    """Wait until a round has run after every request made so far (a benchmark, a
+    test, a graceful stop); False if `timeout` seconds pass first."""
+    with _cond:
+        return _cond.wait_for(lambda: _done >= _asked, timeout)
+
+
+def _pending() -> bool:
+    return _asked > _done
+
+
+def _loop() -> None:
+    global _done
+    while True:
+        with _cond:
+            _cond.wait_for(_pending)
+            covers = _asked
+        try:
+            render_all()
+        except Exception:
+            # The database away, a full disk: pollers are served the newest render
+            # kept meanwhile, and the next change or catch-up asks again.
+            logger.exception("pre-rendering the exports failed; the next change retries")
+        finally:
+            # A thread's connections are its own; never leave one open between rounds.
+            connections.close_all()
+            with _cond:
+                _done = covers
+                _cond.notify_all()
+
+
+def render_all() -> list[Rendered]:
+    """Render each export of EXPORTS_PRERENDER at the current position, unless it is
+    rendered already: one round of the thread."""
+    done = []
+    for name in conf.EXPORTS_PRERENDER:
+        export = get_export(name)
+        if export is None:
+            continue
+        try:
+            done.append(rendered(export, current_position()))
+        except RenderBusy as exc:
+            logger.warning("pre-rendering %s: %s; the next change retries", name, exc)
+    return done
