@@ -10,7 +10,6 @@ import pytest
 
 from tests.service.feedserver import admit_loopback, feed_server
 from urlguard.models import Source, SpamRule
-from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -19,9 +18,8 @@ HOSTS = [f"h{i}.feed-browser.example" for i in range(10)]
 
 
 @pytest.fixture
-def site(live_server, django_user_model, monkeypatch, settings):
+def site(live_server, django_user_model, nudges, settings):
     admit_loopback(settings)
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     django_user_model.objects.create_superuser("boss", "boss@example.com", PASSWORD)
     with feed_server() as feeds:
         feeds.serve("/list.txt", "".join(f"{h}\n" for h in HOSTS).encode())

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 
 from filterengine import FilterFileError, FilterLockedError, ScalingCountingBloomFilter, fileformat
 from urlguard.conf import conf
+from urlguard.runtime.process import on_reset
 
 logger = logging.getLogger(__name__)
 
@@ -500,6 +501,7 @@ def forget(path: str | None = None) -> None:
             logger.debug("closing %s failed", path, exc_info=True)
 
 
+@on_reset
 def reset() -> None:
     """Forget every mapping (tests; settings changes)."""
     for path in {*_filters, *_pending}:
