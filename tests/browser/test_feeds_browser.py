@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser.conftest import PASSWORD, login
 from tests.service.feedserver import admit_loopback, feed_server
 from urlguard.models import Source, SpamRule
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "correct horse battery staple"
 HOSTS = [f"h{i}.feed-browser.example" for i in range(10)]
 
 
@@ -24,13 +24,6 @@ def site(live_server, django_user_model, nudges, settings):
     with feed_server() as feeds:
         feeds.serve("/list.txt", "".join(f"{h}\n" for h in HOSTS).encode())
         yield live_server.url, feeds
-
-
-def _login(page, base: str) -> None:
-    page.goto(f"{base}/admin/login/")
-    page.fill("#id_username", "boss")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
 
 
 def _table_fits(page) -> None:
@@ -45,7 +38,7 @@ def test_subscribe_refresh_hold_and_accept(page, site, shot):
     base, feeds = site
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    _login(page, base)
+    login(page, base, landing=None)
 
     page.goto(f"{base}/admin/urlguard/source/add/")
     page.fill("#id_name", "browser-feed")
