@@ -143,8 +143,8 @@ class Daemon:
         with self._lock:
             if self.thread is not None or not self.enabled:
                 return False
+            # A wake() before the start is kept: the first round runs at once.
             self._stopped = stopped = threading.Event()
-            self._wake.clear()
             self.thread = threading.Thread(
                 target=self._loop, args=(stopped,), name=self.name, daemon=True
             )
