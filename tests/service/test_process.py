@@ -175,3 +175,19 @@ def test_a_forked_child_has_no_thread_and_starts_its_own(registered):
 
     assert in_child(child) == "(None, True, True)"
     assert daemon.thread is parent and parent.is_alive()
+
+
+def test_a_wake_before_the_start_runs_the_first_round_at_once(registered):
+    woken = []
+    done = threading.Event()
+
+    def loop(stopped):
+        woken.append(daemon.wait(60))
+        done.set()
+        stopped.wait()
+
+    daemon = Daemon("test-daemon", loop)
+    daemon.wake()  # e.g. a request found the file behind before the thread ran
+    daemon.start()
+    assert done.wait(5) and woken == [True]
+    daemon.stop(5)
