@@ -21,8 +21,10 @@ if _kill_after:
         if _committed[0] >= _kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    # For the life of this worker process: never left.
-    nudge.sending_to(_nudge_then_die).__enter__()
+    # For the life of this process: entered, never left (held here, or collecting
+    # the context manager would leave it).
+    _sending = nudge.sending_to(_nudge_then_die)
+    _sending.__enter__()
 
 if _chunk:
     revert.BATCH = _chunk
