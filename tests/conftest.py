@@ -72,31 +72,24 @@ def _no_embedded_catch_up_thread(django_db_setup: None) -> None:
     runner.stop()
 
 
-@pytest.fixture(autouse=True)
-def _stats_flushed_by_the_test() -> Iterator[None]:
-    """No background statistics thread in tests (it would write outside the test's
-    transaction): a test that wants its clicks written calls stats.flush()."""
-    stats = sys.modules.get("urlguard.runtime.stats")
-    if stats is None:
-        yield
-        return
-    from urlguard.shortlinks import linkcache
-
-    stats.set_background(False)
-    stats.discard()
-    # Nor the link cache's poller; and no test sees links cached by another.
-    linkcache.set_background(False)
-    linkcache.reset()
-    yield
-    stats.discard()
-    linkcache.reset()
-
-
-def _reset_registry() -> None:
+def _reset_process() -> None:
     # Only if something imported it: engine tests need no Django app state.
-    registry = sys.modules.get("urlguard.nodesync.registry")
-    if registry is not None:
-        registry.reset()
+    process = sys.modules.get("urlguard.runtime.process")
+    if process is not None:
+        process.reset_all()
+
+
+@pytest.fixture(autouse=True)
+def _stats_flushed_by_the_test() -> None:
+    """No background statistics thread in tests (it would write outside the test's
+    transaction): a test that wants its clicks written calls stats.flush(). Nor the
+    link cache's poller: a test calls poll()."""
+    stats = sys.modules.get("urlguard.runtime.stats")
+    if stats is not None:
+        from urlguard.shortlinks import linkcache
+
+        stats.set_background(False)
+        linkcache.set_background(False)
 
 
 @pytest.fixture(autouse=True)
@@ -112,9 +105,11 @@ def filter_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
         "DATA_DIR": str(var),
         "FILTER_PATH": str(path),
     }
-    _reset_registry()
+    # Every process-wide value and thread (the filter mappings, the guard, buffered
+    # statistics, cached links...) as if this process had just started.
+    _reset_process()
     yield path
-    _reset_registry()
+    _reset_process()
 
 
 @pytest.fixture(autouse=True)
@@ -128,6 +123,29 @@ def _empty_cache(filter_path: Path) -> None:
     # Only this process's own memory: clear() of a shared Redis would flush it.
     if isinstance(cache, LocMemCache):
         cache.clear()
+
+
+@pytest.fixture
+def use_guard():
+    """use_guard(guard) -> the process-wide Guard for the rest of the test (a fake
+    filter, a failure policy); the one made before is back afterwards."""
+    from contextlib import ExitStack
+
+    from urlguard.hotpath import guard as guard_module
+
+    with ExitStack() as stack:
+        yield lambda guard: stack.enter_context(guard_module.use_guard(guard))
+
+
+@pytest.fixture
+def nudges() -> Iterator[list[int]]:
+    """The change-log heads rule writes nudge the nodes to, in order, instead of
+    delivering them: the test delivers (or loses) them itself."""
+    from urlguard.nodesync import nudge
+
+    sent: list[int] = []
+    with nudge.sending_to(sent.append):
+        yield sent
 
 
 @pytest.fixture

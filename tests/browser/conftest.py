@@ -22,6 +22,21 @@ CHROMIUM_ARGS = [
 ]
 
 
+#: The password of the superuser "boss" that the browser tests' sites create.
+PASSWORD = "correct horse battery staple"
+
+
+def login(page, base: str, *, landing: str | None = "#urlguard-tools") -> None:
+    """Log in to the admin at `base` as "boss" and wait for `landing` on the page it
+    leads to (None: do not wait)."""
+    page.goto(f"{base}/admin/login/")
+    page.fill("#id_username", "boss")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    if landing is not None:
+        page.wait_for_selector(landing)
+
+
 def pytest_collection_modifyitems(config, items):
     if CHROMIUM.exists():
         return

@@ -11,6 +11,7 @@ import contextlib
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
+from tests.browser.conftest import PASSWORD, login
 from urlguard.hotpath.guard import reset_guard
 from urlguard.models import ShortLink, SpamRule
 from urlguard.nodesync import registry, sync
@@ -19,7 +20,6 @@ from urlguard.writepath import changes
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 DESTINATION = "http://www.browser-spam.net/landing?utm=1"
-PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture
@@ -31,14 +31,6 @@ def site(live_server, django_user_model, filter_path):
     reset_guard()
     yield live_server.url
     reset_guard()
-
-
-def _login(page, base: str) -> None:
-    page.goto(f"{base}/admin/login/")
-    page.fill("#id_username", "boss")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#urlguard-tools")
 
 
 def _follow_short_link(page, base: str) -> None:
@@ -55,7 +47,7 @@ def _table_fits(page) -> None:
 
 
 def test_add_rule_block_remove_unblock(page, site, shot):
-    _login(page, site)
+    login(page, site)
     # The tools sit in the main column with the URL guard entries (not floating beside
     # the "Recent actions" box), as wide as the app list.
     tools = page.locator("#content-main #urlguard-tools").bounding_box()
@@ -134,7 +126,7 @@ def test_add_rule_block_remove_unblock(page, site, shot):
 def test_import_with_a_refused_line(page, site, shot, tmp_path):
     feed = tmp_path / "feed.txt"
     feed.write_text("# feed\nimport-one.example.com\n0.0.0.0 import-two.example.net\nco.uk\n")
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/spamrule/import/")
     shot("import-upload")
     page.set_input_files("#id_file", str(feed))
@@ -163,7 +155,7 @@ def small_filter(settings, filter_path):
 
 def test_dashboard_chart_check_and_rescan_pages(page, small_filter, site, shot):
     changes.add_rules([f"bulk{i}.example.com" for i in range(2500)], source="test")
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/spamrule/add/")
     page.fill("#id_url", "dash-spam.org")
     page.wait_for_selector('input[name="expression"]:checked')

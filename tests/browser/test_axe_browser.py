@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser.conftest import PASSWORD
 from tests.service.feedserver import admit_loopback, feed_server
 from urlguard.hotpath.guard import reset_guard
 from urlguard.models import AllowedHost, MistakeReport, ShortLink, Source, SpamRule
@@ -14,8 +15,6 @@ from urlguard.runtime import stats
 from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture

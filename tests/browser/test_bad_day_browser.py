@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser.conftest import PASSWORD, login
 from tests.service.feedserver import admit_loopback, feed_server
 from urlguard.hotpath.guard import reset_guard
 from urlguard.models import AllowedHost, MistakeReport, ShortLink, Source, SpamRule
@@ -17,8 +18,6 @@ from urlguard.nodesync import sync
 from urlguard.runtime import stats
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture
@@ -34,14 +33,6 @@ def site(live_server, django_user_model, filter_path, settings):
         feeds.serve("/hosts.txt", b"0.0.0.0 popular-code.example\n0.0.0.0 really-bad.example\n")
         yield live_server.url, feeds
     reset_guard()
-
-
-def _login(page, base: str) -> None:
-    page.goto(f"{base}/admin/login/")
-    page.fill("#id_username", "boss")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#operator-summary")
 
 
 def _status(page, url: str) -> int:
@@ -62,7 +53,7 @@ def test_a_feed_that_blocks_a_popular_host_allowlisted_in_one_step(page, site, s
     base, feeds = site
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    _login(page, base)
+    login(page, base, landing="#operator-summary")
     _subscribe(page, base, feeds.url("/hosts.txt"))
     page.click("#refresh-now")
     page.wait_for_selector("#refresh-job .refresh-summary")
@@ -101,7 +92,7 @@ def test_a_feed_that_blocks_a_popular_host_allowlisted_in_one_step(page, site, s
 
 def test_a_report_shows_who_listed_the_rule_and_offers_the_allowlist(page, site, shot):
     base, feeds = site
-    _login(page, base)
+    login(page, base, landing="#operator-summary")
     _subscribe(page, base, feeds.url("/hosts.txt"))
     page.click("#refresh-now")
     page.wait_for_selector("#refresh-job .refresh-summary")
@@ -133,7 +124,7 @@ def test_a_report_shows_who_listed_the_rule_and_offers_the_allowlist(page, site,
 def test_test_fetch_before_subscribing(page, site, shot):
     base, feeds = site
     feeds.serve("/mixed.txt", b"really-bad.example\nnot a host!\npopular-code.example/docs\n")
-    _login(page, base)
+    login(page, base, landing="#operator-summary")
     page.goto(f"{base}/admin/urlguard/source/add/")
     page.fill("#id_name", "mixed")
     page.select_option("#id_kind", "feed")
@@ -161,7 +152,7 @@ def test_the_hit_log_lists_each_warning(page, site, shot):
     from urlguard.writepath import changes
 
     changes.add_rule("really-bad.example", category="phishing")
-    _login(page, base)
+    login(page, base, landing="#operator-summary")
     page.goto(f"{base}/bad")
     stats.flush()
     page.goto(f"{base}/admin/urlguard/hitevent/")
@@ -176,7 +167,7 @@ def test_the_hit_log_lists_each_warning(page, site, shot):
 
 def test_a_www_url_proposes_the_spammers_own_domain(page, site, shot):
     base, _ = site
-    _login(page, base)
+    login(page, base, landing="#operator-summary")
     page.goto(f"{base}/admin/urlguard/spamrule/add/")
     page.fill("#id_url", "https://www.mega-spam-deals.example/offers/today")
     page.wait_for_selector('input[name="expression"][value="mega-spam-deals.example/"]:checked')
@@ -193,7 +184,7 @@ def test_a_long_expression_fits_a_phone(page, site, shot):
         "index.php?session=abcdefabcdefabcdefabcdef",
         category="phishing",
     )
-    _login(page, base)
+    login(page, base, landing="#operator-summary")
     page.set_viewport_size({"width": 390, "height": 844})
     for path in (f"/admin/urlguard/spamrule/{rule.pk}/change/", "/admin/urlguard/spamrule/"):
         page.goto(f"{base}{path}")

@@ -8,31 +8,22 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser.conftest import PASSWORD, login
 from tests.service.feedserver import admit_loopback, feed_server
 from urlguard.models import Source, SpamRule
-from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "correct horse battery staple"
 HOSTS = [f"h{i}.feed-browser.example" for i in range(10)]
 
 
 @pytest.fixture
-def site(live_server, django_user_model, monkeypatch, settings):
+def site(live_server, django_user_model, nudges, settings):
     admit_loopback(settings)
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     django_user_model.objects.create_superuser("boss", "boss@example.com", PASSWORD)
     with feed_server() as feeds:
         feeds.serve("/list.txt", "".join(f"{h}\n" for h in HOSTS).encode())
         yield live_server.url, feeds
-
-
-def _login(page, base: str) -> None:
-    page.goto(f"{base}/admin/login/")
-    page.fill("#id_username", "boss")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
 
 
 def _table_fits(page) -> None:
@@ -47,7 +38,7 @@ def test_subscribe_refresh_hold_and_accept(page, site, shot):
     base, feeds = site
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    _login(page, base)
+    login(page, base, landing=None)
 
     page.goto(f"{base}/admin/urlguard/source/add/")
     page.fill("#id_name", "browser-feed")

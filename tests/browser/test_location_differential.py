@@ -22,7 +22,6 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 
 from tests.service.webfakes import SetFilter
-from urlguard.hotpath import guard as guard_module
 from urlguard.hotpath.canonical import canonicalize
 from urlguard.hotpath.guard import Guard
 from urlguard.hotpath.middleware import RedirectGuardMiddleware
@@ -301,10 +300,10 @@ def guard_answers(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def listed_rules(monkeypatch, settings):
+def listed_rules(use_guard, monkeypatch, settings):
     settings.ALLOWED_HOSTS = [SITE]
     fake = SetFilter()
-    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: fake))
+    use_guard(Guard(lambda: fake))
     for text in RULES:
         fake.add(add_rule(text, category="malware", source="test").expression)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser.conftest import PASSWORD, login
 from urlguard.hotpath.guard import reset_guard
 from urlguard.models import NodeStatus, ShortLink, SpamRule
 from urlguard.nodesync import sync
@@ -15,7 +16,6 @@ from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "correct horse battery staple"
 LONG_SOURCE = "import:phishing-feed-2026-11-23-openphish-community-edition.txt"
 
 
@@ -37,14 +37,6 @@ def site(live_server, django_user_model, filter_path):
     reset_guard()
 
 
-def _login(page, base: str) -> None:
-    page.goto(f"{base}/admin/login/")
-    page.fill("#id_username", "boss")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#urlguard-tools")
-
-
 def _table_fits(page) -> None:
     hidden = page.evaluate(
         "() => { const r = document.querySelector('#changelist .results');"
@@ -54,7 +46,7 @@ def _table_fits(page) -> None:
 
 
 def test_a_popular_host_needs_a_confirmation_and_the_preview_shows_the_impact(page, site, shot):
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/spamrule/add/")
     page.fill("#id_url", "https://docs.google.com/forms/d/3/viewform")
     # Proposed: the one form, not google.com; its impact is one link.
@@ -88,7 +80,7 @@ def test_a_popular_host_needs_a_confirmation_and_the_preview_shows_the_impact(pa
 
 def test_own_host_needs_a_confirmation(page, site, shot, settings):
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "go.short.example"]
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/spamrule/add/")
     page.fill("#id_url", "https://go.short.example/abc")
     page.wait_for_selector('input[name="expression"][value="go.short.example/"]:checked')
@@ -106,7 +98,7 @@ def test_import_preview_shows_the_impact(page, site, shot, tmp_path):
     feed.write_text(
         "cheap-pills-online-pharmacy.example\nforms-spam.example.org\nbad_host!.example\n"
     )
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/spamrule/import/")
     page.set_input_files("#id_file", str(feed))
     page.click('input[type="submit"]')
@@ -133,7 +125,7 @@ def test_layout_at_1280(page, site, shot):
     NodeStatus.objects.create(
         node="node-a", filter_path="/x", applied_seq=1, last_rebuild_seconds=0.009877661000246007
     )
-    _login(page, site)
+    login(page, site)
     assert "URL guard" in page.title() and "Django" not in page.content()
     icon = page.get_attribute('link[rel="icon"]', "href")
     assert icon and page.request.get(f"{site}{icon}").status == 200
@@ -192,7 +184,7 @@ def threaded_jobs(monkeypatch):
 def test_a_big_import_runs_as_a_job_with_progress(page, site, shot, tmp_path, threaded_jobs):
     feed = tmp_path / "big.txt"
     feed.write_text("".join(f"bulk-{i}.spam-feed.example\n" for i in range(12_000)))
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/spamrule/import/")
     page.set_input_files("#id_file", str(feed))
     page.click('input[type="submit"]')
@@ -231,7 +223,7 @@ def test_report_form_queue_and_remove(page, site, shot, filter_path):
     page.click("button[type=submit]")
     page.wait_for_selector("#report-sent")
     shot("operator-report-sent")
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/mistakereport/")
     row = page.locator("#result_list tbody tr").first
     assert "docs.google.com/forms/d/2/viewform" in row.inner_text()
@@ -264,7 +256,7 @@ def test_revert_an_import(page, site, shot, tmp_path):
 
     feed = tmp_path / "feed.txt"
     feed.write_text("docs.google.com/forms/d/1/\nrevert-me.example.net\n")
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/spamrule/import/")
     page.set_input_files("#id_file", str(feed))
     page.click('input[type="submit"]')
@@ -291,7 +283,7 @@ def test_revert_an_import(page, site, shot, tmp_path):
 def test_revert_a_bulk_delete(page, site, shot):
     changes.add_rule("bulk-a.example.net", category="phishing", note="from a CERT report")
     changes.add_rule("bulk-b.example.net", category="malware")
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/spamrule/")
     page.check("#action-toggle")
     page.select_option('select[name="action"]', "delete_selected_rules")
@@ -328,7 +320,7 @@ def test_hit_columns_and_the_week_panel(page, site, shot, filter_path):
     page.click("summary")
     page.click("text=continue anyway")
     stats.flush()
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/spamrule/?o=-6")  # most hits first
     first = page.locator("#result_list tbody tr").first
     assert "cheap-pills-online-pharmacy.example/" in first.inner_text()
@@ -381,7 +373,7 @@ def test_a_revert_whose_worker_died_is_failed_on_its_page_and_runs_again(page, s
         total=3,
         done=1,
     )
-    _login(page, site)
+    login(page, site)
     page.goto(f"{site}/admin/urlguard/changeset/revert/{job.pk}/")
     page.wait_for_selector("p.errornote", timeout=30_000)
     assert "The worker stopped; run it again to finish." in page.inner_text("p.errornote")

@@ -78,20 +78,14 @@ def committed(django_capture_on_commit_callbacks):
 
 
 @pytest.fixture
-def quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+def quiet(nudges: list[int]) -> None:
     """Rule writes send no nudge: the test delivers (or loses) them itself."""
-    from urlguard.writepath import changes
-
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
 
 
 @pytest.fixture
-def quiet_feeds(monkeypatch: pytest.MonkeyPatch, settings) -> None:
+def quiet_feeds(nudges: list[int], settings) -> None:
     """For the feed tests: no nudges, and short fetch timeouts (a test's feed server
     answers at once, or is meant never to)."""
-    from urlguard.writepath import changes
-
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
 
 
@@ -129,22 +123,6 @@ def database_fails(monkeypatch):
         )
 
     return fail
-
-
-@pytest.fixture(autouse=True)
-def _no_heartbeat_after_the_test():
-    """A long write a test started leaves this process's heartbeat thread beating (it
-    stops a beat after the process owns nothing): stopped here, so it never writes,
-    or logs, during a later test."""
-    yield
-    from urlguard.runtime import ownership
-
-    heart = ownership._heart
-    with heart.lock:
-        thread, heart.thread = heart.thread, None
-    if thread is not None:
-        heart.stop.set()
-        thread.join(5)
 
 
 @pytest.fixture

@@ -6,22 +6,25 @@ URLGUARD_TEST_CHUNK makes the chunks that small."""
 import os
 import signal
 
+from urlguard.nodesync import nudge
 from urlguard.writepath import changes, revert
 
 _kill_after = int(os.environ.get("URLGUARD_TEST_KILL_AFTER", "0"))
 _chunk = int(os.environ.get("URLGUARD_TEST_CHUNK", "0"))
 
 if _kill_after:
-    _real_nudge = changes._nudge
     _committed = [0]
 
     def _nudge_then_die(seq):
-        _real_nudge(seq)
+        nudge.deliver(seq)
         _committed[0] += 1
         if _committed[0] >= _kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    changes._nudge = _nudge_then_die
+    # For the life of this process: entered, never left (held here, or collecting
+    # the context manager would leave it).
+    _sending = nudge.sending_to(_nudge_then_die)
+    _sending.__enter__()
 
 if _chunk:
     revert.BATCH = _chunk

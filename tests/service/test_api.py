@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from tests.service.webfakes import SetFilter
-from urlguard.hotpath import guard as guard_module
 from urlguard.hotpath.guard import Guard
 from urlguard.writepath.changes import add_rule
 
@@ -81,22 +80,22 @@ def test_other_methods_are_a_405(client, db, method):
     assert "not allowed" in response.json()["error"]
 
 
-def test_degraded_answers_say_so(client, db, monkeypatch):
-    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: None, on_filter_error="open"))
+def test_degraded_answers_say_so(client, db, use_guard):
+    use_guard(Guard(lambda: None, on_filter_error="open"))
     response = client.get("/api/check", {"url": "http://evil.example/"})
     assert response.status_code == 200
     assert response["X-URLGuard"] == "degraded"
     assert response.json()["degraded"] is True and "failing open" in response.json()["reason"]
 
 
-def test_a_crash_is_a_json_503(client, db, monkeypatch):
+def test_a_crash_is_a_json_503(use_guard, client, db, monkeypatch):
     guard = Guard(SetFilter)
 
     def explode(url):
         raise RuntimeError("database is gone")
 
     monkeypatch.setattr(guard, "check", explode)
-    monkeypatch.setattr(guard_module, "_guard", guard)
+    use_guard(guard)
     response = client.get("/api/check", {"url": "http://evil.example/"})
     assert response.status_code == 503
     assert "try again" in response.json()["error"]

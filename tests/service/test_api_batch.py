@@ -218,8 +218,8 @@ def test_only_a_hash_is_stored(db):
     assert stored["key_hash"] == apikeys.hash_key(key) and stored["prefix"] == key[:10]
 
 
-def test_degraded_answers_say_so(api, db, monkeypatch):
-    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: None, on_filter_error="open"))
+def test_degraded_answers_say_so(api, db, use_guard):
+    use_guard(Guard(lambda: None, on_filter_error="open"))
     response = api({"urls": ["http://evil.example/", "https://b.example/"]})
     assert response.status_code == 200
     assert response["X-URLGuard"] == "degraded"

@@ -16,14 +16,6 @@ from urlguard.writepath.rules import RuleError, normalize_rule
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def nudges(monkeypatch):
-    """The seqs the write path asked the nodes to apply (nothing is sent)."""
-    sent: list[int] = []
-    monkeypatch.setattr(changes, "_nudge", sent.append)
-    return sent
-
-
 def test_add_rule_writes_rule_and_event_and_nudges_after_commit(
     nudges, django_capture_on_commit_callbacks
 ):

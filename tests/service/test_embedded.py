@@ -12,9 +12,9 @@ from urlguard.writepath import changes
 
 @pytest.mark.django_db(transaction=True)
 def test_a_serving_process_catches_up_a_lost_change_without_a_broker(
-    settings, client, filter_path, monkeypatch
+    settings, client, filter_path, nudges
 ):
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)  # the nudge is lost
+    # The nudge is lost (captured in `nudges`, never delivered).
     settings.URLGUARD = {**settings.URLGUARD, "CATCHUP_INTERVAL": 0.05}
     embedded.install()
     try:
@@ -40,9 +40,9 @@ def test_the_thread_starts_once_and_stops(settings, client):
     embedded.install()
     try:
         client.get("/api/check?url=http://a.example/")
-        first = embedded._thread
+        first = embedded.upkeep.thread
         client.get("/api/check?url=http://a.example/")
-        assert first is not None and first.is_alive() and embedded._thread is first
+        assert first is not None and first.is_alive() and embedded.upkeep.thread is first
     finally:
         embedded.stop()
-    assert embedded._thread is None and not first.is_alive()
+    assert embedded.upkeep.thread is None and not first.is_alive()

@@ -26,14 +26,13 @@ from urlguard.feeds import decoding, formats, memo
 from urlguard.feeds.decoding import FeedError, open_text
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import AdminJob, RuleSource, Source
-from urlguard.writepath import changes
 
 MIB = 1 << 20
 
 
 @pytest.fixture(autouse=True)
-def quiet(monkeypatch):
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+def _quiet(quiet):
+    """Rule writes send no nudge."""
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from django.urls import reverse
 from urlguard import models
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import FeedRefresh, RuleSource, ShortLink, Source
-from urlguard.writepath import changes
 
 pytestmark = pytest.mark.django_db
 
@@ -24,8 +23,8 @@ POPULAR = ["google.com", "bit.ly", "t.co", "paypal.com", "github.com", "mail.goo
 
 
 @pytest.fixture(autouse=True)
-def quiet(monkeypatch):
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+def _quiet(quiet):
+    """Rule writes send no nudge."""
 
 
 @pytest.fixture

@@ -33,8 +33,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def quiet(monkeypatch, settings):
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
+def quiet(nudges, settings):
     settings.URLGUARD = {**settings.URLGUARD, "FEED_READ_TIMEOUT": 0.5, "FEED_CONNECT_TIMEOUT": 1}
     admit_loopback(settings)
 

@@ -49,9 +49,8 @@ def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):  
     assert source.last_status == "ok" and source.last_removed == 1
 
 
-def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_available, monkeypatch):  # noqa: F811
+def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_available, nudges):  # noqa: F811
     assert connection.vendor == "postgresql"
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     source = Source.objects.create(name="copy", kind=Source.Kind.FEED, url="file:///dev/null")
     keys, ids = listing.listed_now(source)
     assert len(keys) == len(ids) == 0
@@ -63,12 +62,11 @@ def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_avail
     assert sorted(zip(keys.tolist(), ids.tolist(), strict=True)) == rows
 
 
-def test_withdrawn_and_deleted_rules_take_their_references_along(services_available, monkeypatch):  # noqa: F811
+def test_withdrawn_and_deleted_rules_take_their_references_along(services_available, nudges):  # noqa: F811
     # The PostgreSQL statements of changes._withdraw_part and _delete_rules: listings
     # go, a mistake report keeps its text but loses the rule, hit totals stay.
     from urlguard.models import MistakeReport, RuleHitTotal
 
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url="file:///dev/null")
     changes.add_rules(["a.example", "b.example", "c.example"], source=feed)
     changes.add_rules(["b.example"], source="admin")

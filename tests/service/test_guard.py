@@ -374,9 +374,9 @@ def test_check_url_command_refuses_a_non_web_url():
         run_check_url("javascript:alert(1)")
 
 
-def test_check_url_command_explains_a_filter_that_fails_to_read(monkeypatch):
+def test_check_url_command_explains_a_filter_that_fails_to_read(use_guard):
     listed(("evil.example/", "phishing"))
-    monkeypatch.setattr(guard_module, "_guard", Guard(BrokenFilter))
+    use_guard(Guard(BrokenFilter))
     out = run_check_url("http://evil.example/")
     assert "filter     unreadable: simulated: the mapped file went away" in out
     assert re.search(r"evil\.example/\s+\?\s+listed: phishing", out)

@@ -15,7 +15,6 @@ from django.utils import timezone
 from tests.service.test_nudge import broker, silent_broker  # noqa: F401  (a fixture)
 from urlguard.models import ChangeEvent
 from urlguard.nodesync import nudge, registry
-from urlguard.operations import health
 from urlguard.writepath.changes import add_rule
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +26,6 @@ def _fresh(monkeypatch):
     # file between two requests.
     monkeypatch.setattr(registry, "CHECK_SECONDS", 0.0)
     monkeypatch.setattr(registry, "RETRY_SECONDS", 0.0)
-    monkeypatch.setattr(health, "_was_ready", None)
 
 
 @pytest.fixture
@@ -200,8 +198,7 @@ def test_the_networks_and_the_token_open_the_details(client, ready_node, setting
 
 # -- a broker outage ---------------------------------------------------------------------
 @pytest.fixture
-def lagging_node(client, ready_node, monkeypatch):
-    monkeypatch.setattr(nudge, "_broker_check", None)
+def lagging_node(client, ready_node):
     _ready(client)  # mapped while current: what follows is lag, not a file moved in
     for i in range(3):
         add_rule(f"spam{i}.example/", category="spam", source="test")

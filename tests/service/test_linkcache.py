@@ -161,11 +161,14 @@ class FakePoller:
     def is_alive(self) -> bool:
         return self.alive
 
+    def join(self, timeout: float | None = None) -> None:
+        self.alive = False
+
 
 @pytest.fixture
 def poller(monkeypatch):
     """As if the polling thread ran, on a clock the test moves."""
-    monkeypatch.setattr(linkcache, "_thread", FakePoller())
+    monkeypatch.setattr(linkcache.poller, "thread", FakePoller())
     now = [1000.0]
     monkeypatch.setattr(linkcache, "_clock", lambda: now[0])
     return now
@@ -218,7 +221,7 @@ def test_past_its_ttl_a_link_is_served_while_the_poller_rereads_it(link, poller,
 def test_a_dead_poller_leaves_the_ttl_to_the_requests(link, poller, settings):
     linkcache.get("abc")
     raw_update(link, "https://raw.example/")
-    linkcache._thread.alive = False
+    linkcache.poller.thread.alive = False
     poller[0] += settings.URLGUARD.get("LINK_CACHE_TTL", 60) + 1
     assert linkcache.get("abc").destination == "https://raw.example/"
 

@@ -15,7 +15,6 @@ from django.db import OperationalError
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.service.webfakes import SetFilter
-from urlguard.hotpath import guard as guard_module
 from urlguard.hotpath.guard import Guard
 from urlguard.models import ShortLink, SpamRule
 from urlguard.nodesync import nodestatus, registry
@@ -74,9 +73,9 @@ def test_checks_are_counted_by_verdict(client, rules, quiet):
     assert delta("urlguard_check_seconds_sum") > 0
 
 
-def test_degraded_checks_and_batches(client, db, monkeypatch):
+def test_degraded_checks_and_batches(client, db, use_guard):
     before = scrape(client)
-    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: None, on_filter_error="open"))
+    use_guard(Guard(lambda: None, on_filter_error="open"))
     client.get("/api/check", {"url": "http://evil.example/"})
     guard = Guard(lambda: SetFilter(["evil.example/"]))
     verdicts = guard.check_many(

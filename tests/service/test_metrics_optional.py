@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import pytest
 
+from urlguard.operations import metricsview
 from urlguard.runtime import metrics
 
 
 @pytest.fixture
 def no_prometheus(monkeypatch):
     monkeypatch.setattr(metrics, "HAVE_PROMETHEUS", False)
-    monkeypatch.setattr(metrics, "_metrics", None)
-    monkeypatch.setattr(metrics, "_tally", metrics.CheckTally())
+    # The view took its own copy of the flag when it was imported.
+    monkeypatch.setattr(metricsview, "HAVE_PROMETHEUS", False)
+    # This process's real metrics stay registered; these stand in for the test.
+    with metrics.registered.use(None), metrics.tally.use(metrics.CheckTally()):
+        yield
 
 
 def test_recording_counts_nothing_and_raises_nothing(no_prometheus):
@@ -20,9 +24,9 @@ def test_recording_counts_nothing_and_raises_nothing(no_prometheus):
     metrics.continued()
     metrics.changes_applied(3)
     metrics.stats_written("clicks", 2)
-    metrics._tally.counts[0] += 5
+    metrics.tally.get().counts[0] += 5
     metrics.flush()
-    assert isinstance(metrics._metrics, metrics._Uncounted)
+    assert isinstance(metrics.registered.get(), metrics._Uncounted)
 
 
 def test_the_metrics_page_says_what_to_install(no_prometheus, client):

@@ -46,10 +46,10 @@ pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
 
 
 @pytest.fixture
-def filt(monkeypatch):
+def filt(use_guard):
     """The fake filter behind the process-wide guard, with a few rules listed."""
     fake = SetFilter()
-    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: fake))
+    use_guard(Guard(lambda: fake))
     for text, category in [
         ("evil.example/", "malware"),
         ("login.bank.example/", "phishing"),
@@ -65,8 +65,8 @@ def _fresh_log_limits():
     guard_module.log_limited._last.clear()
 
 
-def install(monkeypatch, filt, policy="database"):
-    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: filt, on_filter_error=policy))
+def install(use_guard, filt, policy="database"):
+    use_guard(Guard(lambda: filt, on_filter_error=policy))
 
 
 def redirect(client, to, **params):
@@ -193,13 +193,13 @@ def test_relative_location_is_resolved_against_the_request(rf, settings):
     assert resolve_location(request, "https://a.exa mple/") == ("https", "https://a.exa%20mple/")
 
 
-def test_internal_redirects_are_checked_only_when_configured(client, filt, settings, monkeypatch):
+def test_internal_redirects_are_checked_only_when_configured(client, filt, settings, use_guard):
     settings.ALLOWED_HOSTS = ["site.example"]
     calls = filt.calls
     response = client.get("/raw?to=free/x", HTTP_HOST="site.example")  # → /free/x on site
     assert response.status_code == 302 and filt.calls == calls  # on-site: not checked
     settings.URLGUARD = {**settings.URLGUARD, "CHECK_INTERNAL_REDIRECTS": True}
-    install(monkeypatch, filt)  # a URLGUARD change rebuilds the process-wide guard
+    install(use_guard, filt)  # a URLGUARD change rebuilds the process-wide guard
     assert client.get("/raw?to=free/x", HTTP_HOST="site.example").status_code == 403
     assert client.get("/raw?to=/recipes/", HTTP_HOST="site.example").status_code == 302
 
@@ -311,8 +311,8 @@ def test_every_redirect_status_is_checked(client, filt):
         assert redirect(client, "http://evil.example/", status=status).status_code == 403
 
 
-def test_a_filter_false_positive_never_shows_a_warning(client, monkeypatch):
-    install(monkeypatch, SetFilter(everything=True))
+def test_a_filter_false_positive_never_shows_a_warning(client, use_guard):
+    install(use_guard, SetFilter(everything=True))
     add_rule("evil.example/", category="spam", source="test")
     for to in ["https://www.python.org/", "http://good.example/a/b?c=d"]:
         response = redirect(client, to)
@@ -365,16 +365,16 @@ def test_confirmed_responses_are_not_rechecked(client, filt):
     assert response.status_code == 302 and filt.calls == calls
 
 
-def test_fail_open(client, monkeypatch):
-    install(monkeypatch, None, policy="open")
+def test_fail_open(client, use_guard):
+    install(use_guard, None, policy="open")
     response = redirect(client, "http://evil.example/")
     assert response.status_code == 302
     assert response["X-URLGuard"] == "degraded"
     assert response["Cache-Control"] == "no-store"  # a degraded answer must not stick
 
 
-def test_fail_closed(client, monkeypatch):
-    install(monkeypatch, None, policy="closed")
+def test_fail_closed(client, use_guard):
+    install(use_guard, None, policy="closed")
     response = redirect(client, "https://www.python.org/")
     assert response.status_code == 503
     assert response["Retry-After"] == "60" and response["X-URLGuard"] == "degraded"
@@ -383,17 +383,17 @@ def test_fail_closed(client, monkeypatch):
 
 
 @pytest.mark.parametrize("host_header", [{}, {"HTTP_HOST": "testserver"}])
-def test_fail_closed_never_blocks_the_sites_own_redirects(client, monkeypatch, host_header):
+def test_fail_closed_never_blocks_the_sites_own_redirects(client, use_guard, host_header):
     """A relative Location is this site; so is an absolute one to the request's host,
     with or without a Host header (HTTP/1.0 clients send none)."""
-    install(monkeypatch, None, policy="closed")
+    install(use_guard, None, policy="closed")
     for to in ("/admin/", "http://testserver/elsewhere"):
         response = client.get("/raw?" + urlencode({"to": to}), **host_header)
         assert response.status_code == 302 and response["Location"] == to
 
 
-def test_fail_to_database(client, monkeypatch):
-    install(monkeypatch, None, policy="database")
+def test_fail_to_database(client, use_guard):
+    install(use_guard, None, policy="database")
     add_rule("evil.example/", category="phishing", source="test")
     blocked = redirect(client, "http://a.evil.example/")
     assert blocked.status_code == 403 and blocked["X-URLGuard"] == "degraded"
@@ -402,14 +402,14 @@ def test_fail_to_database(client, monkeypatch):
 
 
 @pytest.mark.parametrize(("policy", "status"), [("open", 302), ("closed", 503), ("database", 503)])
-def test_a_guard_crash_is_never_a_500(client, monkeypatch, caplog, policy, status):
+def test_a_guard_crash_is_never_a_500(use_guard, client, monkeypatch, caplog, policy, status):
     guard = Guard(SetFilter, on_filter_error=policy)
 
     def explode(url):
         raise RuntimeError("database is gone")
 
     monkeypatch.setattr(guard, "check", explode)
-    monkeypatch.setattr(guard_module, "_guard", guard)
+    use_guard(guard)
     response = redirect(client, "https://www.python.org/")
     assert response.status_code == status
     assert response["X-URLGuard" if status == 302 else "Retry-After"]
@@ -495,10 +495,10 @@ def test_any_location_gets_an_answer_never_an_error(filt, location):
         assert "not valid" in result.content.decode()  # refused only as unusable
 
 
-def test_even_a_broken_warning_page_is_no_500(client, monkeypatch):
+def test_even_a_broken_warning_page_is_no_500(use_guard, client, monkeypatch):
     guard = Guard(SetFilter, on_filter_error="closed")
     monkeypatch.setattr(guard, "check", lambda url: 1 / 0)
-    monkeypatch.setattr(guard_module, "_guard", guard)
+    use_guard(guard)
 
     def broken_page(request, **kwargs):
         raise RuntimeError("template missing")

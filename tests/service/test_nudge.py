@@ -18,11 +18,6 @@ from urlguard_service.celery import app as celery_app
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _no_outcome_from_another_test():
-    nudge._last.outcome = None
-
-
 @pytest.fixture
 def silent_broker():
     """A broker that takes connections and never answers: the listening socket's

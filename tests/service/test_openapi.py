@@ -72,7 +72,9 @@ def test_the_schemas_are_valid_json_schema(spec):
         jsonschema.Draft202012Validator.check_schema(schema)
 
 
-def test_every_documented_answer_matches(spec, client, build_filter, settings, monkeypatch):
+def test_every_documented_answer_matches(
+    use_guard, spec, client, build_filter, settings, monkeypatch
+):
     from urlguard.hotpath import guard as guard_module
     from urlguard.hotpath.guard import Guard
 
@@ -106,7 +108,7 @@ def test_every_documented_answer_matches(spec, client, build_filter, settings, m
     check(post({"urls": ["https://a.example/"]}), "/api/check", "post")
     check(post({"urls": ["https://a.example/"] * 1001}, **auth), "/api/check", "post")
     # Degraded answers carry the header the schema names.
-    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: None, on_filter_error="open"))
+    use_guard(Guard(lambda: None, on_filter_error="open"))
     response = client.get("/api/check", {"url": "https://x.example/"})
     assert check(response, "/api/check", "get")["degraded"] is True
     assert response["X-URLGuard"] == "degraded"

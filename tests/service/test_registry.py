@@ -81,10 +81,9 @@ def test_corrupt_file_is_none_with_the_reason(filter_path, caplog):
 
 
 @pytest.mark.django_db
-def test_a_rebuild_is_seen_without_reopening(filter_path, monkeypatch):
+def test_a_rebuild_is_seen_without_reopening(filter_path, nudges):
     from urlguard.writepath import changes
 
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     sync.rebuild(str(filter_path))
     filt = registry.get_filter()
     rule = changes.add_rule("new.example.org", category="spam")

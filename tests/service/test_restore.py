@@ -130,7 +130,7 @@ def test_the_worker_starts_its_watch_when_ready(filter_path, sync_filter):
     sync_filter()
     try:
         worker._catch_up_at_boot()
-        assert embedded._thread is not None and embedded._thread.is_alive()
+        assert embedded.upkeep.thread is not None and embedded.upkeep.thread.is_alive()
     finally:
         embedded.stop()
 

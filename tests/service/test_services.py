@@ -272,9 +272,8 @@ def test_every_node_gets_every_change(start_worker, tmp_path):
     )
 
 
-def test_missed_messages_are_caught_up_at_boot_and_by_beat(start_worker, filter_path, monkeypatch):
-    real_nudge = changes._nudge
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)  # every nudge is lost
+def test_missed_messages_are_caught_up_at_boot_and_by_beat(start_worker, filter_path, nudges):
+    # Every nudge is lost (captured in `nudges`, never delivered).
     before = changes.add_rule("before-boot.example.org", category="spam")
     worker = start_worker(catchup_interval=1.0)
     wait_for(
@@ -290,7 +289,6 @@ def test_missed_messages_are_caught_up_at_boot_and_by_beat(start_worker, filter_
         log=worker.log,
     )
     assert "catch_up" in worker.log.read_text()
-    monkeypatch.setattr(changes, "_nudge", real_nudge)
 
 
 def test_duplicate_nudges_do_not_double_count(start_worker, filter_path):
@@ -349,11 +347,10 @@ def test_postgres_commits_change_events_in_seq_order():
     assert ChangeEvent.objects.count() == 60
 
 
-def test_rebuilds_under_concurrent_writes_count_every_rule_once(filter_path, monkeypatch):
+def test_rebuilds_under_concurrent_writes_count_every_rule_once(filter_path, nudges, monkeypatch):
     """A rebuild reads the table and max(seq) in one snapshot (REPEATABLE READ), then
     replays the log after it: with writers committing throughout, the file ends
     with every rule exactly once (a double-applied add would show in the count)."""
-    monkeypatch.setattr(changes, "_nudge", lambda seq: None)
     changes.add_rules([f"base{i}.example.org" for i in range(2000)], source="test")
     stream = sync._stream_rules
 

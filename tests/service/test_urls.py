@@ -13,7 +13,6 @@ from django.urls import Resolver404, include, path, resolve, reverse
 
 import urlguard.urls
 from tests.service.webfakes import SetFilter
-from urlguard.hotpath import guard as guard_module
 from urlguard.hotpath.guard import Guard
 from urlguard.models import ShortLink
 from urlguard.writepath.changes import add_rule
@@ -31,9 +30,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.urls(__name__)
-def test_the_warning_pages_links_follow_the_prefix(client, monkeypatch):
+def test_the_warning_pages_links_follow_the_prefix(client, use_guard):
     fake = SetFilter()
-    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: fake))
+    use_guard(Guard(lambda: fake))
     fake.add(add_rule("evil.example/", category="phishing", source="test").expression)
     warning = client.get("/leave")
     assert warning.status_code == 403

@@ -13,7 +13,6 @@ from django.http import HttpResponse
 from django.urls import include, path
 
 from tests.service.webfakes import SetFilter
-from urlguard.hotpath import guard as guard_module
 from urlguard.hotpath.guard import Guard
 from urlguard.writepath.changes import add_rule
 
@@ -30,9 +29,9 @@ pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
 
 
 @pytest.fixture
-def filt(monkeypatch):
+def filt(use_guard):
     fake = SetFilter()
-    monkeypatch.setattr(guard_module, "_guard", Guard(lambda: fake))
+    use_guard(Guard(lambda: fake))
     fake.add(add_rule("evil.example/", category="malware", source="test").expression)
     return fake
 
@@ -70,10 +69,10 @@ def test_every_warning_page_refuses_to_be_framed(client, filt, to, status):
     assert_protected(response)
 
 
-def test_the_page_cannot_be_checked_page_too(client, monkeypatch):
+def test_the_page_cannot_be_checked_page_too(use_guard, client, monkeypatch):
     guard = Guard(SetFilter, on_filter_error="closed")
     monkeypatch.setattr(guard, "check", lambda url: 1 / 0)
-    monkeypatch.setattr(guard_module, "_guard", guard)
+    use_guard(guard)
     response = _redirect(client, "https://www.python.org/")
     assert response.status_code == 503
     assert_protected(response)

@@ -14,12 +14,10 @@ from django.core.signals import request_started
 from django.db import connections
 
 from urlguard.conf import conf
+from urlguard.runtime.process import Daemon
 
 logger = logging.getLogger(__name__)
 
-_lock = threading.Lock()
-_stop = threading.Event()
-_thread: threading.Thread | None = None
 _UID = "urlguard.feeds.runner"
 
 
@@ -28,14 +26,9 @@ def install() -> None:
 
 
 def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
-    global _thread
-    with _lock:
-        if _thread is not None:
-            return
-        request_started.disconnect(dispatch_uid=_UID)
-        _stop.clear()
-        _thread = threading.Thread(target=_loop, name="urlguard-feeds", daemon=True)
-        _thread.start()
+    # Later requests pay nothing for this signal.
+    request_started.disconnect(dispatch_uid=_UID)
+    refresher.start()
 
 
 def run_once() -> list[str]:
@@ -52,8 +45,8 @@ def run_once() -> list[str]:
     return names
 
 
-def _loop() -> None:
-    while not _stop.wait(conf.FEED_CHECK_INTERVAL):
+def _loop(stopped: threading.Event) -> None:
+    while not stopped.wait(conf.FEED_CHECK_INTERVAL):
         try:
             run_once()
         except Exception:
@@ -64,12 +57,11 @@ def _loop() -> None:
             connections.close_all()
 
 
+#: The refreshing thread of this process.
+refresher = Daemon("urlguard-feeds", _loop)
+
+
 def stop(timeout: float = 5.0) -> None:
     """Stop the thread (tests), so that a later install() starts a new one."""
-    global _thread
-    with _lock:
-        thread, _thread = _thread, None
-    _stop.set()
-    if thread is not None:
-        thread.join(timeout)
+    refresher.stop(timeout)
     request_started.disconnect(dispatch_uid=_UID)

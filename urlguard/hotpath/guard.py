@@ -11,8 +11,8 @@ never missed.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, Protocol
@@ -34,11 +34,20 @@ from urlguard.hotpath.cleancache import CleanCache, LRUCleanCache
 from urlguard.models import SpamRule
 from urlguard.nodesync import registry
 from urlguard.runtime import database, metrics
+from urlguard.runtime.process import PerProcess
 from urlguard.runtime.ratelimitedlog import log_limited
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CheckedFilter", "Guard", "InvalidURL", "Verdict", "get_guard"]
+__all__ = [
+    "CheckedFilter",
+    "Guard",
+    "InvalidURL",
+    "Verdict",
+    "get_guard",
+    "reset_guard",
+    "use_guard",
+]
 
 QUERY_CHUNK = database.IN_BATCH
 
@@ -426,35 +435,31 @@ def _rules_for(expressions: list[str]) -> dict[str, SpamRule]:
     return rules
 
 
-_guard: Guard | None = None
-_guard_lock = threading.Lock()
+def _make_guard() -> Guard:
+    # The path is resolved once here, not on every check.
+    path = conf.FILTER_PATH
+    return Guard(
+        partial(registry.get_filter, path),
+        on_filter_error=conf.ON_FILTER_ERROR,
+        discard_filter=partial(registry.forget, path),
+        why_unavailable=partial(registry.problem, path),
+    )
 
 
-def get_guard() -> Guard:
-    """The process-wide Guard. The test client builds a new middleware per
-    request, so nothing per-instance may hold the filter or the caches."""
-    global _guard
-    guard = _guard
-    if guard is None:
-        with _guard_lock:
-            if _guard is None:
-                # The path is resolved once here, not on every check.
-                path = conf.FILTER_PATH
-                _guard = Guard(
-                    partial(registry.get_filter, path),
-                    on_filter_error=conf.ON_FILTER_ERROR,
-                    discard_filter=partial(registry.forget, path),
-                    why_unavailable=partial(registry.problem, path),
-                )
-            guard = _guard
-    return guard
+# The test client builds a new middleware per request, so nothing per-instance may
+# hold the filter or the caches.
+_guard: PerProcess[Guard] = PerProcess(_make_guard, name="guard")
+
+#: The process-wide Guard.
+get_guard = _guard.get
+#: Forget the process-wide Guard (settings changed; tests).
+reset_guard = _guard.reset
 
 
-def reset_guard() -> None:
-    """Forget the process-wide Guard (settings changed; tests)."""
-    global _guard
-    with _guard_lock:
-        _guard = None
+def use_guard(guard: Guard) -> AbstractContextManager[None]:
+    """`with use_guard(Guard(...)):` the process-wide Guard for the block (tests: a
+    fake filter, a failure policy)."""
+    return _guard.use(guard)
 
 
 @receiver(setting_changed)

@@ -37,6 +37,7 @@ from urlguard.hotpath.warning import (
     protect_page,
     warning_response,
 )
+from urlguard.runtime.process import PerProcess
 from urlguard.runtime.ratelimitedlog import log_limited
 
 logger = logging.getLogger(__name__)
@@ -227,31 +228,27 @@ class _Policy:
     cache_control: str
 
 
-_resolved: _Policy | None = None
+def _resolve() -> _Policy:
+    max_age = conf.REDIRECT_MAX_AGE
+    return _Policy(
+        check_internal=conf.CHECK_INTERNAL_REDIRECTS,
+        allowed_other_schemes=conf.ALLOWED_OTHER_SCHEMES,
+        max_age=max_age,
+        cache_control=f"private, max-age={max_age}",
+    )
 
 
-def _policy() -> _Policy:
-    """The middleware's settings, resolved once per process (and again after a
-    URLGUARD change): Django builds the middleware once per process, but the
-    test client once per client, and override_settings must still apply."""
-    global _resolved
-    policy = _resolved
-    if policy is None:
-        max_age = conf.REDIRECT_MAX_AGE
-        policy = _resolved = _Policy(
-            check_internal=conf.CHECK_INTERNAL_REDIRECTS,
-            allowed_other_schemes=conf.ALLOWED_OTHER_SCHEMES,
-            max_age=max_age,
-            cache_control=f"private, max-age={max_age}",
-        )
-    return policy
+# The middleware's settings, resolved once per process (and again after a URLGUARD
+# change): Django builds the middleware once per process, but the test client once
+# per client, and override_settings must still apply.
+_resolved: PerProcess[_Policy] = PerProcess(_resolve, name="redirect policy")
+_policy = _resolved.get
 
 
 @receiver(setting_changed)
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    global _resolved
     if setting == "URLGUARD":
-        _resolved = None
+        _resolved.reset()
 
 
 def get_failure_policy() -> str:

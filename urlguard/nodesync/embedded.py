@@ -25,18 +25,15 @@ from django.db import DatabaseError, connections
 
 from urlguard.conf import conf
 from urlguard.nodesync import registry, sync
+from urlguard.runtime.process import Daemon
 
 logger = logging.getLogger(__name__)
 
 # How often the thread asks the registry whether the file is usable.
 WATCH_SECONDS = 1.0
 
-_lock = threading.Lock()
-# The running thread's own stop flag: a thread that outlives stop()'s join (busy in
-# a catch-up) still stops after it, even when a new thread has started meanwhile.
-_stop = threading.Event()
-_wake = threading.Event()
-_thread: threading.Thread | None = None
+# Whether the thread runs the periodic work too, or only watches (a Celery worker).
+_periodic = True
 
 
 def install() -> None:
@@ -62,20 +59,15 @@ def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
 
 
 def _start(*, periodic: bool) -> None:
-    global _thread, _stop
-    with _lock:
-        if _thread is not None:
-            return
-        _stop = threading.Event()
-        _thread = threading.Thread(
-            target=_loop, args=(periodic, _stop), name="urlguard-catch-up", daemon=True
-        )
-        _thread.start()
+    global _periodic
+    if upkeep.thread is None:
+        _periodic = periodic
+        upkeep.start()
 
 
 def wake() -> None:
     """Catch up now (e.g. the database is back), not at the next interval."""
-    _wake.set()
+    upkeep.wake()
 
 
 class Upkeep:
@@ -164,24 +156,21 @@ def _database_answers() -> bool:
         return False
 
 
-def _loop(periodic: bool, stopped: threading.Event) -> None:
-    upkeep = Upkeep(time.monotonic(), periodic=periodic)
+def _loop(stopped: threading.Event) -> None:
+    # A thread that outlives stop()'s join (busy in a catch-up) still stops after it.
+    state = Upkeep(time.monotonic(), periodic=_periodic)
     while not stopped.is_set():
-        woken = _wake.wait(WATCH_SECONDS)
+        woken = upkeep.wait(WATCH_SECONDS)
         if stopped.is_set():
             break
-        _wake.clear()
-        upkeep.tick(time.monotonic(), woken=woken)
+        state.tick(time.monotonic(), woken=woken)
+
+
+#: The upkeep thread of this process.
+upkeep = Daemon("urlguard-catch-up", _loop)
 
 
 def stop(timeout: float = 5.0) -> None:
     """Stop the thread (tests), so that a later install() starts a new one."""
-    global _thread
-    with _lock:
-        thread, _thread = _thread, None
-        _stop.set()
-    _wake.set()
-    if thread is not None:
-        thread.join(timeout)
-    _wake.clear()
+    upkeep.stop(timeout)
     request_started.disconnect(dispatch_uid="urlguard.nodesync.embedded")

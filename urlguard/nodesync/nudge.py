@@ -12,16 +12,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from urlguard.celery import APPLY_CHANGES_TASK, current_app, in_process
 from urlguard.conf import conf
 from urlguard.nodesync import embedded, registry, sync
+from urlguard.runtime.process import PerProcess, on_reset
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Outcome", "broker_problem", "last_outcome", "send", "when_applied"]
+__all__ = [
+    "Outcome",
+    "broker_problem",
+    "deliver",
+    "forget_broker_check",
+    "last_outcome",
+    "send",
+    "sending_to",
+    "when_applied",
+]
 
 # The longest a request waits for its nudge: to publish it (broker), or to apply it
 # in-process (embedded default, where it waits at most this for the writer lock).
@@ -45,6 +57,12 @@ class Outcome:
 
 
 _last = threading.local()
+
+
+@on_reset
+def _forget_outcomes() -> None:
+    global _last
+    _last = threading.local()
 
 
 def last_outcome() -> Outcome | None:
@@ -75,6 +93,11 @@ def when_applied() -> str:
 def send(seq: int) -> None:
     """Ask every node to apply the log up to `seq`. Runs after the commit; a failure
     is logged, never raised: the edit is committed and the periodic catch-up applies it."""
+    _delivery.get()(seq)
+
+
+def deliver(seq: int) -> None:
+    """What send() does unless a stand-in took its place (see sending_to)."""
     via_broker = not in_process()
     try:
         if via_broker:
@@ -95,6 +118,15 @@ def send(seq: int) -> None:
         )
     else:
         _last.outcome = Outcome(seq, True, via_broker=via_broker)
+
+
+_delivery: PerProcess[Callable[[int], None]] = PerProcess(lambda: deliver, name="nudge delivery")
+
+
+def sending_to(func: Callable[[int], None]) -> AbstractContextManager[None]:
+    """`with sending_to(sent.append):` every nudge of the block goes to `func` instead
+    (tests: nudges captured, lost, or delivered and then something else)."""
+    return _delivery.use(func)
 
 
 def _apply_here(seq: int) -> None:
@@ -143,6 +175,13 @@ def _publish(seq: int) -> None:
 # How long a broker check is reused: a load balancer probes every few seconds.
 BROKER_CHECK_SECONDS = 5.0
 _broker_check: tuple[float, str] | None = None  # (monotonic time, problem)
+
+
+@on_reset
+def forget_broker_check() -> None:
+    """Ask the broker again at the next broker_problem() (tests; a changed broker)."""
+    global _broker_check
+    _broker_check = None
 
 
 def broker_problem() -> str:

@@ -36,6 +36,7 @@ from filterengine import (
     writer_active,
 )
 from urlguard.conf import conf
+from urlguard.runtime.process import on_reset
 
 logger = logging.getLogger(__name__)
 
@@ -483,6 +484,7 @@ def forget(path: str | None = None) -> None:
             logger.debug("closing %s failed", path, exc_info=True)
 
 
+@on_reset
 def reset() -> None:
     """Forget every mapping (tests; settings changes)."""
     for path in {*_filters, *_pending}:

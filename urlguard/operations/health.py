@@ -29,6 +29,7 @@ from urlguard.conf import conf
 from urlguard.models import ChangeEvent
 from urlguard.nodesync import nudge, registry
 from urlguard.operations import metricsview
+from urlguard.runtime.process import on_reset
 
 if TYPE_CHECKING:
     from prometheus_client.core import GaugeMetricFamily
@@ -40,6 +41,12 @@ __all__ = ["ProbeMiddleware", "ReadyCollector", "healthz", "metrics_view", "read
 # The previous readiness of this process (None: not asked yet), so that only a
 # change is logged.
 _was_ready: bool | None = None
+
+
+@on_reset
+def _forget_readiness() -> None:
+    global _was_ready
+    _was_ready = None
 
 
 def _json(data: dict[str, Any], status: int = 200) -> JsonResponse:

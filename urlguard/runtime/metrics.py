@@ -34,6 +34,7 @@ else:
     HAVE_PROMETHEUS = True
 
 from urlguard.conf import conf
+from urlguard.runtime.process import Daemon, PerProcess
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +145,6 @@ class _Metrics:
         )
 
 
-_metrics: _Metrics | None = None
-_lock = threading.Lock()
-
-
 class _Uncounted:
     """Every metric where prometheus_client is not installed: counts nothing."""
 
@@ -163,12 +160,14 @@ class _Uncounted:
         return self
 
 
-def _made() -> _Metrics:
-    global _metrics
-    with _lock:
-        if _metrics is None:
-            _metrics = _Metrics() if HAVE_PROMETHEUS else _Uncounted()  # type: ignore[assignment]
-        return _metrics  # type: ignore[return-value]
+def _make() -> _Metrics:
+    return _Metrics() if HAVE_PROMETHEUS else _Uncounted()  # type: ignore[return-value]
+
+
+#: This process's metrics: registered once with prometheus_client, so kept through a
+#: reset (registering them again would be refused); a forked child keeps them too,
+#: since the multiprocess files are named by the pid that writes them.
+registered: PerProcess[_Metrics] = PerProcess(_make, name="metrics", resettable=False)
 
 
 #: How often the checks counted in memory reach the metric files.
@@ -188,8 +187,6 @@ class CheckTally:
         self.counts = [0] * len(VERDICTS)
         self.buckets = [0] * (len(CHECK_BUCKETS) + 1)  # the last one is +Inf
         self.seconds = 0.0
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
 
     def add(self, verdict: int, seconds: float) -> None:
         with self.lock:
@@ -197,14 +194,14 @@ class CheckTally:
             # bisect_left: the first bound >= seconds, i.e. Prometheus' "le".
             self.buckets[bisect_left(CHECK_BUCKETS, seconds)] += 1
             self.seconds += seconds
-        if self._thread is None:
-            self._start()
+        if _flusher.thread is None:
+            _start_flusher()
 
     def add_untimed(self, verdict: int, n: int) -> None:
         with self.lock:
             self.counts[verdict] += n
-        if self._thread is None:
-            self._start()
+        if _flusher.thread is None:
+            _start_flusher()
 
     def flush(self) -> None:
         """Add what was counted since the last flush to the metric files."""
@@ -214,7 +211,7 @@ class CheckTally:
             seconds, self.seconds = self.seconds, 0.0
         if not any(counts) or not HAVE_PROMETHEUS:
             return
-        m = _metrics or _made()
+        m = registered.get()
         for label, n in zip(VERDICTS, counts, strict=True):
             if n:
                 m.by_verdict[label].inc(n)
@@ -225,44 +222,42 @@ class CheckTally:
                 value.inc(n)
         m.check_seconds._sum.inc(seconds)
 
-    def _start(self) -> None:
-        _metrics or _made()  # this process's metric files exist from its first check on
-        with _lock:
-            if self._thread is not None:
-                return
-            self._thread = threading.Thread(target=self._run, name="urlguard-metrics", daemon=True)
-            self._thread.start()
-            atexit.register(self.flush)
 
-    def _run(self) -> None:
-        while not self._stop.wait(FLUSH_SECONDS):
-            try:
-                self.flush()
-            except Exception:
-                logger.exception("metrics: writing the check counts failed")
+#: The checks of this process. A forked child starts with an empty one: the parent
+#: flushes what it counted.
+tally: PerProcess[CheckTally] = PerProcess(CheckTally, name="check tally", remake_after_fork=True)
 
 
-_tally = CheckTally()
+def _flush_loop(stopped: threading.Event) -> None:
+    while not stopped.wait(FLUSH_SECONDS):
+        try:
+            flush()
+        except Exception:
+            logger.exception("metrics: writing the check counts failed")
 
 
-def _after_fork() -> None:
-    # The parent flushes what it counted; the child starts empty, with its own thread.
-    global _tally
-    _tally = CheckTally()
+_flusher = Daemon("urlguard-metrics", _flush_loop)
 
 
-os.register_at_fork(after_in_child=_after_fork)
+def _start_flusher() -> None:
+    registered.get()  # this process's metric files exist from its first check on
+    _flusher.start()
 
 
 def prepare() -> None:
     """Make this process's metrics now: from here on the environment names their
     multiprocess directory, which a scrape's collector reads."""
-    _metrics or _made()
+    registered.get()
 
 
 def flush() -> None:
     """Write the checks counted in memory now (tests; a process about to exit)."""
-    _tally.flush()
+    counted = tally.value
+    if counted is not None:
+        counted.flush()
+
+
+atexit.register(flush)
 
 
 def verdict_label(verdict: Any) -> str:
@@ -301,9 +296,9 @@ def timed_check(check: _Check) -> _Check:
         try:
             verdict = check(self, url, parsed)
         except ValueError:
-            _tally.add(4, clock() - started)
+            (tally.value or tally.get()).add(4, clock() - started)
             raise
-        _tally.add(_verdict_index(verdict), clock() - started)
+        (tally.value or tally.get()).add(_verdict_index(verdict), clock() - started)
         return verdict
 
     return cast(_Check, timed)
@@ -318,7 +313,7 @@ def counted_checks(
     def counted(self: Any, urls: Sequence[str]) -> list[Any]:
         verdicts = check_many(self, urls)
         for index, n in Tally(map(_verdict_index, verdicts)).items():
-            _tally.add_untimed(index, n)
+            (tally.value or tally.get()).add_untimed(index, n)
         return verdicts
 
     return counted
@@ -327,43 +322,43 @@ def counted_checks(
 def warned(kind: str, verdict: Any = None) -> None:
     """A warning page was shown: `kind` as warning_response takes it."""
     rule = getattr(verdict, "rule", None)
-    (_metrics or _made()).warnings.labels(category=rule.category if rule else kind).inc()
+    registered.get().warnings.labels(category=rule.category if rule else kind).inc()
 
 
 def continued() -> None:
     """A warned redirect was followed ("continue anyway")."""
-    (_metrics or _made()).continues.inc()
+    registered.get().continues.inc()
 
 
 def stats_written(kind: str, n: int) -> None:
     """A flush of urlguard.runtime.stats wrote `n` entries of `kind`."""
-    (_metrics or _made()).stats_written.labels(kind=kind).inc(n)
+    registered.get().stats_written.labels(kind=kind).inc(n)
 
 
 def stats_failed(kind: str) -> None:
     """A flush of urlguard.runtime.stats could not write `kind` (kept for the next one)."""
-    (_metrics or _made()).stats_failures.labels(kind=kind).inc()
+    registered.get().stats_failures.labels(kind=kind).inc()
 
 
 def dns_answered(zone: str, rcode: str) -> None:
-    (_metrics or _made()).dns_answers.labels(zone=zone, rcode=rcode).inc()
+    registered.get().dns_answers.labels(zone=zone, rcode=rcode).inc()
 
 
 def dns_dropped(reason: str) -> None:
-    (_metrics or _made()).dns_dropped.labels(reason=reason).inc()
+    registered.get().dns_dropped.labels(reason=reason).inc()
 
 
 def dns_transfer(kind: str) -> None:
-    (_metrics or _made()).dns_transfers.labels(kind=kind).inc()
+    registered.get().dns_transfers.labels(kind=kind).inc()
 
 
 def dns_notified(result: str) -> None:
-    (_metrics or _made()).dns_notifies.labels(result=result).inc()
+    registered.get().dns_notifies.labels(result=result).inc()
 
 
 def changes_applied(n: int) -> None:
     """This process applied `n` change-log rows to the node's filter file."""
-    (_metrics or _made()).changes_applied.inc(n)
+    registered.get().changes_applied.inc(n)
 
 
 # The rebuild reasons of urlguard.nodesync.sync, as a label of few values.
@@ -382,7 +377,7 @@ _REBUILD_KINDS = (
 
 def responded(status: int) -> None:
     """A gunicorn worker of this node sent a response with this status."""
-    (_metrics or _made()).responses.labels(code=f"{status // 100}xx").inc()
+    registered.get().responses.labels(code=f"{status // 100}xx").inc()
 
 
 def rebuild_kind(reason: str) -> str:
@@ -394,4 +389,4 @@ def rebuild_kind(reason: str) -> str:
 
 def rebuilt(reason: str) -> None:
     """This process rebuilt the node's filter file, for `reason` (sync's words)."""
-    (_metrics or _made()).rebuilds.labels(reason=rebuild_kind(reason)).inc()
+    registered.get().rebuilds.labels(reason=rebuild_kind(reason)).inc()

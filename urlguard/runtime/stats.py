@@ -59,6 +59,7 @@ from django.db import (
 
 from urlguard.conf import conf
 from urlguard.runtime import database, metrics
+from urlguard.runtime.process import Daemon, on_reset
 
 __all__ = [
     "Batch",
@@ -79,9 +80,7 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()  # guards every kind's pending items
 _flush_lock = threading.Lock()  # one flush at a time (the thread, exit, tests)
 _kinds: dict[str, _Kind] = {}
-_thread: threading.Thread | None = None
-_wake = threading.Event()
-_stopping = threading.Event()
+# Tests' choice (set_background); the flusher's own `enabled` is also off after stop().
 _background = True
 _lost: dict[str, int] = {}
 
@@ -416,12 +415,11 @@ def flush() -> dict[str, int]:
         return left
 
 
-def _loop() -> None:
+def _loop(stopped: threading.Event) -> None:
     try:
-        while not _stopping.is_set():
-            _wake.wait(conf.STATS_FLUSH_INTERVAL)
-            _wake.clear()
-            if _stopping.is_set():
+        while not stopped.is_set():
+            _flusher.wait(conf.STATS_FLUSH_INTERVAL)
+            if stopped.is_set():
                 break
             try:
                 flush()
@@ -431,31 +429,22 @@ def _loop() -> None:
         connections.close_all()
 
 
+_flusher = Daemon("urlguard-stats", _loop)
+
+
 def _started() -> None:
     # The common case is one attribute test; the thread is started by the first
     # statistic a process records (never in a gunicorn master that only forks).
-    if _thread is None and _background:
-        _start()
-
-
-def _start() -> None:
-    global _thread
-    with _lock:
-        if _thread is not None or not _background or _stopping.is_set():
-            return
-        _thread = threading.Thread(target=_loop, name="urlguard-stats", daemon=True)
-        _thread.start()
+    if _flusher.thread is None:
+        _flusher.start()
 
 
 def stop(timeout: float | None = None) -> None:
-    """Stop the background thread and flush everything (graceful stop). Idempotent."""
-    global _thread
+    """Stop the background thread and flush everything (graceful stop). Idempotent;
+    no thread starts again in this process (a late statistic waits for a flush)."""
     deadline = time.monotonic() + (conf.STATS_STOP_TIMEOUT if timeout is None else timeout)
-    _stopping.set()
-    _wake.set()
-    thread, _thread = _thread, None
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(max(0.0, deadline - time.monotonic()))
+    _flusher.enabled = False
+    _flusher.stop(max(0.0, deadline - time.monotonic()))
     while True:
         left = flush()
         if not left:
@@ -474,11 +463,10 @@ def stop(timeout: float | None = None) -> None:
 def set_background(enabled: bool) -> None:
     """Tests: False keeps the thread from starting (they call flush() themselves)."""
     global _background
-    _background = enabled
-    if enabled:
-        _stopping.clear()
+    _background = _flusher.enabled = enabled
 
 
+@on_reset
 def discard() -> None:
     """Forget every pending item and loss (tests)."""
     with _lock:
@@ -490,12 +478,11 @@ def discard() -> None:
 
 def _after_fork_in_child() -> None:
     # The parent writes what it buffered; a copy here would be counted twice.
-    global _thread, _lock, _flush_lock
+    # (runtime.process has forgotten the parent's thread by now.)
+    global _lock, _flush_lock
     _lock = threading.Lock()
     _flush_lock = threading.Lock()
-    _thread = None
-    _stopping.clear()
-    _wake.clear()
+    _flusher.enabled = _background
     for kind in _kinds.values():
         kind.take()
     _lost.clear()

@@ -30,7 +30,6 @@ user agent: stable enough to deduplicate, never stored raw, useless without the 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from django.http import HttpRequest
 from filterengine import OppositeBloomFilter, RotatingBloomFilter
 from urlguard.models import Click, ShortLink
 from urlguard.runtime import database, stats
+from urlguard.runtime.process import PerProcess
 from urlguard.runtime.visitors import visitor_id
 
 __all__ = ["UNIQUE_WINDOW", "record_click", "reset", "visitor_id", "write_clicks"]
@@ -68,10 +68,6 @@ UNIQUE_ERROR_RATE = 0.01
 #: (the filter survives a clock stepped backwards: nothing expired comes back).
 _clock: Callable[[], float] = time.time
 
-_lock = threading.Lock()
-_recent: OppositeBloomFilter | None = None
-_unique: RotatingBloomFilter | None = None
-
 
 class PendingClick(NamedTuple):
     """A click waiting in the buffer."""
@@ -83,30 +79,28 @@ class PendingClick(NamedTuple):
     maybe_new: bool  # the unique filter had not seen (link, visitor) in the window
 
 
-def reset() -> None:
-    """Forget this process's filters (tests)."""
-    global _recent, _unique
-    with _lock:
-        _recent = _unique = None
+def _make_filters() -> tuple[OppositeBloomFilter, RotatingBloomFilter]:
+    return (
+        OppositeBloomFilter(RECENT_CLICK_SLOTS),
+        # The clock is looked up on each tick: tests move it.
+        RotatingBloomFilter(
+            UNIQUE_CAPACITY, UNIQUE_ERROR_RATE, _FILTER_TTL, clock=lambda: _clock()
+        ),
+    )
 
 
-def _filters() -> tuple[OppositeBloomFilter, RotatingBloomFilter]:
-    global _recent, _unique
-    if _recent is None or _unique is None:
-        with _lock:
-            if _recent is None:
-                _recent = OppositeBloomFilter(RECENT_CLICK_SLOTS)
-            if _unique is None:
-                _unique = RotatingBloomFilter(
-                    UNIQUE_CAPACITY, UNIQUE_ERROR_RATE, _FILTER_TTL, clock=lambda: _clock()
-                )
-    return _recent, _unique
+#: (recent rows, unique visitors) of this process.
+_filters: PerProcess[tuple[OppositeBloomFilter, RotatingBloomFilter]] = PerProcess(
+    _make_filters, name="click filters"
+)
+#: Forget this process's filters (tests).
+reset = _filters.reset
 
 
 def record_click(request: HttpRequest, link: Any) -> None:
     """Count a click on `link` (anything with the link's `pk`): appended to the
     buffer, written by the next flush. Never touches the database."""
-    recent, unique = _filters()
+    recent, unique = _filters.get()
     visitor = visitor_id(request)
     now = _clock()
     write_row = not recent.contains_and_add(f"{link.pk}:{visitor}:{int(now // 3600)}")

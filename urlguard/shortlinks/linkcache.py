@@ -37,8 +37,9 @@ from django.db import DatabaseError, connections
 from urlguard.conf import conf
 from urlguard.models import ShortLink, ShortLinkGeneration
 from urlguard.runtime import database
+from urlguard.runtime.process import Daemon, on_reset
 
-__all__ = ["CachedLink", "LinkUnavailable", "get", "poll", "refresh_due", "reset"]
+__all__ = ["CachedLink", "LinkUnavailable", "get", "poll", "poller", "refresh_due", "reset"]
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,6 @@ _used: set[str] = set()
 _lock = threading.Lock()
 #: The newest ShortLinkGeneration value this process has seen (None: not read yet).
 _generation: int | None = None
-_thread: threading.Thread | None = None
-_stop = threading.Event()
-_background = True
 _poll_failing = False
 
 
@@ -90,8 +88,8 @@ def _read(slug: str) -> CachedLink | None:
 def get(slug: str) -> CachedLink | None:
     """The link named `slug`, or None when there is none; LinkUnavailable when it
     is not cached and the database cannot be read."""
-    if _thread is None and _background:
-        _start()
+    if poller.thread is None:
+        poller.start()
     generation = _generation
     entry = _entries.get(slug)
     if entry is not None and entry[1] == generation:
@@ -99,7 +97,7 @@ def get(slug: str) -> CachedLink | None:
         now = _clock()
         # Past its TTL, the polling thread is re-reading it (for up to another TTL;
         # beyond that, or with no thread, this request reads it itself).
-        if now < until or (_poller_alive() and now < until + conf.LINK_CACHE_TTL):
+        if now < until or (poller.running() and now < until + conf.LINK_CACHE_TTL):
             _used.add(slug)
             return entry[2]
     try:
@@ -127,11 +125,6 @@ def get(slug: str) -> CachedLink | None:
             _compact_due()
     _used.add(slug)
     return link
-
-
-def _poller_alive() -> bool:
-    thread = _thread
-    return thread is not None and thread.is_alive()
 
 
 def _keep(slug: str, until: float, generation: int | None, link: CachedLink) -> None:
@@ -240,10 +233,10 @@ def _interval() -> float:
         return 0.5
 
 
-def _loop() -> None:
+def _loop(stopped: threading.Event) -> None:
     global _poll_failing
     try:
-        while not _stop.wait(_interval()):
+        while not stopped.wait(_interval()):
             try:
                 poll()
                 refresh_due()
@@ -265,22 +258,16 @@ def _loop() -> None:
             connections.close_all()
 
 
-def _start() -> None:
-    global _thread
-    with _lock:
-        if _thread is not None or not _background:
-            return
-        _stop.clear()
-        _thread = threading.Thread(target=_loop, name="urlguard-link-cache", daemon=True)
-        _thread.start()
+#: The polling thread, started by the first get() of a process.
+poller = Daemon("urlguard-link-cache", _loop)
 
 
 def set_background(enabled: bool) -> None:
     """Tests: False keeps the polling thread from starting (they call poll())."""
-    global _background
-    _background = enabled
+    poller.enabled = enabled
 
 
+@on_reset
 def reset() -> None:
     """Forget every cached link and the generation (tests)."""
     global _generation
@@ -292,18 +279,13 @@ def reset() -> None:
 
 
 def stop(timeout: float = 5.0) -> None:
-    global _thread
-    thread, _thread = _thread, None
-    _stop.set()
-    if thread is not None:
-        thread.join(timeout)
+    poller.stop(timeout)
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _thread
+    # (runtime.process has forgotten the parent's poller by now.)
+    global _lock
     _lock = threading.Lock()
-    _thread = None
-    _stop.clear()
     _compact_due()  # the parent's poller may have been mid-refresh, its records popped
 
 

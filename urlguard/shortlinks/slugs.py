@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from filterengine import ScalableBloomFilter
 from urlguard.hotpath.canonical import canonicalize
 from urlguard.models import ShortLink
+from urlguard.runtime.process import on_reset
 
 __all__ = ["ALPHABET", "SlugError", "allocate_slug", "create_short_link", "reset"]
 
@@ -63,6 +64,7 @@ class SlugError(ValueError):
     """A custom slug that cannot be used (bad characters, reserved, or taken)."""
 
 
+@on_reset
 def reset() -> None:
     """Forget this process's slug filter (tests; after bulk deletes). Rebuilt on next use."""
     with _lock:

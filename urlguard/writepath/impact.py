@@ -36,6 +36,7 @@ from django.utils import timezone
 from urlguard.conf import conf
 from urlguard.hotpath.canonical import expressions
 from urlguard.runtime import database
+from urlguard.runtime.process import on_reset
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ def link_index() -> LinkIndex | None:
         return index
 
 
+@on_reset
 def reset() -> None:
     """Forget the cached index (tests)."""
     global _cached
