@@ -63,14 +63,14 @@ def test_one_url_answers_like_the_get(api, rules, client):
 
 @pytest.mark.parametrize("degraded", [False, True])
 def test_the_batch_answer_is_the_json_of_each_verdict_byte_for_byte(
-    api, rules, monkeypatch, degraded
+    api, rules, use_guard, degraded
 ):
     from django.http import JsonResponse
 
     from urlguard.operations.api import verdict_json
 
     if degraded:
-        monkeypatch.setattr(guard_module, "_guard", Guard(lambda: None))
+        use_guard(Guard(lambda: None))
     urls = [
         'https://www.shop.example/c/\u00fc?q="quoted"&x=\\',  # escaped as JSON must
         "http://login.evil.example/x",

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from urlguard.operations import metricsview
 from urlguard.runtime import metrics
 
 
 @pytest.fixture
 def no_prometheus(monkeypatch):
     monkeypatch.setattr(metrics, "HAVE_PROMETHEUS", False)
-    # The view took its own copy of the flag when it was imported.
-    monkeypatch.setattr(metricsview, "HAVE_PROMETHEUS", False)
     # This process's real metrics stay registered; these stand in for the test.
     with metrics.registered.use(None), metrics.tally.use(metrics.CheckTally()):
         yield
