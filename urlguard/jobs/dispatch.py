@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from urlguard.models import AdminJob, AdminJobChunk, ChangeSet
 from urlguard.runtime import database, ownership
+from urlguard.runtime.process import Daemon
 
 logger = logging.getLogger(__name__)
 
@@ -40,21 +41,19 @@ class _Runner:
 
     def __init__(self) -> None:
         self.queue: queue.Queue[tuple[Callable[[int], object], int]] = queue.Queue()
-        self.thread: threading.Thread | None = None
-        self.lock = threading.Lock()
+        self.daemon = Daemon("urlguard-admin-jobs", self._loop)
 
     def submit(self, func: Callable[[int], object], job_id: int) -> None:
-        with self.lock:
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(
-                    target=self._loop, name="urlguard-admin-jobs", daemon=True
-                )
-                self.thread.start()
         self.queue.put((func, job_id))
+        self.daemon.start()
 
-    def _loop(self) -> None:
-        while True:
-            func, job_id = self.queue.get()
+    def _loop(self, stopped: threading.Event) -> None:
+        while not stopped.is_set():
+            try:
+                # A bounded wait: a stopped runner ends within it.
+                func, job_id = self.queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
             try:
                 func(job_id)
             except Exception:  # the job records its own failure; this is a last resort
