@@ -35,3 +35,11 @@ if _chunk:
         return _real_add(*args, **kwargs)
 
     changes.add_rules = _add_rules
+    # A feed's new entries on PostgreSQL take the set-based path.
+    _real_add_listed = changes.add_listed
+
+    def _add_listed(*args, **kwargs):
+        kwargs["chunk_size"] = _chunk
+        return _real_add_listed(*args, **kwargs)
+
+    changes.add_listed = _add_listed
