@@ -1,7 +1,7 @@
 """Scaling table: what 100,000, 1,000,000 and 10,000,000 rules cost on PostgreSQL.
 
-Per size, in one database made for it (dropped and re-created: pass a database
-that is this bench's own):
+Per size, in a database emptied for it (created if missing; every table in it is
+dropped: pass a database that is this bench's own):
 
 1. seeding, not measured: the spam table, its provenance (RuleSource, under the
    manual source "import"), the change log (one ChangeEvent per rule, in one import
@@ -168,13 +168,34 @@ def with_name(url: str, name: str) -> str:
 
 
 def recreate(url: str, *, drop_only: bool = False) -> None:
+    """Empty the database at `url` (created if missing): its schema is dropped and made
+    anew. Not DROP DATABASE: that waits until every session of the server has
+    acknowledged it (ProcSignalBarrier), and on a shared server one session idle in
+    COPY FROM STDIN holds it, and this bench with it, for as long as it idles.
+    `drop_only`: the tables go (their disk with them), the empty database stays."""
     import psycopg
 
     server, name = split_url(url)
     with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if not drop_only:
+        row = admin.execute(
+            "SELECT datconnlimit FROM pg_database WHERE datname = %s", [name]
+        ).fetchone()
+        if row is None:
+            if drop_only:
+                return
             admin.execute(f'CREATE DATABASE "{name}"')
+        elif row[0] == -2:
+            sys.exit(f"database {name} was left invalid by an interrupted DROP DATABASE: "
+                     "drop it, or name another with --database-url")  # fmt: skip
+        # Sessions of a part stopped at its time limit may still hold the tables.
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            [name],
+        )
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute("DROP SCHEMA IF EXISTS public CASCADE")
+        db.execute("CREATE SCHEMA public")
 
 
 def free_bytes_for_postgres(url: str) -> int | None:
@@ -702,8 +723,8 @@ def main() -> None:
     parser.add_argument(
         "--database-url",
         default="postgres://postgres@127.0.0.1:5432/urlguard_bench_scale",
-        help="a database of this bench's own: dropped and re-created for each size; "
-        "the feed parts use <name>_feed likewise",
+        help="a database of this bench's own: emptied for each size (created if "
+        "missing; its tables dropped at the end); the feed parts use <name>_feed likewise",
     )
     parser.add_argument(
         "--part-timeout", type=float, default=900, help="seconds each part may take"
