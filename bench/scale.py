@@ -365,22 +365,28 @@ def smaps(pid: int, filter_path: str) -> dict[str, float]:
             if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
                 totals[parts[0][:-1]] += int(parts[1])
     mapped: Counter[str] = Counter()
+    # Private kB per mapping (anonymous memory, the heap, a file), to say where USS is.
+    private: Counter[str] = Counter()
     inside = False
+    name = ""
     with open(f"/proc/{pid}/smaps") as detail:
         for line in detail:
             parts = line.split()
             if parts and "-" in parts[0] and not parts[0].endswith(":"):
                 # A mapping's first line; the file is renamed over, so match its name.
-                name = parts[5] if len(parts) > 5 else ""
+                name = parts[5] if len(parts) > 5 else "[anonymous]"
                 inside = os.path.basename(name) == os.path.basename(filter_path)
             elif inside and parts and parts[0] in ("Rss:", "Pss:"):
                 mapped[parts[0][:-1]] += int(parts[1])
+            if parts and parts[0] in ("Private_Clean:", "Private_Dirty:"):
+                private[name] += int(parts[1])
     return {
         "rss": totals["Rss"] / 1024,
         "pss": totals["Pss"] / 1024,
         "uss": (totals["Private_Clean"] + totals["Private_Dirty"]) / 1024,
         "filter_rss": mapped["Rss"] / 1024,
         "filter_pss": mapped["Pss"] / 1024,
+        "private_top": [(where, round(kb / 1024, 1)) for where, kb in private.most_common(3)],
     }
 
 
@@ -463,6 +469,8 @@ def measure_workers(
         workers = {}
         for pid_text, count in sorted(per_worker.items()):
             workers[pid_text] = {"checks": count, **smaps(int(pid_text), filter_path)}
+            print(f"  worker {pid_text}: most private memory in "
+                  f"{workers[pid_text]['private_top']} (MiB)", file=sys.stderr)  # fmt: skip
         return {"workers": list(workers.values())}
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -752,6 +760,10 @@ def settings_module(tmp: Path) -> None:
         "    'FEED_MAX_ENTRIES': 50_000_000,\n"
         "    'FEED_DEADLINE': 24 * 3600,\n"
         "    'FEED_CLAIM_TIMEOUT': 24 * 3600,\n"
+        "    # The web workers of a deployment with a broker: no upkeep thread of their own\n"
+        "    # (catch-up, verify, feed refreshes), which beat schedules on a Celery worker.\n"
+        "    'EMBEDDED_CATCH_UP': False,\n"
+        "    'FEED_EMBEDDED_REFRESH': False,\n"
         "}\n"
     )
 
