@@ -401,34 +401,60 @@ def free_port(ports: Iterator[int]) -> int:
     sys.exit("no free port left in this bench's range")
 
 
-def measure_workers(
-    env: dict[str, str], tmp: Path, port: int, filter_path: str, limit: float
-) -> dict[str, Any]:
-    """gunicorn with 2 workers; WORKER_CHECKS checks answered by each; their memory."""
+def stop(server: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def start_gunicorn(
+    env: dict[str, str], tmp: Path, ports: Iterator[int], deadline: float
+) -> tuple[subprocess.Popen[bytes], int]:
+    """gunicorn with 2 workers on the first port of `ports` it can bind, once a request
+    has reached it (its own access log says so: on a shared machine another program
+    may take a port between the probe and the bind, and answer there)."""
     log = tmp / "gunicorn.log"
     access = tmp / "access.log"
-    access.unlink(missing_ok=True)
-    server = subprocess.Popen(
-        [GUNICORN, "urlguard_service.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2",
-         "--log-level", "warning", "--access-logfile", str(access),
-         "--access-logformat", "%(p)s %(s)s"],
-        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + limit
-    try:
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"gunicorn exited:\n{log.read_text()[-3000:]}")
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", port), timeout=0.2),
-            ):
-                break
+    while True:
+        port = free_port(ports)
+        access.unlink(missing_ok=True)
+        server = subprocess.Popen(
+            [GUNICORN, "urlguard_service.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
+             "2", "--log-level", "warning", "--access-logfile", str(access),
+             "--access-logformat", "%(p)s %(s)s"],
+            cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        while server.poll() is None and "Connection in use" not in log.read_text():
             if time.monotonic() > deadline:
+                stop(server)
                 raise PartTimeout
+            with contextlib.suppress(OSError):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                try:
+                    conn.request("GET", "/api/check?url=https%3A%2F%2Fexample.com%2F")
+                    conn.getresponse().read()
+                finally:
+                    conn.close()
+            if access.exists() and access.read_text().strip():
+                return server, port
             time.sleep(0.1)
+        print(f"  port {port} taken meanwhile; trying the next", file=sys.stderr)
+        stop(server)
 
+
+def measure_workers(
+    env: dict[str, str], tmp: Path, ports: Iterator[int], filter_path: str, limit: float
+) -> dict[str, Any]:
+    """gunicorn with 2 workers; WORKER_CHECKS checks answered by each; their memory."""
+    access = tmp / "access.log"
+    deadline = time.monotonic() + limit
+    server, port = start_gunicorn(env, tmp, ports, deadline)
+    try:
         counter = iter(range(10**9))
         lock = threading.Lock()
         failures: list[str] = []
@@ -473,12 +499,7 @@ def measure_workers(
                   f"{workers[pid_text]['private_top']} (MiB)", file=sys.stderr)  # fmt: skip
         return {"workers": list(workers.values())}
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop(server)
 
 
 def run_feed_child(
@@ -645,7 +666,7 @@ def run_size(n: int, args: argparse.Namespace, env: dict[str, str], tmp: Path) -
         reset_guard()
         connections.close_all()
         try:
-            results["workers"] = measure_workers(env, tmp, args.port, path, limit)["workers"]
+            results["workers"] = measure_workers(env, tmp, args.ports, path, limit)["workers"]
         except PartTimeout:
             results["workers"] = Timeout(f"timeout after {limit:.0f} s")
     results["load_end_of_lookups"] = load()
@@ -816,7 +837,7 @@ def main() -> None:
 
     recreate(args.database_url)
     django.setup()
-    args.port = free_port(iter(range(args.port, args.port + 100)))
+    args.ports = iter(range(args.port, args.port + 100))
     runs: list[dict[str, Any]] = []
     done: list[int] = []
     try:
