@@ -34,8 +34,9 @@ lookups within 1.5x of 1M; rebuild and verify within 12x of 1M).
         [--database-url postgres://postgres@127.0.0.1:5432/urlguard_bench_scale]
         [--part-timeout 900] [--port 18500]
 
-Takes, on 2 busy cores: 100k ~1 min, 1M ~6 min, 10M ~45 min with feeds (see
-docs/performance.md for the last run's figures).
+Takes, on 2 cores at a load average of 2-3: 100k 0.5 min, 1M 2 min, 10M 13 min,
+of which 10 min are the 10M feed load's time limit (--skip-feeds: 10M in 3.5 min);
+docs/performance.md has the figures and the load of the last runs.
 """
 
 from __future__ import annotations
