@@ -27,7 +27,7 @@ dropped: pass a database that is this bench's own):
 Every part has a time limit (--part-timeout): past it, the part prints "timeout
 after N s" and the parts that need it are skipped. Costs should grow linearly with
 the rules (rebuild, verify, feed load) or stay flat (open, lookups): the ratios of
-consecutive sizes are printed beside the figures with the issue's targets (10M
+consecutive sizes are printed beside the figures with their targets (10M
 lookups within 1.5x of 1M; rebuild and verify within 12x of 1M).
 
     .venv/bin/python bench/scale.py [--sizes 100k,1M,10M] [--skip-feeds]
@@ -705,7 +705,7 @@ def figure(results: dict[str, Any], key: str) -> Any:
     return value
 
 
-# (label, key, format, scale, how it should grow, the issue's target for 10M/1M)
+# (label, key, format, scale, how it should grow, the target for 10M/1M)
 ROWS: list[tuple[str, str, str, float, str, float | None]] = [
     ("filter file, MiB", "bytes", "{:,.1f}", 1 / MiB, "linear", None),
     ("filter file, bytes per rule", "bytes_per_rule", "{:.2f}", 1, "flat", None),
