@@ -95,6 +95,31 @@ def test_the_admin_logs_an_allowlist_source_turned_off_and_on(server, make_staff
     assert allowlist_rows(head) == [("allow", "a.example"), ("allow", "b.example")]
 
 
+def test_the_admin_logs_a_source_turned_off_in_a_filtered_list_or_its_form(server, make_staff):
+    from django.urls import reverse
+
+    url = server.serve("/allow", lines("a.example"), ETag='"1"')
+    feed = Source.objects.create(name="partners", kind=Source.Kind.FEED, url=url, is_allowlist=True)
+    refresh_source(feed)
+    admin = make_staff(superuser=True)
+    # The list shows enabled sources only: after the update the filter selects none.
+    changelist = reverse("admin:urlguard_source_changelist") + "?enabled__exact=1"
+    head = ChangeEvent.objects.head()
+    admin.post(changelist, {"action": "disable", "_selected_action": [feed.pk]})
+    assert allowlist_rows(head) == [("unallow", "a.example")]
+    Source.objects.filter(pk=feed.pk).update(enabled=True)
+    changes.record_allowlist(["a.example"])
+    head = ChangeEvent.objects.head()
+    change = reverse("admin:urlguard_source_change", args=[feed.pk])
+    form = admin.get(change).context["adminform"].form
+    data = {name: value for name, value in form.initial.items() if value is not None}
+    data.update({"enabled": "", "is_allowlist": "on", "_save": "Save"})
+    data.update({"allowed_hosts-TOTAL_FORMS": "0", "allowed_hosts-INITIAL_FORMS": "0"})
+    response = admin.post(change, data)
+    assert response.status_code == 302, response.content[:2000]
+    assert allowlist_rows(head) == [("unallow", "a.example")]
+
+
 @pytest.fixture
 def back_to_the_latest_schema():
     """The migration test moves the schema back; every later test needs it whole."""

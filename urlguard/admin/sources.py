@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import router, transaction
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
@@ -388,15 +389,19 @@ class SourceAdmin(admin.ModelAdmin):
 
     @admin.action(description="Disable selected sources", permissions=["change"])
     def disable(self, request, queryset):
-        n = queryset.update(enabled=False)
-        _log_allowlist(queryset, request.user)
+        n = _set_enabled(queryset, False, request.user)
         self.message_user(request, f"Disabled {counted(n, 'source')}; their rules stay listed.")
 
     @admin.action(description="Enable selected sources", permissions=["change"])
     def enable(self, request, queryset):
-        n = queryset.update(enabled=True)
-        _log_allowlist(queryset, request.user)
+        n = _set_enabled(queryset, True, request.user)
         self.message_user(request, f"Enabled {counted(n, 'source')}.")
+
+    def save_model(self, request, obj, form, change):
+        with transaction.atomic(using=router.db_for_write(Source)):
+            super().save_model(request, obj, form, change)
+            if change and {"enabled", "is_allowlist"} & set(form.changed_data):
+                _log_allowlist([obj.pk], request.user)
 
     def changelist_view(self, request, extra_context=None):
         if request.GET.get("kind__exact") == Source.Kind.FEED:
@@ -420,11 +425,27 @@ class SourceAdmin(admin.ModelAdmin):
         )
 
 
-def _log_allowlist(sources: Any, user: Any) -> None:
-    """The hosts of allowlist sources just enabled or disabled entered or left the
-    allowlist: into the change log with them (the exports' positions carry it)."""
-    hosts = AllowedHost.objects.filter(source__in=sources.filter(is_allowlist=True))
-    names = list(hosts.values_list("host", flat=True).distinct())
+def _set_enabled(queryset: Any, enabled: bool, user: Any) -> int:
+    # The selection's keys are read first: a changelist filtered on `enabled` would
+    # select nothing once the update has run.
+    with transaction.atomic(using=router.db_for_write(Source)):
+        pks = list(queryset.values_list("pk", flat=True))
+        n = Source.objects.filter(pk__in=pks).update(enabled=enabled)
+        _log_allowlist(pks, user)
+    return n
+
+
+def _allowlisted_hosts(source_pks: list[int]) -> list[str]:
+    hosts = AllowedHost.objects.filter(source__in=source_pks)
+    return list(hosts.values_list("host", flat=True).distinct())
+
+
+def _log_allowlist(source_pks: list[int], user: Any) -> None:
+    """The hosts of sources just enabled, disabled or made (no longer) an allowlist
+    entered or left the allowlist: into the change log with them, in the same
+    transaction (the exports' positions carry it). record_allowlist writes rows only
+    for hosts whose standing changed."""
+    names = _allowlisted_hosts(source_pks)
     if names:
         changes.record_allowlist(names, user=user)
 
