@@ -5,7 +5,8 @@ EXPORTS_PRERENDER is rendered at the new change-log position into the per-positi
 cache, in a background thread of that process: the first poller after a change is
 served a file, never a render of a million rules.
 
-One thread per process, started on the first request for it. Requests coalesce: a
+One thread per process (a runtime.process Daemon), started on the first request for
+it. Requests coalesce: a
 burst of changes is one round of renders at the newest position (and one more if the
 log moved during it). A round renders under each export's render lock, so two
 processes of a node never render the same position twice. A process killed midway
@@ -24,26 +25,35 @@ from urlguard.conf import conf
 from urlguard.exports.catalog import get_export
 from urlguard.exports.projection import current_position
 from urlguard.exports.render import RenderBusy, Rendered, rendered
+from urlguard.runtime.process import Daemon, PerProcess
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["after_changes", "render_all", "request", "wait"]
 
-_cond = threading.Condition()
-_asked = 0  # requests made in this process
-_done = 0  # of them, those a finished round covered
-_thread: threading.Thread | None = None
+
+class _Rounds:
+    """Requests made in this process and how many of them a finished round covered."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.asked = 0
+        self.done = 0
+
+
+# Remade after fork (a condition held by a parent's thread is no use to a child) and by
+# reset_all, like every per-process value.
+_rounds = PerProcess(_Rounds, name="urlguard.exports.prerender", remake_after_fork=True)
 
 
 def request() -> None:
     """Have this process render the exports at the newest position soon; returns at once."""
-    global _asked, _thread
-    with _cond:
-        _asked += 1
-        _cond.notify_all()
-        if _thread is None or not _thread.is_alive():
-            _thread = threading.Thread(target=_loop, name="urlguard-prerender", daemon=True)
-            _thread.start()
+    rounds = _rounds.get()
+    with rounds.cond:
+        rounds.asked += 1
+        rounds.cond.notify_all()
+    _renderer.wake()
+    _renderer.start()
 
 
 def after_changes() -> None:
@@ -55,20 +65,20 @@ def after_changes() -> None:
 def wait(timeout: float) -> bool:
     """Wait until a round has run after every request made so far (a benchmark, a
     test, a graceful stop); False if `timeout` seconds pass first."""
-    with _cond:
-        return _cond.wait_for(lambda: _done >= _asked, timeout)
+    rounds = _rounds.get()
+    with rounds.cond:
+        return rounds.cond.wait_for(lambda: rounds.done >= rounds.asked, timeout)
 
 
-def _pending() -> bool:
-    return _asked > _done
-
-
-def _loop() -> None:
-    global _done
-    while True:
-        with _cond:
-            _cond.wait_for(_pending)
-            covers = _asked
+def _loop(stopped: threading.Event) -> None:
+    while not stopped.is_set():
+        rounds = _rounds.get()
+        with rounds.cond:
+            covers = rounds.asked
+        if covers <= rounds.done:
+            # Woken by request(); the bound keeps a stopped thread from lingering.
+            _renderer.wait(5.0)
+            continue
         try:
             render_all()
         except Exception:
@@ -78,9 +88,12 @@ def _loop() -> None:
         finally:
             # A thread's connections are its own; never leave one open between rounds.
             connections.close_all()
-            with _cond:
-                _done = covers
-                _cond.notify_all()
+            with rounds.cond:
+                rounds.done = max(rounds.done, covers)
+                rounds.cond.notify_all()
+
+
+_renderer = Daemon("urlguard-prerender", _loop)
 
 
 def render_all() -> list[Rendered]:

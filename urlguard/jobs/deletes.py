@@ -21,6 +21,7 @@ from urlguard.jobs.dispatch import (
     written_before,
 )
 from urlguard.models import Actor, AdminJob, AdminJobChunk, ChangeSet, SpamRule, row_user
+from urlguard.runtime import database
 from urlguard.wording import counted
 from urlguard.writepath import changes
 from urlguard.writepath.impact import impact_of_removing
@@ -78,7 +79,7 @@ def preview_delete_job(job_id: int) -> dict | None:
     samples: list[dict] = []
     try:
         for batch in _job_pks(job):
-            for part in changes.in_batches(batch):
+            for part in database.in_batches(batch):
                 for pk, expression, category in SpamRule.objects.filter(pk__in=part).values_list(
                     "pk", "expression", "category"
                 ):

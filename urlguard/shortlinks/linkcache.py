@@ -236,7 +236,10 @@ def _interval() -> float:
 def _loop(stopped: threading.Event) -> None:
     global _poll_failing
     try:
-        while not stopped.wait(_interval()):
+        while not stopped.is_set():
+            poller.wait(_interval())
+            if stopped.is_set():
+                break
             try:
                 poll()
                 refresh_due()

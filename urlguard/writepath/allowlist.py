@@ -30,6 +30,7 @@ from urlguard.models import (
     SpamRule,
     row_user,
 )
+from urlguard.runtime import database
 from urlguard.writepath import changes
 from urlguard.writepath.rules import RuleError, normalize_rule
 
@@ -177,7 +178,7 @@ def _count(n: int, noun: str) -> str:
 def _feed_listings(expressions: list[str]) -> dict[Source, list[SpamRule]]:
     """The rules among `expressions` that a feed lists, per feed."""
     per_source: dict[Source, list[SpamRule]] = defaultdict(list)
-    for batch in changes.in_batches(expressions):
+    for batch in database.in_batches(expressions):
         rules = SpamRule.objects.filter(expression__in=batch).prefetch_related("listings__source")
         for rule in rules:
             for listing in rule.listings.all():
@@ -224,7 +225,7 @@ def release(hosts: Iterable[str], *, change_set: ChangeSet, user: Actor = None) 
     result = AllowResult(host=", ".join(hosts[:5]))
     expressions = sorted({e for host in hosts for e in covering(host)})
     per_source: dict[Source, list[AllowlistRefusal]] = defaultdict(list)
-    for batch in changes.in_batches(expressions):
+    for batch in database.in_batches(expressions):
         refusals = AllowlistRefusal.objects.filter(expression__in=batch).select_related("source")
         for refusal in refusals:
             if protected.refusal(refusal.expression) is None:
@@ -240,7 +241,7 @@ def release(hosts: Iterable[str], *, change_set: ChangeSet, user: Actor = None) 
         )
         result.rules_added += added.added_count
         result.relisted.extend((row.expression, source.name) for row in rows)
-        for batch in changes.in_batches([row.pk for row in rows]):
+        for batch in database.in_batches([row.pk for row in rows]):
             AllowlistRefusal.objects.filter(pk__in=batch).delete()
     return result
 
@@ -316,7 +317,7 @@ def record_refusals(source: Source, refused: dict[str, str], *, forget: bool = T
         stale = [pk for expression, pk in present.items() if expression not in refused]
         if not forget:
             stale = []
-        for batch in changes.in_batches(stale):
+        for batch in database.in_batches(stale):
             AllowlistRefusal.objects.filter(pk__in=batch).delete()
         AllowlistRefusal.objects.bulk_create(
             [

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from django.db import router, transaction
 
 from urlguard.models import Actor, ChangeEvent, ChangeSet, SpamRule
-from urlguard.runtime import ownership
+from urlguard.runtime import database, ownership
 from urlguard.writepath import changes
 from urlguard.writepath.impact import Impact, impact_of_adding, impact_of_removing
 
@@ -93,7 +93,7 @@ def _events(change_set: ChangeSet, action: str) -> Iterator[list[ChangeEvent]]:
 def _still_added(batch: list[ChangeEvent]) -> dict[int, str]:
     """pk -> expression of the rules these add events created that are still there."""
     found: dict[int, str] = {}
-    for part in changes.in_batches(batch):
+    for part in database.in_batches(batch):
         wanted = {(e.expression, e.added_at) for e in part}
         for pk, expression, added_at in SpamRule.objects.filter(
             expression__in=[e.expression for e in part]
