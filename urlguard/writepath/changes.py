@@ -367,28 +367,15 @@ def record_allowlist(
         actor = row_user(user)
         now = _db_value(using, ChangeEvent, "created", timezone.now())
         added_at = now_micros()
-        database.insert_rows(
+        _insert_events(
             using,
-            ChangeEvent,
-            (
-                "action",
-                "expression",
-                "added_at",
-                "category",
-                "actor",
-                "source",
-                "created",
-                "change_set",
-                "note",
-            ),
             [
                 (action, host, added_at, "", actor.pk if actor else None, ALLOWLIST_LABEL)
                 + (now, cs.pk, "")
                 for host, action in events
             ],
         )
-        last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
-        transaction.on_commit(partial(_nudge, last_seq), using=using)
+        _nudge_after_commit(using)
     return len(events)
 
 
@@ -612,20 +599,8 @@ def _add_chunk(
             ],
         )
         # One statement per chunk, rows in added_at order: seq follows added_at.
-        database.insert_rows(
+        _insert_events(
             using,
-            ChangeEvent,
-            (
-                "action",
-                "expression",
-                "added_at",
-                "category",
-                "actor",
-                "source",
-                "created",
-                "change_set",
-                "note",
-            ),
             [
                 (_ADD, c.expression, added_at, c.category, actor_id, label, now, cs.pk, c.note)
                 for c, added_at in zip(new, ids, strict=True)
@@ -633,8 +608,7 @@ def _add_chunk(
         )
         _count(cs, added=len(new))
         # Under the change-log lock, the newest seq is this chunk's last event.
-        last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
-        transaction.on_commit(partial(_nudge, last_seq), using=using)
+        _nudge_after_commit(using)
         result.added_count += len(new)
         if keep_names:
             result.added.extend(c.expression for c in new)
@@ -942,29 +916,43 @@ def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Actor, l
     now = _db_value(using, ChangeEvent, "created", timezone.now())
     # The removal carries the rule's own added_at: it routes to the stage that took
     # the addition, however long ago that was; the note lets a revert bring it back.
-    database.insert_rows(
+    _insert_events(
         using,
-        ChangeEvent,
-        (
-            "action",
-            "expression",
-            "added_at",
-            "category",
-            "actor",
-            "source",
-            "created",
-            "change_set",
-            "note",
-        ),
         [
             (_REMOVE, expr, added_at, cat, actor.pk if actor else None, label, now, cs.pk, note)
             for _, expr, added_at, cat, note in rows
         ],
     )
     _count(cs, removed=len(rows))
+    _nudge_after_commit(using)
+    return len(rows)
+
+
+# A change-log row's columns as the bulk writers insert them.
+_EVENT_COLUMNS = (
+    "action",
+    "expression",
+    "added_at",
+    "category",
+    "actor",
+    "source",
+    "created",
+    "change_set",
+    "note",
+)
+
+
+def _insert_events(using: str, rows: list[tuple]) -> None:
+    """Append change-log rows (values in _EVENT_COLUMNS order) in one statement; seq
+    follows the rows' order."""
+    database.insert_rows(using, ChangeEvent, _EVENT_COLUMNS, rows)
+
+
+def _nudge_after_commit(using: str) -> None:
+    """Once the caller's transaction commits, tell the nodes the log grew to its
+    newest row."""
     last_seq = ChangeEvent.objects.using(using).aggregate(m=Max("seq"))["m"]
     transaction.on_commit(partial(_nudge, last_seq), using=using)
-    return len(rows)
 
 
 _ROW = ("pk", "expression", "added_at", "category", "note")
