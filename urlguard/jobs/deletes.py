@@ -15,6 +15,7 @@ from urlguard.jobs.dispatch import (
     dispatch,
     fail,
     iter_lines,
+    previewed,
     start_commit,
     store_chunks,
     writes_into,
@@ -95,17 +96,16 @@ def preview_delete_job(job_id: int) -> dict | None:
     except Exception as exc:
         fail(job, exc, "The summary failed")
         return None
-    job.state = AdminJob.State.PREVIEWED
-    job.finished = timezone.now()
-    job.done = job.total = len(expressions)
-    job.message = ""
-    job.result = {
-        "rules": len(expressions),
-        "categories": categories,
-        "samples": samples,
-        "impact": impact.as_dict(),
-    }
-    job.save(update_fields=["state", "finished", "done", "total", "message", "result"])
+    previewed(
+        job,
+        len(expressions),
+        {
+            "rules": len(expressions),
+            "categories": categories,
+            "samples": samples,
+            "impact": impact.as_dict(),
+        },
+    )
     return {"rules": len(expressions)}
 
 

@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from django.db import connections, router, transaction
 from django.utils import timezone
@@ -180,6 +181,23 @@ def written_before(job: AdminJob) -> ChangeSet | None:
 def writes_into(job: AdminJob, change_set: ChangeSet) -> None:
     job.params = {**job.params, "writes": change_set.pk}
     AdminJob.objects.filter(pk=job.pk).update(params=job.params)
+
+
+def previewed(
+    job: AdminJob, total: int, result: dict[str, Any], *, refused: str | None = None
+) -> None:
+    """The job's summary is ready: it waits, PREVIEWED, for a person to commit it
+    (with the refused lines' download, for an import)."""
+    job.state = AdminJob.State.PREVIEWED
+    job.finished = timezone.now()
+    job.done = job.total = total
+    job.message = ""
+    job.result = result
+    fields = ["state", "finished", "done", "total", "message", "result"]
+    if refused is not None:
+        job.refused = refused
+        fields.append("refused")
+    job.save(update_fields=fields)
 
 
 def fail(job: AdminJob, exc: BaseException, message: str) -> None:

@@ -18,6 +18,7 @@ from urlguard.jobs.dispatch import (
     dispatch,
     fail,
     iter_lines,
+    previewed,
     store_chunks,
     writes_into,
     written_before,
@@ -126,24 +127,23 @@ def preview_import_job(job_id: int) -> dict | None:
     except Exception as exc:
         fail(job, exc, "The dry run failed")
         return None
-    job.state = AdminJob.State.PREVIEWED
-    job.finished = timezone.now()
-    job.done = job.total = len(new)
-    job.message = ""
-    job.refused = refused_file.getvalue()
-    job.result = {
-        "lines": lines,
-        "new": len(new),
-        "present": present,
-        "repeated": repeated,
-        "refused": refused_count,
-        "refused_lines": refused,
-        "refused_truncated": refused_count > len(refused),
-        "sample_new": new[:20],
-        "impact": impact.as_dict(),
-        "preview_seconds": round(time.perf_counter() - started, 3),
-    }
-    job.save(update_fields=["state", "finished", "done", "total", "message", "refused", "result"])
+    previewed(
+        job,
+        len(new),
+        {
+            "lines": lines,
+            "new": len(new),
+            "present": present,
+            "repeated": repeated,
+            "refused": refused_count,
+            "refused_lines": refused,
+            "refused_truncated": refused_count > len(refused),
+            "sample_new": new[:20],
+            "impact": impact.as_dict(),
+            "preview_seconds": round(time.perf_counter() - started, 3),
+        },
+        refused=refused_file.getvalue(),
+    )
     return {"new": len(new)}
 
 

@@ -13,6 +13,7 @@ from urlguard.jobs.dispatch import (
     begin,
     dispatch,
     fail,
+    previewed,
     start_commit,
 )
 from urlguard.models import Actor, AdminJob, ChangeSet, row_user
@@ -50,20 +51,19 @@ def preview_revert_job(job_id: int) -> dict | None:
     except Exception as exc:
         fail(job, exc, "The summary failed")
         return None
-    job.state = AdminJob.State.PREVIEWED
-    job.finished = timezone.now()
-    job.done = job.total = plan.to_remove + plan.to_restore
-    job.message = ""
-    job.result = {
-        "to_remove": plan.to_remove,
-        "to_restore": plan.to_restore,
-        "unchanged": plan.unchanged,
-        "remove_samples": plan.remove_samples,
-        "restore_samples": plan.restore_samples,
-        "unblocks": unblocks.as_dict() if plan.to_remove else None,
-        "blocks": blocks.as_dict() if plan.to_restore else None,
-    }
-    job.save(update_fields=["state", "finished", "done", "total", "message", "result"])
+    previewed(
+        job,
+        plan.to_remove + plan.to_restore,
+        {
+            "to_remove": plan.to_remove,
+            "to_restore": plan.to_restore,
+            "unchanged": plan.unchanged,
+            "remove_samples": plan.remove_samples,
+            "restore_samples": plan.restore_samples,
+            "unblocks": unblocks.as_dict() if plan.to_remove else None,
+            "blocks": blocks.as_dict() if plan.to_restore else None,
+        },
+    )
     return {"to_remove": plan.to_remove, "to_restore": plan.to_restore}
 
 
