@@ -231,9 +231,9 @@ class FileView:
 
         The per-lookup part of every answer, so it is spelled for speed: the size
         by lseek (a syscall that reads no page: about half a 1-byte pread and a
-        third of an fstat, bench/faults.py; on this class of machine as cheap as
-        any syscall, ``os.getpid`` included, so no other kind of check is
-        cheaper), a closed view found by the EBADF of its fd -1 rather than a
+        third of an fstat, bench/faults.py; within 1.2-1.6x of a syscall that
+        does nothing, ``os.getpid``, bench/layouts.py, so no other kind of check
+        is cheaper), a closed view found by the EBADF of its fd -1 rather than a
         test per call, and the slots' common case (unchanged) decided by two
         equalities; anything else goes to _slots_moved."""
         try:
