@@ -34,6 +34,8 @@ _NOT_IN_PLACE = (
 )
 _STATE_RETRIES = 20  # a reader may catch the writer between two stores
 _NATIVE_Q = struct.Struct("=Q")
+_lseek = os.lseek
+_SEEK_END = os.SEEK_END
 #: Stands in for a header where there is no file (a closed filter).
 _NO_HEADER = ff.Header(seed=0, capacity=1, error_rate=0.5, growth=2.0, tightening=0.5, generation=0)
 
@@ -225,12 +227,21 @@ class FileView:
         """Before a lookup touches the mapping: FilterFileError if the file is now
         shorter than the stages mapped here (truncated under us: touching a missing
         page would kill the process), or holds another file's contents (copied over
-        in place: another generation, or state slots older than already seen)."""
-        if self.fd < 0:
-            raise ValueError(f"{path}: the filter is closed")
-        # The size by lseek: a syscall that reads no page (about half a 1-byte
-        # pread, and a third of an fstat: bench/faults.py).
-        size = os.lseek(self.fd, 0, os.SEEK_END)
+        in place: another generation, or state slots older than already seen).
+
+        The per-lookup part of every answer, so it is spelled for speed: the size
+        by lseek (a syscall that reads no page: about half a 1-byte pread and a
+        third of an fstat, bench/faults.py; within 1.2-1.6x of a syscall that
+        does nothing, ``os.getpid``, bench/layouts.py, so no other kind of check
+        is cheaper), a closed view found by the EBADF of its fd -1 rather than a
+        test per call, and the slots' common case (unchanged) decided by two
+        equalities; anything else goes to _slots_moved."""
+        try:
+            size = _lseek(self.fd, 0, _SEEK_END)
+        except OSError:
+            if self.fd < 0:
+                raise ValueError(f"{path}: the filter is closed") from None
+            raise
         if size < self.limit:
             raise FilterFileError(
                 f"{path}: file size: expected at least {self.limit} bytes (the stages "
@@ -239,6 +250,18 @@ class FileView:
             )
         # What was seen before what is read now: another thread may store newer
         # values meanwhile, never ones newer than the file held when we read.
+        seen_first, seen_second = self.seen_seq
+        first, second = self.slot_seqs
+        if (
+            first[0] != seen_first
+            or second[0] != seen_second
+            or self.generation[0] != self.mapped_generation
+        ):
+            self._slots_moved(path)
+
+    def _slots_moved(self, path: str) -> None:
+        """check_file's rare case: a writer moved a state slot on (remember it), or
+        another file was copied over this one (FilterFileError)."""
         seen = self.seen_seq
         first, second = self.slot_seqs
         now_first, now_second = first[0], second[0]
@@ -252,8 +275,7 @@ class FileView:
                 f"it was mapped (generation or state went back); open it again "
                 f"({_NOT_IN_PLACE})"
             )
-        if now_first != seen[0] or now_second != seen[1]:
-            self.seen_seq = (now_first, now_second)
+        self.seen_seq = (now_first, now_second)
 
     def release(self) -> None:
         """Unmap and close the file (idempotent)."""
