@@ -135,19 +135,29 @@ def refresh_source(
             if not dry_run:
                 _record(source, result)
             return result
-        report("reading", 0, 0)
-        with fetched.body:
-            staged = stage(fetched.body, source, result)
         protected = allowlist.load() if not source.is_allowlist else allowlist.Allowlist({})
-        stamp = memo.stamp(staged.format, protected.digest())
-        remembered = None if source.is_allowlist else memo.load(source.pk, stamp)
-        report("listing", 0, 0)
-        listed = listing.listed_now(source)
-        report("normalizing", 0, len(staged))
-        staged.resolve(remembered, listed[0], protected, result)
-        del remembered
+        stamp = ""
+        remembered: memo.Memo | None = None
+        listed = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+        def prepare(fmt: str) -> tuple[memo.Memo | None, np.ndarray]:
+            # The listing and the memo before the body: the units the memo knows
+            # (and whose rules the source lists) are resolved as they are read.
+            nonlocal stamp, remembered, listed
+            report("listing", 0, 0)
+            listed = listing.listed_now(source)
+            stamp = memo.stamp(fmt, protected.digest())
+            remembered = None if source.is_allowlist else memo.load(source.pk, stamp)
+            report("reading", 0, 0)
+            return remembered, listed[0]
+
+        with fetched.body:
+            staged = stage(fetched.body, source, result, prepare)
+        report("normalizing", staged.known, len(staged))
+        staged.resolve(protected, result)
         if not dry_run and not source.is_allowlist:
-            _remember(staged, source, stamp)
+            _remember(staged, source, stamp, remembered)
+        del remembered
         staged.forget_units()
         result.entries = staged.count()
         if result.entries == 0:
@@ -213,11 +223,11 @@ def refresh_source(
     return result
 
 
-def _remember(staged: Staged, source: Source, stamp: str) -> None:
+def _remember(staged: Staged, source: Source, stamp: str, remembered: memo.Memo | None) -> None:
     """Save the memo; it is a cache, so a disk that is full (or a folder that cannot be
     written) costs the next refresh its speed, never this refresh its result."""
     try:
-        staged.remember(source.pk, stamp)
+        staged.remember(source.pk, stamp, remembered)
     except OSError as exc:
         logger.warning(
             "feed %s: the normalization memo (a cache) could not be saved, the refresh "
@@ -317,8 +327,9 @@ def _diff_and_apply(
     report: Callable[[str, int, int], None],
 ) -> None:
     old_keys, old_ids = listed  # sorted by key
-    # The first entry of each key the source does not list yet.
-    fresh = np.flatnonzero(~member(staged.keys, old_keys))
+    # The first entry of each key the source does not list yet: one resolve()
+    # normalized (a unit resolved from the memo is of a listed rule).
+    fresh = staged.known + np.flatnonzero(~member(staged.new_keys(), old_keys))
     _, first = np.unique(staged.keys[fresh], return_index=True)
     gone_mask = ~member(old_keys, staged.unique_keys)
     picked = np.zeros(len(staged.keys), dtype=bool)

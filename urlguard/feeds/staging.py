@@ -6,6 +6,8 @@ and saving the memo for the next refresh."""
 
 from __future__ import annotations
 
+import functools
+import re
 import tempfile
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -16,7 +18,7 @@ import numpy as np
 
 from urlguard.conf import conf
 from urlguard.feeds import formats, memo
-from urlguard.feeds.decoding import FeedError, numbered, open_text
+from urlguard.feeds.decoding import FeedError, line_blocks, line_start, open_text
 from urlguard.feeds.outcome import RefreshResult, refuse
 from urlguard.models import Source, expression_key
 from urlguard.writepath import allowlist
@@ -32,29 +34,47 @@ _SPAN_BYTES = 1 << 23
 
 class Staged:
     """A body as units, in body order: its lines for a LINE_FORMATS body, its entries'
-    texts (before normalization) for the others. Before resolve(): each unit's text
-    in a spool file, its 128-bit digest, line number and category. After: the
-    accepted entries' keys with the unit each came from, and in a second spool the
-    expressions of the entries resolve() normalized."""
+    texts (before normalization) for the others, each with its 128-bit digest.
 
-    def __init__(self, fmt: str, source_category: str) -> None:
+    A unit the source's memo knows, whose rule the source lists now, is resolved as
+    it is read (its key, from the memo) and kept as its digest and key only; the
+    others ("to do") go to a spool file with their line numbers, a block at a time,
+    for resolve() to parse and normalize. After resolve(): the accepted entries'
+    keys (the known units' first, then those resolve() found, numbered on), and in
+    a second spool the expressions of the entries resolve() normalized."""
+
+    def __init__(
+        self,
+        fmt: str,
+        source_category: str,
+        remembered: memo.Memo | None = None,
+        listed: np.ndarray | None = None,
+    ) -> None:
         self.format = fmt
         self.by_line = fmt in formats.LINE_FORMATS
         self.source_category = source_category
-        self.high, self.low = array("q"), array("q")
-        self.ends = array("q")  # where each unit's text ends in the spool
-        self.linenos = array("q")  # each unit's line number
-        self.category_of = array("H")
+        self._memo = remembered if remembered is not None and len(remembered) else None
+        self._listed = listed if listed is not None else np.zeros(0, dtype=np.int64)
+        self._units = 0
+        # Known units, a block at a time: their digests, keys and memo positions.
+        self._known: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        # Units to do, a block at a time: digests, line numbers, ends in the spool.
+        self._todo: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._end = 0
+        self._pending: list[tuple[int, bytes, int]] = []  # add_entry's, not yet added
+        self.category_of = array("H")  # each unit to do's category (not by_line)
         self.categories: list[str] = []
         self._category_index: dict[str, int] = {}
-        self._end = 0
+        self.known_high = self.known_low = self.known_keys = np.zeros(0, dtype=np.int64)
+        self.known_at = np.zeros(0, dtype=np.int64)
+        self.high = self.low = self.linenos = self.ends = np.zeros(0, dtype=np.int64)
         # Both closed by close(), which refresh_source always calls.
         self.units = tempfile.TemporaryFile("w+b", prefix="urlguard-entries-")  # noqa: SIM115
         self.expressions = tempfile.TemporaryFile(  # noqa: SIM115
             "w+", encoding="utf-8", prefix="urlguard-expressions-"
         )
         self.keys = np.zeros(0, dtype=np.int64)  # accepted entries, after resolve()
-        self.unit_of = np.zeros(0, dtype=np.int64)
+        self.unit_of = np.zeros(0, dtype=np.int64)  # of each entry resolve() found
         self.unique_keys = np.zeros(0, dtype=np.int64)  # sorted
         self.refused_units = np.zeros(0, dtype=np.int64)
         # Entries the allowlist refused, expression -> category (AllowlistRefusal).
@@ -62,7 +82,53 @@ class Staged:
         self.allowlist_digest = ""
 
     def __len__(self) -> int:
-        return len(self.ends)
+        return self._units
+
+    @property
+    def known(self) -> int:
+        """Units resolved from the memo as they were read."""
+        return len(self.known_keys)
+
+    def add_block(
+        self,
+        first: int,
+        block: str,
+        *,
+        comments: str = "",
+        max_line: int = 0,
+        max_units: int = 0,
+        refuse: Callable[[int, str, str], None] = lambda lineno, raw, reason: None,
+    ) -> None:
+        """Stage the lines of `block` (whole lines, the first numbered `first`), less
+        blank and comment lines; a line longer than `max_line` is refused, and more
+        than `max_units` units fail the body."""
+        end = len(block) - block.endswith("\n")
+        if _skipped(comments).search(block, 0, end) is None:
+            lines = block.encode("utf-8", "surrogatepass").split(b"\n")
+            if not lines[-1]:
+                lines.pop()
+            if not max_line or max(map(len, lines), default=0) <= max_line:
+                linenos = np.arange(first, first + len(lines), dtype=np.int64)
+                self._add(lines, linenos, max_units)
+                return
+        # A line to skip or refuse: the lines to stage found by a search that
+        # crosses blank and comment lines a run at a time, each looked at.
+        lines: list[bytes] = []
+        numbers: list[int] = []
+        lineno, position = first, 0
+        for found in line_start(comments).finditer(block):
+            start = found.start()
+            lineno += block.count("\n", position, start)
+            position = start
+            stop = block.find("\n", start)
+            line = block[start : stop if stop >= 0 else len(block)]
+            if max_line and len(line.rstrip("\r")) > max_line:
+                refuse(lineno, line[:300], _too_long(max_line))
+                continue
+            lines.append(line.encode("utf-8", "surrogatepass"))
+            numbers.append(lineno)
+        linenos = np.array(numbers, dtype=np.int64)
+        self._add(lines, linenos, max_units)
 
     def add_lines(
         self,
@@ -72,43 +138,100 @@ class Staged:
         max_units: int = 0,
         refuse: Callable[[int, str, str], None] = lambda lineno, raw, reason: None,
     ) -> None:
-        """Stage each numbered line (blank and comment lines are left out before:
-        decoding.numbered); a line longer than `max_line` is refused, and more than
-        `max_units` lines fail the body."""
-        high_of, low_of, ends, units = self.high, self.low, self.ends, self.units
-        linenos = self.linenos
-        end = self._end
+        """Stage each numbered line (blank and comment lines are left out before); a
+        line longer than `max_line` is refused, and more than `max_units` lines fail
+        the body."""
+        texts: list[bytes] = []
+        linenos: list[int] = []
         for lineno, line in lines:
-            if max_line and len(line.rstrip("\r\n")) > max_line:
-                refuse(lineno, line[:300], f"longer than {max_line:,} characters (FEED_MAX_LINE)")
+            line = line.rstrip("\n")
+            if max_line and len(line.rstrip("\r")) > max_line:
+                refuse(lineno, line[:300], _too_long(max_line))
                 continue
-            if max_units and len(ends) >= max_units:
-                raise FeedError(
-                    f"the body lists more than {max_units:,} entries (FEED_MAX_ENTRIES): "
-                    "refused, nothing applied"
-                )
-            data = line.encode("utf-8", "surrogatepass")
-            high, low = mmh3.hash64(data, signed=True)
-            high_of.append(high)
-            low_of.append(low)
-            units.write(data)
-            end += len(data)
-            ends.append(end)
+            texts.append(line.encode("utf-8", "surrogatepass"))
             linenos.append(lineno)
-        self._end = end
+            if len(texts) >= _BATCH:
+                self._add(texts, np.array(linenos, dtype=np.int64), max_units)
+                texts, linenos = [], []
+        self._add(texts, np.array(linenos, dtype=np.int64), max_units)
 
     def add_entry(self, token: str, category: str, lineno: int, *, max_units: int = 0) -> None:
-        self.add_lines(((lineno, token),), max_units=max_units)
         index = self._category_index.get(category)
         if index is None:
             index = self._category_index[category] = len(self.categories)
             self.categories.append(category)
-        self.category_of.append(index)
+        self._pending.append((lineno, token.encode("utf-8", "surrogatepass"), index))
+        if len(self._pending) >= _BATCH:
+            self._add_pending(max_units)
+
+    def _add_pending(self, max_units: int = 0) -> None:
+        pending, self._pending = self._pending, []
+        self._add(
+            [text for _, text, _ in pending],
+            np.array([lineno for lineno, _, _ in pending], dtype=np.int64),
+            max_units,
+            np.array([index for _, _, index in pending], dtype=np.uint16),
+        )
+
+    def _add(
+        self,
+        texts: list[bytes],
+        linenos: np.ndarray,
+        max_units: int,
+        categories: np.ndarray | None = None,
+    ) -> None:
+        if not texts:
+            return
+        if max_units and self._units + len(texts) > max_units:
+            raise FeedError(
+                f"the body lists more than {max_units:,} entries (FEED_MAX_ENTRIES): "
+                "refused, nothing applied"
+            )
+        self._units += len(texts)
+        digests = np.frombuffer(b"".join([_digest(text) for text in texts]), dtype="<i8")
+        high, low = digests[0::2].astype(np.int64), digests[1::2].astype(np.int64)
+        if self._memo is not None:
+            found, at = self._memo.lookup(high, low)
+            keys = self._memo.keys[at]
+            # A remembered rule this source no longer lists (a held refresh, a rule
+            # deleted by hand) is added again, and adding needs its expression.
+            found &= member(keys, self._listed)
+            if found.any():
+                self._known.append((high[found], low[found], keys[found], at[found]))
+                todo = np.flatnonzero(~found)
+                if len(todo) < len(texts):
+                    texts = [texts[index] for index in todo.tolist()]
+                    high, low, linenos = high[todo], low[todo], linenos[todo]
+                    if categories is not None:
+                        categories = categories[todo]
+        if not texts:
+            return
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        ends = self._end + np.cumsum(lengths)
+        self.units.write(b"".join(texts))
+        self._end = int(ends[-1])
+        self._todo.append((high, low, linenos, ends))
+        if categories is not None:
+            self.category_of.extend(categories.tolist())
+
+    def finish(self) -> None:
+        """The end of the body: the units read become arrays."""
+        self._add_pending()
+        if self._known:
+            parts = list(zip(*self._known, strict=True))
+            self.known_high, self.known_low, self.known_keys, self.known_at = (
+                np.concatenate(part) for part in parts
+            )
+        if self._todo:
+            parts = list(zip(*self._todo, strict=True))
+            self.high, self.low, self.linenos, self.ends = (np.concatenate(part) for part in parts)
+        self._known, self._todo = [], []
 
     def _texts(self, indices: np.ndarray, ends: np.ndarray) -> Iterator[tuple[int, str]]:
-        """(index, text) of the units `indices` (ascending) names. The spool is read a
-        span of units at a time where they lie close together (a first load reads
-        all of it in order), one unit at a time where they are scattered."""
+        """(index, text) of the units to do that `indices` (ascending) names. The
+        spool is read a span of units at a time where they lie close together (a
+        first load reads all of it in order), one unit at a time where they are
+        scattered."""
         units = self.units
         for start in range(0, len(indices), _SPAN_UNITS):
             part = indices[start : start + _SPAN_UNITS]
@@ -127,48 +250,28 @@ class Staged:
                 units.seek(a)
                 yield index, units.read(b - a).decode("utf-8", "surrogatepass")
 
-    def resolve(
-        self,
-        remembered: memo.Memo | None,
-        listed: np.ndarray,
-        protected: allowlist.Allowlist,
-        result: RefreshResult,
-    ) -> None:
-        """Find every unit's entries: from the memo where it knows the unit's text and
-        this source lists that rule now; by parsing the line (by_line) and
-        normalizing the entries (then the allowlist) otherwise."""
-        count = len(self)
+    def resolve(self, protected: allowlist.Allowlist, result: RefreshResult) -> None:
+        """Find the entries of every unit to do: by parsing the line (by_line) and
+        normalizing the entries (then the allowlist). Units to do are numbered from
+        0 in body order (unit_of); entries after the known units' (keys)."""
         self.allowlist_digest = protected.digest()
-        high = np.frombuffer(self.high, dtype=np.int64)
-        low = np.frombuffer(self.low, dtype=np.int64)
-        found = np.zeros(count, dtype=bool)
-        known = np.zeros(count, dtype=np.int64)
-        if remembered is not None and count:
-            found, known = remembered.lookup(high, low)
-        # A remembered rule this source no longer lists (a held refresh, a rule
-        # deleted by hand) is added again, and adding needs its expression.
-        found &= member(known, listed)
-        known_units = np.flatnonzero(found)
-        known_keys = known[found]
-        todo = np.flatnonzero(~found)
-        del found, known
-        # Entries found here, numbered after the known ones.
         unit_of, keys = array("q"), array("q")
         refused_units = array("q")  # never remembered: their refusals count each time
-        base = len(known_keys)
-        ends = np.frombuffer(self.ends, dtype=np.int64)
+        base = self.known
+        written: list[str] = []
         self.units.flush()
-        for index, text in self._texts(todo, ends):
+        linenos = self.linenos.tolist()
+        for index, text in self._texts(np.arange(len(self.ends)), self.ends):
             if self.by_line:
                 entries = [
                     (parsed.lineno, parsed.token or "", parsed.category, parsed.error)
                     for parsed in formats.parse_line(
-                        self.format, text, self.linenos[index], self.source_category, pending_entry
+                        self.format, text, linenos[index], self.source_category, pending_entry
                     )
                 ]
             else:
                 category = self.categories[self.category_of[index]]
-                entries = [(self.linenos[index], text, category, None)]
+                entries = [(linenos[index], text, category, None)]
             for lineno, token, category, error in entries:
                 if error is not None:
                     refuse(result, lineno, text, error)
@@ -186,39 +289,52 @@ class Staged:
                     refused_units.append(index)
                     self.allowlisted[expression] = category or self.source_category
                     continue
-                self.expressions.write(
+                written.append(
                     f"{base + len(keys)}\t{category or self.source_category}\t{expression}\n"
                 )
                 keys.append(expression_key(expression))
                 unit_of.append(index)
-        self.keys = np.concatenate((known_keys, np.frombuffer(keys, dtype=np.int64)))
-        del known_keys, keys
-        self.unit_of = np.concatenate((known_units, np.frombuffer(unit_of, dtype=np.int64)))
-        del known_units, unit_of
+                if len(written) >= _BATCH:
+                    self.expressions.write("".join(written))
+                    written = []
+        self.expressions.write("".join(written))
+        self.keys = np.concatenate((self.known_keys, np.frombuffer(keys, dtype=np.int64)))
+        del keys
+        self.unit_of = np.frombuffer(unit_of, dtype=np.int64)
         self.refused_units = np.frombuffer(refused_units, dtype=np.int64)
         self.unique_keys = sorted_unique(self.keys)
         result.refusals.sort(key=lambda refusal: refusal[0])
 
-    def remember(self, source_id: int, stamp: str) -> None:
-        """Save, as the source's memo, the key of every unit that gave one entry."""
-        per_unit = np.bincount(self.unit_of, minlength=len(self))
+    def new_keys(self) -> np.ndarray:
+        """The keys of the entries resolve() normalized (numbered from `known`)."""
+        return self.keys[self.known :]
+
+    def remember(self, source_id: int, stamp: str, remembered: memo.Memo | None) -> None:
+        """Save, as the source's memo, the key of every unit that gave one entry: the
+        known units' entries of `remembered` (the memo they were found in) kept as
+        they are, the others' merged in."""
+        per_unit = np.bincount(self.unit_of, minlength=len(self.ends))
         per_unit[self.refused_units] = 0  # a line that also had a refused entry
         entries = per_unit[self.unit_of] == 1
         del per_unit
         units = self.unit_of[entries]
-        # Handed over as temporaries that memo.save alone holds, so it frees each
-        # array as it replaces it with the sorted one.
-        memo.save(
-            source_id,
-            stamp,
-            np.frombuffer(self.high, dtype=np.int64)[units],
-            np.frombuffer(self.low, dtype=np.int64)[units],
-            self.keys[entries],
-        )
+        high, low, keys = self.high[units], self.low[units], self.new_keys()[entries]
+        if remembered is not None and len(remembered) and self.known:
+            memo.write(source_id, stamp, *remembered.merged(self.known_at, high, low, keys))
+        else:
+            memo.save(
+                source_id,
+                stamp,
+                np.concatenate((self.known_high, high)),
+                np.concatenate((self.known_low, low)),
+                np.concatenate((self.known_keys, keys)),
+            )
 
     def forget_units(self) -> None:
         """Free the units' digests and places (what is left to do needs the entries)."""
-        self.high, self.low, self.ends = array("q"), array("q"), array("q")
+        empty = np.zeros(0, dtype=np.int64)
+        self.high = self.low = self.linenos = self.ends = empty
+        self.known_high = self.known_low = self.known_at = empty
 
     def count(self) -> int:
         """Distinct accepted entries."""
@@ -244,24 +360,58 @@ class Staged:
         self.expressions.close()
 
 
+# Units hashed, looked up and spooled together.
+_BATCH = 1 << 14
+# What a body is decoded and staged by (bytes).
+_BLOCK = 1 << 20
+
+
+def _digest(text: bytes) -> bytes:
+    return mmh3.mmh3_x64_128_digest(text)
+
+
+@functools.cache
+def _skipped(comments: str) -> re.Pattern[str]:
+    """Finds a line to skip: blank (whitespace only) or a comment."""
+    other = f"|[{re.escape(comments)}]" if comments else ""
+    return re.compile(rf"^[^\S\n]*(?:${other})", re.MULTILINE)
+
+
+def _too_long(max_line: int) -> str:
+    return f"longer than {max_line:,} characters (FEED_MAX_LINE)"
+
+
 # Lines a LINE_FORMATS body may comment out: skipped before they are staged.
 _COMMENTS = {"urls": "#", "hosts": "#", "adblock": "!"}
 
 
-def stage(body: Any, source: Source, result: RefreshResult) -> Staged:
+def stage(
+    body: Any,
+    source: Source,
+    result: RefreshResult,
+    prepare: Callable[[str], tuple[memo.Memo | None, np.ndarray]] | None = None,
+) -> Staged:
+    """Read `body` into a Staged. `prepare(format)`, called once the format is known
+    and before any entry is read, gives the source's memo (None: none usable) and
+    the keys it lists now (sorted): the units these resolve are resolved as read."""
     max_line, max_units = conf.FEED_MAX_LINE, conf.FEED_MAX_ENTRIES
     with open_text(body, limit=conf.FEED_MAX_BYTES, max_line=max_line) as text:
         fmt, stream = formats.sniff(text, source.format)  # type: ignore[arg-type]
         result.format = fmt
-        staged = Staged(fmt, source.category)
+        remembered, listed = prepare(fmt) if prepare is not None else (None, None)
+        staged = Staged(fmt, source.category, remembered, listed)
         try:
             if staged.by_line:
-                staged.add_lines(
-                    numbered(stream, _COMMENTS.get(fmt, "")),
-                    max_line=max_line,
-                    max_units=max_units,
-                    refuse=lambda lineno, raw, reason: refuse(result, lineno, raw, reason),
-                )
+                comments = _COMMENTS.get(fmt, "")
+                for first, block in line_blocks(stream, _BLOCK):
+                    staged.add_block(
+                        first,
+                        block,
+                        comments=comments,
+                        max_line=max_line,
+                        max_units=max_units,
+                        refuse=lambda lineno, raw, reason: refuse(result, lineno, raw, reason),
+                    )
             else:
                 _, entries = formats.parse(stream, fmt, source.category, make=pending_entry)  # type: ignore[arg-type]
                 for parsed in entries:
@@ -270,6 +420,7 @@ def stage(body: Any, source: Source, result: RefreshResult) -> Staged:
                     elif parsed.token is not None:
                         category = parsed.category or source.category
                         staged.add_entry(parsed.token, category, parsed.lineno, max_units=max_units)
+            staged.finish()
         except BaseException:
             staged.close()
             raise
@@ -289,13 +440,10 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 def member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """values[i] in `pool` (sorted): a binary search each, where np.isin sorts both."""
-    inside = np.zeros(len(values), dtype=bool)
-    if not len(pool):
-        return inside
-    for start in range(0, len(values), 1 << 16):  # small temporaries
-        part = values[start : start + (1 << 16)]
-        at = np.searchsorted(pool, part)
-        at[at == len(pool)] = 0
-        inside[start : start + len(part)] = pool[at] == part
-    return inside
+    """values[i] in `pool` (sorted): a binary search each (the values sorted a slice
+    at a time, memo.search), where np.isin sorts both."""
+    if not len(pool) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    at = memo.search(pool, values)
+    at[at == len(pool)] = 0
+    return pool[at] == values
