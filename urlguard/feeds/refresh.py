@@ -138,18 +138,18 @@ def refresh_source(
         protected = allowlist.load() if not source.is_allowlist else allowlist.Allowlist({})
         stamp = ""
         remembered: memo.Memo | None = None
-        listed = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        listed = np.zeros(0, dtype=np.int64)
 
         def prepare(fmt: str) -> tuple[memo.Memo | None, np.ndarray]:
             # The listing and the memo before the body: the units the memo knows
             # (and whose rules the source lists) are resolved as they are read.
             nonlocal stamp, remembered, listed
             report("listing", 0, 0)
-            listed = listing.listed_now(source)
+            listed = listing.listed_keys(source)
             stamp = memo.stamp(fmt, protected.digest())
             remembered = None if source.is_allowlist else memo.load(source.pk, stamp)
             report("reading", 0, 0)
-            return remembered, listed[0]
+            return remembered, listed
 
         with fetched.body:
             staged = stage(fetched.body, source, result, prepare)
@@ -317,7 +317,7 @@ def _claim(source: Source, owner: str) -> str:
 def _diff_and_apply(
     source: Source,
     staged: Staged,
-    listed: tuple[np.ndarray, np.ndarray],
+    old_keys: np.ndarray,
     result: RefreshResult,
     *,
     dry_run: bool,
@@ -326,7 +326,6 @@ def _diff_and_apply(
     user: Actor,
     report: Callable[[str, int, int], None],
 ) -> None:
-    old_keys, old_ids = listed  # sorted by key
     # The first entry of each key the source does not list yet: one resolve()
     # normalized (a unit resolved from the memo is of a listed rule).
     fresh = staged.known + np.flatnonzero(~member(staged.new_keys(), old_keys))
@@ -421,9 +420,8 @@ def _diff_and_apply(
             result.rules_added = bulk.added_count
         if result.removed:
             report("removing", result.added, total)
-            withdrawn = changes.withdraw_rules(
-                source, old_ids[gone_mask].tolist(), user=user, change_set=cs
-            )
+            gone = listing.rule_ids(source, old_keys[gone_mask], len(old_keys))
+            withdrawn = changes.withdraw_rules(source, gone, user=user, change_set=cs)
             result.rules_removed = withdrawn.removed
         changes.record_refused(cs, result.refused)
     holds.record(source, held, staged.unique_keys)

@@ -6,8 +6,6 @@ and saving the memo for the next refresh."""
 
 from __future__ import annotations
 
-import functools
-import re
 import tempfile
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -55,6 +53,13 @@ class Staged:
         self.source_category = source_category
         self._memo = remembered if remembered is not None and len(remembered) else None
         self._listed = listed if listed is not None else np.zeros(0, dtype=np.int64)
+        # Whether a key from the memo must be looked up in the listing: not when the
+        # source lists exactly the keys the memo was saved beside (all of its keys).
+        self._listed_index: memo.Index | None = None
+        if self._memo is not None and not (
+            self._memo.listed and self._memo.listed == memo.listed_digest(self._listed)
+        ):
+            self._listed_index = memo.Index(self._listed)
         self._units = 0
         # Known units, a block at a time: their digests, keys and memo positions.
         self._known: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -102,12 +107,19 @@ class Staged:
         """Stage the lines of `block` (whole lines, the first numbered `first`), less
         blank and comment lines; a line longer than `max_line` is refused, and more
         than `max_units` units fail the body."""
-        end = len(block) - block.endswith("\n")
-        if _skipped(comments).search(block, 0, end) is None:
-            lines = block.encode("utf-8", "surrogatepass").split(b"\n")
+        # A run of blank lines is never split (a list of empty lines is 8 bytes a
+        # byte of the block): the search below crosses it.
+        if block.isascii() and "\n\n" not in block and block[:1] != "\n":
+            lines = block.encode("ascii").split(b"\n")
             if not lines[-1]:
                 lines.pop()
-            if not max_line or max(map(len, lines), default=0) <= max_line:
+            # No line blank, led by white space or a comment character ("#", "!"):
+            # every line's first byte sorts after "#", and so does the least line's.
+            if (
+                lines
+                and min(lines)[:1] > b"#"
+                and (not max_line or max(map(len, lines)) <= max_line)
+            ):
                 linenos = np.arange(first, first + len(lines), dtype=np.int64)
                 self._add(lines, linenos, max_units)
                 return
@@ -188,14 +200,15 @@ class Staged:
                 "refused, nothing applied"
             )
         self._units += len(texts)
-        digests = np.frombuffer(b"".join([_digest(text) for text in texts]), dtype="<i8")
+        digests = np.frombuffer(b"".join(map(_digest, texts)), dtype="<i8")
         high, low = digests[0::2].astype(np.int64), digests[1::2].astype(np.int64)
         if self._memo is not None:
             found, at = self._memo.lookup(high, low)
             keys = self._memo.keys[at]
             # A remembered rule this source no longer lists (a held refresh, a rule
             # deleted by hand) is added again, and adding needs its expression.
-            found &= member(keys, self._listed)
+            if self._listed_index is not None:
+                found &= self._listed_index.contains(keys)
             if found.any():
                 self._known.append((high[found], low[found], keys[found], at[found]))
                 todo = np.flatnonzero(~found)
@@ -319,8 +332,10 @@ class Staged:
         del per_unit
         units = self.unit_of[entries]
         high, low, keys = self.high[units], self.low[units], self.new_keys()[entries]
+        listed = memo.listed_digest(self.unique_keys)  # all of the memo's keys
         if remembered is not None and len(remembered) and self.known:
-            memo.write(source_id, stamp, *remembered.merged(self.known_at, high, low, keys))
+            merged = remembered.merged(self.known_at, high, low, keys)
+            memo.write(source_id, stamp, *merged, listed=listed)
         else:
             memo.save(
                 source_id,
@@ -328,6 +343,7 @@ class Staged:
                 np.concatenate((self.known_high, high)),
                 np.concatenate((self.known_low, low)),
                 np.concatenate((self.known_keys, keys)),
+                listed,
             )
 
     def forget_units(self) -> None:
@@ -363,18 +379,11 @@ class Staged:
 # Units hashed, looked up and spooled together.
 _BATCH = 1 << 14
 # What a body is decoded and staged by (bytes).
-_BLOCK = 1 << 20
+_BLOCK = 1 << 18
 
 
-def _digest(text: bytes) -> bytes:
-    return mmh3.mmh3_x64_128_digest(text)
-
-
-@functools.cache
-def _skipped(comments: str) -> re.Pattern[str]:
-    """Finds a line to skip: blank (whitespace only) or a comment."""
-    other = f"|[{re.escape(comments)}]" if comments else ""
-    return re.compile(rf"^[^\S\n]*(?:${other})", re.MULTILINE)
+# 128-bit MurmurHash3 (x64) of a unit's UTF-8 text: its high and low words.
+_digest = mmh3.mmh3_x64_128_digest
 
 
 def _too_long(max_line: int) -> str:
