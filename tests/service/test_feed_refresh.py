@@ -499,15 +499,22 @@ def test_verify_filter_passes_after_refreshes(server, sync_filter):
 
 @pytest.fixture
 def normalized(monkeypatch) -> list[str]:
-    """The texts the refresh normalizes, in order."""
+    """The texts the refresh normalizes: by normalize_rule, or read as plain URLs by
+    plain_expressions (of a span of the spool, those first)."""
     calls: list[str] = []
-    real = staging.normalize_rule
+    real, real_plain = staging.normalize_rule, staging.plain_expressions
 
     def counting(text: str) -> str:
         calls.append(text)
         return real(text)
 
+    def counting_plain(texts: list[str]) -> list[str | None]:
+        found = real_plain(texts)
+        calls.extend(text for text, expression in zip(texts, found) if expression is not None)
+        return found
+
     monkeypatch.setattr(staging, "normalize_rule", counting)
+    monkeypatch.setattr(staging, "plain_expressions", counting_plain)
     return calls
 
 

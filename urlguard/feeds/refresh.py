@@ -411,7 +411,7 @@ def _diff_and_apply(
         result.change_set = cs.pk
         if result.added:
             bulk = changes.add_listed(
-                _still_allowed(staged.entries(picked), staged, result),
+                _still_allowed(staged, picked, result),
                 source=source,
                 user=user,
                 change_set=cs,
@@ -453,30 +453,29 @@ def _high_water(source: Source, listed_now: int) -> int:
 
 
 def _still_allowed(
-    entries: Iterator[tuple[int, str, str]], staged: Staged, result: RefreshResult
+    staged: Staged, picked: np.ndarray, result: RefreshResult
 ) -> Iterator[tuple[str, str, int]]:
     """(expression, category, key) of the entries to add, less any a host allowlisted
     since this refresh read the allowlist now refuses (the allowlist acts at once,
     also on a refresh under way). The allowlist is read here, before the rows are:
     they are consumed during a COPY, when the connection can run no other query."""
     protected = allowlist.load()
-    keys = staged.keys
+    rows = staged.rows(picked)
     if protected.digest() == staged.allowlist_digest:
-        return ((expression, category, int(keys[index])) for index, expression, category in entries)
-    return _allowed(entries, keys, protected, staged, result)
+        return ((expression, category, key) for _, expression, category, key in rows)
+    return _allowed(rows, protected, staged, result)
 
 
 def _allowed(
-    entries: Iterator[tuple[int, str, str]],
-    keys: np.ndarray,
+    rows: Iterator[tuple[int, str, str, int]],
     protected: allowlist.Allowlist,
     staged: Staged,
     result: RefreshResult,
 ) -> Iterator[tuple[str, str, int]]:
-    for index, expression, category in entries:
+    for _, expression, category, key in rows:
         reason = protected.refusal(expression)
         if reason is None:
-            yield expression, category, int(keys[index])
+            yield expression, category, key
         else:
             refuse(result, 0, expression, reason)
             staged.allowlisted[expression] = category

@@ -18,10 +18,10 @@ from urlguard.conf import conf
 from urlguard.feeds import formats, memo
 from urlguard.feeds.decoding import FeedError, line_blocks, line_start, open_text
 from urlguard.feeds.outcome import RefreshResult, refuse
-from urlguard.models import Source, expression_key
+from urlguard.models import Source
 from urlguard.writepath import allowlist
 from urlguard.writepath.rulelists import pending_entry
-from urlguard.writepath.rules import RuleError, normalize_rule
+from urlguard.writepath.rules import RuleError, normalize_rule, plain_expressions
 
 __all__ = ["Staged", "member", "sorted_unique", "stage"]
 
@@ -263,55 +263,96 @@ class Staged:
                 units.seek(a)
                 yield index, units.read(b - a).decode("utf-8", "surrogatepass")
 
+    def _spans(self) -> Iterator[tuple[int, list[str]]]:
+        """(index of the first, texts) of all the units to do, in order, a span of
+        the spool at a time."""
+        ends = self.ends
+        for first in range(0, len(ends), _SPAN_UNITS):
+            stops = ends[first : first + _SPAN_UNITS]
+            begin = int(ends[first - 1]) if first else 0
+            self.units.seek(begin)
+            data = self.units.read(int(stops[-1]) - begin)
+            bounds = (stops - begin).tolist()
+            texts = [
+                data[a:b].decode("utf-8", "surrogatepass")
+                for a, b in zip([0, *bounds[:-1]], bounds, strict=True)
+            ]
+            yield first, texts
+
     def resolve(self, protected: allowlist.Allowlist, result: RefreshResult) -> None:
         """Find the entries of every unit to do: by parsing the line (by_line) and
         normalizing the entries (then the allowlist). Units to do are numbered from
-        0 in body order (unit_of); entries after the known units' (keys)."""
+        0 in body order (unit_of); entries after the known units' (keys).
+
+        A line of a URL list that is one plain URL (rules.plain_expressions) is
+        read straight to its expression, as parse_line and normalize_rule would:
+        most lines of a big list, at a fraction of the cost of the two."""
         self.allowlist_digest = protected.digest()
-        unit_of, keys = array("q"), array("q")
+        unit_of = array("q")
+        keys: list[np.ndarray] = []
         refused_units = array("q")  # never remembered: their refusals count each time
-        base = self.known
-        written: list[str] = []
+        number = self.known  # the next entry's number
+        screened = len(protected) > 0
+        plain_lines = self.format == "urls"
         self.units.flush()
-        linenos = self.linenos.tolist()
-        for index, text in self._texts(np.arange(len(self.ends)), self.ends):
-            if self.by_line:
-                entries = [
-                    (parsed.lineno, parsed.token or "", parsed.category, parsed.error)
-                    for parsed in formats.parse_line(
-                        self.format, text, linenos[index], self.source_category, pending_entry
-                    )
-                ]
-            else:
-                category = self.categories[self.category_of[index]]
-                entries = [(linenos[index], text, category, None)]
-            for lineno, token, category, error in entries:
-                if error is not None:
-                    refuse(result, lineno, text, error)
-                    refused_units.append(index)
-                    continue
-                try:
-                    expression = normalize_rule(token)
-                except RuleError as exc:
-                    refuse(result, lineno, token, str(exc))
-                    refused_units.append(index)
-                    continue
-                reason = protected.refusal(expression)
-                if reason is not None:
-                    refuse(result, lineno, token, reason)
-                    refused_units.append(index)
-                    self.allowlisted[expression] = category or self.source_category
-                    continue
-                written.append(
-                    f"{base + len(keys)}\t{category or self.source_category}\t{expression}\n"
+        linenos = self.linenos
+        for first, texts in self._spans():
+            plain = plain_expressions(texts) if plain_lines else [None] * len(texts)
+            expressions: list[str] = []
+            categories: list[str] = []
+            for index, (text, expression) in enumerate(zip(texts, plain, strict=True), first):
+                if expression is not None:
+                    entries = [(0, text, self.source_category, None, expression)]
+                elif self.by_line:
+                    entries = [
+                        (parsed.lineno, parsed.token or "", parsed.category, parsed.error, None)
+                        for parsed in formats.parse_line(
+                            self.format,
+                            text,
+                            int(linenos[index]),
+                            self.source_category,
+                            pending_entry,
+                        )
+                    ]
+                else:
+                    category = self.categories[self.category_of[index]]
+                    entries = [(int(linenos[index]), text, category, None, None)]
+                for lineno, token, category, error, known in entries:
+                    if error is not None:
+                        refuse(result, lineno, text, error)
+                        refused_units.append(index)
+                        continue
+                    try:
+                        expression = known or normalize_rule(token)
+                    except RuleError as exc:
+                        refuse(result, lineno, token, str(exc))
+                        refused_units.append(index)
+                        continue
+                    reason = protected.refusal(expression) if screened else None
+                    if reason is not None:
+                        refuse(result, lineno or int(linenos[index]), token, reason)
+                        refused_units.append(index)
+                        self.allowlisted[expression] = category or self.source_category
+                        continue
+                    expressions.append(expression)
+                    categories.append(category or self.source_category)
+                    unit_of.append(index)
+            self.expressions.write(
+                "".join(
+                    [
+                        f"{n}\t{category}\t{expression}\n"
+                        for n, category, expression in zip(
+                            range(number, number + len(expressions)),
+                            categories,
+                            expressions,
+                            strict=True,
+                        )
+                    ]
                 )
-                keys.append(expression_key(expression))
-                unit_of.append(index)
-                if len(written) >= _BATCH:
-                    self.expressions.write("".join(written))
-                    written = []
-        self.expressions.write("".join(written))
-        self.keys = np.concatenate((self.known_keys, np.frombuffer(keys, dtype=np.int64)))
+            )
+            number += len(expressions)
+            keys.append(expression_keys(expressions))
+        self.keys = np.concatenate((self.known_keys, *keys))
         del keys
         self.unit_of = np.frombuffer(unit_of, dtype=np.int64)
         self.refused_units = np.frombuffer(refused_units, dtype=np.int64)
@@ -364,12 +405,24 @@ class Staged:
 
     def entries(self, picked: np.ndarray) -> Iterator[tuple[int, str, str]]:
         """(index, expression, category) of the entries `picked` marks (see lines)."""
+        for index, expression, category, _ in self.rows(picked):
+            yield index, expression, category
+
+    def rows(self, picked: np.ndarray) -> Iterator[tuple[int, str, str, int]]:
+        """(index, expression, category, key) of the entries `picked` marks (see
+        lines): the spool read a chunk of lines at a time, only the lines picked
+        split (its lines are the entries `known`, `known` + 1, ... in order)."""
         self.expressions.flush()
         self.expressions.seek(0)
-        for line in self.expressions:
-            index, category, expression = line.rstrip("\n").split("\t", 2)
-            if picked[int(index)]:
-                yield int(index), expression, category
+        number = self.known
+        while lines := self.expressions.readlines(_SPAN_BYTES):
+            chosen = np.flatnonzero(picked[number : number + len(lines)])
+            if len(chosen):
+                keys = self.keys[number + chosen].tolist()
+                for at, key in zip(chosen.tolist(), keys, strict=True):
+                    index, category, expression = lines[at].rstrip("\n").split("\t", 2)
+                    yield int(index), expression, category, key
+            number += len(lines)
 
     def close(self) -> None:
         self.units.close()
@@ -384,6 +437,18 @@ _BLOCK = 1 << 18
 
 # 128-bit MurmurHash3 (x64) of a unit's UTF-8 text: its high and low words.
 _digest = mmh3.mmh3_x64_128_digest
+
+
+def expression_keys(expressions: list[str]) -> np.ndarray:
+    """[expression_key(e) for e in expressions] as an array, hashed in bulk."""
+    if not expressions:
+        return np.zeros(0, dtype=np.int64)
+    # One encode of them all: an expression holds no line end (canonical; checked).
+    encoded = "\n".join(expressions).encode("utf-8", "surrogatepass").split(b"\n")
+    if len(encoded) != len(expressions):
+        encoded = [e.encode("utf-8", "surrogatepass") for e in expressions]
+    digests = np.frombuffer(b"".join(map(_digest, encoded)), dtype="<i8")
+    return digests[0::2].astype(np.int64)
 
 
 def _too_long(max_line: int) -> str:
