@@ -329,10 +329,14 @@ def _diff_and_apply(
     # The first entry of each key the source does not list yet: one resolve()
     # normalized (a unit resolved from the memo is of a listed rule).
     fresh = staged.known + np.flatnonzero(~member(staged.new_keys(), old_keys))
-    _, first = np.unique(staged.keys[fresh], return_index=True)
+    if len(staged.unique_keys) == len(staged.keys):  # no key twice: each is its first
+        first = np.arange(len(fresh))
+    else:
+        _, first = np.unique(staged.keys[fresh], return_index=True)
     gone_mask = ~member(old_keys, staged.unique_keys)
     picked = np.zeros(len(staged.keys), dtype=bool)
     picked[fresh[first]] = True
+    report("screening", 0, len(first))
     held = holds.screen(source, lambda: staged.entries(picked), len(first))
     for entry in held:
         picked[entry.index] = False
@@ -410,6 +414,7 @@ def _diff_and_apply(
     ) as cs:
         result.change_set = cs.pk
         if result.added:
+            report("writing", 0, total)
             bulk = changes.add_listed(
                 _still_allowed(staged, picked, result),
                 source=source,

@@ -403,12 +403,17 @@ class Staged:
         for _, expression, category in self.entries(picked):
             yield expression, category
 
-    def entries(self, picked: np.ndarray) -> Iterator[tuple[int, str, str]]:
-        """(index, expression, category) of the entries `picked` marks (see lines)."""
-        for index, expression, category, _ in self.rows(picked):
+    def entries(
+        self, picked: np.ndarray, *, whole_hosts: bool = False
+    ) -> Iterator[tuple[int, str, str]]:
+        """(index, expression, category) of the entries `picked` marks (see lines);
+        `whole_hosts`: only those whose expression is a whole host ("host/")."""
+        for index, expression, category, _ in self.rows(picked, whole_hosts=whole_hosts):
             yield index, expression, category
 
-    def rows(self, picked: np.ndarray) -> Iterator[tuple[int, str, str, int]]:
+    def rows(
+        self, picked: np.ndarray, *, whole_hosts: bool = False
+    ) -> Iterator[tuple[int, str, str, int]]:
         """(index, expression, category, key) of the entries `picked` marks (see
         lines): the spool read a chunk of lines at a time, only the lines picked
         split (its lines are the entries `known`, `known` + 1, ... in order)."""
@@ -417,10 +422,15 @@ class Staged:
         number = self.known
         while lines := self.expressions.readlines(_SPAN_BYTES):
             chosen = np.flatnonzero(picked[number : number + len(lines)])
+            if whole_hosts:  # a whole-host expression ends its line with its only "/"
+                ends = [lines[at].endswith("/\n") for at in chosen.tolist()]
+                chosen = chosen[np.array(ends, dtype=bool)] if ends else chosen
             if len(chosen):
                 keys = self.keys[number + chosen].tolist()
                 for at, key in zip(chosen.tolist(), keys, strict=True):
                     index, category, expression = lines[at].rstrip("\n").split("\t", 2)
+                    if whole_hosts and expression.find("/") != len(expression) - 1:
+                        continue
                     yield int(index), expression, category, key
             number += len(lines)
 
