@@ -337,7 +337,11 @@ def _diff_and_apply(
     picked = np.zeros(len(staged.keys), dtype=bool)
     picked[fresh[first]] = True
     report("screening", 0, len(first))
-    held = holds.screen(source, lambda: staged.entries(picked), len(first))
+    held = holds.screen(
+        source,
+        lambda whole_hosts=False: staged.entries(picked, whole_hosts=whole_hosts),
+        len(first),
+    )
     for entry in held:
         picked[entry.index] = False
     result.held = len(held)
