@@ -126,6 +126,7 @@ class StrictText(io.TextIOBase):
         self._pending: list[str] = []  # the line that has not ended yet, in pieces
         self._pending_size = 0
         self._dropping = False  # inside a line cut at max_line: drop up to its end
+        self._wanted: re.Pattern[str] | None = None  # ... and a character to keep of it
         self._ready: deque[str] = deque()  # whole lines not handed out yet
         self._text = ""  # read(): decoded text not handed out yet
         self.lines_read = 0  # lines handed out (blank ones included)
@@ -165,8 +166,13 @@ class StrictText(io.TextIOBase):
             text = self._decode(data, final=not data)
             if self._dropping:
                 cut = text.find("\n")
+                end = len(text) if cut < 0 else cut
+                if self._wanted and (found := self._wanted.search(text, 0, end)):
+                    self._pending[-1] += found.group()
+                    self._wanted = None
                 text = "" if cut < 0 else text[cut:]
                 self._dropping = cut < 0
+                self._wanted = self._wanted if self._dropping else None
             cut = text.rfind("\n") + 1
             if cut:
                 block = self._take_pending() + text[:cut]
@@ -179,8 +185,20 @@ class StrictText(io.TextIOBase):
                 self._pending_size += len(text)
                 block = "" if data else self._take_pending()
             if limit and self._pending_size > limit:
-                self._pending[:] = ["".join(self._pending)[: limit + 1]]
-                self._pending_size = limit + 1
+                joined = "".join(self._pending)
+                kept = joined[: limit + 1]
+                if not cut_lines:
+                    # For blocks(), what the reader decides by stays: a line kept as
+                    # white space, or ending in CRs, keeps its next character that is
+                    # not (one line of max_line characters, then CRs, is not too long,
+                    # and one of white space only is blank).
+                    wanted = _NOT_SPACE if kept.isspace() else _NOT_CR if kept[-1] == "\r" else None
+                    found = wanted.search(joined, limit + 1) if wanted else None
+                    if found is not None:
+                        kept += found.group()
+                    self._wanted = wanted if found is None else None
+                self._pending[:] = [kept]
+                self._pending_size = len(kept)
                 self._dropping = True
             if cut_lines and limit and len(block) > limit:
                 block = self._cut_long_lines(block)
@@ -240,7 +258,7 @@ class StrictText(io.TextIOBase):
         """(number of its first line, text) of the rest of the body a block of about
         `size` bytes at a time, each block whole lines (the last one may lack its
         line end at the body's end). A line longer than max_line is cut to
-        max_line + 1 characters only where it spans blocks (so a block is at most
+        max_line + 1 or 2 characters only where it spans blocks (so a block is at most
         `size` bytes and one such line): the reader measures each line. Blank and
         comment lines are left in: the reader numbers and skips them."""
         if self._ready:
@@ -288,6 +306,7 @@ class StrictText(io.TextIOBase):
 
 
 _NOT_SPACE = re.compile(r"\S")
+_NOT_CR = re.compile(r"[^\r]")
 
 
 @functools.cache
