@@ -510,7 +510,7 @@ def normalized(monkeypatch) -> list[str]:
 
     def counting_plain(texts: list[str]) -> list[str | None]:
         found = real_plain(texts)
-        calls.extend(text for text, expression in zip(texts, found) if expression is not None)
+        calls.extend(t for t, e in zip(texts, found, strict=True) if e is not None)
         return found
 
     monkeypatch.setattr(staging, "normalize_rule", counting)

@@ -192,7 +192,8 @@ def load(source_id: int, expected_stamp: str) -> Memo | None:
 
 def listed_digest(keys: np.ndarray) -> str:
     """Names a sorted set of keys."""
-    return hashlib.blake2b(np.ascontiguousarray(keys, dtype="<i8"), digest_size=16).hexdigest()
+    data = np.ascontiguousarray(keys, dtype="<i8").data  # the bytes, not a copy
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def save(

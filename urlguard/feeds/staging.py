@@ -125,7 +125,7 @@ class Staged:
                 return
         # A line to skip or refuse: the lines to stage found by a search that
         # crosses blank and comment lines a run at a time, each looked at.
-        lines: list[bytes] = []
+        lines = []
         numbers: list[int] = []
         lineno, position = first, 0
         for found in line_start(comments).finditer(block):
@@ -301,6 +301,7 @@ class Staged:
             expressions: list[str] = []
             categories: list[str] = []
             for index, (text, expression) in enumerate(zip(texts, plain, strict=True), first):
+                entries: list[tuple[int, str, str, str | None, str | None]]
                 if expression is not None:
                     entries = [(0, text, self.source_category, None, expression)]
                 elif self.by_line:
