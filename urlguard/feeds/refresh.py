@@ -153,11 +153,13 @@ def refresh_source(
 
         with fetched.body:
             staged = stage(fetched.body, source, result, prepare)
+        _give_back_memory()  # the body's blocks, between the arrays of each step
         report("normalizing", staged.known, len(staged))
         staged.resolve(protected, result)
         if not dry_run and not source.is_allowlist:
             _remember(staged, source, stamp, remembered)
         del remembered
+        _give_back_memory()
         staged.forget_units()
         result.entries = staged.count()
         if result.entries == 0:
@@ -430,6 +432,7 @@ def _diff_and_apply(
         if result.removed:
             report("removing", result.added, total)
             gone = listing.rule_ids(source, old_keys[gone_mask], len(old_keys))
+            report("withdrawing", result.added, total)
             withdrawn = changes.withdraw_rules(source, gone, user=user, change_set=cs)
             result.rules_removed = withdrawn.removed
         changes.record_refused(cs, result.refused)

@@ -61,8 +61,8 @@ class Staged:
         ):
             self._listed_index = memo.Index(self._listed)
         self._units = 0
-        # Known units, a block at a time: their digests, keys and memo positions.
-        self._known: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        # Known units, a block at a time: their keys and memo positions.
+        self._known: list[tuple[np.ndarray, np.ndarray]] = []
         # Units to do, a block at a time: digests, line numbers, ends in the spool.
         self._todo: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._end = 0
@@ -70,8 +70,10 @@ class Staged:
         self.category_of = array("H")  # each unit to do's category (not by_line)
         self.categories: list[str] = []
         self._category_index: dict[str, int] = {}
-        self.known_high = self.known_low = self.known_keys = np.zeros(0, dtype=np.int64)
-        self.known_at = np.zeros(0, dtype=np.int64)
+        # The known units' keys until resolve() puts them at the head of `keys`, and
+        # their entries' places in the memo (the next memo keeps those entries).
+        self.known_keys = self.known_at = np.zeros(0, dtype=np.int64)
+        self._known_count = 0
         self.high = self.low = self.linenos = self.ends = np.zeros(0, dtype=np.int64)
         # Both closed by close(), which refresh_source always calls.
         self.units = tempfile.TemporaryFile("w+b", prefix="urlguard-entries-")  # noqa: SIM115
@@ -92,7 +94,7 @@ class Staged:
     @property
     def known(self) -> int:
         """Units resolved from the memo as they were read."""
-        return len(self.known_keys)
+        return self._known_count
 
     def add_block(
         self,
@@ -210,7 +212,7 @@ class Staged:
             if self._listed_index is not None:
                 found &= self._listed_index.contains(keys)
             if found.any():
-                self._known.append((high[found], low[found], keys[found], at[found]))
+                self._known.append((keys[found], at[found]))
                 todo = np.flatnonzero(~found)
                 if len(todo) < len(texts):
                     texts = [texts[index] for index in todo.tolist()]
@@ -232,9 +234,8 @@ class Staged:
         self._add_pending()
         if self._known:
             parts = list(zip(*self._known, strict=True))
-            self.known_high, self.known_low, self.known_keys, self.known_at = (
-                np.concatenate(part) for part in parts
-            )
+            self.known_keys, self.known_at = (np.concatenate(part) for part in parts)
+            self._known_count = len(self.known_keys)
         if self._todo:
             parts = list(zip(*self._todo, strict=True))
             self.high, self.low, self.linenos, self.ends = (np.concatenate(part) for part in parts)
@@ -355,6 +356,7 @@ class Staged:
             keys.append(expression_keys(expressions))
         self.keys = np.concatenate((self.known_keys, *keys))
         del keys
+        self.known_keys = self.keys[: self.known]
         self.unit_of = np.frombuffer(unit_of, dtype=np.int64)
         self.refused_units = np.frombuffer(refused_units, dtype=np.int64)
         self.unique_keys = sorted_unique(self.keys)
@@ -375,24 +377,17 @@ class Staged:
         units = self.unit_of[entries]
         high, low, keys = self.high[units], self.low[units], self.new_keys()[entries]
         listed = memo.listed_digest(self.unique_keys)  # all of the memo's keys
-        if remembered is not None and len(remembered) and self.known:
+        if remembered is not None and self.known:
             merged = remembered.merged(self.known_at, high, low, keys)
             memo.write(source_id, stamp, *merged, listed=listed)
-        else:
-            memo.save(
-                source_id,
-                stamp,
-                np.concatenate((self.known_high, high)),
-                np.concatenate((self.known_low, low)),
-                np.concatenate((self.known_keys, keys)),
-                listed,
-            )
+        else:  # no unit was known
+            memo.save(source_id, stamp, high, low, keys, listed)
 
     def forget_units(self) -> None:
         """Free the units' digests and places (what is left to do needs the entries)."""
         empty = np.zeros(0, dtype=np.int64)
         self.high = self.low = self.linenos = self.ends = empty
-        self.known_high = self.known_low = self.known_at = empty
+        self.known_at = empty
 
     def count(self) -> int:
         """Distinct accepted entries."""
