@@ -5,6 +5,7 @@ which only the refresh that withdraws them needs."""
 from __future__ import annotations
 
 import numpy as np
+from django.db import connections, router
 
 from urlguard.models import RuleSource, Source
 from urlguard.runtime import database
@@ -47,9 +48,24 @@ def rule_ids(source: Source, keys: np.ndarray, listed: int) -> list[int]:
         found = (all_keys[at] == keys) if len(all_keys) else np.zeros(len(keys), dtype=bool)
         return ids[at[found]].tolist()
     found_ids: list[int] = []
+    connection = connections[router.db_for_read(RuleSource)]
+    qn = connection.ops.quote_name
+    table, key = qn(RuleSource._meta.db_table), qn("key")
     for start in range(0, len(keys), _BATCH):
         part = keys[start : start + _BATCH].tolist()
-        found_ids.extend(
-            RuleSource.objects.filter(source=source, key__in=part).values_list("rule_id", flat=True)
-        )
+        if not database.postgresql(connection):
+            found_ids.extend(
+                RuleSource.objects.filter(source=source, key__in=part).values_list(
+                    "rule_id", flat=True
+                )
+            )
+            continue
+        # One array parameter, not one per key: the (source, key) index per key,
+        # where the ORM's IN list cost ~30 ms a thousand keys to send and plan.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT rule_id FROM {table} WHERE source_id = %s AND {key} = ANY(%s::bigint[])",
+                [source.pk, part],
+            )
+            found_ids.extend(row[0] for row in cursor.fetchall())
     return found_ids
