@@ -4,10 +4,12 @@ arrays), and apply only the difference through urlguard.writepath.changes in one
 new entries become rules or gain this source, entries that left lose it, and a rule
 goes only when no source lists it any more.
 
-Reading is two passes. The parsers split the body into entries without normalizing
-them; each entry's text is looked up in the source's memo (urlguard.feeds.memo) and
-only the texts it does not know, or whose rule this source no longer lists, are
-normalized. So a refresh's cost is reading the body plus normalizing what changed.
+Reading is two passes. What the source lists and its memo (urlguard.feeds.memo)
+are read first; the body is then split into units (lines, or a structured format's
+entries) a block at a time, each unit's text looked up in the memo as it is read,
+and only the texts it does not know, or whose rule this source no longer lists,
+are kept for the second pass, which parses and normalizes them. So a refresh's cost
+is reading the body plus normalizing what changed.
 
 A broken upstream never removes protection: a failed fetch, a body that is cut
 short, undecodable or of the wrong kind, or zero entries changes nothing and is

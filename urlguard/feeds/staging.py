@@ -1,8 +1,9 @@
 """Reading a fetched body into a diffable form (Staged): its units (lines, or the
-entries of a structured format) spooled to disk with their digests, then resolved
-into the accepted entries' expression keys, from the source's normalization memo
-(urlguard.feeds.memo) where it knows a unit's text and by normalizing it otherwise;
-and saving the memo for the next refresh."""
+entries of a structured format) read a block at a time and hashed in bulk; a unit
+the source's normalization memo (urlguard.feeds.memo) knows, of a rule the source
+lists, is resolved to its key as it is read, the others are spooled to disk and
+then parsed and normalized into the accepted entries' expression keys; and saving
+the memo for the next refresh."""
 
 from __future__ import annotations
 
