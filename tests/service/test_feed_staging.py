@@ -171,3 +171,38 @@ def test_a_merged_memo_is_the_memo_saved_from_scratch(old, new, data):
     assert high.tolist() == expected_high
     assert low.tolist() == [h * 7 for h in expected_high]
     assert keys.tolist() == [h * 13 for h in expected_high]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["HTTPS://Mixed.Case.example/A?q=1", "com", "two words.example"]],
+    ids=["all plain", "with lines the full path reads"],
+)
+def test_resolve_gives_what_normalize_rule_gives_line_by_line(monkeypatch, extra):
+    from urlguard.feeds.outcome import RefreshResult
+    from urlguard.models import expression_key
+    from urlguard.writepath import allowlist
+    from urlguard.writepath.rules import RuleError, normalize_rule
+
+    monkeypatch.setattr(staging, "_SPAN_UNITS", 4)  # spans all plain and mixed
+    lines = [f"http://h{i}.example/p/{i}" for i in range(9)] + extra + ["h9.example"]
+    expected = []
+    for line in lines:
+        tokens = line.split()
+        try:
+            expected.append(normalize_rule(tokens[0]) if len(tokens) == 1 else None)
+        except RuleError:
+            expected.append(None)
+    staged = staging.Staged("urls", "spam")
+    try:
+        staged.add_lines(enumerate(lines, start=1))
+        staged.finish()
+        result = RefreshResult(source="x")
+        staged.resolve(allowlist.Allowlist({}), result)
+        got = [expression for expression, _ in staged.lines(np.ones(len(staged.keys), bool))]
+        assert got == [e for e in expected if e is not None]
+        assert staged.keys.tolist() == [expression_key(e) for e in got]
+        assert staged.unit_of.tolist() == [i for i, e in enumerate(expected) if e is not None]
+        assert result.refused == sum(e is None for e in expected)
+    finally:
+        staged.close()

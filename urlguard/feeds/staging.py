@@ -302,6 +302,12 @@ class Staged:
             plain = plain_expressions(texts) if plain_lines else [None] * len(texts)
             expressions: list[str] = []
             categories: list[str] = []
+            if plain_lines and not screened and None not in plain:
+                # Every line of the span plain, no allowlist to ask: one entry each.
+                expressions = plain  # type: ignore[assignment]
+                categories = [self.source_category] * len(plain)
+                unit_of.extend(range(first, first + len(plain)))
+                texts, plain = [], []
             for index, (text, expression) in enumerate(zip(texts, plain, strict=True), first):
                 entries: list[tuple[int, str, str, str | None, str | None]]
                 if expression is not None:
