@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -262,6 +263,7 @@ def main() -> None:
         connections.close_all()
         with psycopg.connect(f"{args.pg}/postgres", autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        shutil.rmtree(tmp, ignore_errors=True)  # the feed, its copy and the memo
 
 
 if __name__ == "__main__":

@@ -372,14 +372,14 @@ def test_a_claim_elsewhere_waits_for_its_heartbeat_to_stop(server, settings):
 
 def test_a_refresh_leaves_a_claim_taken_over_from_it_alone(server, monkeypatch):
     feed = make_feed(server.serve("/l", lines("a.example")))
-    real = listing.listed_now
+    real = listing.listed_keys
     other = "worker-2.invalid:77:123"
 
     def taken_over_meanwhile(source):
         Source.objects.filter(pk=source.pk).update(refresh_owner=other)
         return real(source)
 
-    monkeypatch.setattr(listing, "listed_now", taken_over_meanwhile)
+    monkeypatch.setattr(listing, "listed_keys", taken_over_meanwhile)
     refresh_source(feed)
     feed.refresh_from_db()
     assert feed.refresh_owner == other and feed.refreshing_since is not None
@@ -426,10 +426,10 @@ def test_an_interrupted_refresh_that_was_reverted_is_not_written_into_again(serv
 def test_two_refreshes_from_the_same_old_state_do_not_double_apply(server, monkeypatch):
     feed = make_feed(server.serve("/l", lines("a.example", "b.example", "c.example")))
     refresh_source(feed)
-    stale = listing.listed_now(feed)
+    stale = listing.listed_keys(feed)
     server.serve("/l", lines("a.example", "b.example", "d.example"))
     # Both refreshes diff against the state before either applied.
-    monkeypatch.setattr(listing, "listed_now", lambda source: stale)
+    monkeypatch.setattr(listing, "listed_keys", lambda source: stale)
     first = refresh_source(feed)
     second = refresh_source(feed)
     assert (first.added, first.removed, second.added, second.removed) == (1, 1, 1, 1)
@@ -499,15 +499,22 @@ def test_verify_filter_passes_after_refreshes(server, sync_filter):
 
 @pytest.fixture
 def normalized(monkeypatch) -> list[str]:
-    """The texts the refresh normalizes, in order."""
+    """The texts the refresh normalizes: by normalize_rule, or read as plain URLs by
+    plain_expressions (of a span of the spool, those first)."""
     calls: list[str] = []
-    real = staging.normalize_rule
+    real, real_plain = staging.normalize_rule, staging.plain_expressions
 
     def counting(text: str) -> str:
         calls.append(text)
         return real(text)
 
+    def counting_plain(texts: list[str]) -> list[str | None]:
+        found = real_plain(texts)
+        calls.extend(t for t, e in zip(texts, found, strict=True) if e is not None)
+        return found
+
     monkeypatch.setattr(staging, "normalize_rule", counting)
+    monkeypatch.setattr(staging, "plain_expressions", counting_plain)
     return calls
 
 

@@ -4,6 +4,8 @@ nodes' filter files to it (additions, then a removal)."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from django.db import connection
 
 from tests.service.feedserver import feed_server
@@ -60,6 +62,19 @@ def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_avail
     rows = sorted(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))
     assert len(rows) == 2500
     assert sorted(zip(keys.tolist(), ids.tolist(), strict=True)) == rows
+
+
+@pytest.mark.parametrize("share", [0.01, 0.5])  # keys looked up, or the listing read
+def test_the_rule_ids_of_keys_are_what_the_orm_reads(services_available, nudges, share):  # noqa: F811
+    source = Source.objects.create(name="ids", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules([f"h{i}.example" for i in range(400)], source=source)
+    changes.add_rules(["other.example"], source="admin")
+    rows = dict(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))
+    keys = np.sort(np.array(list(rows), dtype=np.int64))
+    wanted = np.concatenate((keys[: int(share * len(keys))], np.array([12345], dtype=np.int64)))
+    ids = listing.rule_ids(source, np.sort(wanted), len(keys))
+    assert sorted(ids) == sorted(rows[k] for k in wanted.tolist() if k in rows)
+    assert listing.rule_ids(source, np.zeros(0, dtype=np.int64), len(keys)) == []
 
 
 def test_withdrawn_and_deleted_rules_take_their_references_along(services_available, nudges):  # noqa: F811

@@ -348,6 +348,10 @@ _PLAIN_SCHEMES = st.sampled_from(["", "http://", "https://", "HTTP://", "ftp://"
 def test_the_fast_path_for_plain_texts_gives_what_the_full_path_gives(scheme, host, path, tail):
     text = f"{scheme}{host}{tail}{path}"
     plain = rules._plain_expression(text)
+    assert rules.plain_expressions([text, text.upper()]) == [
+        plain,
+        rules._plain_expression(text.upper()),
+    ]
     if plain is not None:
         assert plain == _full_path(text)
     try:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-__all__ = ["FeedError", "StrictText", "numbered", "open_text"]
+__all__ = ["FeedError", "StrictText", "line_blocks", "numbered", "open_text"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -126,6 +126,7 @@ class StrictText(io.TextIOBase):
         self._pending: list[str] = []  # the line that has not ended yet, in pieces
         self._pending_size = 0
         self._dropping = False  # inside a line cut at max_line: drop up to its end
+        self._wanted: re.Pattern[str] | None = None  # ... and a character to keep of it
         self._ready: deque[str] = deque()  # whole lines not handed out yet
         self._text = ""  # read(): decoded text not handed out yet
         self.lines_read = 0  # lines handed out (blank ones included)
@@ -154,17 +155,24 @@ class StrictText(io.TextIOBase):
         self._pending_size = 0
         return text
 
-    def _block(self) -> str | None:
+    def _block(self, size: int = 0, *, cut_lines: bool = True) -> str | None:
         """The next decoded text that ends at a line end (or at the body's end), each
-        line in it at most max_line + 1 characters; None at the end of the body."""
+        line in it at most max_line + 1 characters; None at the end of the body.
+        `size`: the bytes to read at once (0: the stream's block size); not `cut_lines`:
+        a line that lies within the block is left whole (the reader measures it)."""
         limit = self._max_line
         while True:
-            data = self._binary.read(self._block_size)
+            data = self._binary.read(size or self._block_size)
             text = self._decode(data, final=not data)
             if self._dropping:
                 cut = text.find("\n")
+                end = len(text) if cut < 0 else cut
+                if self._wanted and (found := self._wanted.search(text, 0, end)):
+                    self._pending[-1] += found.group()
+                    self._wanted = None
                 text = "" if cut < 0 else text[cut:]
                 self._dropping = cut < 0
+                self._wanted = self._wanted if self._dropping else None
             cut = text.rfind("\n") + 1
             if cut:
                 block = self._take_pending() + text[:cut]
@@ -177,10 +185,22 @@ class StrictText(io.TextIOBase):
                 self._pending_size += len(text)
                 block = "" if data else self._take_pending()
             if limit and self._pending_size > limit:
-                self._pending[:] = ["".join(self._pending)[: limit + 1]]
-                self._pending_size = limit + 1
+                joined = "".join(self._pending)
+                kept = joined[: limit + 1]
+                if not cut_lines:
+                    # For blocks(), what the reader decides by stays: a line kept as
+                    # white space, or ending in CRs, keeps its next character that is
+                    # not (one line of max_line characters, then CRs, is not too long,
+                    # and one of white space only is blank).
+                    wanted = _NOT_SPACE if kept.isspace() else _NOT_CR if kept[-1] == "\r" else None
+                    found = wanted.search(joined, limit + 1) if wanted else None
+                    if found is not None:
+                        kept += found.group()
+                    self._wanted = wanted if found is None else None
+                self._pending[:] = [kept]
+                self._pending_size = len(kept)
                 self._dropping = True
-            if limit and len(block) > limit:
+            if cut_lines and limit and len(block) > limit:
                 block = self._cut_long_lines(block)
             if block:
                 return block
@@ -234,6 +254,24 @@ class StrictText(io.TextIOBase):
             if last:
                 ready.append(last)
 
+    def blocks(self, size: int = 1 << 20) -> Iterator[tuple[int, str]]:
+        """(number of its first line, text) of the rest of the body a block of about
+        `size` bytes at a time, each block whole lines (the last one may lack its
+        line end at the body's end). A line longer than max_line is cut to
+        max_line + 1 or 2 characters only where it spans blocks (so a block is at most
+        `size` bytes and one such line): the reader measures each line. Blank and
+        comment lines are left in: the reader numbers and skips them."""
+        if self._ready:
+            first = self.lines_read + 1
+            text = "".join(self._ready)
+            self.lines_read += len(self._ready)
+            self._ready.clear()
+            yield first, text
+        while (block := self._block(size, cut_lines=False)) is not None:
+            first = self.lines_read + 1
+            self.lines_read += block.count("\n") + (not block.endswith("\n"))
+            yield first, block
+
     def numbered(self, comments: str = "") -> Iterator[tuple[int, str]]:
         """(line number, line) of each line that is neither blank (whitespace only)
         nor, when `comments` names characters, a comment (its first other character
@@ -246,13 +284,13 @@ class StrictText(io.TextIOBase):
                 yield self.lines_read, line
         # Blank runs are crossed by the plain search (several times faster); from a
         # comment on, the line-start search crosses comments and blanks alike.
-        plain, line_start = _NOT_SPACE.search, _line_start(comments).search
+        plain, next_start = _NOT_SPACE.search, line_start(comments).search
         while (block := self._block()) is not None:
             lineno = self.lines_read
             position = 0
             while (found := plain(block, position)) is not None:
                 if comments and found.group() in comments:
-                    if (found := line_start(block, found.start())) is None:
+                    if (found := next_start(block, found.start())) is None:
                         break
                     start = found.start()
                 else:
@@ -268,10 +306,11 @@ class StrictText(io.TextIOBase):
 
 
 _NOT_SPACE = re.compile(r"\S")
+_NOT_CR = re.compile(r"[^\r]")
 
 
 @functools.cache
-def _line_start(comments: str) -> re.Pattern[str]:
+def line_start(comments: str) -> re.Pattern[str]:
     """Finds the start of the next line that is not blank and not a comment."""
     return re.compile(r"^[^\S\n]*[^\s" + re.escape(comments) + "]", re.MULTILINE)
 
@@ -279,6 +318,27 @@ def _line_start(comments: str) -> re.Pattern[str]:
 def _significant(line: str, comments: str) -> bool:
     stripped = line.lstrip()
     return bool(stripped) and not (comments and stripped[0] in comments)
+
+
+def line_blocks(lines: Iterable[str], size: int = 1 << 20) -> Iterator[tuple[int, str]]:
+    """(number of its first line, text) of whole lines of `lines` at a time (see
+    StrictText.blocks; any other iterable of lines is joined a few at a time)."""
+    blocks = getattr(lines, "blocks", None)
+    if blocks is not None:
+        yield from blocks(size)
+        return
+    first, pending, have = 1, [], 0
+    for line in lines:
+        if not line.endswith("\n"):
+            line += "\n"  # a line of a list: each ends where the next begins
+        pending.append(line)
+        have += len(line)
+        if have >= size:
+            yield first, "".join(pending)
+            first += len(pending)
+            pending, have = [], 0
+    if pending:
+        yield first, "".join(pending)
 
 
 def numbered(lines: Iterable[str], comments: str = "") -> Iterator[tuple[int, str]]:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import TextIO
 
-from urlguard.feeds.decoding import FeedError, numbered
+from urlguard.feeds.decoding import FeedError, line_blocks, numbered
 from urlguard.writepath.rulelists import (
     HOSTS_FILE_SELF_NAMES,
     EntryMaker,
@@ -328,6 +328,15 @@ class _Lines:
 
     def __iter__(self) -> Iterator[str]:
         return chain(self._head, self._rest)
+
+    def blocks(self, size: int = 1 << 20) -> Iterator[tuple[int, str]]:
+        if self._head:
+            yield from line_blocks(self._head, size)
+        if hasattr(self._rest, "blocks"):
+            yield from self._rest.blocks(size)  # numbers on from the head, as numbered()
+        else:
+            head = len(self._head)
+            yield from ((n + head, text) for n, text in line_blocks(self._rest, size))
 
     def numbered(self, comments: str = "") -> Iterator[tuple[int, str]]:
         yield from numbered(self._head, comments)

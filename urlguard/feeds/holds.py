@@ -45,10 +45,11 @@ class Held:
 
 
 def screen(
-    source: Source, entries: Callable[[], Iterable[tuple[int, str, str]]], count: int
+    source: Source, entries: Callable[..., Iterable[tuple[int, str, str]]], count: int
 ) -> list[Held]:
     """The entries of `entries()` ((index, expression, category) of each entry new to
-    `source`, `count` of them) that need an operator's yes and have not had it."""
+    `source`, `count` of them) that need an operator's yes and have not had it;
+    `entries(whole_hosts=True)`: only those whose expression is a whole host."""
     if not count:
         return []
     blocked: dict[str, int] = {}
@@ -71,7 +72,9 @@ def screen(
         )
     )
     held: list[Held] = []
-    iterator = iter(entries())
+    # Without a count of blocked links, only a whole-host rule can need a yes
+    # (confirmations_many's host lists): the others are not even read.
+    iterator = iter(entries() if blocked else entries(whole_hosts=True))
     while chunk := list(islice(iterator, _CHUNK)):
         reasons = confirmations_many((e for _, e, _ in chunk), blocked_links=blocked)
         if not reasons:

@@ -4,10 +4,12 @@ arrays), and apply only the difference through urlguard.writepath.changes in one
 new entries become rules or gain this source, entries that left lose it, and a rule
 goes only when no source lists it any more.
 
-Reading is two passes. The parsers split the body into entries without normalizing
-them; each entry's text is looked up in the source's memo (urlguard.feeds.memo) and
-only the texts it does not know, or whose rule this source no longer lists, are
-normalized. So a refresh's cost is reading the body plus normalizing what changed.
+Reading is two passes. What the source lists and its memo (urlguard.feeds.memo)
+are read first; the body is then split into units (lines, or a structured format's
+entries) a block at a time, each unit's text looked up in the memo as it is read,
+and only the texts it does not know, or whose rule this source no longer lists,
+are kept for the second pass, which parses and normalizes them. So a refresh's cost
+is reading the body plus normalizing what changed.
 
 A broken upstream never removes protection: a failed fetch, a body that is cut
 short, undecodable or of the wrong kind, or zero entries changes nothing and is
@@ -135,19 +137,31 @@ def refresh_source(
             if not dry_run:
                 _record(source, result)
             return result
-        report("reading", 0, 0)
-        with fetched.body:
-            staged = stage(fetched.body, source, result)
         protected = allowlist.load() if not source.is_allowlist else allowlist.Allowlist({})
-        stamp = memo.stamp(staged.format, protected.digest())
-        remembered = None if source.is_allowlist else memo.load(source.pk, stamp)
-        report("listing", 0, 0)
-        listed = listing.listed_now(source)
-        report("normalizing", 0, len(staged))
-        staged.resolve(remembered, listed[0], protected, result)
-        del remembered
+        stamp = ""
+        remembered: memo.Memo | None = None
+        listed = np.zeros(0, dtype=np.int64)
+
+        def prepare(fmt: str) -> tuple[memo.Memo | None, np.ndarray]:
+            # The listing and the memo before the body: the units the memo knows
+            # (and whose rules the source lists) are resolved as they are read.
+            nonlocal stamp, remembered, listed
+            report("listing", 0, 0)
+            listed = listing.listed_keys(source)
+            stamp = memo.stamp(fmt, protected.digest())
+            remembered = None if source.is_allowlist else memo.load(source.pk, stamp)
+            report("reading", 0, 0)
+            return remembered, listed
+
+        with fetched.body:
+            staged = stage(fetched.body, source, result, prepare)
+        _give_back_memory()  # the body's blocks, between the arrays of each step
+        report("normalizing", staged.known, len(staged))
+        staged.resolve(protected, result)
         if not dry_run and not source.is_allowlist:
-            _remember(staged, source, stamp)
+            _remember(staged, source, stamp, remembered)
+        del remembered
+        _give_back_memory()
         staged.forget_units()
         result.entries = staged.count()
         if result.entries == 0:
@@ -213,11 +227,11 @@ def refresh_source(
     return result
 
 
-def _remember(staged: Staged, source: Source, stamp: str) -> None:
+def _remember(staged: Staged, source: Source, stamp: str, remembered: memo.Memo | None) -> None:
     """Save the memo; it is a cache, so a disk that is full (or a folder that cannot be
     written) costs the next refresh its speed, never this refresh its result."""
     try:
-        staged.remember(source.pk, stamp)
+        staged.remember(source.pk, stamp, remembered)
     except OSError as exc:
         logger.warning(
             "feed %s: the normalization memo (a cache) could not be saved, the refresh "
@@ -307,7 +321,7 @@ def _claim(source: Source, owner: str) -> str:
 def _diff_and_apply(
     source: Source,
     staged: Staged,
-    listed: tuple[np.ndarray, np.ndarray],
+    old_keys: np.ndarray,
     result: RefreshResult,
     *,
     dry_run: bool,
@@ -316,14 +330,22 @@ def _diff_and_apply(
     user: Actor,
     report: Callable[[str, int, int], None],
 ) -> None:
-    old_keys, old_ids = listed  # sorted by key
-    # The first entry of each key the source does not list yet.
-    fresh = np.flatnonzero(~member(staged.keys, old_keys))
-    _, first = np.unique(staged.keys[fresh], return_index=True)
+    # The first entry of each key the source does not list yet: one resolve()
+    # normalized (a unit resolved from the memo is of a listed rule).
+    fresh = staged.known + np.flatnonzero(~member(staged.new_keys(), old_keys))
+    if len(staged.unique_keys) == len(staged.keys):  # no key twice: each is its first
+        first = np.arange(len(fresh))
+    else:
+        _, first = np.unique(staged.keys[fresh], return_index=True)
     gone_mask = ~member(old_keys, staged.unique_keys)
     picked = np.zeros(len(staged.keys), dtype=bool)
     picked[fresh[first]] = True
-    held = holds.screen(source, lambda: staged.entries(picked), len(first))
+    report("screening", 0, len(first))
+    held = holds.screen(
+        source,
+        lambda whole_hosts=False: staged.entries(picked, whole_hosts=whole_hosts),
+        len(first),
+    )
     for entry in held:
         picked[entry.index] = False
     result.held = len(held)
@@ -400,8 +422,9 @@ def _diff_and_apply(
     ) as cs:
         result.change_set = cs.pk
         if result.added:
+            report("writing", 0, total)
             bulk = changes.add_listed(
-                _still_allowed(staged.entries(picked), staged, result),
+                _still_allowed(staged, picked, result),
                 source=source,
                 user=user,
                 change_set=cs,
@@ -410,9 +433,9 @@ def _diff_and_apply(
             result.rules_added = bulk.added_count
         if result.removed:
             report("removing", result.added, total)
-            withdrawn = changes.withdraw_rules(
-                source, old_ids[gone_mask].tolist(), user=user, change_set=cs
-            )
+            gone = listing.rule_ids(source, old_keys[gone_mask], len(old_keys))
+            report("withdrawing", result.added, total)
+            withdrawn = changes.withdraw_rules(source, gone, user=user, change_set=cs)
             result.rules_removed = withdrawn.removed
         changes.record_refused(cs, result.refused)
     holds.record(source, held, staged.unique_keys)
@@ -444,30 +467,29 @@ def _high_water(source: Source, listed_now: int) -> int:
 
 
 def _still_allowed(
-    entries: Iterator[tuple[int, str, str]], staged: Staged, result: RefreshResult
+    staged: Staged, picked: np.ndarray, result: RefreshResult
 ) -> Iterator[tuple[str, str, int]]:
     """(expression, category, key) of the entries to add, less any a host allowlisted
     since this refresh read the allowlist now refuses (the allowlist acts at once,
     also on a refresh under way). The allowlist is read here, before the rows are:
     they are consumed during a COPY, when the connection can run no other query."""
     protected = allowlist.load()
-    keys = staged.keys
+    rows = staged.rows(picked)
     if protected.digest() == staged.allowlist_digest:
-        return ((expression, category, int(keys[index])) for index, expression, category in entries)
-    return _allowed(entries, keys, protected, staged, result)
+        return ((expression, category, key) for _, expression, category, key in rows)
+    return _allowed(rows, protected, staged, result)
 
 
 def _allowed(
-    entries: Iterator[tuple[int, str, str]],
-    keys: np.ndarray,
+    rows: Iterator[tuple[int, str, str, int]],
     protected: allowlist.Allowlist,
     staged: Staged,
     result: RefreshResult,
 ) -> Iterator[tuple[str, str, int]]:
-    for index, expression, category in entries:
+    for _, expression, category, key in rows:
         reason = protected.refusal(expression)
         if reason is None:
-            yield expression, category, int(keys[index])
+            yield expression, category, key
         else:
             refuse(result, 0, expression, reason)
             staged.allowlisted[expression] = category

@@ -1,8 +1,9 @@
 """Reading a fetched body into a diffable form (Staged): its units (lines, or the
-entries of a structured format) spooled to disk with their digests, then resolved
-into the accepted entries' expression keys, from the source's normalization memo
-(urlguard.feeds.memo) where it knows a unit's text and by normalizing it otherwise;
-and saving the memo for the next refresh."""
+entries of a structured format) read a block at a time and hashed in bulk; a unit
+the source's normalization memo (urlguard.feeds.memo) knows, of a rule the source
+lists, is resolved to its key as it is read, the others are spooled to disk and
+then parsed and normalized into the accepted entries' expression keys; and saving
+the memo for the next refresh."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ import numpy as np
 
 from urlguard.conf import conf
 from urlguard.feeds import formats, memo
-from urlguard.feeds.decoding import FeedError, numbered, open_text
+from urlguard.feeds.decoding import FeedError, line_blocks, line_start, open_text
 from urlguard.feeds.outcome import RefreshResult, refuse
-from urlguard.models import Source, expression_key
+from urlguard.models import Source
 from urlguard.writepath import allowlist
 from urlguard.writepath.rulelists import pending_entry
-from urlguard.writepath.rules import RuleError, normalize_rule
+from urlguard.writepath.rules import RuleError, normalize_rule, plain_expressions
 
 __all__ = ["Staged", "member", "sorted_unique", "stage"]
 
@@ -32,29 +33,56 @@ _SPAN_BYTES = 1 << 23
 
 class Staged:
     """A body as units, in body order: its lines for a LINE_FORMATS body, its entries'
-    texts (before normalization) for the others. Before resolve(): each unit's text
-    in a spool file, its 128-bit digest, line number and category. After: the
-    accepted entries' keys with the unit each came from, and in a second spool the
-    expressions of the entries resolve() normalized."""
+    texts (before normalization) for the others, each with its 128-bit digest.
 
-    def __init__(self, fmt: str, source_category: str) -> None:
+    A unit the source's memo knows, whose rule the source lists now, is resolved as
+    it is read (its key, from the memo) and kept as its digest and key only; the
+    others ("to do") go to a spool file with their line numbers, a block at a time,
+    for resolve() to parse and normalize. After resolve(): the accepted entries'
+    keys (the known units' first, then those resolve() found, numbered on), and in
+    a second spool the expressions of the entries resolve() normalized."""
+
+    def __init__(
+        self,
+        fmt: str,
+        source_category: str,
+        remembered: memo.Memo | None = None,
+        listed: np.ndarray | None = None,
+    ) -> None:
         self.format = fmt
         self.by_line = fmt in formats.LINE_FORMATS
         self.source_category = source_category
-        self.high, self.low = array("q"), array("q")
-        self.ends = array("q")  # where each unit's text ends in the spool
-        self.linenos = array("q")  # each unit's line number
-        self.category_of = array("H")
+        self._memo = remembered if remembered is not None and len(remembered) else None
+        self._listed = listed if listed is not None else np.zeros(0, dtype=np.int64)
+        # Whether a key from the memo must be looked up in the listing: not when the
+        # source lists exactly the keys the memo was saved beside (all of its keys).
+        self._listed_index: memo.Index | None = None
+        if self._memo is not None and not (
+            self._memo.listed and self._memo.listed == memo.listed_digest(self._listed)
+        ):
+            self._listed_index = memo.Index(self._listed)
+        self._units = 0
+        # Known units, a block at a time: their keys and memo positions.
+        self._known: list[tuple[np.ndarray, np.ndarray]] = []
+        # Units to do, a block at a time: digests, line numbers, ends in the spool.
+        self._todo: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._end = 0
+        self._pending: list[tuple[int, bytes, int]] = []  # add_entry's, not yet added
+        self.category_of = array("H")  # each unit to do's category (not by_line)
         self.categories: list[str] = []
         self._category_index: dict[str, int] = {}
-        self._end = 0
+        # The known units' keys until resolve() puts them at the head of `keys`, and
+        # their entries' places in the memo (the next memo keeps those entries).
+        self.known_keys = self.known_at = np.zeros(0, dtype=np.int64)
+        self._known_count = 0
+        self.high = self.low = self.linenos = self.ends = np.zeros(0, dtype=np.int64)
         # Both closed by close(), which refresh_source always calls.
         self.units = tempfile.TemporaryFile("w+b", prefix="urlguard-entries-")  # noqa: SIM115
         self.expressions = tempfile.TemporaryFile(  # noqa: SIM115
             "w+", encoding="utf-8", prefix="urlguard-expressions-"
         )
         self.keys = np.zeros(0, dtype=np.int64)  # accepted entries, after resolve()
-        self.unit_of = np.zeros(0, dtype=np.int64)
+        self.unit_of = np.zeros(0, dtype=np.int64)  # of each entry resolve() found
         self.unique_keys = np.zeros(0, dtype=np.int64)  # sorted
         self.refused_units = np.zeros(0, dtype=np.int64)
         # Entries the allowlist refused, expression -> category (AllowlistRefusal).
@@ -62,7 +90,60 @@ class Staged:
         self.allowlist_digest = ""
 
     def __len__(self) -> int:
-        return len(self.ends)
+        return self._units
+
+    @property
+    def known(self) -> int:
+        """Units resolved from the memo as they were read."""
+        return self._known_count
+
+    def add_block(
+        self,
+        first: int,
+        block: str,
+        *,
+        comments: str = "",
+        max_line: int = 0,
+        max_units: int = 0,
+        refuse: Callable[[int, str, str], None] = lambda lineno, raw, reason: None,
+    ) -> None:
+        """Stage the lines of `block` (whole lines, the first numbered `first`), less
+        blank and comment lines; a line longer than `max_line` is refused, and more
+        than `max_units` units fail the body."""
+        # A run of blank lines is never split (a list of empty lines is 8 bytes a
+        # byte of the block): the search below crosses it.
+        if block.isascii() and "\n\n" not in block and block[:1] != "\n":
+            lines = block.encode("ascii").split(b"\n")
+            if not lines[-1]:
+                lines.pop()
+            # No line blank, led by white space or a comment character ("#", "!"):
+            # every line's first byte sorts after "#", and so does the least line's.
+            if (
+                lines
+                and min(lines)[:1] > b"#"
+                and (not max_line or max(map(len, lines)) <= max_line)
+            ):
+                linenos = np.arange(first, first + len(lines), dtype=np.int64)
+                self._add(lines, linenos, max_units)
+                return
+        # A line to skip or refuse: the lines to stage found by a search that
+        # crosses blank and comment lines a run at a time, each looked at.
+        lines = []
+        numbers: list[int] = []
+        lineno, position = first, 0
+        for found in line_start(comments).finditer(block):
+            start = found.start()
+            lineno += block.count("\n", position, start)
+            position = start
+            stop = block.find("\n", start)
+            line = block[start : stop if stop >= 0 else len(block)]
+            if max_line and len(line.rstrip("\r")) > max_line:
+                refuse(lineno, line[:300], _too_long(max_line))
+                continue
+            lines.append(line.encode("utf-8", "surrogatepass"))
+            numbers.append(lineno)
+        linenos = np.array(numbers, dtype=np.int64)
+        self._add(lines, linenos, max_units)
 
     def add_lines(
         self,
@@ -72,43 +153,100 @@ class Staged:
         max_units: int = 0,
         refuse: Callable[[int, str, str], None] = lambda lineno, raw, reason: None,
     ) -> None:
-        """Stage each numbered line (blank and comment lines are left out before:
-        decoding.numbered); a line longer than `max_line` is refused, and more than
-        `max_units` lines fail the body."""
-        high_of, low_of, ends, units = self.high, self.low, self.ends, self.units
-        linenos = self.linenos
-        end = self._end
+        """Stage each numbered line (blank and comment lines are left out before); a
+        line longer than `max_line` is refused, and more than `max_units` lines fail
+        the body."""
+        texts: list[bytes] = []
+        linenos: list[int] = []
         for lineno, line in lines:
-            if max_line and len(line.rstrip("\r\n")) > max_line:
-                refuse(lineno, line[:300], f"longer than {max_line:,} characters (FEED_MAX_LINE)")
+            line = line.rstrip("\n")
+            if max_line and len(line.rstrip("\r")) > max_line:
+                refuse(lineno, line[:300], _too_long(max_line))
                 continue
-            if max_units and len(ends) >= max_units:
-                raise FeedError(
-                    f"the body lists more than {max_units:,} entries (FEED_MAX_ENTRIES): "
-                    "refused, nothing applied"
-                )
-            data = line.encode("utf-8", "surrogatepass")
-            high, low = mmh3.hash64(data, signed=True)
-            high_of.append(high)
-            low_of.append(low)
-            units.write(data)
-            end += len(data)
-            ends.append(end)
+            texts.append(line.encode("utf-8", "surrogatepass"))
             linenos.append(lineno)
-        self._end = end
+            if len(texts) >= _BATCH:
+                self._add(texts, np.array(linenos, dtype=np.int64), max_units)
+                texts, linenos = [], []
+        self._add(texts, np.array(linenos, dtype=np.int64), max_units)
 
     def add_entry(self, token: str, category: str, lineno: int, *, max_units: int = 0) -> None:
-        self.add_lines(((lineno, token),), max_units=max_units)
         index = self._category_index.get(category)
         if index is None:
             index = self._category_index[category] = len(self.categories)
             self.categories.append(category)
-        self.category_of.append(index)
+        self._pending.append((lineno, token.encode("utf-8", "surrogatepass"), index))
+        if len(self._pending) >= _BATCH:
+            self._add_pending(max_units)
+
+    def _add_pending(self, max_units: int = 0) -> None:
+        pending, self._pending = self._pending, []
+        self._add(
+            [text for _, text, _ in pending],
+            np.array([lineno for lineno, _, _ in pending], dtype=np.int64),
+            max_units,
+            np.array([index for _, _, index in pending], dtype=np.uint16),
+        )
+
+    def _add(
+        self,
+        texts: list[bytes],
+        linenos: np.ndarray,
+        max_units: int,
+        categories: np.ndarray | None = None,
+    ) -> None:
+        if not texts:
+            return
+        if max_units and self._units + len(texts) > max_units:
+            raise FeedError(
+                f"the body lists more than {max_units:,} entries (FEED_MAX_ENTRIES): "
+                "refused, nothing applied"
+            )
+        self._units += len(texts)
+        digests = np.frombuffer(b"".join(map(_digest, texts)), dtype="<i8")
+        high, low = digests[0::2].astype(np.int64), digests[1::2].astype(np.int64)
+        if self._memo is not None:
+            found, at = self._memo.lookup(high, low)
+            keys = self._memo.keys[at]
+            # A remembered rule this source no longer lists (a held refresh, a rule
+            # deleted by hand) is added again, and adding needs its expression.
+            if self._listed_index is not None:
+                found &= self._listed_index.contains(keys)
+            if found.any():
+                self._known.append((keys[found], at[found]))
+                todo = np.flatnonzero(~found)
+                if len(todo) < len(texts):
+                    texts = [texts[index] for index in todo.tolist()]
+                    high, low, linenos = high[todo], low[todo], linenos[todo]
+                    if categories is not None:
+                        categories = categories[todo]
+        if not texts:
+            return
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        ends = self._end + np.cumsum(lengths)
+        self.units.write(b"".join(texts))
+        self._end = int(ends[-1])
+        self._todo.append((high, low, linenos, ends))
+        if categories is not None:
+            self.category_of.extend(categories.tolist())
+
+    def finish(self) -> None:
+        """The end of the body: the units read become arrays."""
+        self._add_pending()
+        if self._known:
+            parts = list(zip(*self._known, strict=True))
+            self.known_keys, self.known_at = (np.concatenate(part) for part in parts)
+            self._known_count = len(self.known_keys)
+        if self._todo:
+            parts = list(zip(*self._todo, strict=True))
+            self.high, self.low, self.linenos, self.ends = (np.concatenate(part) for part in parts)
+        self._known, self._todo = [], []
 
     def _texts(self, indices: np.ndarray, ends: np.ndarray) -> Iterator[tuple[int, str]]:
-        """(index, text) of the units `indices` (ascending) names. The spool is read a
-        span of units at a time where they lie close together (a first load reads
-        all of it in order), one unit at a time where they are scattered."""
+        """(index, text) of the units to do that `indices` (ascending) names. The
+        spool is read a span of units at a time where they lie close together (a
+        first load reads all of it in order), one unit at a time where they are
+        scattered."""
         units = self.units
         for start in range(0, len(indices), _SPAN_UNITS):
             part = indices[start : start + _SPAN_UNITS]
@@ -127,98 +265,136 @@ class Staged:
                 units.seek(a)
                 yield index, units.read(b - a).decode("utf-8", "surrogatepass")
 
-    def resolve(
-        self,
-        remembered: memo.Memo | None,
-        listed: np.ndarray,
-        protected: allowlist.Allowlist,
-        result: RefreshResult,
-    ) -> None:
-        """Find every unit's entries: from the memo where it knows the unit's text and
-        this source lists that rule now; by parsing the line (by_line) and
-        normalizing the entries (then the allowlist) otherwise."""
-        count = len(self)
+    def _spans(self) -> Iterator[tuple[int, list[str]]]:
+        """(index of the first, texts) of all the units to do, in order, a span of
+        the spool at a time."""
+        ends = self.ends
+        for first in range(0, len(ends), _SPAN_UNITS):
+            stops = ends[first : first + _SPAN_UNITS]
+            begin = int(ends[first - 1]) if first else 0
+            self.units.seek(begin)
+            data = self.units.read(int(stops[-1]) - begin)
+            bounds = (stops - begin).tolist()
+            texts = [
+                data[a:b].decode("utf-8", "surrogatepass")
+                for a, b in zip([0, *bounds[:-1]], bounds, strict=True)
+            ]
+            yield first, texts
+
+    def resolve(self, protected: allowlist.Allowlist, result: RefreshResult) -> None:
+        """Find the entries of every unit to do: by parsing the line (by_line) and
+        normalizing the entries (then the allowlist). Units to do are numbered from
+        0 in body order (unit_of); entries after the known units' (keys).
+
+        A line of a URL list that is one plain URL (rules.plain_expressions) is
+        read straight to its expression, as parse_line and normalize_rule would:
+        most lines of a big list, at a fraction of the cost of the two."""
         self.allowlist_digest = protected.digest()
-        high = np.frombuffer(self.high, dtype=np.int64)
-        low = np.frombuffer(self.low, dtype=np.int64)
-        found = np.zeros(count, dtype=bool)
-        known = np.zeros(count, dtype=np.int64)
-        if remembered is not None and count:
-            found, known = remembered.lookup(high, low)
-        # A remembered rule this source no longer lists (a held refresh, a rule
-        # deleted by hand) is added again, and adding needs its expression.
-        found &= member(known, listed)
-        known_units = np.flatnonzero(found)
-        known_keys = known[found]
-        todo = np.flatnonzero(~found)
-        del found, known
-        # Entries found here, numbered after the known ones.
-        unit_of, keys = array("q"), array("q")
+        unit_of = array("q")
+        keys: list[np.ndarray] = []
         refused_units = array("q")  # never remembered: their refusals count each time
-        base = len(known_keys)
-        ends = np.frombuffer(self.ends, dtype=np.int64)
+        number = self.known  # the next entry's number
+        screened = len(protected) > 0
+        plain_lines = self.format == "urls"
         self.units.flush()
-        for index, text in self._texts(todo, ends):
-            if self.by_line:
-                entries = [
-                    (parsed.lineno, parsed.token or "", parsed.category, parsed.error)
-                    for parsed in formats.parse_line(
-                        self.format, text, self.linenos[index], self.source_category, pending_entry
-                    )
-                ]
-            else:
-                category = self.categories[self.category_of[index]]
-                entries = [(self.linenos[index], text, category, None)]
-            for lineno, token, category, error in entries:
-                if error is not None:
-                    refuse(result, lineno, text, error)
-                    refused_units.append(index)
-                    continue
-                try:
-                    expression = normalize_rule(token)
-                except RuleError as exc:
-                    refuse(result, lineno, token, str(exc))
-                    refused_units.append(index)
-                    continue
-                reason = protected.refusal(expression)
-                if reason is not None:
-                    refuse(result, lineno, token, reason)
-                    refused_units.append(index)
-                    self.allowlisted[expression] = category or self.source_category
-                    continue
-                self.expressions.write(
-                    f"{base + len(keys)}\t{category or self.source_category}\t{expression}\n"
+        linenos = self.linenos
+        for first, texts in self._spans():
+            plain = plain_expressions(texts) if plain_lines else [None] * len(texts)
+            expressions: list[str] = []
+            categories: list[str] = []
+            if plain_lines and not screened and None not in plain:
+                # Every line of the span plain, no allowlist to ask: one entry each.
+                expressions = plain  # type: ignore[assignment]
+                categories = [self.source_category] * len(plain)
+                unit_of.extend(range(first, first + len(plain)))
+                texts, plain = [], []
+            for index, (text, expression) in enumerate(zip(texts, plain, strict=True), first):
+                entries: list[tuple[int, str, str, str | None, str | None]]
+                if expression is not None:
+                    entries = [(0, text, self.source_category, None, expression)]
+                elif self.by_line:
+                    entries = [
+                        (parsed.lineno, parsed.token or "", parsed.category, parsed.error, None)
+                        for parsed in formats.parse_line(
+                            self.format,
+                            text,
+                            int(linenos[index]),
+                            self.source_category,
+                            pending_entry,
+                        )
+                    ]
+                else:
+                    category = self.categories[self.category_of[index]]
+                    entries = [(int(linenos[index]), text, category, None, None)]
+                for lineno, token, category, error, known in entries:
+                    if error is not None:
+                        refuse(result, lineno, text, error)
+                        refused_units.append(index)
+                        continue
+                    try:
+                        expression = known or normalize_rule(token)
+                    except RuleError as exc:
+                        refuse(result, lineno, token, str(exc))
+                        refused_units.append(index)
+                        continue
+                    reason = protected.refusal(expression) if screened else None
+                    if reason is not None:
+                        refuse(result, lineno or int(linenos[index]), token, reason)
+                        refused_units.append(index)
+                        self.allowlisted[expression] = category or self.source_category
+                        continue
+                    expressions.append(expression)
+                    categories.append(category or self.source_category)
+                    unit_of.append(index)
+            self.expressions.write(
+                "".join(
+                    [
+                        f"{n}\t{category}\t{expression}\n"
+                        for n, category, expression in zip(
+                            range(number, number + len(expressions)),
+                            categories,
+                            expressions,
+                            strict=True,
+                        )
+                    ]
                 )
-                keys.append(expression_key(expression))
-                unit_of.append(index)
-        self.keys = np.concatenate((known_keys, np.frombuffer(keys, dtype=np.int64)))
-        del known_keys, keys
-        self.unit_of = np.concatenate((known_units, np.frombuffer(unit_of, dtype=np.int64)))
-        del known_units, unit_of
+            )
+            number += len(expressions)
+            keys.append(expression_keys(expressions))
+        self.keys = np.concatenate((self.known_keys, *keys))
+        del keys
+        self.known_keys = self.keys[: self.known]
+        self.unit_of = np.frombuffer(unit_of, dtype=np.int64)
         self.refused_units = np.frombuffer(refused_units, dtype=np.int64)
         self.unique_keys = sorted_unique(self.keys)
         result.refusals.sort(key=lambda refusal: refusal[0])
 
-    def remember(self, source_id: int, stamp: str) -> None:
-        """Save, as the source's memo, the key of every unit that gave one entry."""
-        per_unit = np.bincount(self.unit_of, minlength=len(self))
+    def new_keys(self) -> np.ndarray:
+        """The keys of the entries resolve() normalized (numbered from `known`)."""
+        return self.keys[self.known :]
+
+    def remember(self, source_id: int, stamp: str, remembered: memo.Memo | None) -> None:
+        """Save, as the source's memo, the key of every unit that gave one entry: the
+        known units' entries of `remembered` (the memo they were found in) kept as
+        they are, the others' merged in."""
+        per_unit = np.bincount(self.unit_of, minlength=len(self.ends))
         per_unit[self.refused_units] = 0  # a line that also had a refused entry
         entries = per_unit[self.unit_of] == 1
         del per_unit
         units = self.unit_of[entries]
-        # Handed over as temporaries that memo.save alone holds, so it frees each
-        # array as it replaces it with the sorted one.
-        memo.save(
-            source_id,
-            stamp,
-            np.frombuffer(self.high, dtype=np.int64)[units],
-            np.frombuffer(self.low, dtype=np.int64)[units],
-            self.keys[entries],
-        )
+        high, low, keys = self.high[units], self.low[units], self.new_keys()[entries]
+        listed = memo.listed_digest(self.unique_keys)  # all of the memo's keys
+        if remembered is not None and self.known:
+            merged = remembered.merged(self.known_at, high, low, keys)
+            memo.write(source_id, stamp, *merged, listed=listed)
+        else:  # no unit was known
+            memo.save(source_id, stamp, high, low, keys, listed)
 
     def forget_units(self) -> None:
         """Free the units' digests and places (what is left to do needs the entries)."""
-        self.high, self.low, self.ends = array("q"), array("q"), array("q")
+        empty = np.zeros(0, dtype=np.int64)
+        self.high = self.low = self.linenos = self.ends = empty
+        self.known_at = empty
 
     def count(self) -> int:
         """Distinct accepted entries."""
@@ -230,38 +406,99 @@ class Staged:
         for _, expression, category in self.entries(picked):
             yield expression, category
 
-    def entries(self, picked: np.ndarray) -> Iterator[tuple[int, str, str]]:
-        """(index, expression, category) of the entries `picked` marks (see lines)."""
+    def entries(
+        self, picked: np.ndarray, *, whole_hosts: bool = False
+    ) -> Iterator[tuple[int, str, str]]:
+        """(index, expression, category) of the entries `picked` marks (see lines);
+        `whole_hosts`: only those whose expression is a whole host ("host/")."""
+        for index, expression, category, _ in self.rows(picked, whole_hosts=whole_hosts):
+            yield index, expression, category
+
+    def rows(
+        self, picked: np.ndarray, *, whole_hosts: bool = False
+    ) -> Iterator[tuple[int, str, str, int]]:
+        """(index, expression, category, key) of the entries `picked` marks (see
+        lines): the spool read a chunk of lines at a time, only the lines picked
+        split (its lines are the entries `known`, `known` + 1, ... in order)."""
         self.expressions.flush()
         self.expressions.seek(0)
-        for line in self.expressions:
-            index, category, expression = line.rstrip("\n").split("\t", 2)
-            if picked[int(index)]:
-                yield int(index), expression, category
+        number = self.known
+        while lines := self.expressions.readlines(_SPAN_BYTES):
+            chosen = np.flatnonzero(picked[number : number + len(lines)])
+            if whole_hosts:  # a whole-host expression ends its line with its only "/"
+                ends = [lines[at].endswith("/\n") for at in chosen.tolist()]
+                chosen = chosen[np.array(ends, dtype=bool)] if ends else chosen
+            if len(chosen):
+                keys = self.keys[number + chosen].tolist()
+                for at, key in zip(chosen.tolist(), keys, strict=True):
+                    index, category, expression = lines[at].rstrip("\n").split("\t", 2)
+                    if whole_hosts and expression.find("/") != len(expression) - 1:
+                        continue
+                    yield int(index), expression, category, key
+            number += len(lines)
 
     def close(self) -> None:
         self.units.close()
         self.expressions.close()
 
 
+# Units hashed, looked up and spooled together.
+_BATCH = 1 << 14
+# What a body is decoded and staged by (bytes).
+_BLOCK = 1 << 18
+
+
+# 128-bit MurmurHash3 (x64) of a unit's UTF-8 text: its high and low words.
+_digest = mmh3.mmh3_x64_128_digest
+
+
+def expression_keys(expressions: list[str]) -> np.ndarray:
+    """[expression_key(e) for e in expressions] as an array, hashed in bulk."""
+    if not expressions:
+        return np.zeros(0, dtype=np.int64)
+    # One encode of them all: an expression holds no line end (canonical; checked).
+    encoded = "\n".join(expressions).encode("utf-8", "surrogatepass").split(b"\n")
+    if len(encoded) != len(expressions):
+        encoded = [e.encode("utf-8", "surrogatepass") for e in expressions]
+    digests = np.frombuffer(b"".join(map(_digest, encoded)), dtype="<i8")
+    return digests[0::2].astype(np.int64)
+
+
+def _too_long(max_line: int) -> str:
+    return f"longer than {max_line:,} characters (FEED_MAX_LINE)"
+
+
 # Lines a LINE_FORMATS body may comment out: skipped before they are staged.
 _COMMENTS = {"urls": "#", "hosts": "#", "adblock": "!"}
 
 
-def stage(body: Any, source: Source, result: RefreshResult) -> Staged:
+def stage(
+    body: Any,
+    source: Source,
+    result: RefreshResult,
+    prepare: Callable[[str], tuple[memo.Memo | None, np.ndarray]] | None = None,
+) -> Staged:
+    """Read `body` into a Staged. `prepare(format)`, called once the format is known
+    and before any entry is read, gives the source's memo (None: none usable) and
+    the keys it lists now (sorted): the units these resolve are resolved as read."""
     max_line, max_units = conf.FEED_MAX_LINE, conf.FEED_MAX_ENTRIES
     with open_text(body, limit=conf.FEED_MAX_BYTES, max_line=max_line) as text:
         fmt, stream = formats.sniff(text, source.format)  # type: ignore[arg-type]
         result.format = fmt
-        staged = Staged(fmt, source.category)
+        remembered, listed = prepare(fmt) if prepare is not None else (None, None)
+        staged = Staged(fmt, source.category, remembered, listed)
         try:
             if staged.by_line:
-                staged.add_lines(
-                    numbered(stream, _COMMENTS.get(fmt, "")),
-                    max_line=max_line,
-                    max_units=max_units,
-                    refuse=lambda lineno, raw, reason: refuse(result, lineno, raw, reason),
-                )
+                comments = _COMMENTS.get(fmt, "")
+                for first, block in line_blocks(stream, _BLOCK):
+                    staged.add_block(
+                        first,
+                        block,
+                        comments=comments,
+                        max_line=max_line,
+                        max_units=max_units,
+                        refuse=lambda lineno, raw, reason: refuse(result, lineno, raw, reason),
+                    )
             else:
                 _, entries = formats.parse(stream, fmt, source.category, make=pending_entry)  # type: ignore[arg-type]
                 for parsed in entries:
@@ -270,6 +507,7 @@ def stage(body: Any, source: Source, result: RefreshResult) -> Staged:
                     elif parsed.token is not None:
                         category = parsed.category or source.category
                         staged.add_entry(parsed.token, category, parsed.lineno, max_units=max_units)
+            staged.finish()
         except BaseException:
             staged.close()
             raise
@@ -289,13 +527,10 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 def member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """values[i] in `pool` (sorted): a binary search each, where np.isin sorts both."""
-    inside = np.zeros(len(values), dtype=bool)
-    if not len(pool):
-        return inside
-    for start in range(0, len(values), 1 << 16):  # small temporaries
-        part = values[start : start + (1 << 16)]
-        at = np.searchsorted(pool, part)
-        at[at == len(pool)] = 0
-        inside[start : start + len(part)] = pool[at] == part
-    return inside
+    """values[i] in `pool` (sorted): a binary search each (the values sorted a slice
+    at a time, memo.search), where np.isin sorts both."""
+    if not len(pool) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    at = memo.search(pool, values)
+    at[at == len(pool)] = 0
+    return pool[at] == values

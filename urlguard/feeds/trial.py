@@ -37,7 +37,7 @@ def test_fetch(url: str, *, format: str = "auto", category: str = Category.SPAM)
     except FeedError as exc:
         return {"error": str(exc), "http_status": result.http_status, "bytes": result.bytes}
     try:
-        staged.resolve(None, np.zeros(0, dtype=np.int64), allowlist.load(), result)
+        staged.resolve(allowlist.load(), result)
         entries = staged.count()
         everything = np.ones(len(staged.keys), dtype=bool)
         samples: list[str] = []

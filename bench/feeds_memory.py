@@ -1,0 +1,108 @@
+"""Peak RSS and time of the Python side of a 1% churn refresh at N entries, without the
+database (so 10M entries take a minute, not the first load's write): the memo and the
+listing of a first read are made in memory, then a churned body (bench/feeds.py's
+lines) is staged and resolved, the memo merged and the diff taken as refresh_source
+does. VmHWM is reset before the churn, so the peak is the churn's own.
+
+    .venv/bin/python bench/feeds_memory.py [--entries 10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def status(field: str) -> int:
+    """A /proc/self/status figure in MB (VmRSS, VmHWM)."""
+    with open("/proc/self/status") as lines:
+        for line in lines:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def write_feed(path: Path, ids: range | list[int]) -> None:
+    with path.open("w") as out:
+        for i in ids:
+            out.write(f"http://host{i}.bench-feed{i % 977}.example/path/{i}/x.html\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--entries", type=int, default=10_000_000)
+    n = parser.parse_args().entries
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
+    import django
+    from django.conf import settings
+
+    django.setup()
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_MAX_ENTRIES": 4 * n, "FEED_MAX_BYTES": 1 << 40}
+    from urlguard.feeds import memo, staging
+    from urlguard.feeds.outcome import RefreshResult
+    from urlguard.feeds.refresh import _give_back_memory
+    from urlguard.models import Source
+    from urlguard.writepath import allowlist
+
+    folder = Path(tempfile.mkdtemp(prefix="urlguard-feeds-memory-"))
+    try:
+        feed = folder / "feed.txt"
+        write_feed(feed, range(n))
+        source = Source(name="bench", kind="feed", url="file:///bench", format="urls")
+        source.pk = 1
+        protected = allowlist.Allowlist({})
+        baseline = status("VmRSS")
+        started = time.perf_counter()
+        with feed.open("rb") as body:
+            first = staging.stage(body, source, RefreshResult(source="bench"))
+        first.resolve(protected, RefreshResult(source="bench"))
+        remembered = memo.Memo(
+            *memo._sorted_unique(first.high, first.low, first.keys),
+            memo.listed_digest(first.unique_keys),
+        )
+        listed = first.unique_keys.copy()
+        first.close()
+        del first
+        _give_back_memory()
+        first_s = time.perf_counter() - started
+        held = (remembered.high.nbytes * 3 + listed.nbytes) >> 20
+        before = status("VmRSS")
+        churn = n // 100
+        write_feed(feed, [*range(churn, n), *range(n, n + churn)])
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+        started = time.perf_counter()
+        with feed.open("rb") as body:
+            staged = staging.stage(
+                body, source, RefreshResult(source="bench"), lambda fmt: (remembered, listed)
+            )
+        read_peak = status("VmHWM")
+        staged.resolve(protected, RefreshResult(source="bench"))
+        new = staged.unit_of
+        remembered.merged(staged.known_at, staged.high[new], staged.low[new], staged.new_keys())
+        gone = int((~staging.member(listed, staged.unique_keys)).sum())
+        churn_s = time.perf_counter() - started
+        load = os.getloadavg()
+        print(f"{n:,} entries; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        print(f"RSS: Django {baseline} MB; memo + listing {held} MB; before the churn {before} MB")
+        print(f"first read (stage + resolve) {first_s:.1f} s")
+        print(
+            f"1% churn: {churn_s:.2f} s ({staged.known:,} known, {len(staged.ends):,} "
+            f"normalized, {gone:,} gone); peak RSS after reading {read_peak} MB, "
+            f"at the end {status('VmHWM')} MB"
+        )
+        staged.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
