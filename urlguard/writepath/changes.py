@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from django.db import DatabaseError, connections, router, transaction
-from django.db.models import F, Max
+from django.db.models import Exists, F, Max, OuterRef
 from django.utils import timezone
 
 from urlguard.models import (
@@ -63,6 +63,7 @@ __all__ = [
     "add_listed",
     "change_set",
     "current_change_set",
+    "dangling_references",
     "interrupted",
     "record_allowlist",
     "record_refused",
@@ -167,6 +168,35 @@ def _check_category(category: str) -> str:
 
 def _lock_change_log(using: str) -> None:
     ChangeEvent.objects.lock_log(using)
+
+
+def _check_lister(using: str, source: Source) -> None:
+    """Under the change-log lock: `source` still exists, and stays until the commit
+    (its deletion takes the lock: models.changes). A listing refers to its source
+    without a database constraint, so one of a deleted source must not be written."""
+    if not Source.objects.using(using).filter(pk=source.pk).exists():
+        raise Source.DoesNotExist(f"source {source.name!r} was deleted; nothing is listed under it")
+
+
+def dangling_references(using: str | None = None) -> dict[str, int]:
+    """How many rows refer to a row that is gone, per reference the database does not
+    check (RuleSource.rule and .source, ChangeEvent.change_set): the code keeps them
+    all, so anything but zeros is a bug. One anti-join per reference."""
+    using = using or router.db_for_read(RuleSource)
+    listings = RuleSource.objects.using(using)
+    rules = SpamRule.objects.using(using)
+    return {
+        "listings of a missing rule": listings.filter(
+            ~Exists(rules.filter(pk=OuterRef("rule_id")))
+        ).count(),
+        "listings of a missing source": listings.filter(
+            ~Exists(Source.objects.using(using).filter(pk=OuterRef("source_id")))
+        ).count(),
+        "change-log rows of a missing change set": ChangeEvent.objects.using(using)
+        .filter(change_set_id__isnull=False)
+        .filter(~Exists(ChangeSet.objects.using(using).filter(pk=OuterRef("change_set_id"))))
+        .count(),
+    }
 
 
 def _next_added_at() -> int:
@@ -315,7 +345,11 @@ def _count(cs: ChangeSet, **deltas: int) -> None:
     deltas = {name: n for name, n in deltas.items() if n}
     if not deltas:
         return
-    ChangeSet.objects.filter(pk=cs.pk).update(**{k: F(k) + n for k, n in deltas.items()})
+    updated = ChangeSet.objects.filter(pk=cs.pk).update(**{k: F(k) + n for k, n in deltas.items()})
+    if not updated:
+        # The log's rows refer to their set without a database constraint: rows of a
+        # set deleted meanwhile must not commit.
+        raise ChangeSet.DoesNotExist(f"change set #{cs.pk} was deleted")
     for name, n in deltas.items():
         setattr(cs, name, getattr(cs, name) + n)
 
@@ -404,6 +438,7 @@ def add_rule(
         if existing is not None:
             raise RuleExists(expression, existing)
         lister = source_for(source)
+        _check_lister(using, lister)
         # Made inside this transaction: a refused add leaves no empty set behind.
         cs = _one_off(
             change_set,
@@ -548,6 +583,7 @@ def _add_chunk(
     assert cs is not None
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
+        _check_lister(using, source)
         listed = database.map_in(SpamRule, "expression", [c.expression for c in chunk], "pk")
         new = [c for c in chunk if c.expression not in listed]
         now = _db_value(using, SpamRule, "created", timezone.now())
@@ -768,6 +804,7 @@ def add_listed(
             for low in range(0, count, chunk_size):
                 with transaction.atomic(using=using), rule_writes_allowed():
                     _lock_change_log(using)
+                    _check_lister(using, source)
                     gained, added, last_seq = _add_listed_chunk(
                         cursor, stage, low, low + chunk_size, source, actor, cs
                     )
