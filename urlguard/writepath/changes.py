@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -747,9 +749,9 @@ def add_rules(
 # add_listed's rows per transaction on PostgreSQL: each is a few set-based statements,
 # so larger than CHUNK_SIZE; still a second or so under the change-log lock.
 LISTED_CHUNK_SIZE = 50_000
-# Rows per COPY write: a block of text built by one join, not a call per row.
-_COPY_BLOCK = 10_000
 _STAGE_TABLE = "urlguard_listed_stage"
+# Chunks of COPY text made ahead of the one being written: each a few megabytes.
+_STAGED_AHEAD = 2
 
 
 def add_listed(
@@ -767,10 +769,12 @@ def add_listed(
     rule is written with its listing and its change-log row, one already listed by
     another source gains the listing, one transaction (and one nudge) per chunk.
 
-    On PostgreSQL the rows are first COPied into a temporary table, and each chunk
-    is then three set-based INSERTs (rules, listings, change log) joined against
-    the rules table, so no row becomes a Python object on the way; elsewhere this
-    is add_rules. `rows` is read during the COPY: it must not query the database."""
+    On PostgreSQL each chunk's rows are COPied into a temporary table, then written
+    by one statement of set-based INSERTs (rules, listings, change log) joined
+    against the rules table, so no row becomes a Python object on the way; elsewhere
+    this is add_rules. `rows` is read in a thread of its own, which makes the next
+    chunk's COPY text while PostgreSQL writes this one (two cores at work, not one
+    after the other): it must not query the database."""
     using = router.db_for_write(SpamRule)
     connection = connections[using]
     if not database.postgresql(connection):
@@ -788,63 +792,63 @@ def add_listed(
     cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, user=user, source=source)
     result.change_set = cs
     actor = row_user(user)
-    qn = connection.ops.quote_name
-    stage = qn(_STAGE_TABLE)
+    stage = connection.ops.quote_name(_STAGE_TABLE)
     connection.ensure_connection()
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {stage}")
         cursor.execute(
-            f"CREATE TEMPORARY TABLE {stage} (n bigint PRIMARY KEY, expression text NOT NULL, "
+            f"CREATE TEMPORARY TABLE {stage} (n bigint NOT NULL, expression text NOT NULL, "
             "category text NOT NULL, key bigint NOT NULL)"
         )
+        handled = 0
+        analyze_at = _ANALYZE_EVERY
         try:
-            count = _copy_listed(cursor, stage, rows)
-            cursor.execute(f"ANALYZE {stage}")
-            analyze_at = _ANALYZE_EVERY
-            for low in range(0, count, chunk_size):
-                with transaction.atomic(using=using), rule_writes_allowed():
-                    _lock_change_log(using)
-                    _check_lister(using, source)
-                    gained, added, last_seq = _add_listed_chunk(
-                        cursor, stage, low, low + chunk_size, source, actor, cs
-                    )
-                    _count(cs, added=added)
-                    if last_seq is not None:
-                        transaction.on_commit(partial(_nudge, last_seq), using=using)
-                result.added_count += added
-                result.skipped_count += min(count, low + chunk_size) - low - added
-                result.gained += gained
-                if result.added_count + result.skipped_count >= analyze_at:
-                    _refresh_statistics(using)
-                    analyze_at *= 2
-                if progress is not None:
-                    progress(min(count, low + chunk_size))
+            with _encoded_chunks(rows, chunk_size) as chunks:
+                for chunk in chunks:
+                    with transaction.atomic(using=using), rule_writes_allowed():
+                        # The COPY before the lock: a writer waits only for the INSERTs.
+                        cursor.execute(f"TRUNCATE {stage}")
+                        _copy_chunk(cursor, stage, chunk)
+                        _lock_change_log(using)
+                        _check_lister(using, source)
+                        gained, added, last_seq = _add_listed_chunk(
+                            cursor, stage, source, actor, cs
+                        )
+                        _count(cs, added=added)
+                        if last_seq is not None:
+                            transaction.on_commit(partial(_nudge, last_seq), using=using)
+                    handled += chunk.count
+                    result.added_count += added
+                    result.skipped_count += chunk.count - added
+                    result.gained += gained
+                    if result.added_count >= analyze_at:
+                        # What each chunk's lookups read; the rest once, at the end.
+                        database.analyze(using, (SpamRule,))
+                        analyze_at *= 2
+                    if progress is not None:
+                        progress(handled)
+            if result.added_count >= _ANALYZE_EVERY:
+                _refresh_statistics(using)
         finally:
             cursor.execute(f"DROP TABLE IF EXISTS {stage}")
     return result
 
 
-def _copy_listed(cursor: Any, stage: str, rows: Iterable[tuple[str, str, int]]) -> int:
-    """COPY the rows, numbered from 0, into `stage`; returns how many. A block is
-    written as text built by one join; one whose text would need COPY's escapes (a
-    backslash, or a tab or line end inside a field: canonical expressions have
-    none) goes row by row through psycopg, which escapes."""
-    count = 0
-    with cursor.cursor.copy(f"COPY {stage} (n, expression, category, key) FROM STDIN") as copy:
-        block: list[tuple[str, str, int]] = []
-        for row in rows:
-            block.append(row)
-            if len(block) >= _COPY_BLOCK:
-                _copy_block(copy, block, count)
-                count += len(block)
-                block = []
-        if block:
-            _copy_block(copy, block, count)
-            count += len(block)
-    return count
+@dataclass
+class _Encoded:
+    """One chunk of add_listed's rows, numbered from `first`, ready for COPY: its
+    text, or (when a field would need COPY's escapes) the rows themselves."""
+
+    first: int
+    count: int
+    text: str | None
+    rows: list[tuple[int, str, str, int]] | None
 
 
-def _copy_block(copy: Any, block: list[tuple[str, str, int]], first: int) -> None:
+def _encode(block: list[tuple[str, str, int]], first: int) -> _Encoded:
+    """The chunk as COPY text built by one join; a chunk whose text would need COPY's
+    escapes (a backslash, or a tab or line end inside a field: canonical expressions
+    have none) is kept as rows for psycopg, which escapes."""
     text = "".join(
         f"{n}\t{expression}\t{category}\t{key}\n"
         for n, (expression, category, key) in enumerate(block, start=first)
@@ -853,19 +857,82 @@ def _copy_block(copy: Any, block: list[tuple[str, str, int]], first: int) -> Non
         "\\" in text
         or "\r" in text
         or text.count("\t") != 3 * len(block)
-        or (text.count("\n") != len(block))
+        or text.count("\n") != len(block)
     ):
-        for n, row in enumerate(block, start=first):
-            copy.write_row((n, *row))
-        return
-    copy.write(text)
+        numbered = [(n, *row) for n, row in enumerate(block, start=first)]
+        return _Encoded(first, len(block), None, numbered)
+    return _Encoded(first, len(block), text, None)
+
+
+def _copy_chunk(cursor: Any, stage: str, chunk: _Encoded) -> None:
+    with cursor.cursor.copy(f"COPY {stage} (n, expression, category, key) FROM STDIN") as copy:
+        if chunk.text is not None:
+            copy.write(chunk.text)
+        else:
+            for row in chunk.rows or ():
+                copy.write_row(row)
+
+
+@contextmanager
+def _encoded_chunks(
+    rows: Iterable[tuple[str, str, int]], chunk_size: int
+) -> Iterator[Iterator[_Encoded]]:
+    """`rows` in chunks of `chunk_size`, encoded for COPY by a thread of their own,
+    at most _STAGED_AHEAD chunks ahead of the consumer. An error in `rows` is raised
+    to the consumer; a consumer that stops early (an error of its own) stops the
+    thread, which is waited for."""
+    handoff: queue.Queue[_Encoded | BaseException | None] = queue.Queue(_STAGED_AHEAD)
+    stop = threading.Event()
+
+    def put(item: _Encoded | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            first = 0
+            block: list[tuple[str, str, int]] = []
+            for row in rows:
+                block.append(row)
+                if len(block) >= chunk_size:
+                    if not put(_encode(block, first)):
+                        return
+                    first += len(block)
+                    block = []
+            if block and not put(_encode(block, first)):
+                return
+            put(None)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(exc)
+
+    def consume() -> Iterator[_Encoded]:
+        while True:
+            item = handoff.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    producer = threading.Thread(target=produce, name="urlguard-add-listed", daemon=True)
+    producer.start()
+    try:
+        yield consume()
+    finally:
+        stop.set()
+        producer.join()
 
 
 def _add_listed_chunk(
-    cursor: Any, stage: str, low: int, high: int, source: Source, actor: Any, cs: ChangeSet
+    cursor: Any, stage: str, source: Source, actor: Any, cs: ChangeSet
 ) -> tuple[int, int, int | None]:
-    """Rows [low, high) of `stage`, inside the caller's locked transaction: (listings
-    gained by rules already listed, rules added, the last change-log seq written)."""
+    """The rows of `stage`, inside the caller's locked transaction: (listings gained
+    by rules already listed, rules added, the last change-log seq written)."""
     qn = cursor.db.ops.quote_name
     rules, listings = qn(SpamRule._meta.db_table), qn(RuleSource._meta.db_table)
     events = qn(ChangeEvent._meta.db_table)
@@ -881,7 +948,6 @@ def _add_listed_chunk(
             SELECT s.n, s.expression, s.category, s.key,
                    (SELECT r.id FROM {rules} r WHERE r.expression = s.expression) AS rule_id
             FROM {stage} s
-            WHERE s.n >= %(low)s AND s.n < %(high)s
         ), gained AS (
             INSERT INTO {listings} (rule_id, source_id, {qn("key")}, created)
             SELECT rule_id, %(source)s, key, %(now)s FROM chunk WHERE rule_id IS NOT NULL
@@ -910,8 +976,6 @@ def _add_listed_chunk(
                (SELECT max(seq) FROM logged)
         """,
         {
-            "low": low,
-            "high": high,
             "source": source.pk,
             "now": now,
             "base": base,
