@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import islice
 from typing import Any
 
 from django.db import DatabaseError, connections, router, transaction
@@ -750,8 +751,6 @@ def add_rules(
 # so larger than CHUNK_SIZE; still a second or so under the change-log lock.
 LISTED_CHUNK_SIZE = 50_000
 _STAGE_TABLE = "urlguard_listed_stage"
-# Chunks of COPY text made ahead of the one being written: each a few megabytes.
-_STAGED_AHEAD = 2
 
 
 def add_listed(
@@ -802,34 +801,34 @@ def add_listed(
         )
         handled = 0
         analyze_at = _ANALYZE_EVERY
+        chunks = _Encoder(rows, chunk_size)
         try:
-            with _encoded_chunks(rows, chunk_size) as chunks:
-                for chunk in chunks:
-                    with transaction.atomic(using=using), rule_writes_allowed():
-                        # The COPY before the lock: a writer waits only for the INSERTs.
-                        cursor.execute(f"TRUNCATE {stage}")
-                        _copy_chunk(cursor, stage, chunk)
-                        _lock_change_log(using)
-                        _check_lister(using, source)
-                        gained, added, last_seq = _add_listed_chunk(
-                            cursor, stage, source, actor, cs
-                        )
-                        _count(cs, added=added)
-                        if last_seq is not None:
-                            transaction.on_commit(partial(_nudge, last_seq), using=using)
-                    handled += chunk.count
-                    result.added_count += added
-                    result.skipped_count += chunk.count - added
-                    result.gained += gained
-                    if result.added_count >= analyze_at:
-                        # What each chunk's lookups read; the rest once, at the end.
-                        database.analyze(using, (SpamRule,))
-                        analyze_at *= 2
-                    if progress is not None:
-                        progress(handled)
+            for chunk in chunks:
+                with transaction.atomic(using=using), rule_writes_allowed():
+                    # The COPY before the lock: a writer waits only for the INSERTs.
+                    cursor.execute(f"TRUNCATE {stage}")
+                    _copy_chunk(cursor, stage, chunk)
+                    chunks.copied()
+                    _lock_change_log(using)
+                    _check_lister(using, source)
+                    gained, added, last_seq = _add_listed_chunk(cursor, stage, source, actor, cs)
+                    _count(cs, added=added)
+                    if last_seq is not None:
+                        transaction.on_commit(partial(_nudge, last_seq), using=using)
+                handled += chunk.count
+                result.added_count += added
+                result.skipped_count += chunk.count - added
+                result.gained += gained
+                if result.added_count >= analyze_at:
+                    # What each chunk's lookups read; the rest once, at the end.
+                    database.analyze(using, (SpamRule,))
+                    analyze_at *= 2
+                if progress is not None:
+                    progress(handled)
             if result.added_count >= _ANALYZE_EVERY:
                 _refresh_statistics(using)
         finally:
+            chunks.close()
             cursor.execute(f"DROP TABLE IF EXISTS {stage}")
     return result
 
@@ -873,59 +872,59 @@ def _copy_chunk(cursor: Any, stage: str, chunk: _Encoded) -> None:
                 copy.write_row(row)
 
 
-@contextmanager
-def _encoded_chunks(
-    rows: Iterable[tuple[str, str, int]], chunk_size: int
-) -> Iterator[Iterator[_Encoded]]:
-    """`rows` in chunks of `chunk_size`, encoded for COPY by a thread of their own,
-    at most _STAGED_AHEAD chunks ahead of the consumer. An error in `rows` is raised
-    to the consumer; a consumer that stops early (an error of its own) stops the
-    thread, which is waited for."""
-    handoff: queue.Queue[_Encoded | BaseException | None] = queue.Queue(_STAGED_AHEAD)
-    stop = threading.Event()
+class _Encoder:
+    """`rows` in chunks of `chunk_size`, read and encoded for COPY by a thread of their
+    own while the consumer has PostgreSQL write the chunk before. The thread encodes
+    one chunk per `copied()` call (the first one at once), so it never competes with
+    the consumer's COPY for the interpreter: it works while the consumer waits on
+    the database. An error in `rows` is raised to the consumer; `close()` (a consumer
+    done, or stopping on an error of its own) stops the thread and waits for it."""
 
-    def put(item: _Encoded | BaseException | None) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def __init__(self, rows: Iterable[tuple[str, str, int]], chunk_size: int):
+        self._rows = iter(rows)
+        self._chunk_size = chunk_size
+        self._handoff: queue.Queue[_Encoded | BaseException | None] = queue.Queue()
+        self._go = threading.Semaphore(1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name="urlguard-add-listed")
+        self._thread.daemon = True
+        self._thread.start()
 
-    def produce() -> None:
+    def _produce(self) -> None:
         try:
             first = 0
-            block: list[tuple[str, str, int]] = []
-            for row in rows:
-                block.append(row)
-                if len(block) >= chunk_size:
-                    if not put(_encode(block, first)):
-                        return
-                    first += len(block)
-                    block = []
-            if block and not put(_encode(block, first)):
-                return
-            put(None)
+            while self._wait_for_turn():
+                block = list(islice(self._rows, self._chunk_size))
+                if not block:
+                    break
+                self._handoff.put(_encode(block, first))
+                first += len(block)
+            self._handoff.put(None)
         except BaseException as exc:  # handed to the consumer, raised there
-            put(exc)
+            self._handoff.put(exc)
 
-    def consume() -> Iterator[_Encoded]:
+    def _wait_for_turn(self) -> bool:
+        while not self._stop.is_set():
+            if self._go.acquire(timeout=0.1):
+                return not self._stop.is_set()
+        return False
+
+    def __iter__(self) -> Iterator[_Encoded]:
         while True:
-            item = handoff.get()
+            item = self._handoff.get()
             if item is None:
                 return
             if isinstance(item, BaseException):
                 raise item
             yield item
 
-    producer = threading.Thread(target=produce, name="urlguard-add-listed", daemon=True)
-    producer.start()
-    try:
-        yield consume()
-    finally:
-        stop.set()
-        producer.join()
+    def copied(self) -> None:
+        """The chunk last handed out is in PostgreSQL: encode the next one."""
+        self._go.release()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _add_listed_chunk(
