@@ -833,21 +833,25 @@ def add_listed(
     return result
 
 
+# Rows per COPY text block: a chunk is encoded a block at a time, so that no chunk's
+# rows are all held as Python objects at once.
+_COPY_BLOCK = 10_000
+
+
 @dataclass
 class _Encoded:
-    """One chunk of add_listed's rows, numbered from `first`, ready for COPY: its
-    text, or (when a field would need COPY's escapes) the rows themselves."""
+    """One chunk of add_listed's rows, numbered from `first`, ready for COPY: blocks
+    of text, or of rows where a field would need COPY's escapes (see _encode)."""
 
     first: int
     count: int
-    text: str | None
-    rows: list[tuple[int, str, str, int]] | None
+    blocks: list[str | list[tuple[int, str, str, int]]]
 
 
-def _encode(block: list[tuple[str, str, int]], first: int) -> _Encoded:
-    """The chunk as COPY text built by one join; a chunk whose text would need COPY's
+def _encode(block: list[tuple[str, str, int]], first: int) -> str | list[tuple]:
+    """The rows as COPY text built by one join; rows whose text would need COPY's
     escapes (a backslash, or a tab or line end inside a field: canonical expressions
-    have none) is kept as rows for psycopg, which escapes."""
+    have none) stay rows, numbered, for psycopg, which escapes."""
     text = "".join(
         f"{n}\t{expression}\t{category}\t{key}\n"
         for n, (expression, category, key) in enumerate(block, start=first)
@@ -858,18 +862,18 @@ def _encode(block: list[tuple[str, str, int]], first: int) -> _Encoded:
         or text.count("\t") != 3 * len(block)
         or text.count("\n") != len(block)
     ):
-        numbered = [(n, *row) for n, row in enumerate(block, start=first)]
-        return _Encoded(first, len(block), None, numbered)
-    return _Encoded(first, len(block), text, None)
+        return [(n, *row) for n, row in enumerate(block, start=first)]
+    return text
 
 
 def _copy_chunk(cursor: Any, stage: str, chunk: _Encoded) -> None:
     with cursor.cursor.copy(f"COPY {stage} (n, expression, category, key) FROM STDIN") as copy:
-        if chunk.text is not None:
-            copy.write(chunk.text)
-        else:
-            for row in chunk.rows or ():
-                copy.write_row(row)
+        for block in chunk.blocks:
+            if isinstance(block, str):
+                copy.write(block)
+            else:
+                for row in block:
+                    copy.write_row(row)
 
 
 class _Encoder:
@@ -894,11 +898,18 @@ class _Encoder:
         try:
             first = 0
             while self._wait_for_turn():
-                block = list(islice(self._rows, self._chunk_size))
-                if not block:
+                chunk = _Encoded(first, 0, [])
+                while chunk.count < self._chunk_size:
+                    size = min(_COPY_BLOCK, self._chunk_size - chunk.count)
+                    block = list(islice(self._rows, size))
+                    if not block:
+                        break
+                    chunk.blocks.append(_encode(block, first + chunk.count))
+                    chunk.count += len(block)
+                if not chunk.count:
                     break
-                self._handoff.put(_encode(block, first))
-                first += len(block)
+                self._handoff.put(chunk)
+                first += chunk.count
             self._handoff.put(None)
         except BaseException as exc:  # handed to the consumer, raised there
             self._handoff.put(exc)
