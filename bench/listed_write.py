@@ -13,6 +13,12 @@ chunk written for real (statement and commit timed apart).
         [--rounds 3] [--plan]
 
 --plan prints the last round's plan as PostgreSQL wrote it.
+
+--overlap N (instead of the above): add_listed of N new entries, read back from a
+spool file as a refresh reads its staged entries, with the rows read and encoded
+by add_listed's thread and inline (the thread replaced by a loop on the caller's),
+alternating, --rounds pairs, each on emptied tables: the seconds, those spent
+waiting on the database, and the rest (Python on the calling thread).
 """
 
 from __future__ import annotations
@@ -76,6 +82,101 @@ def parts(plan: dict) -> list[tuple[str, float]]:
     return found
 
 
+class _Inline:
+    """add_listed's _Encoder without its thread: the rows read and encoded on the
+    caller's thread, between the chunks."""
+
+    def __init__(self, rows: Any, chunk_size: int):
+        self._rows, self._chunk_size = rows, chunk_size
+
+    def __iter__(self) -> Any:
+        from urlguard.writepath import changes
+
+        first, block = 0, []
+        for row in self._rows:
+            block.append(row)
+            if len(block) == self._chunk_size:
+                yield changes._Encoded(first, len(block), [changes._encode(block, first)])
+                first, block = first + len(block), []
+        if block:
+            yield changes._Encoded(first, len(block), [changes._encode(block, first)])
+
+    def copied(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def overlap(n: int, rounds: int, tmp: Path) -> None:
+    import numpy as np
+    from django.db import connection
+
+    from urlguard.models import Source
+    from urlguard.writepath import changes
+
+    spool = tmp / "spool.txt"
+    keys_read: list[int] = []
+    with spool.open("w") as out:
+        for i, (expression, category, key) in enumerate(feed_rows(0, 2 * rounds * n)):
+            out.write(f"{i}\t{category}\t{expression}\n")
+            keys_read.append(key)
+    keys = np.array(keys_read, dtype=np.int64)
+
+    def staged(low: int, high: int) -> Any:
+        with spool.open() as lines:
+            for line in lines:
+                index, category, expression = line.rstrip("\n").split("\t", 2)
+                if low <= int(index) < high:
+                    yield expression, category, int(keys[int(index)])
+
+    waited = [0.0]
+
+    def clock(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            waited[0] += time.perf_counter() - began
+
+    commit, copy_chunk = connection.commit, changes._copy_chunk
+
+    def timed_commit() -> None:
+        began = time.perf_counter()
+        commit()
+        waited[0] += time.perf_counter() - began
+
+    def timed_copy(*args: Any) -> None:
+        began = time.perf_counter()
+        copy_chunk(*args)
+        waited[0] += time.perf_counter() - began
+
+    connection.commit = timed_commit  # type: ignore[method-assign]
+    changes._copy_chunk = timed_copy
+    threaded, done = changes._Encoder, 0
+    print(f"add_listed of {n:,} entries, the rows read by its thread or inline")
+    for _ in range(rounds):
+        for name, encoder in (("thread", threaded), ("inline", _Inline)):
+            changes._Encoder = encoder  # type: ignore[misc]
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "TRUNCATE urlguard_rulesource, urlguard_changeevent, urlguard_spamrule CASCADE"
+                )
+                cursor.execute("VACUUM ANALYZE")
+            source = Source.objects.create(name=f"s{done}", kind="feed", url="file:///dev/null")
+            waited[0] = 0.0
+            began = time.perf_counter()
+            with connection.execute_wrapper(clock):
+                changes.add_listed(staged(done * n, (done + 1) * n), source=source)
+            took = time.perf_counter() - began
+            load = os.getloadavg()[0]
+            print(
+                f"{name}: {took:.2f} s, waiting on the database {waited[0]:.2f} s, "
+                f"the rest {took - waited[0]:.2f} s (load average {load:.2f})"
+            )
+            done += 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432")
@@ -84,6 +185,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--plan", action="store_true")
+    parser.add_argument("--overlap", type=int, default=0, metavar="N")
     args = parser.parse_args()
     import psycopg
 
@@ -110,6 +212,9 @@ def main() -> None:
         from urlguard.writepath import changes
 
         changes._nudge = lambda seq: None  # no node in this run
+        if args.overlap:
+            overlap(args.overlap, args.rounds, Path(tmp))
+            return
         source = Source.objects.create(name="bench", kind="feed", url="file:///dev/null")
         started = time.perf_counter()
         changes.add_listed(feed_rows(0, args.rules), source=source)
