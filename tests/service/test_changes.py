@@ -388,10 +388,14 @@ def test_no_listing_is_written_for_a_source_deleted_while_it_refreshes(nudges):
 
 
 def test_no_change_log_row_is_written_into_a_deleted_change_set(nudges):
-    from urlguard.models import ChangeSet
+    from urlguard.models import AllowedHost, ChangeSet
 
     cs = ChangeSet.objects.create(kind=ChangeSet.Kind.IMPORT)
     ChangeSet.objects.filter(pk=cs.pk).delete()
     with pytest.raises(ChangeSet.DoesNotExist, match=f"#{cs.pk} was deleted"):
         changes.add_rules(["a.example"], source="import", change_set=cs)
+    AllowedHost.objects.create(host="allowed.example")
+    with pytest.raises(ChangeSet.DoesNotExist, match=f"#{cs.pk} was deleted"):
+        changes.record_allowlist(["allowed.example"], change_set=cs)
     assert not SpamRule.objects.exists() and not ChangeEvent.objects.exists()
+    assert changes.record_allowlist(["allowed.example"]) == 1

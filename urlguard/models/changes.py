@@ -139,12 +139,13 @@ class ChangeEvent(models.Model):
     )
     source = models.CharField(max_length=200, blank=True, default="")
     created = models.DateTimeField(auto_now_add=True)
-    # No foreign-key constraint: PostgreSQL would check it once per row (a third of a
-    # feed's load went to such checks). The code keeps it: every row is written under
-    # the change-log lock into a set that exists (_count updates the set's row in the
-    # same transaction and fails if it is gone), and a set is deleted only through
-    # the ORM, whose SET_NULL clears its rows' references
-    # (writepath.changes.dangling_references counts any that dangle).
+    # No foreign-key constraint: PostgreSQL would check it once per row (with the
+    # listings' two, a third of a feed's load in the database). The code keeps it:
+    # every row is written under the change-log lock into a set that exists (_count
+    # updates the set's row in the same transaction and fails if it is gone;
+    # record_allowlist checks), and a set is deleted only through the ORM, whose
+    # SET_NULL clears its rows' references (writepath.changes.dangling_references
+    # counts any that dangle).
     change_set = models.ForeignKey(
         ChangeSet,
         null=True,

@@ -401,6 +401,9 @@ def record_allowlist(
         if not events:
             return 0
         cs = _one_off(change_set, kind=ChangeSet.Kind.ALLOWLIST, user=user, source=None)
+        if not ChangeSet.objects.using(using).filter(pk=cs.pk).exists():
+            # As _count's check: the rows refer to their set without a constraint.
+            raise ChangeSet.DoesNotExist(f"change set #{cs.pk} was deleted")
         actor = row_user(user)
         now = _db_value(using, ChangeEvent, "created", timezone.now())
         added_at = now_micros()
