@@ -15,8 +15,8 @@ chunk written for real (statement and commit timed apart).
 --plan prints the last round's plan as PostgreSQL wrote it.
 
 --overlap N (instead of the above): add_listed of N new entries, read back from a
-spool file as a refresh reads its staged entries, with the rows read and encoded
-by add_listed's thread and inline (the thread replaced by a loop on the caller's),
+spool file as a refresh reads its staged entries, with the rows read by
+add_listed's thread and inline (the thread replaced by a loop on the caller's),
 alternating, --rounds pairs, each on emptied tables: the seconds, those spent
 waiting on the database, and the rest (Python on the calling thread).
 """
@@ -83,8 +83,8 @@ def parts(plan: dict) -> list[tuple[str, float]]:
 
 
 class _Inline:
-    """add_listed's _Encoder without its thread: the rows read and encoded on the
-    caller's thread, between the chunks."""
+    """add_listed's _Reader without its thread: the rows read on the caller's
+    thread, between the chunks."""
 
     def __init__(self, rows: Any, chunk_size: int):
         self._rows, self._chunk_size = rows, chunk_size
@@ -96,10 +96,10 @@ class _Inline:
         for row in self._rows:
             block.append(row)
             if len(block) == self._chunk_size:
-                yield changes._Encoded(first, len(block), [changes._encode(block, first)])
+                yield changes._Chunk(first, len(block), [block])
                 first, block = first + len(block), []
         if block:
-            yield changes._Encoded(first, len(block), [changes._encode(block, first)])
+            yield changes._Chunk(first, len(block), [block])
 
     def copied(self) -> None:
         pass
@@ -153,11 +153,11 @@ def overlap(n: int, rounds: int, tmp: Path) -> None:
 
     connection.commit = timed_commit  # type: ignore[method-assign]
     changes._copy_chunk = timed_copy
-    threaded, done = changes._Encoder, 0
+    threaded, done = changes._Reader, 0
     print(f"add_listed of {n:,} entries, the rows read by its thread or inline")
     for _ in range(rounds):
         for name, encoder in (("thread", threaded), ("inline", _Inline)):
-            changes._Encoder = encoder  # type: ignore[misc]
+            changes._Reader = encoder  # type: ignore[misc]
             with connection.cursor() as cursor:
                 cursor.execute(
                     "TRUNCATE urlguard_rulesource, urlguard_changeevent, urlguard_spamrule CASCADE"
