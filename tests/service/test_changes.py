@@ -299,3 +299,103 @@ def test_only_a_logged_in_user_becomes_a_rows_actor(django_user_model):
     assert row_user(user) is user
     assert row_user(AnonymousUser()) is None
     assert row_user(None) is None
+
+
+# -- references the database does not check (RuleSource.rule/.source, ChangeEvent.change_set)
+
+_NO_DANGLING = {
+    "listings of a missing rule": 0,
+    "listings of a missing source": 0,
+    "change-log rows of a missing change set": 0,
+}
+
+
+def test_dangling_references_are_counted(nudges):
+    from django.db import connection
+
+    from urlguard.models import RuleSource, Source
+
+    feed = Source.objects.create(name="feed", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules(["a.example"], source=feed)
+    assert changes.dangling_references() == _NO_DANGLING
+    rule = SpamRule.objects.get()
+    table = RuleSource._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (rule_id, source_id, key, created) "
+            "VALUES (%s, %s, 1, CURRENT_TIMESTAMP), (%s, %s, 2, CURRENT_TIMESTAMP)",
+            [rule.pk + 1000, feed.pk, rule.pk, feed.pk + 1000],
+        )
+        cursor.execute(
+            f"UPDATE {ChangeEvent._meta.db_table} SET change_set_id = change_set_id + 1000"
+        )
+    assert changes.dangling_references() == {
+        "listings of a missing rule": 1,
+        "listings of a missing source": 1,
+        "change-log rows of a missing change set": 1,
+    }
+
+
+def test_deleting_a_rule_a_source_a_change_set_or_a_user_leaves_nothing_dangling(
+    nudges, django_user_model
+):
+    from urlguard.models import ChangeSet, RuleSource, Source
+
+    user = django_user_model.objects.create_user("editor")
+    feed = Source.objects.create(name="feed", kind=Source.Kind.FEED, url="file:///dev/null")
+    other = Source.objects.create(name="other", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules(["a.example", "b.example", "c.example"], source=feed, user=user)
+    changes.add_rules(["b.example", "d.example"], source=other, user=user)
+    a, b = (SpamRule.objects.get(expression=f"{x}.example/") for x in "ab")
+    changes.remove_rule(a, user=user)
+    changes.withdraw_rules(other, [b.pk], user=user)
+    assert not RuleSource.objects.filter(rule_id=a.pk).exists()
+    assert changes.dangling_references() == _NO_DANGLING
+
+    feed.delete()  # the admin's delete: the ORM's cascade takes the listings
+    assert not RuleSource.objects.filter(source_id=feed.pk).exists()
+    assert RuleSource.objects.filter(source=other).count() == 1
+    assert changes.dangling_references() == _NO_DANGLING
+
+    logged = ChangeSet.objects.filter(events__isnull=False).distinct()
+    first = logged.order_by("pk").first()
+    assert first is not None
+    first.delete()
+    assert ChangeEvent.objects.filter(change_set__isnull=True).exists()
+    assert changes.dangling_references() == _NO_DANGLING
+
+    user.delete()
+    assert not ChangeEvent.objects.filter(actor__isnull=False).exists()
+    assert not SpamRule.objects.filter(added_by__isnull=False).exists()
+    assert changes.dangling_references() == _NO_DANGLING
+
+
+def test_no_listing_is_written_for_a_source_deleted_while_it_refreshes(nudges):
+    from urlguard.models import ChangeSet, RuleSource, Source
+
+    feed = Source.objects.create(name="feed", kind=Source.Kind.FEED, url="file:///dev/null")
+    cs = ChangeSet.objects.create(kind=ChangeSet.Kind.REFRESH, source=feed)
+    stale = Source.objects.get(pk=feed.pk)
+    feed.delete()  # by an admin, after the refresh began
+    with pytest.raises(Source.DoesNotExist, match="'feed' was deleted"):
+        changes.add_rules(["a.example"], source=stale, change_set=cs)
+    with pytest.raises(Source.DoesNotExist):
+        changes.add_rule("b.example", category="spam", source=stale, change_set=cs)
+    with pytest.raises(Source.DoesNotExist):
+        changes.add_listed([("c.example/", "spam", 3)], source=stale, change_set=cs)
+    assert not SpamRule.objects.exists() and not RuleSource.objects.exists()
+    assert not ChangeEvent.objects.exists()
+
+
+def test_no_change_log_row_is_written_into_a_deleted_change_set(nudges):
+    from urlguard.models import AllowedHost, ChangeSet
+
+    cs = ChangeSet.objects.create(kind=ChangeSet.Kind.IMPORT)
+    ChangeSet.objects.filter(pk=cs.pk).delete()
+    with pytest.raises(ChangeSet.DoesNotExist, match=f"#{cs.pk} was deleted"):
+        changes.add_rules(["a.example"], source="import", change_set=cs)
+    AllowedHost.objects.create(host="allowed.example")
+    with pytest.raises(ChangeSet.DoesNotExist, match=f"#{cs.pk} was deleted"):
+        changes.record_allowlist(["allowed.example"], change_set=cs)
+    assert not SpamRule.objects.exists() and not ChangeEvent.objects.exists()
+    assert changes.record_allowlist(["allowed.example"]) == 1

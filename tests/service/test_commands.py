@@ -127,6 +127,19 @@ def test_verify_filter_reports_missing_rules(filter_path):
     assert f"missing: {a.expression}" in err.getvalue()
 
 
+def test_verify_filter_reports_listings_that_dangle(filter_path, sync_filter):
+    from django.db import connection
+
+    from urlguard.models import RuleSource
+
+    changes.add_rules(["a.example.org"], source="test")
+    sync_filter()
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {RuleSource._meta.db_table} SET rule_id = rule_id + 1000")
+    with pytest.raises(CommandError, match="1 listings of a missing rule \\(a write-path bug"):
+        run("verify_filter")
+
+
 def test_verify_filter_reports_unapplied_removals(filter_path, sync_filter):
     rules = [changes.add_rule(f"h{i}.example.org", category="spam") for i in range(3)]
     sync_filter()

@@ -133,3 +133,78 @@ def test_add_listed_on_postgresql_writes_rules_listings_and_log_set_based(
     # One nudge per chunk that wrote, with that chunk's last seq.
     assert nudged == [events[2].seq, events[5].seq, events[7].seq]
     assert SpamRule.objects.filter(expression="shared.example/", listings__source=other).exists()
+
+
+def test_add_listed_reads_rows_in_a_thread_and_stops_it_on_any_error(
+    services_available,  # noqa: F811
+    nudges,
+    monkeypatch,
+):
+    # The rows are read and encoded by a thread while PostgreSQL writes the chunk
+    # before: an error in them reaches the caller after the chunks before it
+    # committed (the set stays partial, for the next run); an error of the write's
+    # own stops the thread. Either way no thread is left behind.
+    import threading
+
+    from urlguard.models import ChangeEvent, ChangeSet, expression_key
+
+    def readers() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name == "urlguard-add-listed"]
+
+    def rows(n: int, fail_at: int | None = None):
+        for i in range(n):
+            if i == fail_at:
+                raise OSError("the spool went away")
+            expression = f"t{i}.example/"
+            yield expression, "spam", expression_key(expression)
+
+    feed = Source.objects.create(name="threaded", kind=Source.Kind.FEED, url="file:///dev/null")
+    with (
+        pytest.raises(OSError, match="spool went away"),
+        changes.change_set(kind=ChangeSet.Kind.REFRESH, source=feed) as cs,
+    ):
+        changes.add_listed(rows(10, fail_at=7), source=feed, change_set=cs, chunk_size=3)
+    assert readers() == []
+    assert SpamRule.objects.count() == 6 and ChangeEvent.objects.count() == 6
+    assert RuleSource.objects.filter(source=feed).count() == 6
+    cs.refresh_from_db()
+    assert cs.finished is None and cs.added == 6
+
+    real = changes._add_listed_chunk
+    calls = []
+
+    def fail_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the database said no")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(changes, "_add_listed_chunk", fail_second)
+    with pytest.raises(RuntimeError, match="said no"):
+        changes.add_listed(rows(1000), source=feed, chunk_size=300)
+    assert readers() == []
+    # The first chunk's 300 rows (6 of them listed already) committed; the second's not.
+    assert SpamRule.objects.count() == 300
+    assert changes.dangling_references() == {k: 0 for k in changes.dangling_references()}
+
+
+def test_a_source_deletion_takes_the_change_log_lock_before_its_listings_go(
+    services_available,  # noqa: F811
+    nudges,
+):
+    # A writer of listings holds the lock from its check that the source exists to
+    # its commit; the deletion waits for it, so no listing of a deleted source commits.
+    feed = Source.objects.create(name="gone", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules(["a.example", "b.example"], source=feed)
+    statements: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        feed.delete()
+    locked = next(i for i, sql in enumerate(statements) if "pg_advisory_xact_lock" in sql)
+    deleted = next(i for i, sql in enumerate(statements) if "DELETE" in sql and "rulesource" in sql)
+    assert locked < deleted
+    assert not RuleSource.objects.exists() and SpamRule.objects.count() == 2

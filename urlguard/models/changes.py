@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 from django.conf import settings
 from django.db import connections, models
 from django.db.models import Max
+from django.db.models.signals import pre_delete
+from django.dispatch import receiver
 from django.utils import timezone
 
 from urlguard.models.feeds import Source
@@ -97,6 +99,15 @@ class ChangeEventManager(models.Manager):
         return int(self.get_queryset().aggregate(m=Max("seq"))["m"] or 0)
 
 
+@receiver(pre_delete, sender=Source)
+def _serialize_source_deletion(sender: type[Source], instance: Source, using: str, **_: object):
+    """A source's deletion takes the change-log lock before its listings are deleted
+    (the ORM sends this inside its transaction, before any row goes): a writer of
+    listings holds the lock from its check that the source exists to its commit, so
+    no listing of a deleted source commits (RuleSource has no database constraint)."""
+    ChangeEvent.objects.lock_log(using)
+
+
 class ChangeEvent(models.Model):
     """The change log: one row per addition or removal, written in the same
     transaction as the SpamRule change. Nodes apply rows in seq order, once.
@@ -116,17 +127,32 @@ class ChangeEvent(models.Model):
     expression = models.CharField(max_length=2000)
     added_at = models.BigIntegerField()
     category = models.CharField(max_length=16, choices=Category.choices, blank=True, default="")
+    # No index: only a user's deletion looks rows up by it (then it scans the log),
+    # and every row of a feed's load would pay an index entry for it.
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        db_index=False,
     )
     source = models.CharField(max_length=200, blank=True, default="")
     created = models.DateTimeField(auto_now_add=True)
+    # No foreign-key constraint: PostgreSQL would check it once per row (with the
+    # listings' two, a third of a feed's load in the database). The code keeps it:
+    # every row is written under the change-log lock into a set that exists (_count
+    # updates the set's row in the same transaction and fails if it is gone;
+    # record_allowlist checks), and a set is deleted only through the ORM, whose
+    # SET_NULL clears its rows' references (writepath.changes.dangling_references
+    # counts any that dangle).
     change_set = models.ForeignKey(
-        ChangeSet, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+        ChangeSet,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="events",
+        db_constraint=False,
     )
     # The rule's note, so that a removed rule can come back with it.
     note = models.TextField(blank=True, default="")

@@ -157,10 +157,35 @@ class FeedHold(models.Model):
 
 
 class RuleSource(models.Model):
-    """Provenance: `source` lists `rule`. `key` is expression_key(rule.expression)."""
+    """Provenance: `source` lists `rule`. `key` is expression_key(rule.expression).
 
-    rule = models.ForeignKey(SpamRule, on_delete=models.CASCADE, related_name="listings")
-    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="listings")
+    A feed's first load writes a row per entry, so the table carries only what its
+    queries need: the unique (source, rule) pair, which also reads a source's
+    listings, and the index on rule, which finds a rule's (no query looks a listing
+    up by its key: a refresh reads all of its source's). Neither foreign key is a
+    database constraint (PostgreSQL checked each once per row written, a third of the
+    load's time in the database); the code keeps both, and
+    writepath.changes.dangling_references counts any row that dangles: a listing is
+    written only under the change-log lock, for a rule read or written in that
+    transaction and a source seen to exist under the lock (writepath.changes); a rule
+    is deleted only under that lock, with its listings (runtime.database.delete_by_pk,
+    and the ORM's cascade); a source is deleted through the ORM, whose cascade deletes
+    its listings, and its deletion takes the lock first (models.changes), so no
+    listing of it commits after."""
+
+    rule = models.ForeignKey(
+        SpamRule,
+        on_delete=models.CASCADE,
+        related_name="listings",
+        db_constraint=False,
+    )
+    source = models.ForeignKey(
+        Source,
+        on_delete=models.CASCADE,
+        related_name="listings",
+        db_index=False,
+        db_constraint=False,
+    )
     key = models.BigIntegerField()
     created = models.DateTimeField(auto_now_add=True)
 
@@ -168,7 +193,6 @@ class RuleSource(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["source", "rule"], name="urlguard_rulesource_unique")
         ]
-        indexes = [models.Index(fields=["source", "key"], name="urlguard_rulesource_key")]
 
     def __str__(self) -> str:
         return f"{self.source_id} lists {self.rule_id}"

@@ -87,18 +87,25 @@ class SpamRule(models.Model):
     `sub.example.com/`, `example.com/path/`, `example.com/path/page.html`.
     Write only through urlguard.writepath.changes (add_rule/remove_rule)."""
 
+    # Unique: one row per expression, and the feeds' and imports' lookup. No query
+    # reads it by LIKE prefix (the admin's search is a substring match), so migration
+    # 0019 drops the `varchar_pattern_ops` index Django adds beside a unique CharField:
+    # one index entry less per rule a feed writes.
     expression = models.CharField(max_length=2000, unique=True)
     category = models.CharField(max_length=16, choices=Category.choices, default=Category.SPAM)
     # The filter id (dablooms): routes the addition and later the removal to one stage.
     added_at = models.BigIntegerField(unique=True, default=now_micros)
     source = models.CharField(max_length=200, blank=True, default="admin")
     note = models.TextField(blank=True, default="")
+    # No index: only a user's deletion looks rules up by it (then it scans the
+    # table), and every rule a feed writes would pay an index entry for it.
     added_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        db_index=False,
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import islice
 from typing import Any
 
 from django.db import DatabaseError, connections, router, transaction
-from django.db.models import F, Max
+from django.db.models import Exists, F, Max, OuterRef
 from django.utils import timezone
 
 from urlguard.models import (
@@ -63,6 +66,7 @@ __all__ = [
     "add_listed",
     "change_set",
     "current_change_set",
+    "dangling_references",
     "interrupted",
     "record_allowlist",
     "record_refused",
@@ -167,6 +171,35 @@ def _check_category(category: str) -> str:
 
 def _lock_change_log(using: str) -> None:
     ChangeEvent.objects.lock_log(using)
+
+
+def _check_lister(using: str, source: Source) -> None:
+    """Under the change-log lock: `source` still exists, and stays until the commit
+    (its deletion takes the lock: models.changes). A listing refers to its source
+    without a database constraint, so one of a deleted source must not be written."""
+    if not Source.objects.using(using).filter(pk=source.pk).exists():
+        raise Source.DoesNotExist(f"source {source.name!r} was deleted; nothing is listed under it")
+
+
+def dangling_references(using: str | None = None) -> dict[str, int]:
+    """How many rows refer to a row that is gone, per reference the database does not
+    check (RuleSource.rule and .source, ChangeEvent.change_set): the code keeps them
+    all, so anything but zeros is a bug. One anti-join per reference."""
+    using = using or router.db_for_read(RuleSource)
+    listings = RuleSource.objects.using(using)
+    rules = SpamRule.objects.using(using)
+    return {
+        "listings of a missing rule": listings.filter(
+            ~Exists(rules.filter(pk=OuterRef("rule_id")))
+        ).count(),
+        "listings of a missing source": listings.filter(
+            ~Exists(Source.objects.using(using).filter(pk=OuterRef("source_id")))
+        ).count(),
+        "change-log rows of a missing change set": ChangeEvent.objects.using(using)
+        .filter(change_set_id__isnull=False)
+        .filter(~Exists(ChangeSet.objects.using(using).filter(pk=OuterRef("change_set_id"))))
+        .count(),
+    }
 
 
 def _next_added_at() -> int:
@@ -315,7 +348,11 @@ def _count(cs: ChangeSet, **deltas: int) -> None:
     deltas = {name: n for name, n in deltas.items() if n}
     if not deltas:
         return
-    ChangeSet.objects.filter(pk=cs.pk).update(**{k: F(k) + n for k, n in deltas.items()})
+    updated = ChangeSet.objects.filter(pk=cs.pk).update(**{k: F(k) + n for k, n in deltas.items()})
+    if not updated:
+        # The log's rows refer to their set without a database constraint: rows of a
+        # set deleted meanwhile must not commit.
+        raise ChangeSet.DoesNotExist(f"change set #{cs.pk} was deleted")
     for name, n in deltas.items():
         setattr(cs, name, getattr(cs, name) + n)
 
@@ -364,6 +401,9 @@ def record_allowlist(
         if not events:
             return 0
         cs = _one_off(change_set, kind=ChangeSet.Kind.ALLOWLIST, user=user, source=None)
+        if not ChangeSet.objects.using(using).filter(pk=cs.pk).exists():
+            # As _count's check: the rows refer to their set without a constraint.
+            raise ChangeSet.DoesNotExist(f"change set #{cs.pk} was deleted")
         actor = row_user(user)
         now = _db_value(using, ChangeEvent, "created", timezone.now())
         added_at = now_micros()
@@ -404,6 +444,7 @@ def add_rule(
         if existing is not None:
             raise RuleExists(expression, existing)
         lister = source_for(source)
+        _check_lister(using, lister)
         # Made inside this transaction: a refused add leaves no empty set behind.
         cs = _one_off(
             change_set,
@@ -548,6 +589,7 @@ def _add_chunk(
     assert cs is not None
     with transaction.atomic(using=using), rule_writes_allowed():
         _lock_change_log(using)
+        _check_lister(using, source)
         listed = database.map_in(SpamRule, "expression", [c.expression for c in chunk], "pk")
         new = [c for c in chunk if c.expression not in listed]
         now = _db_value(using, SpamRule, "created", timezone.now())
@@ -711,8 +753,6 @@ def add_rules(
 # add_listed's rows per transaction on PostgreSQL: each is a few set-based statements,
 # so larger than CHUNK_SIZE; still a second or so under the change-log lock.
 LISTED_CHUNK_SIZE = 50_000
-# Rows per COPY write: a block of text built by one join, not a call per row.
-_COPY_BLOCK = 10_000
 _STAGE_TABLE = "urlguard_listed_stage"
 
 
@@ -731,10 +771,12 @@ def add_listed(
     rule is written with its listing and its change-log row, one already listed by
     another source gains the listing, one transaction (and one nudge) per chunk.
 
-    On PostgreSQL the rows are first COPied into a temporary table, and each chunk
-    is then three set-based INSERTs (rules, listings, change log) joined against
-    the rules table, so no row becomes a Python object on the way; elsewhere this
-    is add_rules. `rows` is read during the COPY: it must not query the database."""
+    On PostgreSQL each chunk's rows are COPied into a temporary table, then written
+    by one statement of set-based INSERTs (rules, listings, change log) joined
+    against the rules table, so no row becomes a Python object on the way; elsewhere
+    this is add_rules. `rows` is read in a thread of its own, the next chunk's while
+    PostgreSQL writes this one (two cores at work, not one after the other): it
+    must not query the database."""
     using = router.db_for_write(SpamRule)
     connection = connections[using]
     if not database.postgresql(connection):
@@ -752,62 +794,65 @@ def add_listed(
     cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, user=user, source=source)
     result.change_set = cs
     actor = row_user(user)
-    qn = connection.ops.quote_name
-    stage = qn(_STAGE_TABLE)
+    stage = connection.ops.quote_name(_STAGE_TABLE)
     connection.ensure_connection()
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {stage}")
         cursor.execute(
-            f"CREATE TEMPORARY TABLE {stage} (n bigint PRIMARY KEY, expression text NOT NULL, "
+            f"CREATE TEMPORARY TABLE {stage} (n bigint NOT NULL, expression text NOT NULL, "
             "category text NOT NULL, key bigint NOT NULL)"
         )
+        handled = 0
+        analyze_at = _ANALYZE_EVERY
+        chunks = _Reader(rows, chunk_size)
         try:
-            count = _copy_listed(cursor, stage, rows)
-            cursor.execute(f"ANALYZE {stage}")
-            analyze_at = _ANALYZE_EVERY
-            for low in range(0, count, chunk_size):
+            for chunk in chunks:
                 with transaction.atomic(using=using), rule_writes_allowed():
+                    # The COPY before the lock: a writer waits only for the INSERTs.
+                    cursor.execute(f"TRUNCATE {stage}")
+                    _copy_chunk(cursor, stage, chunk)
+                    chunks.copied()
                     _lock_change_log(using)
-                    gained, added, last_seq = _add_listed_chunk(
-                        cursor, stage, low, low + chunk_size, source, actor, cs
-                    )
+                    _check_lister(using, source)
+                    gained, added, last_seq = _add_listed_chunk(cursor, stage, source, actor, cs)
                     _count(cs, added=added)
                     if last_seq is not None:
                         transaction.on_commit(partial(_nudge, last_seq), using=using)
+                handled += chunk.count
                 result.added_count += added
-                result.skipped_count += min(count, low + chunk_size) - low - added
+                result.skipped_count += chunk.count - added
                 result.gained += gained
-                if result.added_count + result.skipped_count >= analyze_at:
-                    _refresh_statistics(using)
+                if result.added_count >= analyze_at:
+                    # What each chunk's lookups read; the rest once, at the end.
+                    database.analyze(using, (SpamRule,))
                     analyze_at *= 2
                 if progress is not None:
-                    progress(min(count, low + chunk_size))
+                    progress(handled)
+            if result.added_count >= _ANALYZE_EVERY:
+                _refresh_statistics(using)
         finally:
+            chunks.close()
             cursor.execute(f"DROP TABLE IF EXISTS {stage}")
     return result
 
 
-def _copy_listed(cursor: Any, stage: str, rows: Iterable[tuple[str, str, int]]) -> int:
-    """COPY the rows, numbered from 0, into `stage`; returns how many. A block is
-    written as text built by one join; one whose text would need COPY's escapes (a
-    backslash, or a tab or line end inside a field: canonical expressions have
-    none) goes row by row through psycopg, which escapes."""
-    count = 0
-    with cursor.cursor.copy(f"COPY {stage} (n, expression, category, key) FROM STDIN") as copy:
-        block: list[tuple[str, str, int]] = []
-        for row in rows:
-            block.append(row)
-            if len(block) >= _COPY_BLOCK:
-                _copy_block(copy, block, count)
-                count += len(block)
-                block = []
-        if block:
-            _copy_block(copy, block, count)
-            count += len(block)
-    return count
+# Rows per COPY text block: a chunk is read and encoded a block at a time.
+_COPY_BLOCK = 10_000
 
 
-def _copy_block(copy: Any, block: list[tuple[str, str, int]], first: int) -> None:
+@dataclass
+class _Chunk:
+    """One chunk of add_listed's rows, numbered from `first`, in blocks."""
+
+    first: int
+    count: int
+    blocks: list[list[tuple[str, str, int]]]
+
+
+def _encode(block: list[tuple[str, str, int]], first: int) -> str | list[tuple]:
+    """The rows as COPY text built by one join; rows whose text would need COPY's
+    escapes (a backslash, or a tab or line end inside a field: canonical expressions
+    have none) stay rows, numbered, for psycopg, which escapes."""
     text = "".join(
         f"{n}\t{expression}\t{category}\t{key}\n"
         for n, (expression, category, key) in enumerate(block, start=first)
@@ -816,19 +861,95 @@ def _copy_block(copy: Any, block: list[tuple[str, str, int]], first: int) -> Non
         "\\" in text
         or "\r" in text
         or text.count("\t") != 3 * len(block)
-        or (text.count("\n") != len(block))
+        or text.count("\n") != len(block)
     ):
-        for n, row in enumerate(block, start=first):
-            copy.write_row((n, *row))
-        return
-    copy.write(text)
+        return [(n, *row) for n, row in enumerate(block, start=first)]
+    return text
+
+
+def _copy_chunk(cursor: Any, stage: str, chunk: _Chunk) -> None:
+    # Encoded here, not by the reading thread: a text block is big enough for the C
+    # allocator, which keeps what a thread freed in that thread's own arena (the
+    # process's RSS grew by ~10 MB that way). Reading the rows is most of the work.
+    first = chunk.first
+    with cursor.cursor.copy(f"COPY {stage} (n, expression, category, key) FROM STDIN") as copy:
+        for block in chunk.blocks:
+            encoded = _encode(block, first)
+            if isinstance(encoded, str):
+                copy.write(encoded)
+            else:
+                for row in encoded:
+                    copy.write_row(row)
+            first += len(block)
+
+
+class _Reader:
+    """`rows` in chunks of `chunk_size`, read by a thread of their own while the
+    consumer has PostgreSQL write the chunk before. The thread reads one chunk per
+    `copied()` call (the first one at once), so it never competes with the
+    consumer's COPY for the interpreter: it works while the consumer waits on the
+    database. An error in `rows` is raised to the consumer; `close()` (a consumer
+    done, or stopping on an error of its own) stops the thread and waits for it."""
+
+    def __init__(self, rows: Iterable[tuple[str, str, int]], chunk_size: int):
+        self._rows = iter(rows)
+        self._chunk_size = chunk_size
+        self._handoff: queue.Queue[_Chunk | BaseException | None] = queue.Queue()
+        self._go = threading.Semaphore(1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name="urlguard-add-listed")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def _produce(self) -> None:
+        try:
+            first = 0
+            while self._wait_for_turn():
+                chunk = _Chunk(first, 0, [])
+                while chunk.count < self._chunk_size:
+                    size = min(_COPY_BLOCK, self._chunk_size - chunk.count)
+                    block = list(islice(self._rows, size))
+                    if not block:
+                        break
+                    chunk.blocks.append(block)
+                    chunk.count += len(block)
+                if not chunk.count:
+                    break
+                self._handoff.put(chunk)
+                first += chunk.count
+            self._handoff.put(None)
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._handoff.put(exc)
+
+    def _wait_for_turn(self) -> bool:
+        while not self._stop.is_set():
+            if self._go.acquire(timeout=0.1):
+                return not self._stop.is_set()
+        return False
+
+    def __iter__(self) -> Iterator[_Chunk]:
+        while True:
+            item = self._handoff.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def copied(self) -> None:
+        """The chunk last handed out is in PostgreSQL: read the next one."""
+        self._go.release()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _add_listed_chunk(
-    cursor: Any, stage: str, low: int, high: int, source: Source, actor: Any, cs: ChangeSet
+    cursor: Any, stage: str, source: Source, actor: Any, cs: ChangeSet
 ) -> tuple[int, int, int | None]:
-    """Rows [low, high) of `stage`, inside the caller's locked transaction: (listings
-    gained by rules already listed, rules added, the last change-log seq written)."""
+    """The rows of `stage`, inside the caller's locked transaction: (listings gained
+    by rules already listed, rules added, the last change-log seq written)."""
     qn = cursor.db.ops.quote_name
     rules, listings = qn(SpamRule._meta.db_table), qn(RuleSource._meta.db_table)
     events = qn(ChangeEvent._meta.db_table)
@@ -844,7 +965,6 @@ def _add_listed_chunk(
             SELECT s.n, s.expression, s.category, s.key,
                    (SELECT r.id FROM {rules} r WHERE r.expression = s.expression) AS rule_id
             FROM {stage} s
-            WHERE s.n >= %(low)s AND s.n < %(high)s
         ), gained AS (
             INSERT INTO {listings} (rule_id, source_id, {qn("key")}, created)
             SELECT rule_id, %(source)s, key, %(now)s FROM chunk WHERE rule_id IS NOT NULL
@@ -873,8 +993,6 @@ def _add_listed_chunk(
                (SELECT max(seq) FROM logged)
         """,
         {
-            "low": low,
-            "high": high,
             "source": source.pk,
             "now": now,
             "base": base,
