@@ -208,3 +208,39 @@ def test_a_source_deletion_takes_the_change_log_lock_before_its_listings_go(
     deleted = next(i for i, sql in enumerate(statements) if "DELETE" in sql and "rulesource" in sql)
     assert locked < deleted
     assert not RuleSource.objects.exists() and SpamRule.objects.count() == 2
+
+
+def test_a_change_set_deletion_waits_for_a_writer_of_its_rows(
+    services_available,  # noqa: F811
+    nudges,
+):
+    # A change-log row refers to its set without a database constraint: a set deleted
+    # while a writer adds rows to it must not leave the writer's rows pointing at it
+    # (the deletion's SET_NULL ran before they committed, its DELETE after).
+    import threading
+
+    from django.db import connections, transaction
+
+    from urlguard.models import ChangeSet
+
+    cs = ChangeSet.objects.create(kind=ChangeSet.Kind.IMPORT)
+    errors: list[BaseException] = []
+
+    def delete() -> None:
+        try:
+            ChangeSet.objects.filter(pk=cs.pk).delete()  # the admin's delete action
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        changes.add_rules(["a.example"], source="import", change_set=cs)
+        deleter = threading.Thread(target=delete)
+        deleter.start()
+        deleter.join(timeout=1.0)  # it waits for this transaction
+        assert deleter.is_alive()
+    deleter.join(timeout=10)
+    assert not deleter.is_alive() and not errors
+    assert not ChangeSet.objects.filter(pk=cs.pk).exists()
+    assert changes.dangling_references() == {k: 0 for k in changes.dangling_references()}
