@@ -217,3 +217,22 @@ def test_a_refresh_under_way_keeps_the_record_of_a_listing_withdrawn_meanwhile(
     assert "code-host.example/" not in rules()
     unallow_host("code-host.example")
     assert "code-host.example/" in listed(hosts_feed)
+
+
+def test_allowing_passes_over_a_listing_whose_source_is_gone():
+    # A listing refers to its source without a database constraint: one left behind
+    # (what dangling_references reports) must not stop a host being allowlisted.
+    from django.db import connection
+
+    gone = Source.objects.create(name="gone", kind=Source.Kind.FEED, url="file:///dev/null")
+    feed = Source.objects.create(name="kept", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules(["bad.example"], source=gone)
+    changes.add_rules(["bad.example"], source=feed)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE urlguard_changeset SET source_id = NULL WHERE source_id = %s", [gone.pk]
+        )
+        cursor.execute("DELETE FROM urlguard_source WHERE id = %s", [gone.pk])
+    result = allow_host("bad.example")
+    assert result.withdrawn == [("bad.example/", "kept")]
+    assert not listed(feed)

@@ -208,3 +208,56 @@ def test_a_source_deletion_takes_the_change_log_lock_before_its_listings_go(
     deleted = next(i for i, sql in enumerate(statements) if "DELETE" in sql and "rulesource" in sql)
     assert locked < deleted
     assert not RuleSource.objects.exists() and SpamRule.objects.count() == 2
+
+
+def test_a_change_set_deletion_waits_for_a_writer_of_its_rows(
+    services_available,  # noqa: F811
+    nudges,
+):
+    # A change-log row refers to its set without a database constraint: a set deleted
+    # while a writer adds rows to it must not leave the writer's rows pointing at it
+    # (the deletion's SET_NULL ran before they committed, its DELETE after).
+    import threading
+
+    from django.db import connections, transaction
+
+    from urlguard.models import ChangeSet
+
+    cs = ChangeSet.objects.create(kind=ChangeSet.Kind.IMPORT)
+    errors: list[BaseException] = []
+
+    def delete() -> None:
+        try:
+            ChangeSet.objects.filter(pk=cs.pk).delete()  # the admin's delete action
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        changes.add_rules(["a.example"], source="import", change_set=cs)
+        deleter = threading.Thread(target=delete)
+        deleter.start()
+        deleter.join(timeout=1.0)  # it waits for this transaction
+        assert deleter.is_alive()
+    deleter.join(timeout=10)
+    assert not deleter.is_alive() and not errors
+    assert not ChangeSet.objects.filter(pk=cs.pk).exists()
+    assert changes.dangling_references() == {k: 0 for k in changes.dangling_references()}
+
+
+def test_the_rule_ids_of_many_keys_are_one_statement(services_available, nudges, monkeypatch):  # noqa: F811
+    # No index finds a listing by its key (migration 0019): each statement scans the
+    # source's listings, so the keys go in one statement, not one per batch.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(listing, "_BATCH", 100)
+    source = Source.objects.create(name="ids", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules([f"h{i}.example" for i in range(3000)], source=source)
+    rows = dict(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))
+    keys = np.sort(np.array(list(rows), dtype=np.int64))[:350]
+    with CaptureQueriesContext(connection) as queries:
+        ids = listing.rule_ids(source, keys, len(rows))
+    assert sorted(ids) == sorted(rows[k] for k in keys.tolist())
+    assert len([q for q in queries if "rule_id" in q["sql"]]) == 1

@@ -13,7 +13,7 @@ from urlguard.runtime import database
 __all__ = ["listed_keys", "listed_now", "rule_ids"]
 
 _FETCH_ROWS = 20_000
-# Keys looked up by the (source, key) index per query.
+# Keys per query elsewhere than on PostgreSQL (an IN list each).
 _BATCH = 10_000
 # Above this share of the listing, rule_ids reads every listing instead.
 _WHOLE = 1 / 8
@@ -47,25 +47,24 @@ def rule_ids(source: Source, keys: np.ndarray, listed: int) -> list[int]:
         at[at == len(all_keys)] = 0
         found = (all_keys[at] == keys) if len(all_keys) else np.zeros(len(keys), dtype=bool)
         return ids[at[found]].tolist()
-    found_ids: list[int] = []
     connection = connections[router.db_for_read(RuleSource)]
-    qn = connection.ops.quote_name
-    table, key = qn(RuleSource._meta.db_table), qn("key")
-    for start in range(0, len(keys), _BATCH):
-        part = keys[start : start + _BATCH].tolist()
-        if not database.postgresql(connection):
-            found_ids.extend(
-                RuleSource.objects.filter(source=source, key__in=part).values_list(
-                    "rule_id", flat=True
-                )
-            )
-            continue
-        # One array parameter, not one per key: the (source, key) index per key,
-        # where the ORM's IN list cost ~30 ms a thousand keys to send and plan.
+    if database.postgresql(connection):
+        # One statement with one array parameter: no index finds a listing by its key
+        # (migration 0019 dropped it, a cost per row of a feed's first load), so each
+        # statement reads the listings once, the keys hashed; batches would each
+        # read them again.
+        qn = connection.ops.quote_name
+        table, key = qn(RuleSource._meta.db_table), qn("key")
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT rule_id FROM {table} WHERE source_id = %s AND {key} = ANY(%s::bigint[])",
-                [source.pk, part],
+                [source.pk, keys.tolist()],
             )
-            found_ids.extend(row[0] for row in cursor.fetchall())
+            return [row[0] for row in cursor.fetchall()]
+    found_ids: list[int] = []
+    for start in range(0, len(keys), _BATCH):
+        part = keys[start : start + _BATCH].tolist()
+        found_ids.extend(
+            RuleSource.objects.filter(source=source, key__in=part).values_list("rule_id", flat=True)
+        )
     return found_ids

@@ -100,11 +100,16 @@ class ChangeEventManager(models.Manager):
 
 
 @receiver(pre_delete, sender=Source)
-def _serialize_source_deletion(sender: type[Source], instance: Source, using: str, **_: object):
-    """A source's deletion takes the change-log lock before its listings are deleted
-    (the ORM sends this inside its transaction, before any row goes): a writer of
-    listings holds the lock from its check that the source exists to its commit, so
-    no listing of a deleted source commits (RuleSource has no database constraint)."""
+@receiver(pre_delete, sender=ChangeSet)
+def _serialize_deletion(
+    sender: type[models.Model], instance: models.Model, using: str, **_: object
+):
+    """A source's or a change set's deletion takes the change-log lock before the rows
+    that refer to it are deleted or cleared (the ORM sends this inside its
+    transaction, before any row goes): a writer holds the lock from its check that
+    the source or set exists to its commit, so none of its listings or change-log
+    rows commits after the deletion read them (RuleSource.source and
+    ChangeEvent.change_set have no database constraint)."""
     ChangeEvent.objects.lock_log(using)
 
 
@@ -143,9 +148,9 @@ class ChangeEvent(models.Model):
     # listings' two, a third of a feed's load in the database). The code keeps it:
     # every row is written under the change-log lock into a set that exists (_count
     # updates the set's row in the same transaction and fails if it is gone;
-    # record_allowlist checks), and a set is deleted only through the ORM, whose
-    # SET_NULL clears its rows' references (writepath.changes.dangling_references
-    # counts any that dangle).
+    # record_allowlist checks), and a set is deleted only through the ORM, under that
+    # lock (_serialize_deletion), whose SET_NULL clears its rows' references
+    # (writepath.changes.dangling_references counts any that dangle).
     change_set = models.ForeignKey(
         ChangeSet,
         null=True,

@@ -26,6 +26,7 @@ from urlguard.models import (
     AllowedHost,
     AllowlistRefusal,
     ChangeSet,
+    RuleSource,
     Source,
     SpamRule,
     row_user,
@@ -179,11 +180,13 @@ def _feed_listings(expressions: list[str]) -> dict[Source, list[SpamRule]]:
     """The rules among `expressions` that a feed lists, per feed."""
     per_source: dict[Source, list[SpamRule]] = defaultdict(list)
     for batch in database.in_batches(expressions):
-        rules = SpamRule.objects.filter(expression__in=batch).prefetch_related("listings__source")
-        for rule in rules:
-            for listing in rule.listings.all():
-                if listing.source.kind == Source.Kind.FEED:
-                    per_source[listing.source].append(rule)
+        # Joined, not prefetched: a listing whose source or rule is gone (no database
+        # constraint keeps them; dangling_references counts them) drops out of the join.
+        rows = RuleSource.objects.filter(
+            rule__expression__in=batch, source__kind=Source.Kind.FEED
+        ).select_related("rule", "source")
+        for row in rows:
+            per_source[row.source].append(row.rule)
     return per_source
 
 
