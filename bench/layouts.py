@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from engine import url_keys
+from engine import table, url_keys
 
 from filterengine import ScalingCountingBloomFilter
 from filterengine import fileformat as ff
@@ -362,16 +362,6 @@ def compare_layouts(
         f"{blocked_fpr_measured / stage_rate:.2f}× it"
     )
     return rows, note
-
-
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    body = [
-        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
-    ]
-    return "\n".join([line, rule, *body])
 
 
 def main() -> None:
