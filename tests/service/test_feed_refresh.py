@@ -578,6 +578,35 @@ def test_a_memo_of_another_normalizer_is_not_used(server, normalized, monkeypatc
     assert sorted(normalized) == ["a.example", "b.example"]
 
 
+def test_a_memo_made_with_another_public_suffix_list_is_not_used(server, normalized, monkeypatch):
+    # An update of the list can make an entry a public suffix, which normalize_rule
+    # refuses: a memo of the old list would accept it unread.
+    feed = make_feed(server.serve("/list.txt", lines("a.example")))
+    refresh_source(feed)
+    real = memo.normalizer_data()
+    assert "public suffixes " in real and "idna " in real
+    monkeypatch.setattr(memo, "normalizer_data", lambda: real.replace("public suffixes", "psl"))
+    normalized.clear()
+    server.serve("/list.txt", lines("a.example", "b.example"))
+    refresh_source(feed)
+    assert sorted(normalized) == ["a.example", "b.example"]
+
+
+def test_the_public_suffix_part_of_a_memo_stamp_follows_the_list_file(tmp_path, monkeypatch):
+    import publicsuffixlist
+
+    monkeypatch.setattr(publicsuffixlist, "__file__", str(tmp_path / "__init__.py"))
+    seen = []
+    try:
+        for content in ("com\n", "com\nexample.net\n"):
+            memo.normalizer_data.cache_clear()
+            (tmp_path / "public_suffix_list.dat").write_text(content)
+            seen.append(memo.normalizer_data())
+    finally:
+        memo.normalizer_data.cache_clear()
+    assert seen[0] != seen[1]
+
+
 def test_a_remembered_rule_deleted_by_hand_is_listed_again(server, normalized):
     # The memo knows "a.example", but the source no longer lists its rule: the refresh
     # needs its expression to add it, so it normalizes it again.

@@ -11,6 +11,7 @@ the refresh normalizes everything, then writes a new one."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,14 +37,27 @@ def path_for(source_id: int) -> Path:
 
 
 def stamp(fmt: str, allowlist_digest: str) -> str:
-    """What a memo's keys depend on besides the text: the normalizer, the format the
-    body was read as (each refuses other lines), the settings normalize_rule reads,
-    and the allowlist."""
+    """What a memo's keys depend on besides the text: the normalizer, the data it
+    reads, the format the body was read as (each refuses other lines), the settings
+    normalize_rule reads, and the allowlist."""
     return (
-        f"normalizer {NORMALIZER_VERSION}; format {fmt}; "
+        f"normalizer {NORMALIZER_VERSION}; {normalizer_data()}; format {fmt}; "
         f"private addresses {conf.ALLOW_PRIVATE_ADDRESS_RULES}; "
         f"allowlist {allowlist_digest}"
     )
+
+
+@functools.cache
+def normalizer_data() -> str:
+    """The public suffix list normalize_rule refuses rules by (a digest of the file
+    this process's PublicSuffixList parsed: the package can update it in place) and
+    the version of idna, which converts international names."""
+    import idna
+    import publicsuffixlist
+
+    data = Path(publicsuffixlist.__file__).with_name("public_suffix_list.dat").read_bytes()
+    digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+    return f"public suffixes {digest}; idna {idna.__version__}"
 
 
 @dataclass
