@@ -607,6 +607,20 @@ def test_the_public_suffix_part_of_a_memo_stamp_follows_the_list_file(tmp_path, 
     assert seen[0] != seen[1]
 
 
+def test_a_refresh_removes_the_memos_of_deleted_sources(server):
+    gone = make_feed(server.serve("/gone.txt", lines("g.example")), name="gone")
+    refresh_source(gone)
+    feed = make_feed(server.serve("/list.txt", lines("a.example")))
+    folder = memo.path_for(feed.pk).parent
+    (folder / "source-notanumber.memo.npz").write_bytes(b"")  # not a memo's name
+    gone_memo = memo.path_for(gone.pk)
+    assert gone_memo.exists()
+    gone.delete()
+    refresh_source(feed)
+    assert memo.path_for(feed.pk).exists() and not gone_memo.exists()
+    assert (folder / "source-notanumber.memo.npz").exists()
+
+
 def test_a_remembered_rule_deleted_by_hand_is_listed_again(server, normalized):
     # The memo knows "a.example", but the source no longer lists its rule: the refresh
     # needs its expression to add it, so it normalizes it again.

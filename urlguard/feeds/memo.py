@@ -13,6 +13,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import os
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +24,7 @@ import numpy as np
 from filterengine.atomicfile import remove_stale_temps, replacing
 from urlguard.conf import conf
 
-__all__ = ["Memo", "load", "save"]
+__all__ = ["Memo", "load", "prune", "save"]
 
 # Raise when a line or an entry can give another expression than before: a change to
 # normalize_rule, to a format's parser, or to rulelists.entry_text.
@@ -243,6 +246,28 @@ def write(
         )
 
 
-def forget(source_id: int) -> None:
-    with contextlib.suppress(OSError):
-        path_for(source_id).unlink()
+_MEMO_NAME = re.compile(r"source-([0-9]+)\.memo\.npz\Z")
+
+
+def prune(existing: Callable[[], Iterable[int]]) -> list[int]:
+    """Remove the memos of sources that `existing()` (the ids of the sources there are
+    now) does not name: a deleted source's memo is a file of 24 bytes an entry that no
+    refresh reads again, on every node that refreshed it. Returns the ids removed.
+    The folder is listed before the sources are read, so a memo that a refresh of a
+    source created meanwhile writes is never taken for a deleted source's."""
+    folder = Path(conf.DATA_DIR) / "feeds"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = {int(m.group(1)): name for name in names if (m := _MEMO_NAME.match(name))}
+    if not found:
+        return []
+    keep = set(existing())
+    removed = []
+    for source_id, name in sorted(found.items()):
+        if source_id not in keep:
+            with contextlib.suppress(OSError):
+                (folder / name).unlink()
+                removed.append(source_id)
+    return removed

@@ -33,7 +33,7 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
@@ -240,6 +240,10 @@ def _remember(staged: Staged, source: Source, stamp: str, remembered: memo.Memo 
             source.name,
             exc,
         )
+    try:
+        memo.prune(lambda: Source.objects.values_list("pk", flat=True))
+    except DatabaseError as exc:  # the refresh's own reads and writes say more
+        logger.info("feed %s: deleted sources' memos not pruned: %s", source.name, exc)
 
 
 def _may_block_links(impact: dict[str, Any] | None) -> bool:
