@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -40,7 +42,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--entries", type=int, default=10_000_000)
     n = parser.parse_args().entries
+    folder = Path(tempfile.mkdtemp(prefix="urlguard-feeds-memory-"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "urlguard_service.settings")
+    os.environ["URLGUARD_VAR_DIR"] = str(folder / "var")  # the memo is saved there
     import django
     from django.conf import settings
 
@@ -52,7 +56,6 @@ def main() -> None:
     from urlguard.models import Source
     from urlguard.writepath import allowlist
 
-    folder = Path(tempfile.mkdtemp(prefix="urlguard-feeds-memory-"))
     try:
         feed = folder / "feed.txt"
         write_feed(feed, range(n))
@@ -69,11 +72,12 @@ def main() -> None:
             memo.listed_digest(first.unique_keys),
         )
         listed = first.unique_keys.copy()
+        listed_ids = np.arange(len(listed), dtype=np.int64)  # listing.listed_now's rule ids
         first.close()
         del first
         _give_back_memory()
         first_s = time.perf_counter() - started
-        held = (remembered.high.nbytes * 3 + listed.nbytes) >> 20
+        held = (remembered.high.nbytes * 3 + listed.nbytes + listed_ids.nbytes) >> 20
         before = status("VmRSS")
         churn = n // 100
         write_feed(feed, [*range(churn, n), *range(n, n + churn)])
@@ -82,13 +86,18 @@ def main() -> None:
         started = time.perf_counter()
         with feed.open("rb") as body:
             staged = staging.stage(
-                body, source, RefreshResult(source="bench"), lambda fmt: (remembered, listed)
+                body,
+                source,
+                RefreshResult(source="bench"),
+                lambda fmt, known=remembered: (known, listed),
             )
         read_peak = status("VmHWM")
         staged.resolve(protected, RefreshResult(source="bench"))
-        new = staged.unit_of
-        remembered.merged(staged.known_at, staged.high[new], staged.low[new], staged.new_keys())
-        gone = int((~staging.member(listed, staged.unique_keys)).sum())
+        resolve_peak = status("VmHWM")
+        staged.remember(source.pk, "bench", remembered)
+        remember_peak = status("VmHWM")
+        del remembered
+        gone = len(listed_ids[~staging.member(listed, staged.unique_keys)])
         churn_s = time.perf_counter() - started
         load = os.getloadavg()
         print(f"{n:,} entries; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
@@ -97,6 +106,7 @@ def main() -> None:
         print(
             f"1% churn: {churn_s:.2f} s ({staged.known:,} known, {len(staged.ends):,} "
             f"normalized, {gone:,} gone); peak RSS after reading {read_peak} MB, "
+            f"resolving {resolve_peak} MB, saving the memo {remember_peak} MB, "
             f"at the end {status('VmHWM')} MB"
         )
         staged.close()

@@ -748,15 +748,15 @@ def test_a_memo_save_removes_temp_files_of_saves_that_died(monkeypatch):
 
     path = memo.path_for(7)
     seen: set[str] = set()
-    real = np.savez
+    real = np.lib.format.write_array
 
-    def watched(file, **arrays):
+    def watched(file, array, **options):
         seen.update(n for n in os.listdir(path.parent) if n != path.name)
-        real(file, **arrays)
+        real(file, array, **options)
 
     numbers = np.arange(3, dtype=np.uint64)
     with monkeypatch.context() as patched:
-        patched.setattr(np, "savez", watched)
+        patched.setattr(np.lib.format, "write_array", watched)
         memo.save(7, "stamp", numbers, numbers, numbers.astype(np.int64))
     assert seen  # the names a save killed while writing leaves behind
     old = time.time() - 3600
@@ -770,3 +770,31 @@ def test_a_memo_save_removes_temp_files_of_saves_that_died(monkeypatch):
     assert live.exists()
     loaded = memo.load(7, "stamp")
     assert loaded is not None and len(loaded) == 3
+
+
+def test_a_memo_is_written_an_array_at_a_time():
+    # A merged memo of millions of entries is three arrays of 8 bytes an entry: a save
+    # that made all three first would hold them all at once.
+    import weakref
+
+    import numpy as np
+
+    made: list[weakref.ref] = []
+
+    def part(values):
+        def make():
+            assert all(ref() is None for ref in made), "an earlier array is still held"
+            array = np.array(values, dtype=np.int64)
+            made.append(weakref.ref(array))
+            return array
+
+        return make
+
+    memo.write(7, "stamp", part([1, 2, 3]), part([4, 5, 6]), part([7, 8, 9]), listed="x")
+    loaded = memo.load(7, "stamp")
+    assert loaded is not None and loaded.listed == "x"
+    assert (loaded.high.tolist(), loaded.low.tolist(), loaded.keys.tolist()) == (
+        [1, 2, 3],
+        [4, 5, 6],
+        [7, 8, 9],
+    )

@@ -150,6 +150,16 @@ def test_the_bucket_index_finds_what_a_binary_search_finds(pool, values):
     )
 
 
+def test_the_bucket_index_of_a_large_pool_finds_what_a_binary_search_finds():
+    # Buckets enough that the table is built in several slices of them.
+    rng = np.random.default_rng(27)
+    pool = np.sort(rng.integers(-(2**63), 2**63 - 1, 300_000, dtype=np.int64, endpoint=True))
+    values = np.concatenate((pool[::7], rng.integers(-(2**63), 2**63 - 1, 50_000, dtype=np.int64)))
+    index = memo.Index(pool)
+    assert len(index.table) - 1 > 4 * memo._SLICE
+    assert (index.positions(values) == np.searchsorted(pool, values)).all()
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.integers(-50, 50), unique=True, max_size=40),

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import os
 import re
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ __all__ = ["Memo", "load", "prune", "save"]
 # normalize_rule, to a format's parser, or to rulelists.entry_text.
 NORMALIZER_VERSION = 3
 _SLICE = 1 << 16
+#: One of a memo's arrays, made when called.
+Part = Callable[[], np.ndarray]
 #: A memo's temp file not written to for this long is of a save that died (a live
 #: save writes to its own all along; it takes seconds for millions of entries).
 STALE_TEMP_AGE = 600.0
@@ -97,6 +100,14 @@ class Memo:
         and the entries (high, low, keys) besides them (in any order; one whose high
         word a kept entry has is left out): the next memo, without sorting the
         entries that stay."""
+        make_high, make_low, make_keys = self.merged_parts(kept, high, low, keys)
+        return make_high(), make_low(), make_keys()
+
+    def merged_parts(
+        self, kept: np.ndarray, high: np.ndarray, low: np.ndarray, keys: np.ndarray
+    ) -> tuple[Part, Part, Part]:
+        """merged(), an array at a time: each call makes one of (high, low, keys), so
+        that a writer holds one of the next memo's arrays at a time, not three."""
         keep = np.zeros(len(self.high), dtype=bool)
         keep[kept] = True
         old_high = self.high[keep]
@@ -107,10 +118,12 @@ class Memo:
             new = old_high[at] != high
             high, low, keys = high[new], low[new], keys[new]
         where = np.searchsorted(old_high, high)
+        held = [old_high]  # given up by the part that needs it
+        del old_high
         return (
-            np.insert(old_high, where, high),
-            np.insert(self.low[keep], where, low),
-            np.insert(self.keys[keep], where, keys),
+            lambda: np.insert(held.pop(), where, high),
+            lambda: np.insert(self.low[keep], where, low),
+            lambda: np.insert(self.keys[keep], where, keys),
         )
 
 
@@ -129,9 +142,15 @@ class Index:
         self.bits = min(max(1, len(pool).bit_length()), self._MAX_BITS)
         self._shift = np.uint64(64 - self.bits)
         kind = np.int32 if len(pool) < 1 << 31 else np.int64
-        self.table = np.zeros((1 << self.bits) + 1, dtype=kind)
-        counts = np.bincount(self._top(pool), minlength=1 << self.bits)
-        np.cumsum(counts, out=self.table[1:], dtype=kind)
+        buckets = 1 << self.bits
+        self.table = np.empty(buckets + 1, dtype=kind)
+        self.table[buckets] = len(pool)
+        # Where each bucket's first value would go in the pool, a slice of buckets at
+        # a time: no temporary the size of the pool.
+        for first in range(0, buckets, _SLICE):
+            tops = np.arange(first, min(first + _SLICE, buckets), dtype=np.uint64)
+            starts = ((tops << self._shift) ^ np.uint64(1 << 63)).view(np.int64)
+            self.table[first : first + len(tops)] = np.searchsorted(pool, starts)
 
     def _top(self, values: np.ndarray) -> np.ndarray:
         # The sign bit flipped: signed order as unsigned order.
@@ -228,22 +247,37 @@ def save(
 def write(
     source_id: int,
     the_stamp: str,
-    high: np.ndarray,
-    low: np.ndarray,
-    keys: np.ndarray,
+    high: np.ndarray | Part,
+    low: np.ndarray | Part,
+    keys: np.ndarray | Part,
     *,
     listed: str = "",
 ) -> None:
     """Replace the memo with these digests (sorted, high words distinct) and keys
     (written aside, then renamed; the temp files of saves that died are removed
-    first); `listed`: listed_digest() of a set of keys that holds all of `keys`."""
+    first); `listed`: listed_digest() of a set of keys that holds all of `keys`.
+    Each array may be given as a Part, made when it is written and dropped after."""
     path = path_for(source_id)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     remove_stale_temps(path, older_than=STALE_TEMP_AGE)
-    with replacing(path) as out:
-        np.savez(
-            out, stamp=np.str_(the_stamp), high=high, low=low, keys=keys, listed=np.str_(listed)
-        )
+    arrays: list[tuple[str, np.ndarray | Part]] = [
+        ("stamp", np.array(the_stamp)),
+        ("high", high),
+        ("low", low),
+        ("keys", keys),
+        ("listed", np.array(listed)),
+    ]
+    # np.savez's file (one .npy a member, stored), written a member at a time.
+    with (
+        replacing(path) as out,
+        zipfile.ZipFile(out, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf,
+    ):
+        while arrays:
+            name, value = arrays.pop(0)
+            array = np.asanyarray(value() if callable(value) else value)
+            with zf.open(f"{name}.npy", mode="w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
+            del array, value
 
 
 _MEMO_NAME = re.compile(r"source-([0-9]+)\.memo\.npz\Z")

@@ -62,8 +62,12 @@ class Staged:
         ):
             self._listed_index = memo.Index(self._listed)
         self._units = 0
-        # Known units, a block at a time: their keys and memo positions.
-        self._known: list[tuple[np.ndarray, np.ndarray]] = []
+        # Known units, a block at a time: their memo positions (their keys are the
+        # memo's there), 4 bytes each where the memo allows.
+        self._known: list[np.ndarray] = []
+        self._at_type = (
+            np.int32 if self._memo is not None and len(self._memo) < 1 << 31 else np.int64
+        )
         # Units to do, a block at a time: digests, line numbers, ends in the spool.
         self._todo: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._end = 0
@@ -71,9 +75,9 @@ class Staged:
         self.category_of = array("H")  # each unit to do's category (not by_line)
         self.categories: list[str] = []
         self._category_index: dict[str, int] = {}
-        # The known units' keys until resolve() puts them at the head of `keys`, and
-        # their entries' places in the memo (the next memo keeps those entries).
-        self.known_keys = self.known_at = np.zeros(0, dtype=np.int64)
+        # The known units' entries' places in the memo (resolve() puts their keys at
+        # the head of `keys`; the next memo keeps those entries).
+        self.known_at = np.zeros(0, dtype=np.int64)
         self._known_count = 0
         self.high = self.low = self.linenos = self.ends = np.zeros(0, dtype=np.int64)
         # Both closed by close(), which refresh_source always calls.
@@ -207,13 +211,12 @@ class Staged:
         high, low = digests[0::2].astype(np.int64), digests[1::2].astype(np.int64)
         if self._memo is not None:
             found, at = self._memo.lookup(high, low)
-            keys = self._memo.keys[at]
             # A remembered rule this source no longer lists (a held refresh, a rule
             # deleted by hand) is added again, and adding needs its expression.
             if self._listed_index is not None:
-                found &= self._listed_index.contains(keys)
+                found &= self._listed_index.contains(self._memo.keys[at])
             if found.any():
-                self._known.append((keys[found], at[found]))
+                self._known.append(at[found].astype(self._at_type))
                 todo = np.flatnonzero(~found)
                 if len(todo) < len(texts):
                     texts = [texts[index] for index in todo.tolist()]
@@ -234,9 +237,9 @@ class Staged:
         """The end of the body: the units read become arrays."""
         self._add_pending()
         if self._known:
-            parts = list(zip(*self._known, strict=True))
-            self.known_keys, self.known_at = (np.concatenate(part) for part in parts)
-            self._known_count = len(self.known_keys)
+            self.known_at = np.concatenate(self._known)
+            self._known = []
+            self._known_count = len(self.known_at)
         if self._todo:
             parts = list(zip(*self._todo, strict=True))
             self.high, self.low, self.linenos, self.ends = (np.concatenate(part) for part in parts)
@@ -361,9 +364,19 @@ class Staged:
             )
             number += len(expressions)
             keys.append(expression_keys(expressions))
-        self.keys = np.concatenate((self.known_keys, *keys))
+        normalized = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
         del keys
-        self.known_keys = self.keys[: self.known]
+        # One array of every key, the known ones gathered straight into its head.
+        self.keys = np.empty(self.known + len(normalized), dtype=np.int64)
+        if self.known:
+            assert self._memo is not None  # units are known only from a memo
+            np.take(self._memo.keys, self.known_at, out=self.keys[: self.known], mode="clip")
+        self.keys[self.known :] = normalized
+        del normalized
+        # The memo and the listing are the caller's from here (the memo's arrays are
+        # most of a big refresh's memory: its caller drops them after saving the next).
+        self._memo = self._listed_index = None
+        self._listed = np.zeros(0, dtype=np.int64)
         self.unit_of = np.frombuffer(unit_of, dtype=np.int64)
         self.refused_units = np.frombuffer(refused_units, dtype=np.int64)
         self.unique_keys = sorted_unique(self.keys)
@@ -385,8 +398,8 @@ class Staged:
         high, low, keys = self.high[units], self.low[units], self.new_keys()[entries]
         listed = memo.listed_digest(self.unique_keys)  # all of the memo's keys
         if remembered is not None and self.known:
-            merged = remembered.merged(self.known_at, high, low, keys)
-            memo.write(source_id, stamp, *merged, listed=listed)
+            parts = remembered.merged_parts(self.known_at, high, low, keys)
+            memo.write(source_id, stamp, *parts, listed=listed)
         else:  # no unit was known
             memo.save(source_id, stamp, high, low, keys, listed)
 
@@ -523,7 +536,7 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     keep = np.empty(len(ordered), dtype=bool)
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
+    return ordered if keep.all() else ordered[keep]  # most lists repeat no entry
 
 
 def member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
