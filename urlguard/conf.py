@@ -704,8 +704,8 @@ class Settings:
         check_id="urlguard.E041",
         hint="e.g. 536870912 (512 MiB).",
     )
-    # Seconds: to connect, between two reads, and for the whole transfer (a server
-    # that trickles bytes under the read timeout still ends).
+    # Seconds: to resolve and connect, between two reads, and for the whole transfer
+    # (a server that trickles bytes under the read timeout still ends).
     FEED_CONNECT_TIMEOUT = Setting(
         10,
         must_be="a positive number of seconds",

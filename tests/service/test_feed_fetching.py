@@ -2,12 +2,14 @@
 device), no connection to an address outside the public internet (loopback in any
 spelling, link-local metadata, private, reserved, multicast), checked at every
 redirect hop on the address then dialled, and a deadline that stops a server that
-trickles; plus the admin form that keeps file:// URLs to superusers."""
+trickles, and a resolver that never answers; plus the admin form that keeps file://
+URLs to superusers."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 import time
 from collections.abc import Callable
 
@@ -15,6 +17,7 @@ import pytest
 from django.urls import reverse
 
 from tests.service.feedserver import feed_server
+from urlguard.feeds import fetching
 from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.models import Source
@@ -155,6 +158,91 @@ def test_a_name_with_one_internal_address_among_public_ones_is_refused(monkeypat
     monkeypatch.setattr(socket, "getaddrinfo", mixed)
     with pytest.raises(FeedError, match="169.254.169.254 is a link-local"):
         read("http://feeds.mixed.test/l")
+
+
+class StuckResolver:
+    """socket.getaddrinfo that never answers until released: each lookup blocks its
+    thread on an event, as the system resolver does for its own timeout."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        self.entered = threading.Condition()
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, host, *args, **kwargs):
+        with self.entered:
+            self.threads.append(threading.current_thread())
+            self.entered.notify_all()
+        self.released.wait()
+        raise socket.gaierror(socket.EAI_AGAIN, "released by the test")
+
+    def wait_for_lookups(self, count: int) -> None:
+        with self.entered:
+            assert self.entered.wait_for(lambda: len(self.threads) >= count, timeout=10)
+
+    def release(self) -> None:
+        self.released.set()
+        for thread in self.threads:
+            thread.join(10)
+            assert not thread.is_alive()
+
+
+@pytest.fixture
+def stuck_resolver(monkeypatch):
+    resolver = StuckResolver()
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    yield resolver
+    resolver.release()
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    ("bounds", "message"),
+    [
+        ({"connect_timeout": 0.3}, r"not resolved within 0\.3 s \(FEED_CONNECT_TIMEOUT\)"),
+        (
+            {"connect_timeout": 5, "deadline": 0.3},
+            r"not resolved within the 0\.[23]\d* s left of the fetch's 0\.3 s \(FEED_DEADLINE\)",
+        ),
+    ],
+    ids=["connect-timeout", "deadline"],
+)
+def test_a_resolver_that_never_answers_fails_the_fetch_in_time(stuck_resolver, bounds, message):
+    started = time.monotonic()
+    with pytest.raises(TransientFeedError, match=rf"feeds\.stuck\.test: {message}"):
+        read("http://feeds.stuck.test/l", **bounds)
+    # Before the change: blocked for as long as the resolver (here: until the timeout).
+    assert time.monotonic() - started < 3
+    stuck_resolver.wait_for_lookups(1)
+
+
+@pytest.mark.timeout(30)
+def test_lookups_left_stuck_in_the_resolver_hold_a_bounded_number_of_threads(
+    stuck_resolver, server, monkeypatch
+):
+    for _ in range(fetching.RESOLVER_THREADS):
+        with pytest.raises(TransientFeedError, match="not resolved within"):
+            read("http://feeds.stuck.test/l", connect_timeout=0.2)
+    stuck_resolver.wait_for_lookups(fetching.RESOLVER_THREADS)
+    with pytest.raises(
+        TransientFeedError, match=f"{fetching.RESOLVER_THREADS} earlier lookups are still waiting"
+    ):
+        read("http://feeds.stuck.test/l", connect_timeout=0.2)
+    assert len(stuck_resolver.threads) == fetching.RESOLVER_THREADS
+
+    # Lookups that end give their threads back.
+    stuck_resolver.release()
+    url = server.serve("/l", b"a.example\n")
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    monkeypatch.setattr(
+        socket,
+        "getaddrinfo",
+        lambda host, *args, **kwargs: [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))
+        ],
+    )
+    for _ in range(fetching.RESOLVER_THREADS + 1):
+        assert read(f"http://feeds.back.test:{port}/l", allowed_networks=LOOPBACK) == b"a.example\n"
 
 
 def trickle(server, head: bytes, piece: Callable[[int], bytes]):

@@ -4,8 +4,9 @@ conditional GET with the validators of the last body applied, so an unchanged fe
 costs one 304), or a `file://` path on this server beneath the configured root
 (unchanged = same size and modification time). An http(s) fetch connects only to
 public addresses, checked at every redirect hop on the address it then dials (no
-second DNS answer can differ). Framework-free: the caller passes what the settings
-say."""
+second DNS answer can differ), each lookup waited for no longer than the connect
+timeout and what is left of the deadline. Framework-free: the caller passes what the
+settings say."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISREG
-from typing import BinaryIO, NoReturn
+from typing import Any, BinaryIO, NoReturn
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import urllib3
@@ -115,12 +116,72 @@ class _Deadline:
             self._timer = None
 
 
-def _addresses(host: str, port: int, settings: FetchSettings) -> list[str]:
+# A lookup the fetch stopped waiting for goes on until the system resolver gives up;
+# at most this many at once per process, so a resolver that never answers cannot
+# pile up threads.
+RESOLVER_THREADS = 4
+_resolver_slots = threading.BoundedSemaphore(RESOLVER_THREADS)
+
+
+def _after_fork_in_child() -> None:
+    global _resolver_slots
+    # The parent's stuck lookups have no thread here to give their slots back.
+    _resolver_slots = threading.BoundedSemaphore(RESOLVER_THREADS)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _resolve(host: str, port: int, settings: FetchSettings, deadline: _Deadline) -> list[Any]:
+    """getaddrinfo in a thread of its own, waited for no longer than the connect
+    timeout or what is left of the deadline, whichever ends first (the system
+    resolver's own timeout can be far longer than either)."""
+    left = max(0.0, deadline.remaining())
+    bound = min(settings.connect_timeout, left)
+    if settings.connect_timeout <= left:
+        within = f"{bound:g} s (FEED_CONNECT_TIMEOUT)"
+    else:
+        within = f"the {left:.3g} s left of the fetch's {settings.deadline:g} s (FEED_DEADLINE)"
+    ends = time.monotonic() + bound
+    slots = _resolver_slots
+    if not slots.acquire(timeout=bound):
+        raise TransientFeedError(
+            f"cannot fetch from {host}: {RESOLVER_THREADS} earlier lookups are still waiting "
+            f"on the system resolver and none ended within {within}"
+        )
+    answer: list[Any] = []
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            answer.extend(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            slots.release()
+            done.set()
+
+    try:
+        threading.Thread(target=lookup, name=f"urlguard-resolve {host}", daemon=True).start()
+    except RuntimeError as exc:
+        slots.release()
+        raise TransientFeedError(
+            f"cannot fetch from {host}: no thread to resolve it ({exc})"
+        ) from exc
+    if not done.wait(max(0.0, ends - time.monotonic())):
+        raise TransientFeedError(f"cannot fetch from {host}: not resolved within {within}")
+    if failure:
+        raise failure[0]
+    return answer
+
+
+def _addresses(host: str, port: int, settings: FetchSettings, deadline: _Deadline) -> list[str]:
     """Every address `host` resolves to, each checked: one that is not public (and
     not in FEED_ALLOWED_NETWORKS) refuses the fetch, so a name that resolves to a
     public and an internal address cannot pick the internal one later."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = _resolve(host, port, settings, deadline)
     except (OSError, UnicodeError) as exc:
         raise TransientFeedError(f"cannot fetch from {host}: cannot resolve it ({exc})") from exc
     found: list[str] = []
@@ -147,7 +208,7 @@ def _connect(
     so no second lookup can answer differently); TLS verifies the certificate for
     `host`."""
     last: Exception | None = None
-    for address in _addresses(host, port, settings):
+    for address in _addresses(host, port, settings, deadline):
         timeout = min(settings.connect_timeout, max(0.001, deadline.remaining()))
         connection: urllib3.connection.HTTPConnection
         if scheme == "https":
