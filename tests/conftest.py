@@ -63,13 +63,15 @@ def django_db_modify_db_settings(
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_embedded_catch_up_thread(django_db_setup: None) -> None:
-    """AppConfig.ready installed the embedded catch-up on the first request; tests
-    that want it (test_embedded.py) install it themselves."""
+    """AppConfig.ready installed the embedded threads (catch-up, feed refresh, hit-log
+    pruning) on the first request; tests that want one install it themselves."""
     from urlguard.feeds import runner
+    from urlguard.hotpath import hitlog
     from urlguard.nodesync import embedded
 
     embedded.stop()
     runner.stop()
+    hitlog.stop()
 
 
 def _reset_process() -> None:

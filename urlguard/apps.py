@@ -33,11 +33,16 @@ class UrlguardConfig(AppConfig):
         stats.install_exit_hooks()
         if celery.HAVE_CELERY:
             from urlguard.nodesync import worker  # noqa: F401  (the worker's signal handlers)
-        # No broker: changes apply in-process, and the catch-up and feed refreshes that
-        # beat would schedule run in daemon threads of each serving process.
+        # No broker: changes apply in-process, and the catch-up, feed refreshes and
+        # hit-log pruning that beat would schedule run in daemon threads of each
+        # serving process.
         celery.run_in_process_without_broker()
         if celery.in_process() and catch_up:
             embedded.install()
+        if celery.in_process():
+            from urlguard.hotpath import hitlog
+
+            hitlog.install()
         if celery.in_process() and conf.FEED_EMBEDDED_REFRESH:
             from urlguard.feeds import runner
 

@@ -43,6 +43,9 @@ APPLY_CHANGES_TASK = "urlguard.tasks.apply_changes"
 CATCH_UP_TASK = "urlguard.tasks.catch_up"
 REBUILD_FILTER_TASK = "urlguard.tasks.rebuild_filter"
 VERIFY_FILTER_TASK = "urlguard.tasks.verify_filter"
+# The database's, not a node's: one worker runs it (urlguard.hotpath.hitlog).
+PRUNE_HIT_LOG_TASK = "urlguard.prune_hit_log"
+PRUNE_HIT_LOG_INTERVAL = 24 * 3600.0
 
 
 class _InProcessRequest:
@@ -160,6 +163,7 @@ def _urlguard_defaults() -> dict:
             "task": "urlguard.feeds.refresh_due_feeds",
             "schedule": conf.FEED_CHECK_INTERVAL,
         },
+        "urlguard-hit-log": {"task": PRUNE_HIT_LOG_TASK, "schedule": PRUNE_HIT_LOG_INTERVAL},
     }
     if conf.VERIFY_INTERVAL > 0:
         schedule["urlguard-verify"] = {

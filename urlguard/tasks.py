@@ -3,6 +3,7 @@ imports `<app>.tasks`, and the app's tasks live with the work they do. Each task
 the name it is registered and routed by (urlguard.celery), wherever its module lives."""
 
 from urlguard.feeds import tasks as feed_tasks
+from urlguard.hotpath import hitlog
 from urlguard.jobs import deletes, imports, rescans, reverts
 from urlguard.nodesync import tasks as sync_tasks
 from urlguard.reports import mail as report_tasks
@@ -10,6 +11,7 @@ from urlguard.reports import mail as report_tasks
 __all__ = [
     "deletes",
     "feed_tasks",
+    "hitlog",
     "imports",
     "report_tasks",
     "rescans",

@@ -19,6 +19,7 @@ TASKS = (
     "urlguard.feeds.refresh_feed_job",
     "urlguard.feeds.refresh_due_feeds",
     "urlguard.admin.import_rules_job",
+    "urlguard.prune_hit_log",
 )
 
 

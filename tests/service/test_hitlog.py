@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from html import unescape
 
 import pytest
@@ -17,6 +18,7 @@ from urlguard.hotpath import hitlog
 from urlguard.models import Click, HostHitDay, RuleHitDay, RuleHitTotal, ShortLink
 from urlguard.runtime import stats
 from urlguard.writepath import changes
+from urlguard_service.celery import app as celery_app
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_guard", "quiet")]
 
@@ -82,6 +84,44 @@ def test_prune_keeps_hit_log_days(blocked, settings):
     stats.flush()
     assert hitlog.prune() == 2  # the old day of the rule and of the host
     assert RuleHitDay.objects.count() == 1 and RuleHitTotal.objects.get().hits == 2
+
+
+def old_and_new_days(rule_id: int) -> None:
+    """A day past the default HIT_LOG_DAYS (90) and today, per rule and per host."""
+    today = timezone.now().date()
+    for day in (today - dt.timedelta(days=91), today):
+        RuleHitDay.objects.create(rule_id=rule_id, day=day, hits=1)
+        HostHitDay.objects.create(host="a.example", day=day, hits=1)
+
+
+def test_beat_prunes_the_hit_log_daily(blocked):
+    entry = celery_app.conf.beat_schedule["urlguard-hit-log"]
+    assert entry == {"task": "urlguard.prune_hit_log", "schedule": 24 * 3600.0}
+    old_and_new_days(blocked.pk)
+    assert celery_app.tasks[entry["task"]].apply().get() == 2
+    today = timezone.now().date()
+    assert list(RuleHitDay.objects.values_list("day", flat=True)) == [today]
+    assert list(HostHitDay.objects.values_list("day", flat=True)) == [today]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_a_broker_a_serving_process_prunes_from_its_first_request(client, blocked):
+    old_and_new_days(blocked.pk)
+    hitlog.install()
+    try:
+        assert hitlog.pruner.thread is None  # nothing runs before a request
+        client.get("/healthz")
+        thread = hitlog.pruner.thread
+        assert thread is not None
+        deadline = time.monotonic() + 10
+        while RuleHitDay.objects.count() + HostHitDay.objects.count() > 2:
+            assert time.monotonic() < deadline, "the hit log was never pruned"
+            time.sleep(0.05)
+        client.get("/healthz")
+        assert hitlog.pruner.thread is thread
+    finally:
+        hitlog.stop()
+    assert hitlog.pruner.thread is None and not thread.is_alive()
 
 
 def test_top_rules_and_hosts_this_week(blocked):

@@ -8,21 +8,43 @@ Per rule and day (RuleHitDay: hits, continued, last hit) and per blocked host an
 day (HostHitDay), kept HIT_LOG_DAYS days; per rule since it was listed
 (RuleHitTotal: the sortable columns of the rules list). And each event on its own
 (HitEvent: when, where from, the destination, the rule and its expression), the
-newest HIT_EVENTS_KEPT kept: the admin's hit log."""
+newest HIT_EVENTS_KEPT kept: the admin's hit log.
+
+The daily rows past HIT_LOG_DAYS are pruned daily: by Celery beat (`urlguard-hit-log`),
+or without a broker by a daemon thread of each serving process, started by its first
+request (like the embedded catch-up and feed refresh)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import threading
 from typing import Any
 
+from django.core.signals import request_started
+from django.db import connections
 from django.db.models import Sum
 from django.utils import timezone
 
+from urlguard.celery import PRUNE_HIT_LOG_INTERVAL, PRUNE_HIT_LOG_TASK, shared_task
 from urlguard.conf import conf
 from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
 from urlguard.runtime import database, stats
+from urlguard.runtime.process import Daemon
 
-__all__ = ["api_blocked", "continued", "prune", "top_hosts", "top_rules", "warned"]
+__all__ = [
+    "api_blocked",
+    "continued",
+    "install",
+    "prune",
+    "prune_hit_log",
+    "stop",
+    "top_hosts",
+    "top_rules",
+    "warned",
+]
+
+logger = logging.getLogger(__name__)
 
 WARNED, CONTINUED = 0, 1
 
@@ -158,6 +180,48 @@ def prune(now: dt.datetime | None = None) -> int:
     removed, _ = RuleHitDay.objects.filter(day__lt=cutoff).delete()
     hosts, _ = HostHitDay.objects.filter(day__lt=cutoff).delete()
     return removed + hosts
+
+
+@shared_task(name=PRUNE_HIT_LOG_TASK, ignore_result=True)
+def prune_hit_log() -> int:
+    """Scheduled (beat, daily): prune()."""
+    return prune()
+
+
+_UID = "urlguard.hotpath.hitlog"
+
+
+def install() -> None:
+    """No broker: prune in a daemon thread of this process from its first request on."""
+    request_started.connect(_on_first_request, dispatch_uid=_UID)
+
+
+def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
+    # Later requests pay nothing for this signal.
+    request_started.disconnect(dispatch_uid=_UID)
+    pruner.start()
+
+
+def _loop(stopped: threading.Event) -> None:
+    # At start, then daily: a process restarted more often than daily still prunes.
+    while not stopped.is_set():
+        try:
+            prune()
+        except Exception:
+            logger.exception("pruning the hit log failed; retrying in %g s", PRUNE_HIT_LOG_INTERVAL)
+        finally:
+            connections.close_all()
+        pruner.wait(PRUNE_HIT_LOG_INTERVAL)
+
+
+#: The pruning thread of this process.
+pruner = Daemon("urlguard-hit-log", _loop)
+
+
+def stop(timeout: float = 5.0) -> None:
+    """Stop the thread (tests), so that a later install() starts a new one."""
+    pruner.stop(timeout)
+    request_started.disconnect(dispatch_uid=_UID)
 
 
 def _since(days: int) -> dt.date:
