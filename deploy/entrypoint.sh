@@ -53,7 +53,8 @@ shift
 case "$role" in
 web)
     # The gunicorn hooks (urlguard_service.gunicornconf) remove the metric files of processes
-    # that are gone before the first worker starts, and mark exited workers dead.
+    # that are gone before the first worker starts, mark exited workers dead, and write
+    # each worker's buffered statistics as it exits.
     exec "$PYTHON" -m gunicorn -c python:urlguard_service.gunicornconf \
         --bind "$BIND" --workers "${WEB_CONCURRENCY:-4}" \
         --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1,::1}" \

@@ -11,9 +11,11 @@
   gauge modes (prometheus_client's mark_process_dead).
 - `post_request` (a worker, after each response): counts it by status class
   (`urlguard_http_responses_total{code}`), including the ones Django never saw.
+- `worker_exit` (a worker, as it exits): writes its buffered statistics (clicks, rule
+  hits) before the process ends (urlguard.runtime.stats).
 
 Another config file can take these over: `from urlguard_service.gunicornconf import
-on_starting, child_exit, post_request`.
+on_starting, child_exit, post_request, worker_exit`.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from __future__ import annotations
 import glob
 import os
 import re
+import sys
 from typing import Any
 
-__all__ = ["child_exit", "clear_dead_processes", "on_starting", "post_request"]
+__all__ = ["child_exit", "clear_dead_processes", "on_starting", "post_request", "worker_exit"]
 
 _PID = re.compile(r"_(\d+)\.db$")
 
@@ -82,3 +85,19 @@ def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:
         from urlguard.runtime import metrics
 
         metrics.responded(status)
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    # gunicorn also calls it in the master, for a worker it found already gone.
+    if worker.pid != os.getpid():
+        return
+    stats = sys.modules.get("urlguard.runtime.stats")
+    if stats is None:  # a worker that never loaded the app has nothing buffered
+        return
+    pending = {name: n for name, n in stats.pending().items() if n}
+    stats.gunicorn_worker_exit(server, worker)
+    server.log.info(
+        "urlguard: worker %s exiting: its buffered statistics flushed (%s)",
+        worker.pid,
+        ", ".join(f"{name} {n}" for name, n in sorted(pending.items())) or "none",
+    )

@@ -5,6 +5,7 @@ row per (link, visitor, hour) with close duplicates dropped, unique visitors per
 database errors kept and retried."""
 
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -382,7 +383,16 @@ def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
         port = sock.getsockname()[1]
     log = (tmp_path / "gunicorn.log").open("w")
     proc = subprocess.Popen(
-        [str(GUNICORN), "urlguard_service.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+        [
+            str(GUNICORN),
+            "-c",
+            "python:urlguard_service.gunicornconf",
+            "urlguard_service.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+        ],
         cwd=ROOT,
         env={**env, "DJANGO_SETTINGS_MODULE": "slow_flush", "PYTHONPATH": f"{tmp_path}:{ROOT}"},
         stdout=log,
@@ -427,4 +437,8 @@ def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
             proc.wait()
         log.close()
     stored = db.execute("SELECT click_count, unique_visitors FROM urlguard_shortlink").fetchone()
-    assert stored == (sent, 1), (tmp_path / "gunicorn.log").read_text()
+    text = (tmp_path / "gunicorn.log").read_text()
+    assert stored == (sent, 1), text
+    # Each worker's written by the config's worker_exit hook, before it ended.
+    flushed = re.findall(r"urlguard: worker (\d+) exiting: its buffered statistics flushed", text)
+    assert len(set(flushed)) == 2, text

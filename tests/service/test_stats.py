@@ -20,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 
 from urlguard.models import Click, ShortLink, StatsLoss
 from urlguard.runtime import stats
+from urlguard_service import gunicornconf
 
 pytestmark = pytest.mark.django_db
 
@@ -267,6 +268,38 @@ def test_sigterm_flushes_everything(file_db):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert stored(db) - before == 4 * 1000
+
+
+class GunicornLog:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.lines.append(message % args)
+
+
+class Gunicorn:
+    """What gunicorn passes its hooks: the arbiter (`server`, with its log) and a worker."""
+
+    def __init__(self, pid: int) -> None:
+        self.log = GunicornLog()
+        self.pid = pid
+
+
+# Transactional: the flush at exit closes the process's connections, as it does in a worker.
+@pytest.mark.django_db(transaction=True)
+def test_gunicorns_worker_exit_hook_writes_what_is_buffered(links, clicks_counter):
+    for link in (links[0], links[0], links[2]):
+        clicks_counter.add(link.pk)
+    arbiter = Gunicorn(os.getppid())
+    # The master calls it too, for a worker found already gone: not its statistics.
+    gunicornconf.worker_exit(arbiter, Gunicorn(os.getpid() + 1))
+    assert stats.pending()["test.clicks"] == 2 and counts() == [0, 0, 0]
+    gunicornconf.worker_exit(arbiter, Gunicorn(os.getpid()))
+    assert counts() == [2, 0, 1] and stats.pending()["test.clicks"] == 0
+    assert arbiter.log.lines == [
+        f"urlguard: worker {os.getpid()} exiting: its buffered statistics flushed (test.clicks 2)"
+    ]
 
 
 @pytest.mark.live

@@ -493,7 +493,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def gunicorn_worker_exit(server: Any, worker: Any) -> None:
-    """gunicorn's worker_exit hook (gunicorn.conf.py): flush before the worker exits."""
+    """gunicorn's worker_exit hook (urlguard_service.gunicornconf installs it): flush
+    before the worker exits."""
     stop()
 
 
