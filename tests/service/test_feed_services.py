@@ -4,6 +4,7 @@ nodes' filter files to it (additions, then a removal)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from django.db import connection
 
@@ -61,6 +62,19 @@ def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_avail
     rows = sorted(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))
     assert len(rows) == 2500
     assert sorted(zip(keys.tolist(), ids.tolist(), strict=True)) == rows
+
+
+@pytest.mark.parametrize("share", [0.01, 0.5])  # keys looked up, or the listing read
+def test_the_rule_ids_of_keys_are_what_the_orm_reads(services_available, nudges, share):  # noqa: F811
+    source = Source.objects.create(name="ids", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules([f"h{i}.example" for i in range(400)], source=source)
+    changes.add_rules(["other.example"], source="admin")
+    rows = dict(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))
+    keys = np.sort(np.array(list(rows), dtype=np.int64))
+    wanted = np.concatenate((keys[: int(share * len(keys))], np.array([12345], dtype=np.int64)))
+    ids = listing.rule_ids(source, np.sort(wanted), len(keys))
+    assert sorted(ids) == sorted(rows[k] for k in wanted.tolist() if k in rows)
+    assert listing.rule_ids(source, np.zeros(0, dtype=np.int64), len(keys)) == []
 
 
 def test_withdrawn_and_deleted_rules_take_their_references_along(services_available, nudges):  # noqa: F811
@@ -230,3 +244,20 @@ def test_a_change_set_deletion_waits_for_a_writer_of_its_rows(
     assert not deleter.is_alive() and not errors
     assert not ChangeSet.objects.filter(pk=cs.pk).exists()
     assert changes.dangling_references() == {k: 0 for k in changes.dangling_references()}
+
+
+def test_the_rule_ids_of_many_keys_are_one_statement(services_available, nudges, monkeypatch):  # noqa: F811
+    # No index finds a listing by its key (migration 0019): each statement scans the
+    # source's listings, so the keys go in one statement, not one per batch.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(listing, "_BATCH", 100)
+    source = Source.objects.create(name="ids", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules([f"h{i}.example" for i in range(3000)], source=source)
+    rows = dict(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))
+    keys = np.sort(np.array(list(rows), dtype=np.int64))[:350]
+    with CaptureQueriesContext(connection) as queries:
+        ids = listing.rule_ids(source, keys, len(rows))
+    assert sorted(ids) == sorted(rows[k] for k in keys.tolist())
+    assert len([q for q in queries if "rule_id" in q["sql"]]) == 1

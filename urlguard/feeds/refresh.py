@@ -140,14 +140,14 @@ def refresh_source(
         protected = allowlist.load() if not source.is_allowlist else allowlist.Allowlist({})
         stamp = ""
         remembered: memo.Memo | None = None
-        listed = listed_ids = np.zeros(0, dtype=np.int64)
+        listed = np.zeros(0, dtype=np.int64)
 
         def prepare(fmt: str) -> tuple[memo.Memo | None, np.ndarray]:
             # The listing and the memo before the body: the units the memo knows
             # (and whose rules the source lists) are resolved as they are read.
-            nonlocal stamp, remembered, listed, listed_ids
+            nonlocal stamp, remembered, listed
             report("listing", 0, 0)
-            listed, listed_ids = listing.listed_now(source)
+            listed = listing.listed_keys(source)
             stamp = memo.stamp(fmt, protected.digest())
             remembered = None if source.is_allowlist else memo.load(source.pk, stamp)
             report("reading", 0, 0)
@@ -176,7 +176,6 @@ def refresh_source(
                 source,
                 staged,
                 listed,
-                listed_ids,
                 result,
                 dry_run=dry_run,
                 accept_shrink=accept_shrink,
@@ -327,7 +326,6 @@ def _diff_and_apply(
     source: Source,
     staged: Staged,
     old_keys: np.ndarray,
-    old_ids: np.ndarray,
     result: RefreshResult,
     *,
     dry_run: bool,
@@ -438,8 +436,9 @@ def _diff_and_apply(
             )
             result.rules_added = bulk.added_count
         if result.removed:
+            report("removing", result.added, total)
+            gone = listing.rule_ids(source, old_keys[gone_mask], len(old_keys))
             report("withdrawing", result.added, total)
-            gone = old_ids[gone_mask].tolist()
             withdrawn = changes.withdraw_rules(source, gone, user=user, change_set=cs)
             result.rules_removed = withdrawn.removed
         changes.record_refused(cs, result.refused)
