@@ -17,8 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -72,12 +70,11 @@ def main() -> None:
             memo.listed_digest(first.unique_keys),
         )
         listed = first.unique_keys.copy()
-        listed_ids = np.arange(len(listed), dtype=np.int64)  # listing.listed_now's rule ids
         first.close()
         del first
         _give_back_memory()
         first_s = time.perf_counter() - started
-        held = (remembered.high.nbytes * 3 + listed.nbytes + listed_ids.nbytes) >> 20
+        held = (remembered.high.nbytes * 3 + listed.nbytes) >> 20
         before = status("VmRSS")
         churn = n // 100
         write_feed(feed, [*range(churn, n), *range(n, n + churn)])
@@ -97,7 +94,7 @@ def main() -> None:
         staged.remember(source.pk, "bench", remembered)
         remember_peak = status("VmHWM")
         del remembered
-        gone = len(listed_ids[~staging.member(listed, staged.unique_keys)])
+        gone = int((~staging.member(listed, staged.unique_keys)).sum())
         churn_s = time.perf_counter() - started
         load = os.getloadavg()
         print(f"{n:,} entries; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
