@@ -168,6 +168,17 @@ def _network(value: str) -> bool:
     return True
 
 
+def _proxy_network(value: str) -> bool:
+    """A network of reverse proxies: no host bits set ("10.0.0.10/8" is a typo that
+    would trust a whole /8), and never every address (any client could then name its
+    own address in X-Forwarded-For)."""
+    try:
+        network = ipaddress.ip_network(value)
+    except ValueError:
+        return False
+    return network.prefixlen > 0
+
+
 def _dns_zone(value: Any) -> bool:
     if not (isinstance(value, str) and value.endswith(".") and len(value) <= 254):
         return False
@@ -608,6 +619,19 @@ class Settings:
         resolve=str,
         check_id="urlguard.E074",
         hint="e.g. a long random string the scraper sends as 'Authorization: Bearer ...'.",
+    )
+    # The reverse proxies whose X-Forwarded-For TrustedProxyMiddleware believes: on a
+    # request from one of them, REMOTE_ADDR becomes the header's first address, read
+    # from the right, that is not one of them. []: REMOTE_ADDR as the server saw it.
+    TRUSTED_PROXIES = Setting(
+        [],
+        must_be="a list of IP networks (CIDR) without host bits, none of them all "
+        "addresses, e.g. ['127.0.0.1/32', '::1/128']",
+        valid=lambda v: _names(v) and all(_proxy_network(n) for n in v),
+        resolve=lambda v: tuple(ipaddress.ip_network(n) for n in v),
+        check_id="urlguard.E083",
+        hint="the addresses your reverse proxies connect to the service from, e.g. "
+        "['10.0.0.10/32'] (a list, not a string); never a network visitors connect from.",
     )
     # The check API: URLs in one POST /api/check, and the largest body it reads.
     API_MAX_URLS = Setting(

@@ -1,7 +1,9 @@
-"""The middleware's public import path, which host sites put first in MIDDLEWARE
-(DESIGN.md, fixed): `urlguard.middleware.RedirectGuardMiddleware`. The implementation
-is the hot path's, urlguard.hotpath.middleware."""
+"""The middleware's public import paths. Host sites put `RedirectGuardMiddleware` first
+in MIDDLEWARE (DESIGN.md, fixed; its implementation is the hot path's,
+urlguard.hotpath.middleware) and, behind a reverse proxy, `TrustedProxyMiddleware`
+before it (urlguard.runtime.trustedproxy)."""
 
 from urlguard.hotpath.middleware import RedirectGuardMiddleware
+from urlguard.runtime.trustedproxy import TrustedProxyMiddleware
 
-__all__ = ["RedirectGuardMiddleware"]
+__all__ = ["RedirectGuardMiddleware", "TrustedProxyMiddleware"]
