@@ -73,6 +73,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Before everything that reads REMOTE_ADDR; it never changes a response, so the
+    # guard below still sees every redirect last.
+    "urlguard.middleware.TrustedProxyMiddleware",
     "urlguard.middleware.RedirectGuardMiddleware",
     "urlguard.operations.health.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -90,8 +93,8 @@ MIDDLEWARE = [
 ]
 
 # Admin logins are rate-limited by django-axes: after AXES_FAILURE_LIMIT failed
-# attempts from one address (REMOTE_ADDR: behind a proxy, make it the visitor's, see
-# README "Deploying safely") that address is refused (429) for AXES_COOLOFF_TIME.
+# attempts from one address (REMOTE_ADDR: behind a proxy, the visitor's once
+# URLGUARD_TRUSTED_PROXIES names it) that address is refused (429) for AXES_COOLOFF_TIME.
 # Per address, not per user name: a stranger cannot lock the real admin out.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -182,6 +185,9 @@ if _metrics_token := os.environ.get("URLGUARD_METRICS_TOKEN", ""):
     URLGUARD["METRICS_TOKEN"] = _metrics_token
 if _metrics_networks := os.environ.get("URLGUARD_METRICS_ALLOWED_NETWORKS", ""):
     URLGUARD["METRICS_ALLOWED_NETWORKS"] = [n.strip() for n in _metrics_networks.split(",")]
+# The reverse proxies in front (the nginx examples): their X-Forwarded-For names the visitor.
+if _trusted_proxies := os.environ.get("URLGUARD_TRUSTED_PROXIES", ""):
+    URLGUARD["TRUSTED_PROXIES"] = [n.strip() for n in _trusted_proxies.split(",")]
 # The `dns` role (serve_dns): its zones, who may transfer the RPZ zone, whom to NOTIFY.
 for _name in ("DNS_RPZ_ZONE", "DNS_URIBL_ZONE"):
     if _value := os.environ.get(f"URLGUARD_{_name}", ""):

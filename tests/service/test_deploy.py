@@ -104,12 +104,13 @@ def test_postgresql_connections_give_up_after_a_bounded_wait(tmp_path):
     assert done.stdout.strip() == "5"
 
 
-def test_node_name_and_metrics_access_come_from_the_environment(tmp_path):
+def test_node_name_metrics_access_and_trusted_proxies_come_from_the_environment(tmp_path):
     """What deploy/ sets per node and per deployment; unset keeps the defaults."""
     probe = (
         "import django; django.setup(); from urlguard.conf import conf; "
         "print(conf.NODE_NAME, repr(conf.METRICS_TOKEN), "
-        "[str(n) for n in conf.METRICS_ALLOWED_NETWORKS])"
+        "[str(n) for n in conf.METRICS_ALLOWED_NETWORKS], "
+        "[str(n) for n in conf.TRUSTED_PROXIES])"
     )
     env = {"DJANGO_SETTINGS_MODULE": "urlguard_service.settings"}
     done = _run(
@@ -118,11 +119,16 @@ def test_node_name_and_metrics_access_come_from_the_environment(tmp_path):
         URLGUARD_NODE_NAME="node7",
         URLGUARD_METRICS_TOKEN="t0ken",
         URLGUARD_METRICS_ALLOWED_NETWORKS="127.0.0.0/8, 10.0.0.0/8",
+        URLGUARD_TRUSTED_PROXIES="127.0.0.1/32, ::1",
         **env,
     )
-    assert done.stdout.split(" ", 2) == ["node7", "'t0ken'", "['127.0.0.0/8', '10.0.0.0/8']\n"]
+    assert done.stdout.split(" ", 2) == [
+        "node7",
+        "'t0ken'",
+        "['127.0.0.0/8', '10.0.0.0/8'] ['127.0.0.1/32', '::1/128']\n",
+    ]
     done = _run(tmp_path, ["-c", probe], **env)
-    assert done.stdout.split(" ", 1)[1] == "'' ['127.0.0.0/8', '::1/128']\n", done.stderr
+    assert done.stdout.split(" ", 1)[1] == "'' ['127.0.0.0/8', '::1/128'] []\n", done.stderr
 
 
 def test_the_dns_roles_settings_come_from_the_environment(tmp_path):

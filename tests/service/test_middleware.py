@@ -430,10 +430,14 @@ def test_async_middleware_path(monkeypatch, filt):
     assert untouched.status_code == 200
 
 
-def test_middleware_is_first():
+def test_middleware_is_first_after_the_proxy_address():
+    """Only TrustedProxyMiddleware comes before it: that one never touches a response."""
     from django.conf import settings
 
-    assert settings.MIDDLEWARE[0] == "urlguard.middleware.RedirectGuardMiddleware"
+    assert settings.MIDDLEWARE[:2] == [
+        "urlguard.middleware.TrustedProxyMiddleware",
+        "urlguard.middleware.RedirectGuardMiddleware",
+    ]
 
 
 @pytest.mark.parametrize("to", ["http://[::1", "https://[not-an-ip]/x"])

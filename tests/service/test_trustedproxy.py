@@ -1,5 +1,6 @@
 """TrustedProxyMiddleware: REMOTE_ADDR made the visitor's behind trusted proxies only,
-read from the right of X-Forwarded-For."""
+read from the right of X-Forwarded-For, and every reader of REMOTE_ADDR (the rate
+limits first) seeing the rewritten value."""
 
 from __future__ import annotations
 
@@ -133,3 +134,63 @@ def test_async_requests_are_rewritten_too(settings):
     request = RequestFactory().get("/", REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="198.51.100.7")
     assert async_to_sync(middleware)(request).status_code == 200
     assert seen == ["198.51.100.7"]
+
+
+def test_it_comes_before_every_middleware_that_reads_remote_addr():
+    from django.conf import settings
+
+    assert settings.MIDDLEWARE[:2] == [
+        "urlguard.middleware.TrustedProxyMiddleware",
+        "urlguard.middleware.RedirectGuardMiddleware",
+    ]
+
+
+# -- through the service: the check API's per-address rate limit ------------------------
+
+
+@pytest.fixture
+def behind_proxy(settings, db):
+    settings.URLGUARD = {
+        **settings.URLGUARD,
+        "API_OPEN_RATE": "2/m",
+        "TRUSTED_PROXIES": ["127.0.0.1/32"],
+    }
+
+
+def check(client, remote: str, forwarded: str | None = None) -> int:
+    headers = {} if forwarded is None else {"HTTP_X_FORWARDED_FOR": forwarded}
+    url = {"url": "https://example.com/"}
+    return client.get("/api/check", url, REMOTE_ADDR=remote, **headers).status_code
+
+
+def test_two_visitors_behind_the_proxy_have_their_own_limits(client, behind_proxy):
+    assert [check(client, PROXY, "198.51.100.1") for _ in range(3)] == [200, 200, 429]
+    # Another visitor through the same proxy: its own bucket, not the first one's.
+    assert [check(client, PROXY, "198.51.100.2") for _ in range(3)] == [200, 200, 429]
+    # A visitor cannot leave its bucket by writing another address in front of its own.
+    assert check(client, PROXY, "198.51.100.9, 198.51.100.1") == 429
+
+
+def test_a_client_sending_the_header_straight_cannot_leave_its_bucket(client, behind_proxy):
+    assert [check(client, "198.51.100.1", f"203.0.113.{n}") for n in range(3)] == [200, 200, 429]
+    # Nor take another visitor's: its own address is what counts.
+    assert check(client, "198.51.100.3", "198.51.100.1") == 200
+
+
+def test_the_admin_lock_out_is_per_visitor_behind_the_proxy(client, settings, db):
+    from django.contrib.auth.models import User
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.URLGUARD = {**settings.URLGUARD, "TRUSTED_PROXIES": ["127.0.0.1/32"]}
+    User.objects.create_superuser("boss", "boss@localhost", "right-one")
+
+    def login(visitor: str, password: str) -> int:
+        data = {"username": "boss", "password": password, "next": "/admin/"}
+        return client.post(
+            "/admin/login/", data, REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=visitor
+        ).status_code
+
+    attempts = [login("203.0.113.66", f"guess-{n}") for n in range(settings.AXES_FAILURE_LIMIT)]
+    assert attempts[-1] == 429
+    # Another visitor through the same proxy still logs in.
+    assert login("198.51.100.7", "right-one") == 302

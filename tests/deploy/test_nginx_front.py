@@ -1,0 +1,120 @@
+"""The shipped nginx front (deploy/nginx/urlguard.conf) run by Debian's nginx before the
+service with TRUSTED_PROXIES naming it: visitors connecting from different addresses
+are different visitors to the service (their own check-API rate-limit buckets), and an
+X-Forwarded-For a visitor writes itself is not taken as its address.
+
+The visitors are two loopback source addresses (Linux accepts any of 127/8); nginx
+listens on a free local port without TLS and passes to pytest-django's live server."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.test_artifacts import DEPLOY, nginx_prefix  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _adapted(site: str, prefix: Path, port: int, redirect_port: int, upstream: str) -> str:
+    """deploy/nginx/urlguard.conf with only what cannot run here replaced: the nodes'
+    addresses, the ports, TLS (the certificate paths and the `ssl http2` listen)."""
+    replacements = [
+        ("server 10.0.0.11:8000", f"server {upstream}"),
+        ("server 10.0.0.12:8000", f"server {upstream}"),
+        ("listen 80;", f"listen 127.0.0.1:{redirect_port};"),
+        ("listen [::]:80;\n", ""),
+        ("listen 443 ssl http2;", f"listen 127.0.0.1:{port};"),
+        ("listen [::]:443 ssl http2;\n", ""),
+        ("/etc/ssl/certs/links.example.org.pem", str(prefix / "cert.pem")),
+        ("/etc/ssl/private/links.example.org.key", str(prefix / "key.pem")),
+    ]
+    for old, new in replacements:
+        assert site.count(old) == 1, f"deploy/nginx/urlguard.conf no longer has {old!r}"
+        site = site.replace(old, new)
+    assert "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;" in site
+    return site
+
+
+@pytest.fixture
+def front(nginx_prefix, live_server) -> Iterator[int]:  # noqa: F811
+    """nginx in the foreground with the shipped site before the live server; its port."""
+    port, redirect_port = _free_port(), _free_port()
+    upstream = live_server.url.removeprefix("http://").replace("localhost", "127.0.0.1")
+    site = (DEPLOY / "nginx" / "urlguard.conf").read_text()
+    (nginx_prefix / "site.conf").write_text(
+        _adapted(site, nginx_prefix, port, redirect_port, upstream)
+    )
+    conf = nginx_prefix / "nginx.conf"
+    conf.write_text("daemon off;\nmaster_process off;\n" + conf.read_text())
+    error_log = nginx_prefix / "error.log"
+    proc = subprocess.Popen(
+        [nginx_prefix / "nginx", "-p", nginx_prefix, "-c", conf, "-e", error_log],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        "nginx did not start:\n" + error_log.read_text(errors="replace")
+                    ) from None
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def check_from(source: str, port: int, forged: str | None = None) -> int:
+    """GET /api/check through the front, connecting from the address `source`."""
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=10, source_address=(source, 0)
+    )
+    headers = {"Host": "localhost"}
+    if forged is not None:
+        headers["X-Forwarded-For"] = forged
+    try:
+        connection.request("GET", "/api/check?url=https%3A%2F%2Fexample.com%2F", headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def test_visitors_behind_the_shipped_nginx_front_are_told_apart(front, settings):
+    settings.URLGUARD = {
+        **settings.URLGUARD,
+        "API_OPEN_RATE": "2/m",
+        "TRUSTED_PROXIES": ["127.0.0.1/32"],
+    }
+    assert [check_from("127.0.0.2", front) for _ in range(3)] == [200, 200, 429]
+    # Another visitor of the same front: a bucket of its own.
+    assert check_from("127.0.0.3", front) == 200
+    # Naming another address in its own X-Forwarded-For does not lead it out of its bucket...
+    assert check_from("127.0.0.3", front, forged="203.0.113.9") == 200
+    assert check_from("127.0.0.3", front, forged="203.0.113.10") == 429
+    # ...nor into another's: 127.0.0.4 spends its own, not 127.0.0.2's (exhausted).
+    assert check_from("127.0.0.4", front, forged="127.0.0.2") == 200
