@@ -194,3 +194,27 @@ def test_the_admin_lock_out_is_per_visitor_behind_the_proxy(client, settings, db
     assert attempts[-1] == 429
     # Another visitor through the same proxy still logs in.
     assert login("198.51.100.7", "right-one") == 302
+
+
+def test_metrics_judge_the_visitor_not_the_proxy(client, settings, db):
+    settings.URLGUARD = {**settings.URLGUARD, "TRUSTED_PROXIES": ["127.0.0.1/32"]}
+    # Loopback is allowed by default: the proxy itself still scrapes...
+    assert client.get("/metrics", REMOTE_ADDR=PROXY).status_code == 200
+    # ...but a visitor it passes on is judged by its own address.
+    forwarded = {"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": "203.0.113.5"}
+    assert client.get("/metrics", **forwarded).status_code == 403
+    assert "failed" in client.get("/readyz", **forwarded).json()
+    assert "checks" not in client.get("/readyz", **forwarded).json()
+
+
+def test_visitor_ids_tell_visitors_behind_the_proxy_apart(settings):
+    from urlguard.runtime.visitors import visitor_id
+
+    settings.URLGUARD = {**settings.URLGUARD, "TRUSTED_PROXIES": TRUSTED}
+    one, two = (
+        RequestFactory().get("/", REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=visitor)
+        for visitor in ("198.51.100.1", "198.51.100.2")
+    )
+    for request in (one, two):
+        TrustedProxyMiddleware(_passed)(request)
+    assert visitor_id(one) != visitor_id(two)
