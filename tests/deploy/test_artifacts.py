@@ -11,6 +11,7 @@ where the tool is absent."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import shutil
@@ -124,6 +125,30 @@ def test_compose_runs_two_nodes_each_web_and_worker_on_its_own_volume_and_one_be
     assert "./nginx/compose.conf:/etc/nginx/conf.d/default.conf:ro" in front["volumes"]
     env = services["web1"]["environment"]
     assert env["DJANGO_SECURE_PROXY_SSL_HEADER"] == "X-Forwarded-Proto"
+
+
+def _default(value: str) -> str:
+    """The default of a compose interpolation `${NAME:-default}`."""
+    match = re.fullmatch(r"\$\{[A-Z_]+:-([^}]*)\}", value)
+    assert match, value
+    return match.group(1)
+
+
+def test_compose_nodes_trust_the_fronts_address_only():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    trusted = services["web1"]["environment"]["URLGUARD_TRUSTED_PROXIES"]
+    assert services["front"]["networks"]["front"]["ipv4_address"] == trusted
+    subnet = compose["networks"]["front"]["ipam"]["config"][0]["subnet"]
+    address, network = _default(trusted), ipaddress.ip_network(_default(subnet))
+    assert ipaddress.ip_address(address) in network
+    assert address != str(next(network.hosts()))  # the gateway: the host's connections
+    assert {"default", "front"} == set(services["web1"]["networks"])
+    assert {"default", "front"} == set(services["web2"]["networks"])
+    # The example environment spells out the same defaults.
+    example = (DEPLOY / "compose.env.example").read_text()
+    assert f"URLGUARD_FRONT_ADDRESS={address}\n" in example
+    assert f"URLGUARD_FRONT_SUBNET={network}\n" in example
 
 
 def test_the_kubernetes_manifests_validate():
