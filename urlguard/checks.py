@@ -20,6 +20,7 @@ from django.core.management.base import SystemCheckError
 from urlguard.conf import SETTINGS
 
 MIDDLEWARE_PATH = "urlguard.middleware.RedirectGuardMiddleware"
+PROXY_MIDDLEWARE_PATH = "urlguard.middleware.TrustedProxyMiddleware"
 
 
 def _writable_dir(directory: str) -> str:
@@ -76,6 +77,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 f"{MIDDLEWARE_PATH} is not in settings.MIDDLEWARE, so no redirect is checked.",
                 hint=f"Add '{MIDDLEWARE_PATH}' near the top of MIDDLEWARE.",
                 id="urlguard.E004",
+            )
+        )
+    proxies = SETTINGS["TRUSTED_PROXIES"].raw()
+    if proxies and PROXY_MIDDLEWARE_PATH not in getattr(settings, "MIDDLEWARE", ()):
+        messages.append(
+            Error(
+                f"URLGUARD['TRUSTED_PROXIES'] names proxies, but {PROXY_MIDDLEWARE_PATH} is "
+                "not in settings.MIDDLEWARE, so REMOTE_ADDR stays the proxy's: every "
+                "visitor shares its rate limits.",
+                hint=f"Add '{PROXY_MIDDLEWARE_PATH}' first in MIDDLEWARE.",
+                id="urlguard.E084",
             )
         )
 

@@ -18,7 +18,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from urlguard.checks import MIDDLEWARE_PATH, check_settings, refuse_to_start
+from urlguard.checks import (
+    MIDDLEWARE_PATH,
+    PROXY_MIDDLEWARE_PATH,
+    check_settings,
+    refuse_to_start,
+)
 from urlguard.conf import DEFAULTS, SETTINGS, conf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -310,6 +315,16 @@ def test_e004_middleware_missing(settings):
     settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if m != MIDDLEWARE_PATH]
     errors = [m for m in check_settings() if m.id == "urlguard.E004"]
     assert errors and MIDDLEWARE_PATH in errors[0].hint
+
+
+def test_e084_trusted_proxies_without_their_middleware(settings):
+    set_urlguard(settings, TRUSTED_PROXIES=["127.0.0.1/32"])
+    assert "urlguard.E084" not in ids()
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if m != PROXY_MIDDLEWARE_PATH]
+    (error,) = [m for m in check_settings() if m.id == "urlguard.E084"]
+    assert PROXY_MIDDLEWARE_PATH in error.hint and "REMOTE_ADDR" in error.msg
+    set_urlguard(settings, TRUSTED_PROXIES=[])
+    assert "urlguard.E084" not in ids()
 
 
 def test_e005_bad_policy_names_the_choices(settings):
