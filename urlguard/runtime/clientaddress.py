@@ -12,8 +12,8 @@ __all__ = ["client_network"]
 
 
 def client_network(request: HttpRequest) -> str:
-    """REMOTE_ADDR, or its /64 for IPv6 (behind a proxy REMOTE_ADDR must be made the
-    visitor's: README "Deploying safely")."""
+    """REMOTE_ADDR, or its /64 for IPv6 (behind a proxy, the visitor's once
+    TrustedProxyMiddleware has run: urlguard.runtime.trustedproxy)."""
     address = str(request.META.get("REMOTE_ADDR") or "")
     try:
         parsed = ipaddress.ip_address(address.split("%", 1)[0])
