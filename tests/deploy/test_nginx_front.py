@@ -11,13 +11,13 @@ from __future__ import annotations
 import http.client
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.deploy.test_artifacts import DEPLOY, nginx_prefix  # noqa: F401 (a fixture)
+from tests.listening import wait_until_listening
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -66,17 +66,9 @@ def front(nginx_prefix, live_server) -> Iterator[int]:  # noqa: F811
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(
-                        "nginx did not start:\n" + error_log.read_text(errors="replace")
-                    ) from None
-                time.sleep(0.05)
+        wait_until_listening(
+            port, proc, within=10, what="nginx", log=lambda: error_log.read_text(errors="replace")
+        )
         yield port
     finally:
         proc.terminate()

@@ -28,6 +28,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from filterengine import OppositeBloomFilter, RotatingBloomFilter
+from tests.listening import wait_until_listening
 from urlguard.models import Click, ShortLink
 from urlguard.runtime import stats
 from urlguard.runtime.visitors import visitor_id
@@ -399,16 +400,9 @@ def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, (
-                    tmp_path / "gunicorn.log"
-                ).read_text()
-                time.sleep(0.1)
+        wait_until_listening(
+            port, proc, within=60, what="gunicorn", log=(tmp_path / "gunicorn.log").read_text
+        )
         sent = 0
         with ThreadPoolExecutor(4) as pool:
             for status in pool.map(_status, [f"http://127.0.0.1:{port}/g"] * 200):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.listening import wait_until_listening
 from urlguard.templatetags.urlguard_format import unbroken_host
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,17 +114,9 @@ def _serving(var: Path) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(
-                        "gunicorn did not start:\n" + (var / "gunicorn.log").read_text()
-                    ) from None
-                time.sleep(0.1)
+        wait_until_listening(
+            port, proc, within=30, what="gunicorn", log=(var / "gunicorn.log").read_text
+        )
         # The first request imports the URLconf and maps the filter: pay for it
         # here, with patience for a busy machine, not inside a test's timeout.
         assert fetch(base, "/")[0] == 200
