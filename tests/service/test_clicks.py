@@ -146,6 +146,13 @@ def test_the_unique_visitor_lookup_runs_under_the_links_row_lock(clock, link):
     assert (link.click_count, link.unique_visitors) == (1, 1)
 
 
+@pytest.mark.live
+def test_on_the_services_database_the_links_rows_are_locked_for_update(clock, link):
+    # The SELECT ... FOR UPDATE the test above checks only where the database has it.
+    assert connection.vendor == "postgresql", "run `make test-live`"
+    test_the_unique_visitor_lookup_runs_under_the_links_row_lock(clock, link)
+
+
 def test_many_threads_and_visitors_count_exactly(clock, link):
     other = ShortLink.objects.create(slug="xyz", destination="https://example.org/")
 
