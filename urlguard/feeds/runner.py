@@ -8,27 +8,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
-from django.core.signals import request_started
 from django.db import connections
 
 from urlguard.conf import conf
+from urlguard.runtime.firstrequest import FirstRequest
 from urlguard.runtime.process import Daemon
 
 logger = logging.getLogger(__name__)
 
-_UID = "urlguard.feeds.runner"
-
 
 def install() -> None:
-    request_started.connect(_on_first_request, dispatch_uid=_UID)
-
-
-def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
-    # Later requests pay nothing for this signal.
-    request_started.disconnect(dispatch_uid=_UID)
-    refresher.start()
+    _first_request.install()
 
 
 def run_once() -> list[str]:
@@ -59,9 +50,10 @@ def _loop(stopped: threading.Event) -> None:
 
 #: The refreshing thread of this process.
 refresher = Daemon("urlguard-feeds", _loop)
+_first_request = FirstRequest("urlguard.feeds.runner", refresher.start)
 
 
 def stop(timeout: float = 5.0) -> None:
     """Stop the thread (tests), so that a later install() starts a new one."""
     refresher.stop(timeout)
-    request_started.disconnect(dispatch_uid=_UID)
+    _first_request.uninstall()

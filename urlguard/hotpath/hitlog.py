@@ -21,7 +21,6 @@ import logging
 import threading
 from typing import Any
 
-from django.core.signals import request_started
 from django.db import connections
 from django.db.models import Sum
 from django.utils import timezone
@@ -30,6 +29,7 @@ from urlguard.celery import PRUNE_HIT_LOG_INTERVAL, PRUNE_HIT_LOG_TASK, shared_t
 from urlguard.conf import conf
 from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
 from urlguard.runtime import database, stats
+from urlguard.runtime.firstrequest import FirstRequest
 from urlguard.runtime.process import Daemon
 
 __all__ = [
@@ -188,18 +188,9 @@ def prune_hit_log() -> int:
     return prune()
 
 
-_UID = "urlguard.hotpath.hitlog"
-
-
 def install() -> None:
     """No broker: prune in a daemon thread of this process from its first request on."""
-    request_started.connect(_on_first_request, dispatch_uid=_UID)
-
-
-def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
-    # Later requests pay nothing for this signal.
-    request_started.disconnect(dispatch_uid=_UID)
-    pruner.start()
+    _first_request.install()
 
 
 def _loop(stopped: threading.Event) -> None:
@@ -216,12 +207,13 @@ def _loop(stopped: threading.Event) -> None:
 
 #: The pruning thread of this process.
 pruner = Daemon("urlguard-hit-log", _loop)
+_first_request = FirstRequest("urlguard.hotpath.hitlog", pruner.start)
 
 
 def stop(timeout: float = 5.0) -> None:
     """Stop the thread (tests), so that a later install() starts a new one."""
     pruner.stop(timeout)
-    request_started.disconnect(dispatch_uid=_UID)
+    _first_request.uninstall()
 
 
 def _since(days: int) -> dt.date:

@@ -18,13 +18,12 @@ import logging
 import math
 import threading
 import time
-from typing import Any
 
-from django.core.signals import request_started
 from django.db import DatabaseError, connections
 
 from urlguard.conf import conf
 from urlguard.nodesync import registry, sync
+from urlguard.runtime.firstrequest import FirstRequest
 from urlguard.runtime.process import Daemon
 
 logger = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ _periodic = True
 
 def install() -> None:
     """Start the upkeep thread on this process's first request."""
-    request_started.connect(_on_first_request, dispatch_uid="urlguard.nodesync.embedded")
+    _first_request.install()
     registry.when_behind(_wake_for)
 
 
@@ -52,10 +51,7 @@ def watch() -> None:
     _start(periodic=False)
 
 
-def _on_first_request(sender: Any = None, **kwargs: Any) -> None:
-    # Later requests pay nothing for this signal.
-    request_started.disconnect(dispatch_uid="urlguard.nodesync.embedded")
-    _start(periodic=True)
+_first_request = FirstRequest("urlguard.nodesync.embedded", lambda: _start(periodic=True))
 
 
 def _start(*, periodic: bool) -> None:
@@ -173,4 +169,4 @@ upkeep = Daemon("urlguard-catch-up", _loop)
 def stop(timeout: float = 5.0) -> None:
     """Stop the thread (tests), so that a later install() starts a new one."""
     upkeep.stop(timeout)
-    request_started.disconnect(dispatch_uid="urlguard.nodesync.embedded")
+    _first_request.uninstall()
