@@ -8,6 +8,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from tests.faults import fail_on_call
 from tests.service.conftest import RULE_EDITOR
 from urlguard.models import AdminJob, ChangeEvent, ShortLink, SpamRule
 from urlguard.writepath import changes
@@ -313,22 +314,13 @@ def test_an_import_that_stopped_runs_again_to_the_end_in_one_change_set(
     job = AdminJob.objects.get(kind="import")
     commit = reverse("admin:urlguard_spamrule_import_commit", args=[job.pk])
     monkeypatch.setattr(imports, "IMPORT_CHUNK", 2)
-    real, chunks = changes._add_chunk, []
-
-    def dies_on_the_second_chunk(*args, **kwargs):
-        chunks.append(1)
-        if len(chunks) == 2:
-            raise OSError("the worker's disk went away")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(changes, "_add_chunk", dies_on_the_second_chunk)
+    fail_on_call(monkeypatch, changes, "_add_chunk", 2, OSError("the worker's disk went away"))
     with committed():
         editor.post(commit)
     job.refresh_from_db()
     assert job.state == "failed" and SpamRule.objects.count() == 2
     page = editor.get(_job_page(job)).content.decode()
     assert "Run it again" in page and f'action="{commit}"' in page
-    monkeypatch.setattr(changes, "_add_chunk", real)
     with committed():
         editor.post(commit)
     job.refresh_from_db()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from django.db import connection
 
+from tests.faults import fail_on_call
 from tests.service.feedserver import feed_server
 from tests.service.test_services import (  # noqa: F401  (fixtures)
     pytestmark,
@@ -170,16 +171,7 @@ def test_add_listed_reads_rows_in_a_thread_and_stops_it_on_any_error(
     cs.refresh_from_db()
     assert cs.finished is None and cs.added == 6
 
-    real = changes._add_listed_chunk
-    calls = []
-
-    def fail_second(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError("the database said no")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(changes, "_add_listed_chunk", fail_second)
+    fail_on_call(monkeypatch, changes, "_add_listed_chunk", 2, RuntimeError("the database said no"))
     with pytest.raises(RuntimeError, match="said no"):
         changes.add_listed(rows(1000), source=feed, chunk_size=300)
     assert readers() == []

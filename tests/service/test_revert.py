@@ -11,6 +11,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from tests.faults import fail_on_call
 from urlguard import jobs
 from urlguard.jobs import deletes
 from urlguard.models import AdminJob, ChangeEvent, ChangeSet, ShortLink, SpamRule
@@ -263,22 +264,13 @@ def test_a_bulk_delete_that_stopped_runs_again_to_the_end_in_one_change_set(edit
     rules = [changes.add_rule(f"bulk{i}.example.net", category="spam") for i in range(5)]
     job = jobs.create_delete(SpamRule.objects.filter(pk__in=[r.pk for r in rules]), user=None)
     monkeypatch.setattr(deletes, "DELETE_CHUNK", 2)
-    real, calls = changes.remove_rules, []
-
-    def dies_on_the_second_batch(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise OSError("the worker's disk went away")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(changes, "remove_rules", dies_on_the_second_batch)
+    fail_on_call(monkeypatch, changes, "remove_rules", 2, OSError("the worker's disk went away"))
     jobs.start_delete(AdminJob.objects.get(pk=job.pk), reason="cleanup")
     job.refresh_from_db()
     assert job.state == "failed" and SpamRule.objects.count() == 3
     commit = reverse("admin:urlguard_spamrule_delete_commit", args=[job.pk])
     page = editor.get(reverse("admin:urlguard_spamrule_delete_job", args=[job.pk]))
     assert f'action="{commit}"' in page.content.decode() and "Run it again" in page.content.decode()
-    monkeypatch.setattr(changes, "remove_rules", real)
     editor.post(commit)
     job.refresh_from_db()
     assert job.state == "done", job.message
