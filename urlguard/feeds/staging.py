@@ -53,14 +53,14 @@ class Staged:
         self.by_line = fmt in formats.LINE_FORMATS
         self.source_category = source_category
         self._memo = remembered if remembered is not None and len(remembered) else None
-        self._listed = listed if listed is not None else np.zeros(0, dtype=np.int64)
+        listed = listed if listed is not None else np.zeros(0, dtype=np.int64)
         # Whether a key from the memo must be looked up in the listing: not when the
         # source lists exactly the keys the memo was saved beside (all of its keys).
         self._listed_index: memo.Index | None = None
         if self._memo is not None and not (
-            self._memo.listed and self._memo.listed == memo.listed_digest(self._listed)
+            self._memo.listed and self._memo.listed == memo.listed_digest(listed)
         ):
-            self._listed_index = memo.Index(self._listed)
+            self._listed_index = memo.Index(listed)
         self._units = 0
         # Known units, a block at a time: their memo positions (their keys are the
         # memo's there), 4 bytes each where the memo allows.
@@ -376,7 +376,6 @@ class Staged:
         # The memo and the listing are the caller's from here (the memo's arrays are
         # most of a big refresh's memory: its caller drops them after saving the next).
         self._memo = self._listed_index = None
-        self._listed = np.zeros(0, dtype=np.int64)
         self.unit_of = np.frombuffer(unit_of, dtype=np.int64)
         self.refused_units = np.frombuffer(refused_units, dtype=np.int64)
         self.unique_keys = sorted_unique(self.keys)
