@@ -176,7 +176,7 @@ def test_a_merged_memo_is_the_memo_saved_from_scratch(old, new, data):
         data.draw(st.lists(st.sampled_from(range(len(old))), max_size=len(old))) if old else [],
         dtype=np.int64,
     )
-    high, low, keys = before.merged(kept, *entries(new))
+    high, low, keys = (part() for part in before.merged_parts(kept, *entries(new)))
     expected_high = sorted({int(before.high[k]) for k in kept.tolist()} | set(new))
     assert high.tolist() == expected_high
     assert low.tolist() == [h * 7 for h in expected_high]

@@ -93,21 +93,14 @@ class Memo:
         found = (self.high[at] == high) & (self.low[at] == low)
         return found, at
 
-    def merged(
-        self, kept: np.ndarray, high: np.ndarray, low: np.ndarray, keys: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(high, low, keys), sorted, of this memo's entries at the positions `kept`
-        and the entries (high, low, keys) besides them (in any order; one whose high
-        word a kept entry has is left out): the next memo, without sorting the
-        entries that stay."""
-        make_high, make_low, make_keys = self.merged_parts(kept, high, low, keys)
-        return make_high(), make_low(), make_keys()
-
     def merged_parts(
         self, kept: np.ndarray, high: np.ndarray, low: np.ndarray, keys: np.ndarray
     ) -> tuple[Part, Part, Part]:
-        """merged(), an array at a time: each call makes one of (high, low, keys), so
-        that a writer holds one of the next memo's arrays at a time, not three."""
+        """(high, low, keys), sorted, of this memo's entries at the positions `kept`
+        and the entries (high, low, keys) besides them (in any order; one whose high
+        word a kept entry has is left out): the next memo, without sorting the
+        entries that stay. Each is made by calling its part, so that a writer holds
+        one of the next memo's arrays at a time, not three."""
         keep = np.zeros(len(self.high), dtype=bool)
         keep[kept] = True
         old_high = self.high[keep]
