@@ -35,6 +35,7 @@ from urlguard.runtime.process import Daemon
 __all__ = [
     "api_blocked",
     "continued",
+    "full_hash_matched",
     "install",
     "prune",
     "prune_hit_log",
@@ -154,6 +155,24 @@ def api_blocked(verdict: Any, *, where: str) -> None:
             host=host[:255],
             rule_id=rule.pk,
             expression=rule.expression[:2000],
+            category=rule.category,
+        )
+    )
+
+
+def full_hash_matched(rule: Any, *, where: str) -> None:
+    """A Safe Browsing client was answered the full hash of `rule` (a browser about to
+    show its own warning; the URL it visits is not sent, only the hash)."""
+    expression = str(rule.expression)
+    HIT_EVENTS.append(
+        HitEvent(
+            at=timezone.now(),
+            action=HitEvent.Action.FULL_HASH,
+            where=where[:200],
+            destination=expression[:2000],
+            host=expression.split("/", 1)[0][:255],
+            rule_id=rule.pk,
+            expression=expression[:2000],
             category=rule.category,
         )
     )

@@ -84,6 +84,7 @@ class HitEvent(models.Model):
         WARNED = "warned", "Warned"
         CONTINUED = "continued", "Continued anyway"
         API = "api", "Blocked (API answer)"
+        FULL_HASH = "fullhash", "Full hash (Safe Browsing)"
 
     at = models.DateTimeField(db_index=True)
     action = models.CharField(max_length=10, choices=Action.choices, default=Action.WARNED)

@@ -1,0 +1,85 @@
+"""fullHashes:find: the full SHA-256 hashes of the rules whose prefixes a client
+found in its copy of a list, searched in the newest position's (prefix, rule id)
+arrays and confirmed in the spam table (a rule removed since is not answered), with
+the positive and negative cache durations of the settings."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from urlguard.conf import conf
+from urlguard.models import SpamRule
+from urlguard.safebrowsing import wire
+from urlguard.safebrowsing.prefixes import ListsAt, lookup
+from urlguard.safebrowsing.threatlists import (
+    ANY_PLATFORM,
+    URL,
+    list_of_category,
+    list_of_threat_type,
+)
+
+__all__ = ["MAX_ENTRIES", "find"]
+
+#: Hashes one request may ask about (Firefox asks a handful per page).
+MAX_ENTRIES = 1000
+
+
+def _duration(seconds: int) -> Any:
+    return wire.message("Duration", seconds=seconds, nanos=0)
+
+
+def find(request: Any, lists: ListsAt) -> tuple[Any, list[SpamRule]]:
+    """(the FindFullHashesResponse, the rules it matched)."""
+    info = request.threat_info
+    wanted: dict[str, list[int]] = {}
+    for threat_type in info.threat_types:
+        name = list_of_threat_type(threat_type)
+        if name is not None and threat_type not in wanted.setdefault(name, []):
+            wanted[name].append(threat_type)
+    entry_types = set(info.threat_entry_types) or {URL}
+    platform = info.platform_types[0] if info.platform_types else ANY_PLATFORM
+    prefixes = [entry.hash for entry in info.threat_entries if 4 <= len(entry.hash) <= 32]
+    response = wire.message(
+        "FindFullHashesResponse",
+        negative_cache_duration=_duration(conf.SAFEBROWSING_NEGATIVE_CACHE_DURATION),
+        minimum_wait_duration=_duration(0),
+    )
+    arrays = lookup(lists.seq)
+    if not wanted or not prefixes or URL not in entry_types or arrays is None:
+        return response, []
+    keys = np.array([int.from_bytes(p[:4], "big") for p in prefixes], dtype=np.uint32)
+    ids: list[int] = []
+    for name in wanted:
+        column = arrays[name]
+        lo = np.searchsorted(column, keys, side="left")
+        hi = np.searchsorted(column, keys, side="right")
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+            ids.extend(arrays[f"{name}.ids"][a:b].tolist())
+    if not ids:
+        return response, []
+    matched = []
+    cache = _duration(conf.SAFEBROWSING_CACHE_DURATION)
+    rules = SpamRule.objects.filter(pk__in=sorted(set(ids))).only("pk", "expression", "category")
+    for rule in rules:
+        name = list_of_category(rule.category)
+        if name not in wanted:
+            continue
+        digest = hashlib.sha256(rule.expression.encode()).digest()
+        if not any(digest.startswith(p) for p in prefixes):
+            continue
+        matched.append(rule)
+        for threat_type in wanted[name]:
+            response.matches.append(
+                wire.message(
+                    "ThreatMatch",
+                    threat_type=threat_type,
+                    platform_type=platform,
+                    threat_entry_type=URL,
+                    threat=wire.message("ThreatEntry", hash=digest),
+                    cache_duration=cache,
+                )
+            )
+    return response, matched

@@ -1,0 +1,225 @@
+"""The threat lists at one change-log position, as files under
+<DATA_DIR>/safebrowsing/: for each list its 4-byte prefixes (the first bytes of the
+SHA-256 of each rule's expression) sorted and without repeats, as big-endian
+integers so that their order is the bytes' order the protocol sorts by; and, for the
+newest positions, every rule's prefix beside its rule id, which fullHashes:find
+searches. Written aside and renamed into place; read memory-mapped."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from django.db import router
+
+from filterengine.atomicfile import remove_stale_temps_in, write_aside
+from urlguard.conf import conf
+from urlguard.exports.projection import snapshot
+from urlguard.exports.render import RenderBusy, render_lock
+from urlguard.models import SpamRule
+from urlguard.safebrowsing.threatlists import LISTS, list_of_category
+
+__all__ = [
+    "ListsAt",
+    "PrepareBusy",
+    "checksum",
+    "kept_positions",
+    "load",
+    "prefix_of",
+    "prepare",
+    "store_dir",
+]
+
+_NAME = re.compile(r"(\d+)\.prefixes\.npz")
+#: Positions whose rule-id lookup is kept (only the newest is searched).
+LOOKUPS_KEPT = 2
+#: Attempts at a consistent read where the database gives no snapshot.
+ATTEMPTS = 5
+STALE_TEMP_AGE = 600.0
+
+
+class PrepareBusy(RenderBusy):
+    """The list kept changing under every read."""
+
+
+def prefix_of(expression: str) -> int:
+    """The rule's 4-byte prefix as a big-endian integer."""
+    return int.from_bytes(hashlib.sha256(expression.encode()).digest()[:4], "big")
+
+
+def checksum(prefixes: np.ndarray) -> bytes:
+    """SHA-256 of the sorted prefixes' bytes: what a client computes of its copy."""
+    return hashlib.sha256(prefixes.astype(">u4").tobytes()).digest()
+
+
+def store_dir() -> Path:
+    return Path(conf.DATA_DIR) / "safebrowsing"
+
+
+@dataclass(frozen=True)
+class ListsAt:
+    """The lists at change-log position `seq`."""
+
+    seq: int
+    prefixes: dict[str, np.ndarray]
+    path: Path
+
+    def checksum(self, name: str) -> bytes:
+        return _checksum_cached(self.path, name, self.prefixes[name])
+
+
+_checksums: OrderedDict[tuple[Path, str], bytes] = OrderedDict()
+
+
+def _checksum_cached(path: Path, name: str, prefixes: np.ndarray) -> bytes:
+    key = (path, name)
+    found = _checksums.get(key)
+    if found is None:
+        found = _checksums[key] = checksum(prefixes)
+        while len(_checksums) > 32:
+            _checksums.popitem(last=False)
+    return found
+
+
+def _prefixes_path(seq: int) -> Path:
+    return store_dir() / f"{seq}.prefixes.npz"
+
+
+def _lookup_path(seq: int) -> Path:
+    return store_dir() / f"{seq}.lookup.npz"
+
+
+def kept_positions() -> list[int]:
+    """Positions kept, oldest first."""
+    directory = store_dir()
+    if not directory.exists():
+        return []
+    found = []
+    for entry in directory.glob("*.prefixes.npz"):
+        match = _NAME.fullmatch(entry.name)
+        if match:
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+_loaded: OrderedDict[Path, tuple[float, dict[str, np.ndarray]]] = OrderedDict()
+
+
+def _read(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of `path`, kept in this process while the file is unchanged."""
+    mtime = path.stat().st_mtime
+    cached = _loaded.get(path)
+    if cached is not None and cached[0] == mtime:
+        _loaded.move_to_end(path)
+        return cached[1]
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    _loaded[path] = (mtime, arrays)
+    while len(_loaded) > 6:
+        _loaded.popitem(last=False)
+    return arrays
+
+
+def load(seq: int) -> ListsAt | None:
+    """The lists kept at `seq`, or None (never prepared, or pruned)."""
+    path = _prefixes_path(seq)
+    try:
+        arrays = _read(path)
+    except (FileNotFoundError, ValueError, OSError):
+        return None
+    return ListsAt(seq, {name: arrays[name] for name in LISTS}, path)
+
+
+def lookup(seq: int) -> dict[str, np.ndarray] | None:
+    """`seq`'s (prefix, rule id) arrays per list, sorted by prefix, or None."""
+    try:
+        return _read(_lookup_path(seq))
+    except (FileNotFoundError, ValueError, OSError):
+        return None
+
+
+def _read_rules() -> tuple[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """(position, {list: (prefixes, rule ids)}) read consistently."""
+    using = router.db_for_read(SpamRule)
+    for _attempt in range(ATTEMPTS):
+        with snapshot() as snap:
+            prefixes: dict[str, list[int]] = {name: [] for name in LISTS}
+            ids: dict[str, list[int]] = {name: [] for name in LISTS}
+            rows = (
+                SpamRule.objects.using(using).order_by().values_list("pk", "expression", "category")
+            )
+            for pk, expression, category in rows.iterator(chunk_size=20_000):
+                name = list_of_category(category)
+                prefixes[name].append(prefix_of(expression))
+                ids[name].append(pk)
+            if not snap.consistent():
+                continue
+            return snap.position.seq, {
+                name: (
+                    np.array(prefixes[name], dtype=np.uint32),
+                    np.array(ids[name], dtype=np.int64),
+                )
+                for name in LISTS
+            }
+    raise PrepareBusy(f"the list changed under {ATTEMPTS} reads in a row")
+
+
+def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def prepare() -> ListsAt:
+    """The lists at the current position, read and written unless kept already."""
+    from urlguard.models import ChangeEvent
+
+    head = ChangeEvent.objects.head()
+    kept = load(head)
+    if kept is not None:
+        return kept
+    directory = store_dir()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with render_lock(directory, wait=True):
+        kept = load(head)
+        if kept is not None:
+            return kept
+        seq, rules = _read_rules()
+        kept = load(seq)
+        if kept is not None:
+            return kept
+        unique: dict[str, np.ndarray] = {}
+        lookups: dict[str, np.ndarray] = {}
+        for name, (prefixes, ids) in rules.items():
+            order = np.argsort(prefixes, kind="stable")
+            lookups[name] = prefixes[order]
+            lookups[f"{name}.ids"] = ids[order]
+            unique[name] = np.unique(prefixes)
+        write_aside(_lookup_path(seq), [_npz(lookups)])
+        write_aside(_prefixes_path(seq), [_npz(unique)])
+        prune()
+        result = load(seq)
+        assert result is not None
+        return result
+
+
+def prune() -> None:
+    """Keep the newest EXPORT_KEEP_VERSIONS positions, lookups of the newest
+    LOOKUPS_KEPT, and remove temp files of writers that died."""
+    directory = store_dir()
+    remove_stale_temps_in(directory, older_than=STALE_TEMP_AGE)
+    positions = kept_positions()
+    keep = conf.EXPORT_KEEP_VERSIONS
+    for seq in positions[: max(0, len(positions) - keep)]:
+        for entry in directory.glob(f"{seq}.*"):
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+    for seq in positions[: max(0, len(positions) - LOOKUPS_KEPT)]:
+        with contextlib.suppress(FileNotFoundError):
+            _lookup_path(seq).unlink()
