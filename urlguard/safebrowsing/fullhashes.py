@@ -80,6 +80,8 @@ def find(request: Any, lists: ListsAt) -> tuple[Any, list[SpamRule]]:
                     threat_entry_type=URL,
                     threat=wire.message("ThreatEntry", hash=digest),
                     cache_duration=cache,
+                    # Present though empty: JSON clients read its entries.
+                    threat_entry_metadata=wire.message("ThreatEntryMetadata"),
                 )
             )
     return response, matched

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    duration_pb2,
+    json_format,
+    message_factory,
+)
 from google.protobuf.message import DecodeError, Message
 
 __all__ = [
@@ -71,7 +77,6 @@ RESPONSE_TYPE = {"RESPONSE_TYPE_UNSPECIFIED": 0, "PARTIAL_UPDATE": 1, "FULL_UPDA
 
 # name -> [(field name, number, label, type, enum or message type name)]
 _MESSAGES: dict[str, list[tuple[str, int, int, int, str]]] = {
-    "Duration": [("seconds", 1, OPTIONAL, INT64, ""), ("nanos", 2, OPTIONAL, INT32, "")],
     "ClientInfo": [
         ("client_id", 1, OPTIONAL, STRING, ""),
         ("client_version", 2, OPTIONAL, STRING, ""),
@@ -168,9 +173,17 @@ _ENUMS = {
 }
 
 
+# The protocol's Duration has google.protobuf.Duration's fields; as that type its JSON
+# form is the API's ("300s"), which JSON clients parse.
+_DURATION = duration_pb2.DESCRIPTOR
+
+
 def _file() -> descriptor_pb2.FileDescriptorProto:
     proto = descriptor_pb2.FileDescriptorProto(
-        name="urlguard/safebrowsing/v4.proto", package=PACKAGE, syntax="proto2"
+        name="urlguard/safebrowsing/v4.proto",
+        package=PACKAGE,
+        syntax="proto2",
+        dependency=[_DURATION.name],
     )
     for name, values in _ENUMS.items():
         enum = proto.enum_type.add(name=name)
@@ -180,17 +193,23 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
         msg = proto.message_type.add(name=name)
         for field_name, number, label, kind, type_name in fields:
             field = msg.field.add(name=field_name, number=number, label=label, type=kind)
-            if type_name:
+            if type_name == "Duration":
+                field.type_name = ".google.protobuf.Duration"
+            elif type_name:
                 field.type_name = f".{PACKAGE}.{type_name}"
     return proto
 
 
 _pool = descriptor_pool.DescriptorPool()
+_pool.AddSerializedFile(_DURATION.serialized_pb)
 _pool.Add(_file())
 _classes = {
     name: message_factory.GetMessageClass(_pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
     for name in _MESSAGES
 }
+_classes["Duration"] = message_factory.GetMessageClass(
+    _pool.FindMessageTypeByName("google.protobuf.Duration")
+)
 
 
 def message(name: str, **fields: Any) -> Any:
