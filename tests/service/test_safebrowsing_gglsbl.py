@@ -74,8 +74,8 @@ def discovery(root: str) -> dict:
 
 @pytest.fixture
 def sblist(live_server, monkeypatch, tmp_path):
-    from googleapiclient.discovery import build_from_document
     from gglsbl import protocol
+    from googleapiclient.discovery import build_from_document
 
     root = live_server.url.replace("localhost", "127.0.0.1") + "/"
     monkeypatch.setattr(
