@@ -275,3 +275,31 @@ def test_rice_round_trips_and_is_compact():
     # About log2(mean gap) + 2 bits a value: at a million prefixes ~1.7 bytes.
     assert len(encoded.data) * 8 / len(values) < np.log2(2**32 / len(values)) + 2.5
     assert rice.decode(*rice.encode(np.array([9]))).tolist() == [9]
+
+
+def test_the_gunicorn_access_log_never_holds_a_key():
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from gunicorn.config import Config
+
+    from urlguard_service import gunicornconf
+
+    query = "$ct=application/x-protobuf&key=ugk_secret&$httpMethod=POST&$req=CgA"
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "RAW_URI": f"{BASE}/threatListUpdates:fetch?{query}",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "QUERY_STRING": query,
+        "PATH_INFO": f"{BASE}/threatListUpdates:fetch",
+        "HTTP_REFERER": "http://x.example/?monkey=1&key=ugk_secret",
+    }
+    config = Config()
+    assert config.logger_class is not None
+    logger = gunicornconf.logger_class(config)
+    response = SimpleNamespace(status="200 OK", sent=10, headers=[])
+    atoms = logger.atoms(response, SimpleNamespace(headers=[]), environ, timedelta(0))
+    line = config.access_log_format % atoms
+    assert "ugk_secret" not in line and "ugk_secret" not in repr(atoms)
+    assert f"{BASE}/threatListUpdates:fetch?$ct=application/x-protobuf&key=***&" in line
+    assert "monkey=1" in atoms["f"]
