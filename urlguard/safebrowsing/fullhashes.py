@@ -13,7 +13,7 @@ import numpy as np
 from urlguard.conf import conf
 from urlguard.models import SpamRule
 from urlguard.safebrowsing import wire
-from urlguard.safebrowsing.prefixes import ListsAt, lookup
+from urlguard.safebrowsing.prefixes import newest_lookup
 from urlguard.safebrowsing.threatlists import (
     ANY_PLATFORM,
     URL,
@@ -31,7 +31,7 @@ def _duration(seconds: int) -> Any:
     return wire.message("Duration", seconds=seconds, nanos=0)
 
 
-def find(request: Any, lists: ListsAt) -> tuple[Any, list[SpamRule]]:
+def find(request: Any) -> tuple[Any, list[SpamRule]]:
     """(the FindFullHashesResponse, the rules it matched)."""
     info = request.threat_info
     wanted: dict[str, list[int]] = {}
@@ -47,7 +47,7 @@ def find(request: Any, lists: ListsAt) -> tuple[Any, list[SpamRule]]:
         negative_cache_duration=_duration(conf.SAFEBROWSING_NEGATIVE_CACHE_DURATION),
         minimum_wait_duration=_duration(0),
     )
-    arrays = lookup(lists.seq)
+    arrays = newest_lookup()
     if not wanted or not prefixes or URL not in entry_types or arrays is None:
         return response, []
     keys = np.array([int.from_bytes(p[:4], "big") for p in prefixes], dtype=np.uint32)

@@ -31,6 +31,8 @@ __all__ = [
     "checksum",
     "kept_positions",
     "load",
+    "lookup",
+    "newest_lookup",
     "prefix_of",
     "prepare",
     "store_dir",
@@ -134,6 +136,17 @@ def load(seq: int) -> ListsAt | None:
     except (FileNotFoundError, ValueError, OSError):
         return None
     return ListsAt(seq, {name: arrays[name] for name in LISTS}, path)
+
+
+def newest_lookup() -> dict[str, np.ndarray] | None:
+    """The newest kept position's (prefix, rule id) arrays: what fullHashes:find
+    searches (a client holds prefixes of a kept position; a rule removed since is
+    refused by the table), found without asking the database for the log's head."""
+    for seq in reversed(kept_positions()):
+        found = lookup(seq)
+        if found is not None:
+            return found
+    return None
 
 
 def lookup(seq: int) -> dict[str, np.ndarray] | None:

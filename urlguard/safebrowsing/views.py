@@ -32,7 +32,7 @@ from urlguard.hotpath.unavailable import OUTAGE_ERRORS, log_outage
 from urlguard.operations import apikeys
 from urlguard.runtime import metrics
 from urlguard.runtime.ratelimits import Limited, limited
-from urlguard.safebrowsing import fullhashes, prepared, updates, wire
+from urlguard.safebrowsing import fullhashes, prefixes, prepared, updates, wire
 from urlguard.safebrowsing.threatlists import ANY_PLATFORM, LISTS, URL, threat_type_of
 
 logger = logging.getLogger(__name__)
@@ -196,7 +196,9 @@ def _find(request: HttpRequest, key: Any) -> HttpResponse:
     message = _decode(request, "FindFullHashesRequest")
     if len(message.threat_info.threat_entries) > fullhashes.MAX_ENTRIES:
         raise _Refused(413, f"at most {fullhashes.MAX_ENTRIES} hashes in one request")
-    response, matched = fullhashes.find(message, prepared.current())
+    if prefixes.newest_lookup() is None:
+        prepared.current()  # a node that keeps no lists yet reads them, once
+    response, matched = fullhashes.find(message)
     client = _client_label(message.client)
     metrics.safebrowsing_request("fullhash", client, 200)
     for rule in matched:
