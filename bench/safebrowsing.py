@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import cProfile
 import hashlib
 import os
 import shutil
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("--checks", type=int, default=300)
     parser.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--db", default="urlguard_bench_safebrowsing")
+    parser.add_argument("--profile-find", metavar="FILE", help="cProfile the finds into FILE")
     args = parser.parse_args()
 
     import psycopg
@@ -196,6 +198,7 @@ def run(args: argparse.Namespace) -> None:
     sync.rebuild(conf.FILTER_PATH)
     listed = [expression(i) for i in range(churn, churn + args.checks)]
     find_times, check_times = [], []
+    profile = cProfile.Profile() if args.profile_find else None
     for i, rule in enumerate(listed):
         message = wire.message("FindFullHashesRequest")
         message.client.client_id = "navclient-auto-ffox"
@@ -203,6 +206,8 @@ def run(args: argparse.Namespace) -> None:
         message.threat_info.platform_types.append(2)
         message.threat_info.threat_entry_types.append(1)
         message.threat_info.threat_entries.add(hash=hashlib.sha256(rule.encode()).digest()[:4])
+        if profile is not None:
+            profile.enable()
         took, response = timed_get(
             client,
             f"{api}/fullHashes:find",
@@ -212,6 +217,8 @@ def run(args: argparse.Namespace) -> None:
             },
         )
         assert wire.parse("FindFullHashesResponse", response.content).matches  # type: ignore[attr-defined]
+        if profile is not None:
+            profile.disable()
         find_times.append(took)
         url = f"http://{rule}" if i % 2 else f"http://clean{i}.example.org/"
         took, _ = timed_get(client, "/api/check", {"url": url})
@@ -224,6 +231,8 @@ def run(args: argparse.Namespace) -> None:
     print(f"fullHashes:find of a listed prefix: {spread(find_times)} (target <= 2 ms median)")
     print(f"GET /api/check?url= beside it (half listed): {spread(check_times)}")
     stats.flush()  # the hit log's events, before the database goes
+    if profile is not None:
+        profile.dump_stats(args.profile_find)
 
 
 if __name__ == "__main__":
