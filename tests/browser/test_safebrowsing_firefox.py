@@ -25,7 +25,6 @@ from urlguard.writepath.changes import add_rule, remove_rule
 FIREFOX = shutil.which("firefox-esr") or shutil.which("firefox")
 
 pytestmark = [
-    pytest.mark.browser,
     pytest.mark.django_db(transaction=True),
     # Under CI a missing Firefox fails the test (.ci/run installs firefox-esr).
     pytest.mark.skipif(

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import io
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,15 +78,20 @@ class ListsAt:
 
 
 _checksums: OrderedDict[tuple[Path, str], bytes] = OrderedDict()
+#: Guards this module's caches: a threaded worker's requests share them.
+_cache_lock = threading.Lock()
 
 
 def _checksum_cached(path: Path, name: str, prefixes: np.ndarray) -> bytes:
     key = (path, name)
-    found = _checksums.get(key)
+    with _cache_lock:
+        found = _checksums.get(key)
     if found is None:
-        found = _checksums[key] = checksum(prefixes)
-        while len(_checksums) > 32:
-            _checksums.popitem(last=False)
+        found = checksum(prefixes)
+        with _cache_lock:
+            _checksums[key] = found
+            while len(_checksums) > 32:
+                _checksums.popitem(last=False)
     return found
 
 
@@ -116,15 +122,17 @@ _loaded: OrderedDict[Path, tuple[float, dict[str, np.ndarray]]] = OrderedDict()
 def _read(path: Path) -> dict[str, np.ndarray]:
     """The arrays of `path`, kept in this process while the file is unchanged."""
     mtime = path.stat().st_mtime
-    cached = _loaded.get(path)
-    if cached is not None and cached[0] == mtime:
-        _loaded.move_to_end(path)
-        return cached[1]
+    with _cache_lock:
+        cached = _loaded.get(path)
+        if cached is not None and cached[0] == mtime:
+            _loaded.move_to_end(path)
+            return cached[1]
     with np.load(path) as data:
         arrays = {name: data[name] for name in data.files}
-    _loaded[path] = (mtime, arrays)
-    while len(_loaded) > 6:
-        _loaded.popitem(last=False)
+    with _cache_lock:
+        _loaded[path] = (mtime, arrays)
+        while len(_loaded) > 6:
+            _loaded.popitem(last=False)
     return arrays
 
 

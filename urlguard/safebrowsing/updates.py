@@ -8,7 +8,7 @@ the checksum of the list after the update."""
 
 from __future__ import annotations
 
-import hashlib
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,7 @@ def full_set_path(seq: int, name: str) -> Path:
 
 
 _full_sets: OrderedDict[tuple[int, str], bytes] = OrderedDict()
+_full_sets_lock = threading.Lock()
 
 
 def full_set(lists: ListsAt, name: str) -> bytes:
@@ -114,7 +115,8 @@ def full_set(lists: ListsAt, name: str) -> bytes:
     ThreatEntrySet: the file prepared with the position (urlguard.safebrowsing.prepared),
     or made now where it is missing."""
     key = (lists.seq, name)
-    found = _full_sets.get(key)
+    with _full_sets_lock:
+        found = _full_sets.get(key)
     if found is not None:
         return found
     path = full_set_path(lists.seq, name)
@@ -122,9 +124,10 @@ def full_set(lists: ListsAt, name: str) -> bytes:
         found = path.read_bytes()
     except FileNotFoundError:
         found = hash_set(lists.prefixes[name], RICE).SerializeToString()
-    _full_sets[key] = found
-    while len(_full_sets) > 6:
-        _full_sets.popitem(last=False)
+    with _full_sets_lock:
+        _full_sets[key] = found
+        while len(_full_sets) > 6:
+            _full_sets.popitem(last=False)
     return found
 
 
@@ -189,8 +192,3 @@ def _client_copy(state: bytes, threat_type: int, entry_type: int) -> np.ndarray 
         return None
     old, sha256 = prefixes_for(kept, threat_type, entry_type)
     return old if sha256[:8] == start else None
-
-
-def state_digest(state: bytes) -> str:
-    """A short name for a state in a log line (a state is not secret, but long)."""
-    return hashlib.blake2b(state, digest_size=4).hexdigest()
