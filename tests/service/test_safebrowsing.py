@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from django.test import Client
 
+from urlguard.exports import prerender
 from urlguard.models import ChangeEvent, HitEvent, SpamRule
 from urlguard.operations import apikeys
 from urlguard.runtime import stats
@@ -207,7 +208,9 @@ def test_a_removed_rule_is_no_longer_answered_and_an_allowlisted_host_never_is(k
     add_rule("gone.example/", category="phishing", source="test")
     client = Client()
     fetch_proto(client, key, [(PHISHING, b"", 2)])
+    assert find(client, key, [prefix("gone.example/")]).matches
     remove_rule(SpamRule.objects.get(expression="gone.example/"), source="test")
+    prerender.request()  # what the node does after applying the change (inline here)
     assert not find(client, key, [prefix("gone.example/")]).matches
     allow_host("safe.example", note="ours")
     assert ChangeEvent.objects.filter(action="allow", expression="safe.example").exists()

@@ -160,20 +160,13 @@ def api_blocked(verdict: Any, *, where: str) -> None:
     )
 
 
-def full_hash_matched(rule: Any, *, where: str) -> None:
-    """A Safe Browsing client was answered the full hash of `rule` (a browser about to
-    show its own warning; the URL it visits is not sent, only the hash)."""
-    expression = str(rule.expression)
+def full_hash_matched(rule_id: int, *, where: str) -> None:
+    """A Safe Browsing client was answered the full hash of rule `rule_id` (a browser
+    about to show its own warning; only the hash is sent, never the URL). The flush
+    names the rule's expression and category."""
     HIT_EVENTS.append(
         HitEvent(
-            at=timezone.now(),
-            action=HitEvent.Action.FULL_HASH,
-            where=where[:200],
-            destination=expression[:2000],
-            host=expression.split("/", 1)[0][:255],
-            rule_id=rule.pk,
-            expression=expression[:2000],
-            category=rule.category,
+            at=timezone.now(), action=HitEvent.Action.FULL_HASH, where=where[:200], rule_id=rule_id
         )
     )
 

@@ -2,8 +2,9 @@
 <DATA_DIR>/safebrowsing/: for each list its 4-byte prefixes (the first bytes of the
 SHA-256 of each rule's expression) sorted and without repeats, as big-endian
 integers so that their order is the bytes' order the protocol sorts by; and, for the
-newest positions, every rule's prefix beside its rule id, which fullHashes:find
-searches. Written aside and renamed into place; read memory-mapped."""
+newest positions, every rule's prefix beside its rule id and full hash, which
+fullHashes:find searches memory-mapped (one copy in the page cache for every worker).
+Written aside and renamed into place."""
 
 from __future__ import annotations
 
@@ -99,8 +100,13 @@ def _prefixes_path(seq: int) -> Path:
     return store_dir() / f"{seq}.prefixes.npz"
 
 
-def _lookup_path(seq: int) -> Path:
-    return store_dir() / f"{seq}.lookup.npz"
+#: The arrays of a lookup, per list: prefixes sorted, and aligned with them each
+#: rule's id and full hash (32 bytes).
+LOOKUP_PARTS = ("prefixes", "ids", "hashes")
+
+
+def _lookup_path(seq: int, name: str, part: str) -> Path:
+    return store_dir() / f"{seq}.lookup.{name}.{part}.npy"
 
 
 def kept_positions() -> list[int]:
@@ -147,9 +153,8 @@ def load(seq: int) -> ListsAt | None:
 
 
 def newest_lookup() -> dict[str, np.ndarray] | None:
-    """The newest kept position's (prefix, rule id) arrays: what fullHashes:find
-    searches (a client holds prefixes of a kept position; a rule removed since is
-    refused by the table), found without asking the database for the log's head."""
+    """The newest kept position's lookup: what fullHashes:find searches (a client
+    holds prefixes of a kept position), found without asking the database."""
     for seq in reversed(kept_positions()):
         found = lookup(seq)
         if found is not None:
@@ -157,43 +162,66 @@ def newest_lookup() -> dict[str, np.ndarray] | None:
     return None
 
 
+_lookups: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+
+
 def lookup(seq: int) -> dict[str, np.ndarray] | None:
-    """`seq`'s (prefix, rule id) arrays per list, sorted by prefix, or None."""
+    """`seq`'s lookup arrays ("<list>.prefixes", "<list>.ids", "<list>.hashes"),
+    memory-mapped, or None. A position's files are written once, before the
+    position counts as kept."""
+    with _cache_lock:
+        found = _lookups.get(seq)
+        if found is not None:
+            return found
     try:
-        return _read(_lookup_path(seq))
+        found = {
+            f"{name}.{part}": np.load(_lookup_path(seq, name, part), mmap_mode="r")
+            for name in LISTS
+            for part in LOOKUP_PARTS
+        }
     except (FileNotFoundError, ValueError, OSError):
         return None
+    with _cache_lock:
+        _lookups[seq] = found
+        while len(_lookups) > LOOKUPS_KEPT:
+            _lookups.popitem(last=False)
+    return found
 
 
-def _read_rules() -> tuple[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """(position, {list: (prefixes, rule ids)}) read consistently."""
+def _read_rules() -> tuple[int, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """(position, {list: (prefixes, rule ids, full hashes)}) read consistently."""
     using = router.db_for_read(SpamRule)
     for _attempt in range(ATTEMPTS):
         with snapshot() as snap:
-            prefixes: dict[str, list[int]] = {name: [] for name in LISTS}
+            digests: dict[str, list[bytes]] = {name: [] for name in LISTS}
             ids: dict[str, list[int]] = {name: [] for name in LISTS}
             rows = (
                 SpamRule.objects.using(using).order_by().values_list("pk", "expression", "category")
             )
             for pk, expression, category in rows.iterator(chunk_size=20_000):
                 name = list_of_category(category)
-                prefixes[name].append(prefix_of(expression))
+                digests[name].append(hashlib.sha256(expression.encode()).digest())
                 ids[name].append(pk)
             if not snap.consistent():
                 continue
-            return snap.position.seq, {
-                name: (
-                    np.array(prefixes[name], dtype=np.uint32),
-                    np.array(ids[name], dtype=np.int64),
-                )
-                for name in LISTS
-            }
+            found = {}
+            for name in LISTS:
+                hashes = np.frombuffer(b"".join(digests[name]), dtype=np.uint8).reshape(-1, 32)
+                prefixes = hashes[:, :4].copy().view(">u4").ravel().astype(np.uint32)
+                found[name] = (prefixes, np.array(ids[name], dtype=np.int64), hashes)
+            return snap.position.seq, found
     raise PrepareBusy(f"the list changed under {ATTEMPTS} reads in a row")
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
     return buffer.getvalue()
 
 
@@ -216,13 +244,13 @@ def prepare() -> ListsAt:
         if kept is not None:
             return kept
         unique: dict[str, np.ndarray] = {}
-        lookups: dict[str, np.ndarray] = {}
-        for name, (prefixes, ids) in rules.items():
+        for name, (prefixes, ids, hashes) in rules.items():
             order = np.argsort(prefixes, kind="stable")
-            lookups[name] = prefixes[order]
-            lookups[f"{name}.ids"] = ids[order]
+            parts = {"prefixes": prefixes[order], "ids": ids[order], "hashes": hashes[order]}
+            for part, array in parts.items():
+                write_aside(_lookup_path(seq, name, part), [_npy(array)])
             unique[name] = np.unique(prefixes)
-        write_aside(_lookup_path(seq), [_npz(lookups)])
+        # Last: the position counts as kept once this file is in place.
         write_aside(_prefixes_path(seq), [_npz(unique)])
         prune()
         result = load(seq)
@@ -242,5 +270,6 @@ def prune() -> None:
             with contextlib.suppress(FileNotFoundError):
                 entry.unlink()
     for seq in positions[: max(0, len(positions) - LOOKUPS_KEPT)]:
-        with contextlib.suppress(FileNotFoundError):
-            _lookup_path(seq).unlink()
+        for entry in directory.glob(f"{seq}.lookup.*"):
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()

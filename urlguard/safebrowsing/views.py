@@ -201,8 +201,8 @@ def _find(request: HttpRequest, key: Any) -> HttpResponse:
     response, matched = fullhashes.find(message)
     client = _client_label(message.client)
     metrics.safebrowsing_request("fullhash", client, 200)
-    for rule in matched:
-        hitlog.full_hash_matched(rule, where=f"Safe Browsing key {key.name}")
+    for rule_id in matched:
+        hitlog.full_hash_matched(rule_id, where=f"Safe Browsing key {key.name}")
     return _answer(request, response)
 
 
