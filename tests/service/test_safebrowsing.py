@@ -11,6 +11,8 @@ import json
 import numpy as np
 import pytest
 from django.test import Client
+from hypothesis import given
+from hypothesis import strategies as st
 
 from urlguard.exports import prerender
 from urlguard.models import ChangeEvent, HitEvent, SpamRule
@@ -18,6 +20,7 @@ from urlguard.operations import apikeys
 from urlguard.runtime import stats
 from urlguard.safebrowsing import rice, wire
 from urlguard.safebrowsing.threatlists import LISTS
+from urlguard.safebrowsing.updates import diff
 from urlguard.writepath.allowlist import allow_host
 from urlguard.writepath.changes import add_rule, remove_rule
 
@@ -139,8 +142,8 @@ def test_a_wrong_or_stale_state_gets_a_full_update_whose_checksum_matches(key, s
         malware_state.new_client_state,  # another list's
         state.new_client_state,  # pruned
     ]
-    for given in wrong:
-        (update,) = fetch_proto(client, key, [(PHISHING, given, 2)]).list_update_responses
+    for stated in wrong:
+        (update,) = fetch_proto(client, key, [(PHISHING, stated, 2)]).list_update_responses
         assert update.response_type == 2
         assert apply([], update) == sorted([prefix("phish.example/"), prefix("other.example/")])
 
@@ -306,3 +309,22 @@ def test_the_gunicorn_access_log_never_holds_a_key():
     assert "ugk_secret" not in line and "ugk_secret" not in repr(atoms)
     assert f"{BASE}/threatListUpdates:fetch?$ct=application/x-protobuf&key=***&" in line
     assert "monkey=1" in atoms["f"]
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=300, unique=True))
+def test_rice_decodes_what_it_encodes(values):
+    ordered = np.array(sorted(values), dtype=np.int64)
+    assert rice.decode(*rice.encode(ordered)).tolist() == ordered.tolist()
+
+
+@given(
+    st.sets(st.integers(0, 2**32 - 1), max_size=200),
+    st.sets(st.integers(0, 2**32 - 1), max_size=200),
+)
+def test_a_partial_update_turns_the_old_list_into_the_new(old, new):
+    before = np.array(sorted(old), dtype=np.uint32)
+    after = np.array(sorted(new), dtype=np.uint32)
+    removed, added = diff(before, after)
+    kept = np.delete(before, removed)
+    assert sorted([*kept.tolist(), *added.tolist()]) == after.tolist()
+    assert removed.tolist() == sorted(removed.tolist())
