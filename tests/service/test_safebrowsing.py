@@ -205,6 +205,7 @@ def test_full_hashes_of_listed_rules_only_and_in_the_hit_log(key):
     stats.flush()
     event = HitEvent.objects.get(action=HitEvent.Action.FULL_HASH)
     assert event.expression == "phish.example/" and event.where == "Safe Browsing key browsers"
+    assert event.host == "phish.example" and event.category == "phishing"
 
 
 def test_a_removed_rule_is_no_longer_answered_and_an_allowlisted_host_never_is(key):

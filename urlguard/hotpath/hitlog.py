@@ -101,6 +101,9 @@ def _write_events(events: list[HitEvent]) -> None:
         for event in events:
             if not event.expression and event.rule_id in known:
                 event.expression, event.category = known[event.rule_id]
+                if event.action == HitEvent.Action.FULL_HASH and not event.host:
+                    # The browser sends no URL: the rule's host is what it was warned of.
+                    event.host = event.expression.split("/", 1)[0][:255]
     created = HitEvent.objects.bulk_create(events)
     newest = max((e.pk for e in created if e.pk is not None), default=None)
     if newest is None:
