@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from urlguard.models import ChangeEvent, HitEvent, SpamRule
 from urlguard.operations import apikeys
 from urlguard.runtime import stats
 from urlguard.safebrowsing import rice, wire
+from urlguard.safebrowsing.prefixes import store_dir
 from urlguard.safebrowsing.threatlists import LISTS
 from urlguard.safebrowsing.updates import diff
 from urlguard.writepath.allowlist import allow_host
@@ -329,3 +331,25 @@ def test_a_partial_update_turns_the_old_list_into_the_new(old, new):
     kept = np.delete(before, removed)
     assert sorted([*kept.tolist(), *added.tolist()]) == after.tolist()
     assert removed.tolist() == sorted(removed.tolist())
+
+
+def test_lists_written_anew_at_a_known_position_are_never_answered_from_memory(key):
+    """A database replaced numbers its positions anew: what this process cached of the
+    old files at the same position must not answer for the new ones."""
+    add_rule("moved.example/", category="phishing", source="test")
+    client = Client()
+    (before,) = fetch_proto(client, key, [(PHISHING, b"", 2)]).list_update_responses
+    assert apply([], before) == [prefix("moved.example/")]
+    assert find(client, key, [prefix("moved.example/")]).matches
+    seq = ChangeEvent.objects.head()
+    shutil.rmtree(store_dir())
+    rule = SpamRule.objects.get(expression="moved.example/")
+    rule.category = "malware"
+    rule.save(update_fields=["category"])  # the admin's edit in place: no new position
+    assert ChangeEvent.objects.head() == seq
+    phishing, malware = fetch_proto(
+        client, key, [(PHISHING, b"", 2), (MALWARE, b"", 2)]
+    ).list_update_responses
+    assert apply([], phishing) == [] and apply([], malware) == [prefix("moved.example/")]
+    assert not find(client, key, [prefix("moved.example/")]).matches
+    assert find(client, key, [prefix("moved.example/")], threat_type=MALWARE).matches

@@ -66,25 +66,36 @@ def store_dir() -> Path:
     return Path(conf.DATA_DIR) / "safebrowsing"
 
 
+#: What names one written file: its path, inode and modification time. A position's
+#: files are written once, but a database restored or replaced numbers positions
+#: anew: what is cached of a file is cached under its stamp, never its position.
+Stamp = tuple[str, int, int]
+
+
+def _stamp(path: Path) -> Stamp:
+    status = path.stat()
+    return str(path), status.st_ino, status.st_mtime_ns
+
+
 @dataclass(frozen=True)
 class ListsAt:
-    """The lists at change-log position `seq`."""
+    """The lists at change-log position `seq`, read from the file `stamp` names."""
 
     seq: int
     prefixes: dict[str, np.ndarray]
-    path: Path
+    stamp: Stamp
 
     def checksum(self, name: str) -> bytes:
-        return _checksum_cached(self.path, name, self.prefixes[name])
+        return _checksum_cached(self.stamp, name, self.prefixes[name])
 
 
-_checksums: OrderedDict[tuple[Path, str], bytes] = OrderedDict()
+_checksums: OrderedDict[tuple[Stamp, str], bytes] = OrderedDict()
 #: Guards this module's caches: a threaded worker's requests share them.
 _cache_lock = threading.Lock()
 
 
-def _checksum_cached(path: Path, name: str, prefixes: np.ndarray) -> bytes:
-    key = (path, name)
+def _checksum_cached(stamp: Stamp, name: str, prefixes: np.ndarray) -> bytes:
+    key = (stamp, name)
     with _cache_lock:
         found = _checksums.get(key)
     if found is None:
@@ -122,34 +133,29 @@ def kept_positions() -> list[int]:
     return sorted(found)
 
 
-_loaded: OrderedDict[Path, tuple[float, dict[str, np.ndarray]]] = OrderedDict()
-
-
-def _read(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of `path`, kept in this process while the file is unchanged."""
-    mtime = path.stat().st_mtime
-    with _cache_lock:
-        cached = _loaded.get(path)
-        if cached is not None and cached[0] == mtime:
-            _loaded.move_to_end(path)
-            return cached[1]
-    with np.load(path) as data:
-        arrays = {name: data[name] for name in data.files}
-    with _cache_lock:
-        _loaded[path] = (mtime, arrays)
-        while len(_loaded) > 6:
-            _loaded.popitem(last=False)
-    return arrays
+_loaded: OrderedDict[Stamp, dict[str, np.ndarray]] = OrderedDict()
 
 
 def load(seq: int) -> ListsAt | None:
-    """The lists kept at `seq`, or None (never prepared, or pruned)."""
+    """The lists kept at `seq`, or None (never prepared, or pruned); kept in this
+    process while the file is the same."""
     path = _prefixes_path(seq)
     try:
-        arrays = _read(path)
-    except (FileNotFoundError, ValueError, OSError):
+        stamp = _stamp(path)
+        with _cache_lock:
+            arrays = _loaded.get(stamp)
+            if arrays is not None:
+                _loaded.move_to_end(stamp)
+        if arrays is None:
+            with np.load(path) as data:
+                arrays = {name: data[name] for name in LISTS}
+            with _cache_lock:
+                _loaded[stamp] = arrays
+                while len(_loaded) > 4:
+                    _loaded.popitem(last=False)
+    except (FileNotFoundError, ValueError, OSError, KeyError):
         return None
-    return ListsAt(seq, {name: arrays[name] for name in LISTS}, path)
+    return ListsAt(seq, arrays, stamp)
 
 
 def newest_lookup() -> dict[str, np.ndarray] | None:
@@ -162,15 +168,19 @@ def newest_lookup() -> dict[str, np.ndarray] | None:
     return None
 
 
-_lookups: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+_lookups: OrderedDict[Stamp, dict[str, np.ndarray]] = OrderedDict()
 
 
 def lookup(seq: int) -> dict[str, np.ndarray] | None:
     """`seq`'s lookup arrays ("<list>.prefixes", "<list>.ids", "<list>.hashes"),
-    memory-mapped, or None. A position's files are written once, before the
-    position counts as kept."""
+    memory-mapped, or None. They are written before the position's prefixes file,
+    whose stamp names them in this process's cache."""
+    try:
+        stamp = _stamp(_prefixes_path(seq))
+    except OSError:
+        return None
     with _cache_lock:
-        found = _lookups.get(seq)
+        found = _lookups.get(stamp)
         if found is not None:
             return found
     try:
@@ -182,7 +192,7 @@ def lookup(seq: int) -> dict[str, np.ndarray] | None:
     except (FileNotFoundError, ValueError, OSError):
         return None
     with _cache_lock:
-        _lookups[seq] = found
+        _lookups[stamp] = found
         while len(_lookups) > LOOKUPS_KEPT:
             _lookups.popitem(last=False)
     return found

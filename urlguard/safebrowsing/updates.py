@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from urlguard.safebrowsing import rice, wire
-from urlguard.safebrowsing.prefixes import ListsAt, checksum, load, store_dir
+from urlguard.safebrowsing.prefixes import ListsAt, Stamp, checksum, load, store_dir
 from urlguard.safebrowsing.threatlists import ANY_PLATFORM, URL, list_of_threat_type
 
 __all__ = [
@@ -106,7 +106,7 @@ def full_set_path(seq: int, name: str) -> Path:
     return store_dir() / f"{seq}.{name}.rice.pb"
 
 
-_full_sets: OrderedDict[tuple[int, str], bytes] = OrderedDict()
+_full_sets: OrderedDict[tuple[Stamp, str], bytes] = OrderedDict()
 _full_sets_lock = threading.Lock()
 
 
@@ -114,7 +114,7 @@ def full_set(lists: ListsAt, name: str) -> bytes:
     """The RICE-coded whole of list `name` at `lists`' position as a serialized
     ThreatEntrySet: the file prepared with the position (urlguard.safebrowsing.prepared),
     or made now where it is missing."""
-    key = (lists.seq, name)
+    key = (lists.stamp, name)
     with _full_sets_lock:
         found = _full_sets.get(key)
     if found is not None:
