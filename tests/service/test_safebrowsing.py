@@ -353,3 +353,16 @@ def test_lists_written_anew_at_a_known_position_are_never_answered_from_memory(k
     assert apply([], phishing) == [] and apply([], malware) == [prefix("moved.example/")]
     assert not find(client, key, [prefix("moved.example/")]).matches
     assert find(client, key, [prefix("moved.example/")], threat_type=MALWARE).matches
+
+
+def test_after_a_database_restored_to_an_earlier_position_its_lists_are_the_newest(key):
+    add_rule("before.example/", category="phishing", source="test")
+    client = Client()
+    fetch_proto(client, key, [(PHISHING, b"", 2)])
+    seq = ChangeEvent.objects.head()
+    # The lists of the database before the restore, at positions beyond the new head.
+    for entry in store_dir().glob(f"{seq}.*"):
+        entry.rename(entry.with_name(entry.name.replace(f"{seq}.", f"{seq + 1000}.", 1)))
+    add_rule("after.example/", category="phishing", source="test")
+    prerender.request()
+    assert find(client, key, [prefix("after.example/")]).matches

@@ -121,7 +121,9 @@ def _lookup_path(seq: int, name: str, part: str) -> Path:
 
 
 def kept_positions() -> list[int]:
-    """Positions kept, oldest first."""
+    """Positions kept, the one written first first: after a database restored to an
+    earlier position, the lists of its positions are the newest however they are
+    numbered."""
     directory = store_dir()
     if not directory.exists():
         return []
@@ -129,8 +131,9 @@ def kept_positions() -> list[int]:
     for entry in directory.glob("*.prefixes.npz"):
         match = _NAME.fullmatch(entry.name)
         if match:
-            found.append(int(match.group(1)))
-    return sorted(found)
+            with contextlib.suppress(FileNotFoundError):
+                found.append((entry.stat().st_mtime_ns, int(match.group(1))))
+    return [seq for _, seq in sorted(found)]
 
 
 _loaded: OrderedDict[Stamp, dict[str, np.ndarray]] = OrderedDict()
