@@ -24,7 +24,7 @@ from filterengine.atomicfile import remove_stale_temps_in, write_aside
 from urlguard.conf import conf
 from urlguard.exports.projection import snapshot
 from urlguard.exports.render import RenderBusy, render_lock
-from urlguard.models import SpamRule
+from urlguard.models import ChangeEvent, SpamRule
 from urlguard.safebrowsing.threatlists import LISTS, list_of_category
 
 __all__ = [
@@ -240,8 +240,6 @@ def _npy(array: np.ndarray) -> bytes:
 
 def prepare() -> ListsAt:
     """The lists at the current position, read and written unless kept already."""
-    from urlguard.models import ChangeEvent
-
     head = ChangeEvent.objects.head()
     kept = load(head)
     if kept is not None:
