@@ -366,3 +366,18 @@ def test_after_a_database_restored_to_an_earlier_position_its_lists_are_the_newe
     add_rule("after.example/", category="phishing", source="test")
     prerender.request()
     assert find(client, key, [prefix("after.example/")]).matches
+
+
+def test_a_revoked_key_is_refused_once_its_trust_in_the_process_runs_out(key, monkeypatch):
+    from urlguard.models import APIKey
+    from urlguard.safebrowsing import views
+
+    now = [1000.0]
+    monkeypatch.setattr(views, "_clock", lambda: now[0])
+    client = Client()
+    lists = f"{BASE}/threatLists?key={key}"
+    assert client.get(lists).status_code == 200
+    apikeys.revoke(APIKey.objects.all())
+    assert client.get(lists).status_code == 200  # trusted: no table read per request
+    now[0] += views.KEY_TRUST_SECONDS + 0.1
+    assert client.get(lists).status_code == 403

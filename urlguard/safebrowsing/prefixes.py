@@ -13,6 +13,7 @@ import hashlib
 import io
 import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,14 +162,34 @@ def load(seq: int) -> ListsAt | None:
     return ListsAt(seq, arrays, stamp)
 
 
+_newest: dict[str, tuple[int, dict[str, np.ndarray] | None]] = {}
+
+
 def newest_lookup() -> dict[str, np.ndarray] | None:
     """The newest kept position's lookup: what fullHashes:find searches (a client
-    holds prefixes of a kept position), found without asking the database."""
+    holds prefixes of a kept position), found without asking the database, and
+    without listing the folder while nothing in it changed (its time moves with every
+    file written, renamed or removed, and it has not for a second)."""
+    directory = store_dir()
+    try:
+        changed = directory.stat().st_mtime_ns
+    except OSError:
+        return None
+    with _cache_lock:
+        cached = _newest.get(str(directory))
+    # A folder changed within the last second may change again within its time's tick.
+    settled = time.time_ns() - changed > 1_000_000_000
+    if cached is not None and cached[0] == changed and cached[1] is not None and settled:
+        return cached[1]
+    found = None
     for seq in reversed(kept_positions()):
         found = lookup(seq)
         if found is not None:
-            return found
-    return None
+            break
+    with _cache_lock:
+        _newest.clear()
+        _newest[str(directory)] = (changed, found)
+    return found
 
 
 _lookups: OrderedDict[Stamp, dict[str, np.ndarray]] = OrderedDict()

@@ -7,8 +7,10 @@ base64url-coded in `$req` on a GET, which Firefox sends with `X-HTTP-Method-Over
 POST`, or a POST body of that type), answered in protobuf; and JSON (a POST body),
 answered in JSON. The API key is the `key` query parameter, the protocol's way, and
 counts like every other key (missing or wrong: 401 or 403, refused past
-API_FAILED_KEY_RATE; per key API_KEY_RATE). The key is never logged: these views log
-no URL, and the service's gunicorn access log masks it. A request is at most
+API_FAILED_KEY_RATE; per key API_KEY_RATE); a key found live is trusted for
+KEY_TRUST_SECONDS by each process, so a revocation reaches these endpoints within it.
+The key is never logged: these views log no URL, and the service's gunicorn access
+log masks it. A request is at most
 MAX_REQUEST_BYTES; a malformed one gets 400 with the reason."""
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import binascii
 import json
 import logging
 import re
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +35,7 @@ from urlguard.hotpath import hitlog
 from urlguard.hotpath.unavailable import OUTAGE_ERRORS, log_outage
 from urlguard.operations import apikeys
 from urlguard.runtime import metrics
-from urlguard.runtime.ratelimits import Limited, limited
+from urlguard.runtime.ratelimits import Limited, limited, per_client
 from urlguard.safebrowsing import fullhashes, prefixes, prepared, updates, wire
 from urlguard.safebrowsing.threatlists import ANY_PLATFORM, LISTS, URL, threat_type_of
 
@@ -73,9 +77,27 @@ def _error(status: int, message: str, **headers: str) -> HttpResponse:
     return response
 
 
+#: A key found live is trusted this long by this process without reading the table
+#: again (every browser asks for full hashes as it browses): a revocation reaches these
+#: endpoints within it.
+KEY_TRUST_SECONDS = 10.0
+_trusted: dict[str, tuple[float, Any]] = {}
+_trusted_lock = threading.Lock()
+_clock = time.monotonic
+
+
 def _authenticate(request: HttpRequest) -> Any:
     given = request.GET.get("key", "")
-    key = apikeys.authenticate_request(request, f"Bearer {given}" if given else "")
+    digest = apikeys.hash_key(given) if given else ""
+    with _trusted_lock:
+        trusted = _trusted.get(digest)
+    refused = limited(
+        request, apikeys.WRONG_KEY_GROUP, per_client, conf.API_FAILED_KEY_RATE, count=False
+    )
+    if trusted is not None and trusted[0] > _clock() and refused is None:
+        key = trusted[1]
+    else:
+        key = apikeys.authenticate_request(request, f"Bearer {given}" if given else "")
     if isinstance(key, Limited):
         raise _Refused(
             429, key.message(apikeys.WRONG_KEYS), **{"Retry-After": str(key.retry_after)}
@@ -86,6 +108,11 @@ def _authenticate(request: HttpRequest) -> Any:
                 401, "an API key is required: ?key=<key> (manage.py create_api_key NAME)"
             )
         raise _Refused(403, "unknown or revoked API key")
+    if trusted is None or trusted[1] is not key:
+        with _trusted_lock:
+            if len(_trusted) > 1000:  # bounded: keys are few, but a process lives long
+                _trusted.clear()
+            _trusted[digest] = (_clock() + KEY_TRUST_SECONDS, key)
     hit = limited(request, "urlguard.safebrowsing.key", lambda g, r: str(key.pk), conf.API_KEY_RATE)
     if hit is not None:
         raise _Refused(
