@@ -86,6 +86,9 @@ def processes_of_run(run_var: str) -> list[tuple[int, str]]:
             command = Path(entry.path, "cmdline").read_bytes()
         except OSError:  # gone meanwhile, or a zombie
             continue
+        # multiprocessing's resource tracker serves this process and ends with it.
+        if b"multiprocessing.resource_tracker" in command:
+            continue
         if marker in environ.split(b"\0"):
             found.append((int(entry.name), command.replace(b"\0", b" ").decode(errors="replace")))
     return found
