@@ -179,6 +179,21 @@ def _proxy_network(value: str) -> bool:
     return network.prefixlen > 0
 
 
+# What the shipped examples (deploy/) and their like put where a secret belongs: a value
+# that still holds one was copied, not chosen, and anyone who read the file knows it.
+_PLACEHOLDER_MARKS = ("changeme", "replaceme", "placeholder", "yoursecret", "yourpassword")
+_PLACEHOLDER_WORDS = ("password", "secret", "token", "passwd")
+
+
+def is_placeholder(value: object) -> bool:
+    """Whether `value` is a placeholder for a secret (compared without case, dashes or
+    other punctuation, so CHANGE-ME, change_me and ChangeMe are one)."""
+    if not isinstance(value, str):
+        return False
+    letters = re.sub(r"[^a-z0-9]", "", value.lower())
+    return letters in _PLACEHOLDER_WORDS or any(m in letters for m in _PLACEHOLDER_MARKS)
+
+
 def _dns_zone(value: Any) -> bool:
     if not (isinstance(value, str) and value.endswith(".") and len(value) <= 254):
         return False
@@ -614,11 +629,12 @@ class Settings:
     )
     METRICS_TOKEN = Setting(
         "",
-        must_be="a string ('' for none)",
-        valid=lambda v: isinstance(v, str),
+        must_be="a string ('' for none), not a placeholder such as the shipped 'CHANGE-ME'",
+        valid=lambda v: isinstance(v, str) and not is_placeholder(v),
         resolve=str,
         check_id="urlguard.E074",
-        hint="e.g. a long random string the scraper sends as 'Authorization: Bearer ...'.",
+        hint="e.g. a long random string the scraper sends as 'Authorization: Bearer ...' "
+        "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))').",
     )
     # The reverse proxies whose X-Forwarded-For TrustedProxyMiddleware believes: on a
     # request from one of them, REMOTE_ADDR becomes the header's first address, read
