@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -56,6 +57,13 @@ def test_addresses_of_one_ipv6_64_share_one_lock_out(admin_user):
     assert _login(Client(REMOTE_ADDR=addresses[-1]), "guess") == 429
     assert _login(Client(REMOTE_ADDR="2001:db8:5:6:ffff::1"), "right-one") == 429
     assert _login(Client(REMOTE_ADDR="2001:db8:5:7::1"), "right-one") == 302  # next /64
+
+
+@pytest.mark.live
+def test_on_the_services_database_a_64_shares_one_lock_out(admin_user):
+    # PostgreSQL keeps axes' addresses in an inet column: the /64's first address fits.
+    assert connection.vendor == "postgresql", "run `make test-live`"
+    test_addresses_of_one_ipv6_64_share_one_lock_out(admin_user)
 
 
 def test_ipv4_addresses_are_locked_out_one_by_one(admin_user):
