@@ -29,6 +29,18 @@ def _is_secret(name: str, value: str) -> bool:
     return bool(_SECRET_NAME.search(name)) or urlsplit(value).password is not None
 
 
+_INTERPOLATION = re.compile(r"\$\{\w+(?::?([-?])([^}]*))?\}")
+
+
+def _compose_default(value: str) -> str | None:
+    """What compose sets `value` to where the operator's .env sets nothing: its
+    ${NAME:-default}s replaced by their defaults; None where a ${NAME:?...} stops
+    compose instead (the .env example's empty value is then checked)."""
+    if any(m.group(1) == "?" for m in _INTERPOLATION.finditer(value)):
+        return None
+    return _INTERPOLATION.sub(lambda m: m.group(2) or "", value)
+
+
 def shipped_secrets() -> list[tuple[str, str, str]]:
     """(file, variable, value) of every secret a deploy file ships."""
     found = []
@@ -43,6 +55,12 @@ def shipped_secrets() -> list[tuple[str, str, str]]:
                 if document.get("kind") in ("Secret", "ConfigMap"):
                     data = {**document.get("data", {}), **document.get("stringData", {})}
                     found += [(name, k, str(v)) for k, v in data.items() if _is_secret(k, str(v))]
+                for service in (document.get("services") or {}).values():
+                    environment = service.get("environment") or {}
+                    for variable, value in environment.items():
+                        shipped = _compose_default(str(value))
+                        if shipped is not None and _is_secret(variable, shipped):
+                            found.append((name, variable, shipped))
         elif path.name.endswith(".env.example") or path.suffix == ".service":
             for line in path.read_text().splitlines():
                 match = _ASSIGNMENT.match(line)
@@ -60,6 +78,7 @@ def test_the_deploy_files_are_read():
     assert ("deploy/kubernetes/config.yaml", "URLGUARD_METRICS_TOKEN") in found
     assert ("deploy/systemd/urlguard.env.example", "DATABASE_URL") in found
     assert ("deploy/compose.env.example", "POSTGRES_PASSWORD") in found
+    assert ("deploy/compose.yaml", "DJANGO_SUPERUSER_PASSWORD") in found  # ${...:-}
 
 
 def _check(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:
