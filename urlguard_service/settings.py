@@ -95,7 +95,9 @@ MIDDLEWARE = [
 # Admin logins are rate-limited by django-axes: after AXES_FAILURE_LIMIT failed
 # attempts from one address (REMOTE_ADDR: behind a proxy, the visitor's once
 # URLGUARD_TRUSTED_PROXIES names it) that address is refused (429) for AXES_COOLOFF_TIME.
-# Per address, not per user name: a stranger cannot lock the real admin out.
+# Per address, not per user name: a stranger cannot lock the real admin out. An IPv6
+# address counts as its /64, the rate limits' client network (axes would count per /128,
+# of which one subscriber has 2**64).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -103,6 +105,7 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = 10
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_CLIENT_IP_CALLABLE = "urlguard.runtime.clientaddress.client_lockout_address"
 AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "urlguard_service.urls"
