@@ -127,6 +127,10 @@ class DnsServer:
         self._addresses: dict[str, dns.rdata.Rdata] = {}
         self._soa_wires: dict[int, bytes] = {}
         self._uribl_labels = tuple(x.lower() for x in self.uribl.labels[:-1])
+        # A zone has NS at its apex: BIND refuses a transfer without ("bad zone").
+        self._rpz_ns = dns.rrset.from_text(
+            self.rpz, TTL, "IN", "NS", dns.name.from_text("ns", self.rpz).to_text()
+        )
 
     # -- answering ---------------------------------------------------------------
 
@@ -399,6 +403,7 @@ class DnsServer:
 
             def everything() -> Iterator[dns.rrset.RRset | Record]:
                 yield soa
+                yield self._rpz_ns
                 yield from zone_records(snap, zone)
                 yield soa
 
