@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import logging
+import re
 import socket
 import threading
 
@@ -229,7 +231,6 @@ def test_rate_limiter_truncates_every_second_answer_beyond_the_rate():
 def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):
     import io
     import os
-    import re
     import signal
     import time
 
@@ -373,3 +374,89 @@ def test_an_ixfr_across_the_upgrade_that_logged_the_allowlist_is_the_whole_zone(
     rrsets = transfer(server.port, RPZ, "IXFR", serial=old)
     soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
     assert len(soas) == 2  # AXFR-style: the zone between two SOAs
+
+
+@pytest.fixture
+def database_down(monkeypatch):
+    """database_down() -> every query of every thread fails as with PostgreSQL stopped
+    (the server answers from threads of its own, each with its own connection); the
+    function it returns brings the database back."""
+    from django.db import OperationalError, connections
+
+    wrapper = type(connections["default"])
+    real = wrapper.cursor
+
+    def stop():
+        def refused(self, *args, **kwargs):
+            raise OperationalError('connection to server at "127.0.0.1", port 5432 failed')
+
+        monkeypatch.setattr(wrapper, "cursor", refused)
+        return lambda: monkeypatch.setattr(wrapper, "cursor", real)
+
+    return stop
+
+
+def test_through_a_database_outage_the_soa_is_answered_and_the_outage_logged_once(
+    dns_server, listed, database_down, caplog
+):
+    server = dns_server(rate_limit=100_000)
+    serial = ChangeEvent.objects.head()
+    caplog.set_level(logging.INFO, logger="urlguard.exports.dnsserver")
+    start = database_down()
+    for n in range(400):  # a listed name: the table confirms the filter's hit
+        name = f"evil.example.{URIBL}" if n % 2 else f"www.evil.example.{URIBL}"
+        assert ask(server.port, name, "TXT" if n % 3 else "A").rcode() == dns.rcode.SERVFAIL
+    assert ask(server.port, f"clean.example.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    server.poll()  # the NOTIFY loop's round fails too: the same outage
+    # The dns role's health check: the SOA from the position the server holds.
+    soa = ask(server.port, RPZ, "SOA")
+    assert soa.rcode() == dns.rcode.NOERROR and soa.answer[0][0].serial == serial
+    assert ask(server.port, RPZ, "NS").answer[0][0].to_text() == f"ns.{RPZ}"
+    logged = [r for r in caplog.records if r.name == "urlguard.exports.dnsserver"]
+    assert [(r.levelname, r.getMessage()) for r in logged] == [
+        (
+            "ERROR",
+            "serve_dns: reading the database failed: OperationalError: connection to server at"
+            ' "127.0.0.1", port 5432 failed',
+        )
+    ]
+    start()
+    assert ask(server.port, f"evil.example.{URIBL}").answer[0][0].to_text() == "127.0.0.4"
+    logged = [r for r in caplog.records if r.name == "urlguard.exports.dnsserver"]
+    assert len(logged) == 2 and logged[1].getMessage().startswith(
+        "serve_dns: reading the database works again after"
+    )
+    # 400 lookups and a round of the loop at least (its own thread runs once a second).
+    assert int(re.search(r"\((\d+) failure", logged[1].getMessage()).group(1)) >= 401
+
+
+def test_with_the_database_down_since_the_start_the_rpz_zone_is_servfail_not_a_made_up_serial(
+    build_filter, fresh_guard, database_down
+):
+    from urlguard.exports.dnsserver import DnsConfig, DnsServer
+
+    build_filter()
+    start = database_down()
+    server = DnsServer(DnsConfig(rpz_zone=RPZ, uribl_zone=URIBL))
+    try:
+        port = server.start("127.0.0.1", 0)[1]
+        assert ask(port, RPZ, "SOA").rcode() == dns.rcode.SERVFAIL
+        start()
+        server.poll()
+        assert ask(port, RPZ, "SOA").answer[0][0].serial == ChangeEvent.objects.head()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("edns", [None, 0])
+def test_the_fast_path_fails_as_the_general_one(dns_server, listed, database_down, edns):
+    server = dns_server()
+    database_down()
+    query = dns.message.make_query(f"evil.example.{URIBL}", "A", use_edns=edns)
+    (fast,) = server.answer(query.to_wire(), "127.0.0.1", tcp=False)
+    server._fast_uribl = lambda wire: None
+    (general,) = server.answer(query.to_wire(), "127.0.0.1", tcp=False)
+    a, b = dns.message.from_wire(fast), dns.message.from_wire(general)
+    assert a.rcode() == b.rcode() == dns.rcode.SERVFAIL
+    assert a.flags == b.flags and a.question == b.question and not a.answer and not b.answer
+    assert a.edns == b.edns

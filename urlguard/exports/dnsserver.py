@@ -28,7 +28,7 @@ import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
-from django.db import close_old_connections, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, close_old_connections, connections
 
 from urlguard.exports import uribl
 from urlguard.exports.projection import snapshot
@@ -37,6 +37,7 @@ from urlguard.exports.rpz import serial as zone_serial
 from urlguard.exports.rpzjournal import Record, delta, zone_records
 from urlguard.models import ChangeEvent
 from urlguard.runtime import metrics
+from urlguard.runtime.outage import OutageLog
 
 __all__ = ["DnsConfig", "DnsServer"]
 
@@ -122,7 +123,11 @@ class DnsServer:
         self._threads: list[threading.Thread] = []
         self._udp: socket.socket | None = None
         self._tcp: socketserver.ThreadingTCPServer | None = None
+        # The change-log position the server holds (-1: none read yet): the RPZ SOA is
+        # answered from it, so a lookup never waits on the database, nor fails with it.
+        self.seq = -1
         self.notified_seq = -1
+        self.database = OutageLog(logger, "serve_dns: reading the database")
         self._soas: dict[tuple[dns.name.Name, int], dns.rrset.RRset] = {}
         self._addresses: dict[str, dns.rdata.Rdata] = {}
         self._soa_wires: dict[int, bytes] = {}
@@ -230,7 +235,11 @@ class DnsServer:
                 return
             yield from self._transfer(query, response, qtype, tcp)
             return
-        seq = ChangeEvent.objects.head()
+        seq = self.seq
+        if seq < 0:  # no position read yet: the database was down since the start
+            response.flags &= ~dns.flags.AA
+            yield self._finish(response, dns.rcode.SERVFAIL, "rpz", tcp)
+            return
         ns = dns.name.from_text("ns", self.rpz)
         if qname == self.rpz:
             self._apex(response, self.rpz, qtype, seq)
@@ -254,8 +263,7 @@ class DnsServer:
         self, response: dns.message.Message, qname: dns.name.Name, qtype: int, tcp: bool
     ) -> bytes:
         response.flags |= dns.flags.AA
-        # The serial the NOTIFY loop last read: no query of the log per lookup.
-        seq = max(self.notified_seq, 0)
+        seq = max(self.seq, 0)
         if qname == self.uribl:
             self._apex(response, self.uribl, qtype, seq)
             return self._finish(response, dns.rcode.NOERROR, "uribl", tcp)
@@ -268,12 +276,8 @@ class DnsServer:
             return self._finish(response, dns.rcode.NOERROR, "uribl", tcp)
         relative = qname.relativize(self.uribl).to_text()
         try:
-            listing = uribl.lookup(relative)
-        except uribl.Unchecked:
-            response.flags &= ~dns.flags.AA
-            return self._finish(response, dns.rcode.SERVFAIL, "uribl", tcp)
-        except Exception:
-            logger.exception("serve_dns: looking up %s failed", relative)
+            listing = self._lookup(relative)
+        except LookupFailed:
             response.flags &= ~dns.flags.AA
             return self._finish(response, dns.rcode.SERVFAIL, "uribl", tcp)
         if listing is None:
@@ -335,15 +339,19 @@ class DnsServer:
             return None
         if relative == "ns":
             return None
-        try:
-            listing = uribl.lookup(relative)
-        except Exception:
-            return None  # the general path looks again, and answers SERVFAIL
-        head = 0x8000 | 0x0400 | (flags & 0x0100)  # QR, AA, RD as asked
         extra = 1 if opt else 0
+        try:
+            listing = self._lookup(relative)
+        except LookupFailed:
+            metrics.dns_answered("uribl", "SERVFAIL")
+            header = _HEADER.pack(
+                qid, 0x8000 | (flags & 0x0100) | dns.rcode.SERVFAIL, 1, 0, 0, extra
+            )
+            return header + wire[12:question_end] + opt
+        head = 0x8000 | 0x0400 | (flags & 0x0100)  # QR, AA, RD as asked
         if listing is None:
             metrics.dns_answered("uribl", "NXDOMAIN")
-            soa = self._soa_wire(max(self.notified_seq, 0))
+            soa = self._soa_wire(max(self.seq, 0))
             header = _HEADER.pack(qid, head | dns.rcode.NXDOMAIN, 1, 0, 1, extra)
             return header + wire[12:question_end] + soa + opt
         metrics.dns_answered("uribl", "NOERROR")
@@ -352,6 +360,27 @@ class DnsServer:
         record = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, URIBL_TTL, 4) + address
         header = _HEADER.pack(qid, head, 1, 1, 0, extra)
         return header + wire[12:question_end] + record + opt
+
+    def _lookup(self, relative: str) -> uribl.Listing | None:
+        """uribl.lookup, once more on a new connection when the database dropped this
+        thread's (a restart of PostgreSQL: the first query after it is answered too)."""
+        for attempt in (1, 2):
+            try:
+                listing = uribl.lookup(relative)
+            except uribl.Unchecked as exc:
+                raise LookupFailed from exc  # the guard logs it, rate-limited
+            except DatabaseError as exc:
+                if attempt == 1 and _drop_dead_connection():
+                    continue
+                self.database.failed(exc)
+                raise LookupFailed from exc
+            except Exception as exc:
+                logger.exception("serve_dns: looking up %s failed", relative)
+                raise LookupFailed from exc
+            if listing is not None and listing.rule is not None:
+                self.database.recovered()  # the table confirmed it: the database answers
+            return listing
+        raise AssertionError("unreachable")
 
     def _soa_wire(self, seq: int) -> bytes:
         cached = self._soa_wires.get(seq)
@@ -376,6 +405,7 @@ class DnsServer:
                     client_serial = rrset[0].serial
         with snapshot() as snap:
             seq = snap.position.seq
+            self.seq = max(self.seq, seq)
             soa = self._soa(self.rpz, seq)
             zone = self.config.rpz_zone
             if client_serial is not None and client_serial == zone_serial(seq):
@@ -449,8 +479,10 @@ class DnsServer:
     # -- NOTIFY ------------------------------------------------------------------
 
     def notify_once(self) -> None:
-        """Send NOTIFY to every secondary if the log moved since the last time."""
+        """Read the log's head into the position the server holds; send NOTIFY to every
+        secondary if it moved since the last time."""
         seq = ChangeEvent.objects.head()
+        self.seq = seq
         if seq == self.notified_seq:
             return
         self.notified_seq = seq
@@ -475,12 +507,24 @@ class DnsServer:
         logger.warning("serve_dns: %s:%d did not acknowledge NOTIFY of serial %d", host, port, seq)
 
     def _notify_loop(self) -> None:
-        while not self._stop.wait(NOTIFY_POLL):
-            try:
-                close_old_connections()
-                self.notify_once()
-            except Exception:
-                logger.exception("serve_dns: reading the change log for NOTIFY failed")
+        try:
+            while not self._stop.wait(NOTIFY_POLL):
+                self.poll()
+        finally:
+            connections.close_all()
+
+    def poll(self) -> None:
+        """One round of the NOTIFY loop: a failure of the database is one outage."""
+        try:
+            close_old_connections()
+            self.notify_once()
+        except DatabaseError as exc:
+            _drop_dead_connection()
+            self.database.failed(exc)
+        except Exception:
+            logger.exception("serve_dns: reading the change log for NOTIFY failed")
+        else:
+            self.database.recovered()
 
     # -- sockets -----------------------------------------------------------------
 
@@ -513,6 +557,13 @@ class DnsServer:
             break
         port = udp.getsockname()[1]
         self._udp, self._tcp = udp, tcp
+        # The position before the first answer (a database down now: SERVFAIL for the
+        # RPZ zone until the loop reads one). NOTIFY still goes out at the loop's start.
+        try:
+            self.seq = ChangeEvent.objects.head()
+        except DatabaseError as exc:
+            _drop_dead_connection()
+            self.database.failed(exc)
         self._tcp_slots = threading.BoundedSemaphore(MAX_TCP_CLIENTS)
         for target in (self._serve_udp, tcp.serve_forever, self._notify_loop):
             thread = threading.Thread(target=target, daemon=True, name=f"dns-{target.__name__}")
@@ -538,6 +589,7 @@ class DnsServer:
             self._udp_loop(udp)
         finally:
             udp.close()
+            connections.close_all()  # this thread's: a stopped server holds none
 
     def _udp_loop(self, udp: socket.socket) -> None:
         while not self._stop.is_set():
@@ -558,6 +610,9 @@ class DnsServer:
                     continue
                 for out in self.answer(wire, peer[0], tcp=False):
                     udp.sendto(out, peer)
+            except DatabaseError as exc:
+                _drop_dead_connection()
+                self.database.failed(exc)
             except Exception:
                 logger.exception("serve_dns: answering %s failed", peer[0])
                 close_old_connections()
@@ -588,9 +643,27 @@ class DnsServer:
                     sock.sendall(struct.pack("!H", len(out)) + out)
         except OSError:
             return
+        except DatabaseError as exc:  # a transfer's snapshot: the secondary retries
+            self.database.failed(exc)
+        except Exception:
+            logger.exception("serve_dns: answering %s over TCP failed", client)
         finally:
             self._tcp_slots.release()
             connections.close_all()
+
+
+class LookupFailed(Exception):
+    """A URIBL lookup that could not tell (logged where it failed): SERVFAIL."""
+
+
+def _drop_dead_connection() -> bool:
+    """Close this thread's database connection if the database dropped it, so the next
+    query opens a new one; True if one was dropped."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.connection is None or connection.in_atomic_block or connection.is_usable():
+        return False
+    connection.close()
+    return True
 
 
 def _name_wire(name: str) -> bytes:
