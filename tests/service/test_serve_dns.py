@@ -460,3 +460,61 @@ def test_the_fast_path_fails_as_the_general_one(dns_server, listed, database_dow
     assert a.rcode() == b.rcode() == dns.rcode.SERVFAIL
     assert a.flags == b.flags and a.question == b.question and not a.answer and not b.answer
     assert a.edns == b.edns
+
+
+def test_an_ixfr_from_a_serial_newer_than_the_zone_is_one_soa(dns_server, listed):
+    """RFC 1995 section 2: the same or a newer serial is answered with the SOA alone,
+    never the whole zone (a secondary restored from a newer primary, say)."""
+    server = dns_server()
+    head = ChangeEvent.objects.head()
+    for newer in (head + 1, head + 1000, head + 2**31 - 1):
+        rrsets = transfer(server.port, RPZ, "IXFR", serial=newer % 2**32)
+        assert len(rrsets) == 1 and rrsets[0][0].serial == head, newer
+
+
+def move_the_log_to(seq: int) -> None:
+    """The next change gets position `seq`: as a log that has come that far."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE sqlite_sequence SET seq = %s WHERE name = %s",
+            [seq - 1, ChangeEvent._meta.db_table],
+        )
+
+
+def test_ixfr_past_serial_2_to_the_32_is_incremental(dns_server, listed):
+    """The serial is the position modulo 2**32 and compared in serial arithmetic (RFC
+    1982): a secondary at a serial that wrapped is behind by the difference, not by
+    the whole log."""
+    server = dns_server()
+    move_the_log_to(2**32 - 2)
+    add_rule("a.example/", category="spam", source="test")
+    before_wrap = ChangeEvent.objects.head()
+    assert before_wrap == 2**32 - 2
+    add_rule("b.example/", category="spam", source="test")
+    add_rule("c.example/", category="spam", source="test")  # serial 0
+    wrapped = ChangeEvent.objects.head()
+    assert wrapped == 2**32
+    add_rule("d.example/", category="spam", source="test")  # serial 1
+    serial, deleted, added = ixfr_parts(server.port, 0)
+    assert serial == 1 and deleted == set()
+    assert added == {(f"d.example.{RPZ}", "."), (f"*.d.example.{RPZ}", ".")}
+    serial, deleted, added = ixfr_parts(server.port, 2**32 - 2)  # across the wrap
+    assert serial == 1 and deleted == set()
+    assert {owner for owner, _ in added} == {
+        f"{prefix}{host}.example.{RPZ}" for prefix in ("", "*.") for host in "bcd"
+    }
+    up_to_date = transfer(server.port, RPZ, "IXFR", serial=1)
+    assert len(up_to_date) == 1 and up_to_date[0][0].serial == 1
+    soa = ask(server.port, RPZ, "SOA")
+    assert soa.answer[0][0].serial == 1  # the position the server holds, wrapped
+
+
+def test_ixfr_from_exactly_half_the_serial_space_away_is_the_whole_zone(dns_server, listed):
+    """RFC 1982 leaves the order of two serials 2**31 apart undefined: whole zone."""
+    server = dns_server()
+    head = ChangeEvent.objects.head()
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=(head + 2**31) % 2**32)
+    soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
+    assert len(soas) == 2 and len(records(rrsets)) == 4

@@ -32,8 +32,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, close_old_connections, co
 
 from urlguard.exports import uribl
 from urlguard.exports.projection import snapshot
-from urlguard.exports.rpz import TTL, soa_rdata
-from urlguard.exports.rpz import serial as zone_serial
+from urlguard.exports.rpz import SERIAL_HALF, TTL, serial_behind, soa_rdata
 from urlguard.exports.rpzjournal import Record, delta, zone_records
 from urlguard.models import ChangeEvent
 from urlguard.runtime import metrics
@@ -408,20 +407,26 @@ class DnsServer:
             self.seq = max(self.seq, seq)
             soa = self._soa(self.rpz, seq)
             zone = self.config.rpz_zone
-            if client_serial is not None and client_serial == zone_serial(seq):
-                metrics.dns_transfer("ixfr")
-                response.answer.append(soa)
-                yield self._finish(response, dns.rcode.NOERROR, "rpz", tcp)
-                return
+            old_seq = None
+            if client_serial is not None:
+                behind = serial_behind(client_serial, seq)
+                if behind == 0 or behind > SERIAL_HALF:
+                    # Up to date, or newer than this zone: one SOA (RFC 1995 section 2).
+                    metrics.dns_transfer("ixfr")
+                    response.answer.append(soa)
+                    yield self._finish(response, dns.rcode.NOERROR, "rpz", tcp)
+                    return
+                if behind < SERIAL_HALF and seq - behind >= 0:
+                    old_seq = seq - behind
             if not tcp:
                 # IXFR over UDP: the SOA alone tells the client to come over TCP.
                 response.answer.append(soa)
                 yield self._finish(response, dns.rcode.NOERROR, "rpz", tcp)
                 return
-            changes = delta(snap, client_serial, zone) if client_serial is not None else None
-            if changes is not None:
+            changes = delta(snap, old_seq, zone) if old_seq is not None else None
+            if changes is not None and old_seq is not None:
                 metrics.dns_transfer("ixfr")
-                old_soa = self._soa(self.rpz, client_serial or 0)
+                old_soa = self._soa(self.rpz, old_seq)
                 parts: list[dns.rrset.RRset | Record] = [soa, old_soa]
                 parts += changes.deleted
                 parts.append(soa)
