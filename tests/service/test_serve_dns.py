@@ -228,6 +228,21 @@ def test_rate_limiter_truncates_every_second_answer_beyond_the_rate():
     assert limiter.allow("192.0.2.1") == "answer"
 
 
+def test_the_rate_limiter_keeps_a_bounded_number_of_networks_the_least_recent_going_first():
+    now = [0.0]
+    limiter = RateLimiter(2, clock=lambda: now[0], capacity=3)
+    assert [limiter.allow("192.0.2.1") for _ in range(3)] == ["answer", "answer", "slip"]
+    for n in range(100_000):  # a flood claiming a new network a packet
+        assert limiter.allow(f"{10 + (n >> 16)}.{(n >> 8) & 255}.{n & 255}.1") == "answer"
+        if n % 2:
+            assert limiter.allow("192.0.2.9") != "answer"  # the busy one stays limited
+    assert len(limiter._buckets) == 3
+    assert limiter.allow("::ffff:192.0.2.77") != "answer"  # mapped: the same /24
+    assert limiter.allow("2001:db8:0:ff::1") == "answer"
+    assert limiter.allow("2001:db8:0:ff:ffff::2") == "answer"
+    assert limiter.allow("2001:db8:0:ff:1::3") != "answer"  # the same /56
+
+
 def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):
     import io
     import os

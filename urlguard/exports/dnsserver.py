@@ -14,6 +14,7 @@ import socketserver
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -54,6 +55,8 @@ TCP_IDLE = 10.0
 #: How often the UDP thread looks whether it should stop, seconds.
 UDP_POLL = 0.5
 MAX_TCP_CLIENTS = 32
+#: Client networks the UDP rate limiter keeps buckets for (~260 bytes each: 4 MB).
+RATE_LIMIT_NETWORKS = 16_384
 _HEADER = struct.Struct("!HHHHHH")
 
 
@@ -84,32 +87,47 @@ class DnsConfig:
 class RateLimiter:
     """Token buckets per client network (/24, /56): `rate` answers a second, as many
     in a burst. Beyond it, every second answer is sent truncated (a real client
-    retries over TCP, which cannot be spoofed) and the others dropped."""
+    retries over TCP, which cannot be spoofed) and the others dropped. At most
+    `capacity` networks are kept, the one seen least recently making room: O(1) a
+    packet, bounded memory whatever addresses a flood claims."""
 
     rate: int
     clock: Callable[[], float] = time.monotonic
-    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+    capacity: int = RATE_LIMIT_NETWORKS
+    _buckets: OrderedDict[int, tuple[float, float]] = field(default_factory=OrderedDict)
     _slip: int = 0
-
-    def network(self, address: str) -> str:
-        ip = ipaddress.ip_address(address)
-        prefix = 24 if ip.version == 4 else 56
-        return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
 
     def allow(self, address: str) -> str:
         """'answer', 'slip' (send truncated) or 'drop'."""
-        key = self.network(address)
+        key = _network_key(address)
         now = self.clock()
-        tokens, last = self._buckets.get(key, (float(self.rate), now))
-        tokens = min(float(self.rate), tokens + (now - last) * self.rate)
+        buckets = self._buckets
+        entry = buckets.get(key)
+        if entry is None:
+            tokens = float(self.rate)
+            if len(buckets) >= self.capacity:
+                # Seen least recently: its bucket is the likeliest to be full anyway.
+                buckets.popitem(last=False)
+        else:
+            tokens = min(float(self.rate), entry[0] + (now - entry[1]) * self.rate)
+            buckets.move_to_end(key)
         if tokens >= 1:
-            self._buckets[key] = (tokens - 1, now)
+            buckets[key] = (tokens - 1, now)
             return "answer"
-        self._buckets[key] = (tokens, now)
-        if len(self._buckets) > 100_000:  # bounded: forget the quiet ones
-            self._buckets = {k: v for k, v in self._buckets.items() if now - v[1] < 1}
+        buckets[key] = (tokens, now)
         self._slip += 1
         return "slip" if self._slip % 2 else "drop"
+
+
+def _network_key(address: str) -> int:
+    """The client's network as one int: an IPv4 /24 (an IPv4-mapped address too), or
+    an IPv6 /56 marked above any /24."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is None:
+            return (1 << 60) | (int(ip) >> 72)
+        ip = ip.ipv4_mapped
+    return int(ip) >> 8
 
 
 class DnsServer:
