@@ -533,3 +533,104 @@ def test_ixfr_from_exactly_half_the_serial_space_away_is_the_whole_zone(dns_serv
     rrsets = transfer(server.port, RPZ, "IXFR", serial=(head + 2**31) % 2**32)
     soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
     assert len(soas) == 2 and len(records(rrsets)) == 4
+
+
+def tcp_client(port: int, source: str) -> socket.socket:
+    """A TCP connection to the server from `source` (any 127/8 address is this host's)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+    sock.settimeout(5)
+    return sock
+
+
+def tcp_ask(sock: socket.socket, name: str) -> dns.message.Message | None:
+    """One question over `sock`; None if the server closed the connection instead."""
+    import struct
+
+    wire = dns.message.make_query(name, "A").to_wire()
+    try:
+        sock.sendall(struct.pack("!H", len(wire)) + wire)
+        head = sock.recv(2)
+        if len(head) < 2:
+            return None
+        size = struct.unpack("!H", head)[0]
+        body = b""
+        while len(body) < size:
+            chunk = sock.recv(size - len(body))
+            if not chunk:
+                return None
+            body += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        return None
+    return dns.message.from_wire(body)
+
+
+def test_tcp_slots_are_capped_per_client_and_kept_for_the_transfer_networks(dns_server, listed):
+    server = dns_server(
+        transfer_networks=(ipaddress.ip_network("127.0.0.1/32"),),
+        tcp_clients=4,
+        tcp_per_client=2,
+        tcp_transfer_slots=1,
+    )
+    held = []
+    try:
+        # One client may hold two connections; its third is closed unanswered.
+        for _ in range(2):
+            held.append(tcp_client(server.port, "127.0.0.2"))
+            assert tcp_ask(held[-1], f"test.{URIBL}").answer
+        third = tcp_client(server.port, "127.0.0.2")
+        assert tcp_ask(third, f"test.{URIBL}") is None
+        third.close()
+        # Two more clients take the four shared slots: a fifth client finds none.
+        for source in ("127.0.0.3", "127.0.0.4"):
+            held.append(tcp_client(server.port, source))
+            assert tcp_ask(held[-1], f"test.{URIBL}").answer
+        assert len(held) == 4
+        other = tcp_client(server.port, "127.0.0.5")
+        assert tcp_ask(other, f"test.{URIBL}") is None
+        other.close()
+        # The transfer network still gets its AXFR, on the slot kept for it.
+        rrsets = transfer(server.port, RPZ)
+        assert rrsets[0].rdtype == dns.rdatatype.SOA and len(records(rrsets)) == 4
+    finally:
+        for sock in held:
+            sock.close()
+    # The slots come back with the connections (as soon as the server reads the close).
+    for _attempt in range(50):
+        with tcp_client(server.port, "127.0.0.5") as sock:
+            if tcp_ask(sock, f"test.{URIBL}") is not None:
+                break
+        threading.Event().wait(0.1)
+    else:
+        raise AssertionError("no TCP slot came back")
+
+
+def test_a_tcp_message_must_arrive_whole_within_the_deadline(dns_server):
+    """A byte every 0.1 s never lets one read wait long; the message as a whole is
+    given `tcp_deadline`, and the connection is closed when it runs out."""
+    import time
+
+    server = dns_server(tcp_deadline=1.0)
+    sock = tcp_client(server.port, "127.0.0.2")
+    started = time.monotonic()
+    closed_after = None
+    try:
+        sock.sendall(b"\xff\xff")  # a message of 65,535 bytes, sent a byte at a time
+        sock.settimeout(0.1)
+        while time.monotonic() - started < 15:
+            try:
+                if sock.recv(1) == b"":
+                    closed_after = time.monotonic() - started
+                    break
+            except TimeoutError:
+                sock.sendall(b"\x00")
+            except ConnectionResetError:
+                closed_after = time.monotonic() - started
+                break
+    finally:
+        sock.close()
+    assert closed_after is not None and 0.9 < closed_after < 5
+    # An idle connection (nothing sent) is closed after the same deadline.
+    with tcp_client(server.port, "127.0.0.2") as idle:
+        started = time.monotonic()
+        assert idle.recv(1) == b""
+        assert time.monotonic() - started < 5

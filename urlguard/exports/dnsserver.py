@@ -51,10 +51,17 @@ TRANSFER_CHUNK = 500
 #: How often the change log's head is read for NOTIFY, seconds.
 NOTIFY_POLL = 1.0
 NOTIFY_TRIES = 5
-TCP_IDLE = 10.0
+#: Each TCP message, its length included, must arrive within this many seconds of the
+#: server starting to wait for it (a client dripping a byte at a time is cut off).
+TCP_DEADLINE = 10.0
 #: How often the UDP thread looks whether it should stop, seconds.
 UDP_POLL = 0.5
 MAX_TCP_CLIENTS = 32
+#: Connections one client (an IPv4 address, an IPv6 /64) may hold at once.
+TCP_PER_CLIENT = 4
+#: Kept for DNS_TRANSFER_NETWORKS beyond MAX_TCP_CLIENTS: their AXFR/IXFR get through
+#: whoever holds the others.
+TCP_TRANSFER_SLOTS = 8
 #: Client networks the UDP rate limiter keeps buckets for (~260 bytes each: 4 MB).
 RATE_LIMIT_NETWORKS = 16_384
 _HEADER = struct.Struct("!HHHHHH")
@@ -68,6 +75,10 @@ class DnsConfig:
     transfer_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     rate_limit: int = 100
     ns_address: str = "127.0.0.1"
+    tcp_clients: int = MAX_TCP_CLIENTS
+    tcp_per_client: int = TCP_PER_CLIENT
+    tcp_transfer_slots: int = TCP_TRANSFER_SLOTS
+    tcp_deadline: float = TCP_DEADLINE
 
     @classmethod
     def from_settings(cls, address: str) -> DnsConfig:
@@ -119,6 +130,20 @@ class RateLimiter:
         return "slip" if self._slip % 2 else "drop"
 
 
+def _client_key(address: str) -> int:
+    """One TCP client as one int: an IPv4 address (an IPv4-mapped one too), or an
+    IPv6 /64, the network a subscriber picks addresses in at will, marked above it."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return -1
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is None:
+            return (1 << 64) | (int(ip) >> 64)
+        ip = ip.ipv4_mapped
+    return int(ip)
+
+
 def _network_key(address: str) -> int:
     """The client's network as one int: an IPv4 /24 (an IPv4-mapped address too), or
     an IPv6 /56 marked above any /24."""
@@ -149,6 +174,9 @@ class DnsServer:
         self._addresses: dict[str, dns.rdata.Rdata] = {}
         self._soa_wires: dict[int, bytes] = {}
         self._uribl_labels = tuple(x.lower() for x in self.uribl.labels[:-1])
+        self._tcp_lock = threading.Lock()
+        self._tcp_open = {"shared": 0, "transfer": 0}
+        self._tcp_per_client: dict[int, int] = {}
         # A zone has NS at its apex: BIND refuses a transfer without ("bad zone").
         self._rpz_ns = dns.rrset.from_text(
             self.rpz, TTL, "IN", "NS", dns.name.from_text("ns", self.rpz).to_text()
@@ -587,7 +615,6 @@ class DnsServer:
         except DatabaseError as exc:
             _drop_dead_connection()
             self.database.failed(exc)
-        self._tcp_slots = threading.BoundedSemaphore(MAX_TCP_CLIENTS)
         for target in (self._serve_udp, tcp.serve_forever, self._notify_loop):
             thread = threading.Thread(target=target, daemon=True, name=f"dns-{target.__name__}")
             thread.start()
@@ -651,18 +678,22 @@ class DnsServer:
         udp.sendto(response.to_wire(), peer)
 
     def _serve_tcp(self, sock: socket.socket, client: str) -> None:
-        if not self._tcp_slots.acquire(blocking=False):
+        admitted = self._admit_tcp(client)
+        if admitted is None:
+            metrics.dns_dropped("tcp_busy")
             return
         try:
-            sock.settimeout(TCP_IDLE)
             while not self._stop.is_set():
-                head = _read_exactly(sock, 2)
+                deadline = time.monotonic() + self.config.tcp_deadline
+                head = _read_exactly(sock, 2, deadline)
                 if head is None:
                     return
-                wire = _read_exactly(sock, struct.unpack("!H", head)[0])
+                wire = _read_exactly(sock, struct.unpack("!H", head)[0], deadline)
                 if wire is None:
                     return
                 for out in self.answer(wire, client, tcp=True):
+                    # A client that stops reading is cut off as one that stops writing.
+                    sock.settimeout(self.config.tcp_deadline)
                     sock.sendall(struct.pack("!H", len(out)) + out)
         except OSError:
             return
@@ -671,8 +702,37 @@ class DnsServer:
         except Exception:
             logger.exception("serve_dns: answering %s over TCP failed", client)
         finally:
-            self._tcp_slots.release()
+            self._release_tcp(*admitted)
             connections.close_all()
+
+    def _admit_tcp(self, client: str) -> tuple[str, int] | None:
+        """Take a TCP slot for `client`: (pool, client key), or None when it holds
+        TCP_PER_CLIENT already or no slot is free to it (the transfer networks have
+        slots of their own once the shared ones are taken)."""
+        key = _client_key(client)
+        config = self.config
+        with self._tcp_lock:
+            held = self._tcp_per_client.get(key, 0)
+            if held >= config.tcp_per_client:
+                return None
+            if self._tcp_open["shared"] < config.tcp_clients:
+                pool = "shared"
+            elif self._tcp_open["transfer"] < config.tcp_transfer_slots and self._may_transfer(
+                client
+            ):
+                pool = "transfer"
+            else:
+                return None
+            self._tcp_open[pool] += 1
+            self._tcp_per_client[key] = held + 1
+        return pool, key
+
+    def _release_tcp(self, pool: str, key: int) -> None:
+        with self._tcp_lock:
+            self._tcp_open[pool] -= 1
+            held = self._tcp_per_client.pop(key) - 1
+            if held:
+                self._tcp_per_client[key] = held
 
 
 class LookupFailed(Exception):
@@ -696,10 +756,20 @@ def _name_wire(name: str) -> bytes:
     return b"".join(bytes([len(x)]) + x for x in name.rstrip(".").encode().split(b".")) + b"\0"
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
+def _read_exactly(sock: socket.socket, n: int, deadline: float) -> bytes | None:
+    """`n` bytes, or None if the peer closed or they did not all come by `deadline`
+    (time.monotonic): a timeout per read would let a byte every few seconds hold the
+    connection for ever."""
     data = b""
     while len(data) < n:
-        chunk = sock.recv(n - len(data))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(n - len(data))
+        except TimeoutError:
+            return None
         if not chunk:
             return None
         data += chunk
