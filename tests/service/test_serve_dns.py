@@ -276,6 +276,28 @@ def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):
     assert signal.getsignal(signal.SIGTERM) == before  # the caller's handler is back
 
 
+@pytest.mark.parametrize("taken", [socket.SOCK_DGRAM, socket.SOCK_STREAM], ids=["udp", "tcp"])
+def test_the_command_on_a_port_in_use_says_so_and_exits_non_zero(build_filter, capsys, taken):
+    from urlguard.management.commands.serve_dns import Command
+
+    build_filter()
+    with socket.socket(socket.AF_INET, taken) as other:
+        other.bind(("127.0.0.1", 0))
+        if taken == socket.SOCK_STREAM:
+            other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(SystemExit) as exit:
+            Command().run_from_argv(
+                ["manage.py", "serve_dns", "--address", "127.0.0.1", "--port", str(port)]
+            )
+    assert exit.value.code == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"CommandError: serve_dns cannot listen on 127.0.0.1 port {port} (UDP and TCP): "
+        "Address already in use. Stop what serves there, or pick another --address or --port.\n"
+    )
+
+
 def test_an_allowlisted_hosts_passthru_follows_the_rules_above_it(dns_server, listed):
     from urlguard.models import AllowedHost, Source
 
