@@ -59,7 +59,21 @@ def test_uribl_lists_a_listed_host_with_its_category_bits(dns_server, listed):
     assert [r.to_text() for r in answer.answer[0]] == ["127.0.0.4"]
     assert ask(server.port, f"www.evil.example.{URIBL}").answer[0][0].to_text() == "127.0.0.4"
     txt = ask(server.port, f"evil.example.{URIBL}", "TXT").answer[0][0].to_text()
-    assert "evil.example/" in txt and "malware" in txt and "report" in txt
+    assert txt == '"listed by urlguard rule evil.example/ (malware)"'
+
+
+def test_the_uribl_txt_names_the_report_desk_when_there_is_one(dns_server, listed, settings):
+    """This service's report form takes only a link signed for the warned visitor's
+    browser, which a TXT lookup has none of (such a link answered 400): the TXT links
+    a desk REPORT_MISTAKE_URL names, as the warning page does, and else none."""
+    desk = "https://desk.example/wrongly-blocked"
+    settings.URLGUARD = {**settings.URLGUARD, "REPORT_MISTAKE_URL": desk}
+    server = dns_server()
+    txt = ask(server.port, f"www.evil.example.{URIBL}", "TXT").answer[0][0].to_text()
+    assert txt == (
+        '"listed by urlguard rule evil.example/ (malware); report: '
+        f'{desk}?url=http%3A%2F%2Fwww.evil.example%2F"'
+    )
 
 
 def test_uribl_not_listed_is_nxdomain_with_the_soa(dns_server, listed):
