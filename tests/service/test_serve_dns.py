@@ -463,6 +463,8 @@ def test_through_a_database_outage_the_soa_is_answered_and_the_outage_logged_onc
     soa = ask(server.port, RPZ, "SOA")
     assert soa.rcode() == dns.rcode.NOERROR and soa.answer[0][0].serial == serial
     assert ask(server.port, RPZ, "NS").answer[0][0].to_text() == f"ns.{RPZ}"
+    nodata = ask(server.port, f"evil.example.{RPZ}")  # policy records are for transfers
+    assert nodata.rcode() == dns.rcode.NOERROR and nodata.authority[0][0].serial == serial
     logged = [r for r in caplog.records if r.name == "urlguard.exports.dnsserver"]
     assert [(r.levelname, r.getMessage()) for r in logged] == [
         (
