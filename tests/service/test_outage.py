@@ -1,64 +1,53 @@
-"""urlguard.runtime.outage: an outage logged once with its traceback, then a count at
-most once a minute, then its recovery, whatever the number of failures."""
+"""OutageLog: a failure repeated every second is one line with its traceback, then a
+count a minute, then one line when it recovers (an injected clock, no waiting)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 
 from urlguard.runtime.outage import OutageLog
 
-
-def outage_log(caplog):
-    now = [100.0]
-    log = OutageLog(logging.getLogger("test.outage"), "the database", clock=lambda: now[0])
-    caplog.set_level(logging.INFO, logger="test.outage")
-    return log, now
+LOGGER = "urlguard.tests.outage"
 
 
-def test_an_outage_is_one_line_with_its_traceback_then_a_count_a_minute_then_its_end(caplog):
-    log, now = outage_log(caplog)
-    log.recovered()  # nothing wrong: nothing said
-    assert caplog.records == []
-    for _ in range(400):
-        log.failed(ConnectionError("connection refused\n\tIs the server running?"))
-    (first,) = caplog.records
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def records(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == LOGGER]
+
+
+def test_an_outage_is_logged_once_then_counted_a_minute_then_its_recovery(caplog):
+    caplog.set_level(logging.INFO, LOGGER)
+    clock = Clock()
+    log = OutageLog(logging.getLogger(LOGGER), "writing statistics", clock=clock)
+    log.recovered()  # nothing failed: nothing said
+    assert not records(caplog) and not log.failing
+    for second in range(150):  # a failure a second for two and a half minutes
+        clock.now = 1000.0 + second
+        log.failed(ConnectionRefusedError(f"refused #{second}"))
+    lines = records(caplog)
+    assert len(lines) == 3
+    first, *counts = lines
     assert first.levelno == logging.ERROR and first.exc_info is not None
-    assert first.getMessage() == (
-        "the database failed: ConnectionError: connection refused Is the server running?"
-    )
-    now[0] += 60
-    log.failed(ConnectionError("connection refused"))
-    log.failed(ConnectionError("connection refused"))  # within the minute: counted
-    assert len(caplog.records) == 2
-    assert caplog.records[1].getMessage() == (
-        "the database still failing after 60 s: 400 more failure(s) since the last report"
-        " (ConnectionError: connection refused)"
-    )
-    assert caplog.records[1].exc_info is None
-    now[0] += 30
+    assert first.getMessage().startswith("writing statistics failed: ConnectionRefusedError: ")
+    assert [c.exc_info for c in counts] == [None, None]
+    still = "writing statistics still failing: 60 more failure(s) in the last 60 s, 60 s in all"
+    assert counts[0].getMessage().startswith(still)
+    assert "(last: ConnectionRefusedError: refused #120)" in counts[1].getMessage()
+    assert log.failing
+    clock.now = 1200.0
     log.recovered()
     log.recovered()
-    assert [r.getMessage() for r in caplog.records[2:]] == [
-        "the database works again after 90 s (402 failure(s) in all)"
-    ]
-    assert caplog.records[2].levelno == logging.WARNING
-    log.failed(OSError("again"))  # a new outage is told again, traceback and all
-    assert caplog.records[3].getMessage() == "the database failed: OSError: again"
-
-
-def test_failures_from_many_threads_are_one_outage(caplog):
-    log, _now = outage_log(caplog)
-    threads = [
-        threading.Thread(target=lambda: [log.failed(OSError("down")) for _ in range(100)])
-        for _ in range(8)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    log.recovered()
-    assert [r.getMessage() for r in caplog.records] == [
-        "the database failed: OSError: down",
-        "the database works again after 0 s (800 failure(s) in all)",
-    ]
+    *_, back = records(caplog)
+    assert len(records(caplog)) == 4
+    assert back.getMessage() == "writing statistics works again after 200 s and 150 failure(s)"
+    assert not log.failing
+    # A second outage is logged anew.
+    log.failed(OSError("disk full"))
+    assert records(caplog)[-1].getMessage().startswith("writing statistics failed: OSError: ")

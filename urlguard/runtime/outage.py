@@ -1,7 +1,7 @@
-"""An outage of something a loop or a server depends on (the database, a disk), logged
-as an operator wants to read it: once when it starts (with its traceback), then a
-count at most once a minute while it lasts, then once when it is over. A server that
-fails every request during an outage must not write a traceback per request."""
+"""How a background loop or a server logs a dependency that fails over and over (the
+database away, a full disk): the first failure once, with its traceback; then one
+line a minute counting the failures meanwhile; then one line when it works again.
+A loop retrying every second must not write a traceback every second."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ __all__ = ["OutageLog"]
 
 
 class OutageLog:
-    """`failed(exc)` after each failure of `what`, `recovered()` after each success;
-    cheap when nothing is wrong (a flag read), safe from any thread."""
+    """The log of one outage at a time of `what` (e.g. "pre-rendering the exports"):
+    call `failed(exc)` on each failure and `recovered()` on each success."""
 
     def __init__(
         self,
@@ -29,55 +29,62 @@ class OutageLog:
         self.what = what
         self.interval = interval
         self.clock = clock
-        self.down = False
         self._lock = threading.Lock()
-        self._since = 0.0
-        self._reported = 0.0
-        self._failures = 0  # since the outage began
-        self._unreported = 0  # since the last line about it
+        self._since: float | None = None  # when the outage began; None while it works
+        self._failures = 0  # in the whole outage
+        self._unreported = 0  # since the last line
+        self._reported_at = 0.0
+
+    @property
+    def failing(self) -> bool:
+        return self._since is not None
 
     def failed(self, exc: BaseException) -> None:
         now = self.clock()
         with self._lock:
-            if not self.down:
-                self.down = True
-                self._since = self._reported = now
-                self._failures, self._unreported = 1, 0
+            self._failures += 1
+            if self._since is None:
+                self._since = self._reported_at = now
                 first = True
             else:
-                first = False
-                self._failures += 1
                 self._unreported += 1
-                if now - self._reported < self.interval:
+                if now - self._reported_at < self.interval:
                     return
-                self._reported = now
+                first = False
                 count, self._unreported = self._unreported, 0
+                span, self._reported_at = now - self._reported_at, now
                 lasted = now - self._since
         if first:
-            self.logger.error("%s failed: %s", self.what, _describe(exc), exc_info=exc)
+            self.logger.error(
+                "%s failed: %s (logged once; a count a minute until it recovers)",
+                self.what,
+                _describe(exc),
+                exc_info=exc,
+            )
         else:
             self.logger.error(
-                "%s still failing after %.0f s: %d more failure(s) since the last report (%s)",
+                "%s still failing: %d more failure(s) in the last %.0f s, %.0f s in all (last: %s)",
                 self.what,
-                lasted,
                 count,
+                span,
+                lasted,
                 _describe(exc),
             )
 
     def recovered(self) -> None:
-        if not self.down:  # the common case: no lock taken
+        if self._since is None:  # the common case, without the lock
             return
         now = self.clock()
         with self._lock:
-            if not self.down:
+            if self._since is None:
                 return
-            self.down = False
-            failures, lasted = self._failures, now - self._since
+            lasted, failures = now - self._since, self._failures
+            self._since, self._failures, self._unreported = None, 0, 0
         self.logger.warning(
-            "%s works again after %.0f s (%d failure(s) in all)", self.what, lasted, failures
+            "%s works again after %.0f s and %d failure(s)", self.what, lasted, failures
         )
 
 
 def _describe(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())  # a driver's message may span lines
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+    text = str(exc).strip().replace("\n", " ")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
