@@ -176,6 +176,31 @@ def test_feeds_info(server):
     assert "failing" in text and "3 in a row" in text and "HTTP 500" in text
 
 
+def test_feeds_info_name_shows_that_source_only(server):
+    server.serve("/l", b"a.example\n")
+    run("add_feed", "one", server.url("/l"))
+    run("add_feed", "two", server.url("/l"))
+    text = run("feeds_info", "two")
+    assert text.startswith("two ") and "one " not in text and "admin " not in text
+    rows = json.loads(run("feeds_info", "one", "two", "--json"))
+    assert [r["name"] for r in rows] == ["one", "two"]
+    with pytest.raises(CommandError, match=r"no source named 'nope' \(sources: admin, .*one, two"):
+        run("feeds_info", "nope", "one")
+
+
+def test_the_readmes_alert_table_names_commands_that_take_what_it_gives(server):
+    """Every `manage.py feeds_info ...` README suggests runs as written."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    server.serve("/l", b"a.example\n")
+    run("add_feed", "NAME", server.url("/l"))
+    suggested = re.findall(r"`manage\.py (feeds_info[^`]*)`", readme)
+    assert "feeds_info NAME" in suggested
+    for command in suggested:
+        assert "NAME" in run(*command.split()), command
+
+
 def test_due_sources_are_refreshed_by_the_task_and_the_runner(server):
     server.serve("/l", b"a.example\n")
     run("add_feed", "f", server.url("/l"))
