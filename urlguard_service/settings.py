@@ -191,6 +191,12 @@ if _metrics_networks := os.environ.get("URLGUARD_METRICS_ALLOWED_NETWORKS", ""):
 # The reverse proxies in front (the nginx examples): their X-Forwarded-For names the visitor.
 if _trusted_proxies := os.environ.get("URLGUARD_TRUSTED_PROXIES", ""):
     URLGUARD["TRUSTED_PROXIES"] = [n.strip() for n in _trusted_proxies.split(",")]
+# Feeds: the folder `file://` feeds are read beneath, and non-public networks a feed
+# fetch may connect to (a mirror on the internal network).
+if _feed_file_root := os.environ.get("URLGUARD_FEED_FILE_ROOT", ""):
+    URLGUARD["FEED_FILE_ROOT"] = _feed_file_root
+if _feed_networks := os.environ.get("URLGUARD_FEED_ALLOWED_NETWORKS", ""):
+    URLGUARD["FEED_ALLOWED_NETWORKS"] = [n.strip() for n in _feed_networks.split(",") if n.strip()]
 # The `dns` role (serve_dns): its zones, who may transfer the RPZ zone, whom to NOTIFY.
 for _name in ("DNS_RPZ_ZONE", "DNS_URIBL_ZONE"):
     if _value := os.environ.get(f"URLGUARD_{_name}", ""):

@@ -289,6 +289,34 @@ def test_revert_an_import(page, site, shot, tmp_path):
     assert not SpamRule.objects.exists()
 
 
+def test_undo_from_the_change_set_list_shows_the_impact_first(page, site, shot):
+    from urlguard.models import ChangeSet
+
+    imported = changes.add_rules(
+        ["docs.google.com/forms/d/1/", "undo-me.example.net"], source="import:list.txt"
+    ).change_set
+    assert imported is not None
+    login(page, site)
+    page.goto(f"{site}/admin/urlguard/changeset/")
+    _table_fits(page)
+    number = page.locator(f'th.field-number a[href$="/changeset/{imported.pk}/change/"]')
+    row = page.locator("#result_list tbody tr", has=number)
+    undo = row.locator("button.changeset-undo")
+    assert undo.inner_text() == "Undo…" and undo.is_visible()
+    shot("operator-change-sets-undo")
+    undo.click()
+    page.wait_for_selector("#revert-summary .impact-text")
+    assert "Would unblock 1 of the 1 short link" in page.inner_text("#revert-summary")
+    assert SpamRule.objects.count() == 2  # nothing changed before the confirmation
+    page.click('input[value="Yes, revert it"]')
+    page.wait_for_selector(".revert-done", timeout=60_000)
+    assert not SpamRule.objects.exists()
+    page.goto(f"{site}/admin/urlguard/changeset/")
+    assert row.locator("td.field-undo").inner_text().startswith("reverted by #")
+    assert row.locator("button.changeset-undo").count() == 0
+    assert ChangeSet.objects.filter(reverts=imported, finished__isnull=False).exists()
+
+
 def test_revert_a_bulk_delete(page, site, shot):
     changes.add_rule("bulk-a.example.net", category="phishing", note="from a CERT report")
     changes.add_rule("bulk-b.example.net", category="malware")

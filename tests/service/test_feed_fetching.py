@@ -407,3 +407,19 @@ def test_only_a_superuser_may_set_a_file_url(make_staff, settings, tmp_path):
     assert "Only a superuser" in curator.post(change, data).content.decode()
     source.refresh_from_db()
     assert source.url == f"file://{tmp_path}/list.txt" and source.interval == 7200
+
+
+@pytest.mark.django_db
+def test_the_admin_refuses_a_file_url_outside_the_root_by_the_fetchers_rule(
+    make_staff, settings, tmp_path
+):
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_FILE_ROOT": str(tmp_path)}
+    (tmp_path / "link").symlink_to("/etc/passwd")
+    url = reverse("admin:urlguard_source_add")
+    data = {"name": "x", "kind": "feed", "format": "auto", "category": "spam"}
+    data.update(interval="1 h", enabled="on")
+    boss = make_staff(superuser=True)
+    for outside in ("file:///etc/passwd", f"file://{tmp_path}/link"):
+        html = boss.post(url, {**data, "url": outside}).content.decode()
+        assert "is not beneath FEED_FILE_ROOT" in html, outside
+    assert not Source.objects.filter(name="x").exists()
