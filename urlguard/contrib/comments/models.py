@@ -4,6 +4,8 @@ they comment on: a site's comment model may be its own."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.utils import timezone
@@ -14,6 +16,10 @@ class HeldComment(models.Model):
     comment_pk = models.CharField(max_length=64)
     held_at = models.DateTimeField(default=timezone.now)
     reason = models.TextField()
+
+    # Named, not left to Django: type checks run on the service's settings, where this
+    # optional app is not installed and the stubs' plugin adds no manager.
+    objects: ClassVar[models.Manager[HeldComment]] = models.Manager()
 
     class Meta:
         ordering = ["-held_at"]
