@@ -16,6 +16,7 @@ import pytest
 
 import urlguard
 from tests.browser.pages import browser_resolves, click_on_page
+from tests.browser.test_location_differential import location_spellings
 from urlguard.hotpath.guard import reset_guard
 from urlguard.hotpath.hrefs import where_href_goes
 from urlguard.writepath.changes import add_rule
@@ -69,3 +70,24 @@ def test_a_shimmed_link_never_takes_the_browser_to_the_listed_host(page, site, h
         assert response.status == 403
         assert page.locator(".card.danger").count() == 1
         assert LISTED in page.inner_text("body")
+
+
+def test_where_a_link_leaves_for_agrees_with_chromium(page):
+    """For the few thousand spellings of the redirect differential, on an http and an
+    https page: a link the app reads as staying on the page's host stays there in
+    Chromium, and one Chromium takes to another host the app reads as leaving, so
+    the shim takes it."""
+    pages = ("http://site.test/post/1", "https://site.test/post/1")
+    pairs = [(href, base) for href in location_spellings() for base in pages]
+    reached = browser_resolves(page, pairs)
+    wrong = []
+    for (href, base), href_reached in zip(pairs, reached, strict=True):
+        if href_reached is None or not href_reached.startswith(("http:", "https:")):
+            continue
+        leaves_in_chromium = urlsplit(href_reached).netloc != "site.test"
+        if leaves_in_chromium and not where_href_goes(href, base).leaves:
+            wrong.append(f"{href!r} on {base}: Chromium goes to {href_reached}")
+        if leaves_in_chromium and urlguard.guarded_url(href) == href:
+            wrong.append(f"{href!r}: left unshimmed, Chromium goes to {href_reached}")
+    assert len(pairs) > 4000
+    assert not wrong, f"{len(wrong)} disagree:\n" + "\n".join(wrong[:30])
