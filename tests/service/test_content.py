@@ -139,3 +139,17 @@ def test_a_listed_link_in_text_is_a_hit_of_its_own_kind(build_filter, fresh_guar
         ("text", "comment 7", "spam.top", rule.pk)
     ]
     assert HitEvent.Action.TEXT.label == "Blocked (posted text)"
+
+
+@pytest.mark.django_db
+def test_the_admins_hit_log_shows_and_filters_the_posted_text_kind(
+    build_filter, fresh_guard, superuser
+):
+    add_rule("spam.top/", category="phishing", source="test")
+    build_filter()
+    check_text("buy at spam.top/x", where="comment 7")
+    stats.flush()
+    page = superuser.get("/admin/urlguard/hitevent/", {"action__exact": "text"})
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Blocked (posted text)" in html and "comment 7" in html and "spam.top" in html
