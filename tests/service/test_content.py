@@ -41,6 +41,10 @@ from urlguard.writepath.changes import add_rule
         ("mail me at a@b.com, mailto:c@d.com, ftp://files.example/x", []),
         ("Plain prose. E.g. this, i.e. that... Nothing to follow.", []),
         ("", []),
+        (
+            '<a href="http://evil.top/x">x</a> [md](https://md.top/y) <b>www.bold.top</b>',
+            ["http://evil.top/x", "https://md.top/y", "http://www.bold.top"],
+        ),
     ],
 )
 def test_find_links(text, links):
