@@ -13,12 +13,11 @@
   (`urlguard_http_responses_total{code}`), including the ones Django never saw.
 - `worker_exit` (a worker, as it exits): writes its buffered statistics (clicks, rule
   hits) before the process ends (urlguard.runtime.stats).
-- `logger_class`: the access log with the value of every `key` query parameter
-  masked, so the Safe Browsing clients' API keys (`?key=`, the protocol's way) are
-  never written to a log.
+- `logger_class`: the access log never holds a credential (an API key as basic auth's
+  user name, a bearer token, a `key` query parameter: urlguard_service.accesslog).
 
 Another config file can take these over: `from urlguard_service.gunicornconf import
-on_starting, child_exit, post_request, worker_exit`.
+on_starting, child_exit, post_request, worker_exit, logger_class`.
 """
 
 from __future__ import annotations
@@ -29,39 +28,18 @@ import re
 import sys
 from typing import Any
 
-from gunicorn.glogging import Logger
-
 __all__ = [
-    "KeyMaskingLogger",
     "child_exit",
     "clear_dead_processes",
     "logger_class",
-    "mask_keys",
     "on_starting",
     "post_request",
     "worker_exit",
 ]
 
-_KEY = re.compile(r"((?:^|[?&])key=)[^&\s\"]*")
-
-
-def mask_keys(text: str) -> str:
-    """`text` (a request line, a query string) with each `key=` parameter's value masked."""
-    return _KEY.sub(r"\1***", text) if "key=" in text else text
-
-
-class KeyMaskingLogger(Logger):
-    """gunicorn's logger, writing no `key` query parameter's value in any access-log atom
-    (the request line, the query string, the referer, the environ's)."""
-
-    def atoms(self, resp: Any, req: Any, environ: Any, request_time: Any) -> dict[str, Any]:
-        atoms = super().atoms(resp, req, environ, request_time)
-        return {k: mask_keys(v) if isinstance(v, str) else v for k, v in atoms.items()}
-
-
-logger_class = KeyMaskingLogger
-
 _PID = re.compile(r"_(\d+)\.db$")
+
+logger_class = "urlguard_service.accesslog.RedactingLogger"
 
 
 def _metrics_dir() -> str:

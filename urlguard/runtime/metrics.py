@@ -133,7 +133,7 @@ class _Metrics:
         )
         self.dns_dropped = Counter(
             "urlguard_dns_dropped_total",
-            "DNS packets serve_dns dropped unanswered: malformed, response, rate_limited",
+            "DNS packets serve_dns dropped unanswered: malformed, response, rate_limited, tcp_busy",
             ["reason"],
         )
         self.dns_transfers = Counter(

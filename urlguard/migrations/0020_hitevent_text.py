@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='hitevent',
             name='action',
-            field=models.CharField(choices=[('warned', 'Warned'), ('continued', 'Continued anyway'), ('api', 'Blocked (API answer)'), ('fullhash', 'Full hash (Safe Browsing)')], default='warned', max_length=10),
+            field=models.CharField(choices=[('warned', 'Warned'), ('continued', 'Continued anyway'), ('api', 'Blocked (API answer)'), ('text', 'Blocked (posted text)')], default='warned', max_length=10),
         ),
     ]
