@@ -608,6 +608,7 @@ def test_tcp_slots_are_capped_per_client_and_kept_for_the_transfer_networks(dns_
         tcp_clients=4,
         tcp_per_client=2,
         tcp_transfer_slots=1,
+        tcp_reclaim_after=60.0,  # the holders have just asked: none of them yields a slot
     )
     held = []
     try:
@@ -640,6 +641,37 @@ def test_tcp_slots_are_capped_per_client_and_kept_for_the_transfer_networks(dns_
         threading.Event().wait(0.1)
     else:
         raise AssertionError("no TCP slot came back")
+
+
+def test_connections_asking_now_and_then_yield_their_slots_to_newcomers(dns_server, listed):
+    """A valid question every few seconds (or one dripped within the deadline) kept a
+    connection for ever, so a client with a few addresses held every slot for ever.
+    With every slot taken, a newcomer takes the one of the connection that has waited
+    longest for its next message, once that wait passed `tcp_reclaim_after`."""
+    server = dns_server(
+        transfer_networks=(),
+        tcp_clients=2,
+        tcp_per_client=1,
+        tcp_transfer_slots=0,
+        tcp_reclaim_after=0.5,
+    )
+    first, second = (tcp_client(server.port, f"127.0.0.{n}") for n in (2, 3))
+    newcomers = []
+    try:
+        assert tcp_ask(first, f"test.{URIBL}").answer
+        assert tcp_ask(second, f"test.{URIBL}").answer
+        second.sendall(b"\x00")  # the next message begun, and left dripping
+        threading.Event().wait(0.7)
+        newcomers.append(tcp_client(server.port, "127.0.0.4"))
+        assert tcp_ask(newcomers[-1], f"test.{URIBL}").answer
+        assert tcp_ask(first, f"test.{URIBL}") is None  # it had waited longest: closed
+        threading.Event().wait(0.7)
+        newcomers.append(tcp_client(server.port, "127.0.0.5"))
+        assert tcp_ask(newcomers[-1], f"test.{URIBL}").answer
+        assert second.recv(1) == b""  # mid-message, past the wait: its slot went too
+    finally:
+        for sock in (first, second, *newcomers):
+            sock.close()
 
 
 def test_a_tcp_message_must_arrive_whole_within_the_deadline(dns_server):
