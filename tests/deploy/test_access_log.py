@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import base64
 import http.client
-import os
-import signal
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.deploy.test_entrypoint import ENTRYPOINT, entrypoint, environment, free_port
+from tests.deploy.test_entrypoint import entrypoint, environment, free_port, web_role
 
 KEY_AS_USER = "ugk_user7e1d0c9b8a"
 KEY_AS_PASSWORD = "ugk_pass4b3a2918f7"
@@ -50,18 +46,8 @@ def test_no_credential_reaches_the_access_log(tmp_path: Path):
     assert entrypoint("migrate", env=env).returncode == 0
     bind = f"127.0.0.1:{free_port()}"
     env.update(URLGUARD_BIND=bind, WEB_CONCURRENCY="1")
-    log = (tmp_path / "web.log").open("w")
-    web = subprocess.Popen(
-        ["sh", str(ENTRYPOINT), "web", "--access-logformat", FORMAT],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
     base = f"http://{bind}"
-    try:
-        deadline = time.monotonic() + 30
-        while entrypoint("healthcheck", env=env, timeout=30).returncode != 0:
-            assert web.poll() is None, (tmp_path / "web.log").read_text()
-            assert time.monotonic() < deadline, (tmp_path / "web.log").read_text()
-            time.sleep(0.2)
+    with web_role(env, tmp_path / "web.log", "--access-logformat", FORMAT):
         cookie = {"Cookie": "sessionid=ugk_cookie"}
         assert _send(base, "/lists/hosts.txt", Authorization=_basic(KEY_AS_USER, "")) == 401
         assert _send(base, "/lists/hosts.txt", Authorization=_basic("", KEY_AS_PASSWORD)) == 401
@@ -77,10 +63,6 @@ def test_no_credential_reaches_the_access_log(tmp_path: Path):
         connection.endheaders()
         connection.getresponse().read()  # refused either way: the log is judged
         connection.close()
-    finally:
-        os.killpg(web.pid, signal.SIGTERM)
-        web.wait(timeout=30)
-        log.close()
     text = (tmp_path / "web.log").read_text()
     assert text.count('"GET /lists/hosts.txt') == 5, text  # each request is logged
     assert f'"GET http://[redacted]@{bind}/lists/hosts.txt HTTP/1.1"' in text, text
