@@ -501,6 +501,37 @@ def test_with_the_database_down_since_the_start_the_rpz_zone_is_servfail_not_a_m
         server.stop()
 
 
+def test_a_database_that_hangs_is_waited_for_once_not_by_every_lookup(
+    dns_server, listed, monkeypatch
+):
+    """A database host that drops packets makes each query wait (connect_timeout: 5 s),
+    and every listed name's lookup waited so on the UDP thread, the RPZ SOA (the dns
+    role's health check, 3 s) queued behind them. Once a failure took that long,
+    lookups answer SERVFAIL at once until the NOTIFY loop's own thread finds it back."""
+    from django.db import OperationalError, connections
+
+    server = dns_server(rate_limit=100_000)
+    wrapper = type(connections["default"])
+    real = wrapper.cursor
+    waited = []
+
+    def hanging(self, *args, **kwargs):
+        waited.append(threading.current_thread().name)
+        threading.Event().wait(1.2)
+        raise OperationalError("timeout expired")
+
+    monkeypatch.setattr(wrapper, "cursor", hanging)
+    for n in range(5):
+        name = f"evil.example.{URIBL}" if n % 2 else f"www.evil.example.{URIBL}"
+        assert ask(server.port, name, timeout=10).rcode() == dns.rcode.SERVFAIL
+    soa = ask(server.port, RPZ, "SOA", timeout=10)
+    assert soa.rcode() == dns.rcode.NOERROR
+    assert waited.count("dns-_serve_udp") == 1  # the first lookup, and no other
+    monkeypatch.setattr(wrapper, "cursor", real)
+    server.poll()  # the NOTIFY loop's round: the database answers again
+    assert ask(server.port, f"evil.example.{URIBL}").answer[0][0].to_text() == "127.0.0.4"
+
+
 @pytest.mark.parametrize("edns", [None, 0])
 def test_the_fast_path_fails_as_the_general_one(dns_server, listed, database_down, edns):
     server = dns_server()

@@ -68,6 +68,9 @@ TCP_TRANSFER_SLOTS = 8
 #: section 6.2.3: a busy server may close idle connections). Else a question every few
 #: seconds, or one dripped within TCP_DEADLINE, would keep a slot for ever.
 TCP_RECLAIM_AFTER = 1.0
+#: A database failure that took this long, seconds, is a host that drops packets (a
+#: refused connection fails in milliseconds): lookups stop waiting on it.
+DATABASE_HANG = 1.0
 #: Client networks the UDP rate limiter keeps buckets for (~260 bytes each: 4 MB).
 RATE_LIMIT_NETWORKS = 16_384
 _HEADER = struct.Struct("!HHHHHH")
@@ -177,6 +180,9 @@ class DnsServer:
         self.seq = -1
         self.notified_seq = -1
         self.database = OutageLog(logger, "serve_dns: reading the database")
+        # The failure of a database that hung (DATABASE_HANG), until the NOTIFY loop's
+        # thread reads from it again: meanwhile no lookup waits on it.
+        self._database_hung: DatabaseError | None = None
         self._soas: dict[tuple[dns.name.Name, int], dns.rrset.RRset] = {}
         self._addresses: dict[str, dns.rdata.Rdata] = {}
         self._soa_wires: dict[int, bytes] = {}
@@ -416,6 +422,13 @@ class DnsServer:
         """uribl.lookup, once more on a new connection when the database dropped this
         thread's (a restart of PostgreSQL: the first query after it is answered too)."""
         for attempt in (1, 2):
+            hung = self._database_hung
+            if hung is not None:
+                # Else every listed name's lookup waits out the database, and the SOA
+                # (the health check) queues behind them on the UDP thread.
+                self.database.failed(hung)
+                raise LookupFailed from hung
+            started = time.monotonic()
             try:
                 listing = uribl.lookup(relative)
             except uribl.Unchecked as exc:
@@ -423,6 +436,8 @@ class DnsServer:
             except DatabaseError as exc:
                 if attempt == 1 and _drop_dead_connection():
                     continue
+                if time.monotonic() - started >= DATABASE_HANG:
+                    self._database_hung = exc
                 self.database.failed(exc)
                 raise LookupFailed from exc
             except Exception as exc:
@@ -581,6 +596,7 @@ class DnsServer:
         except Exception:
             logger.exception("serve_dns: reading the change log for NOTIFY failed")
         else:
+            self._database_hung = None
             self.database.recovered()
 
     # -- sockets -----------------------------------------------------------------
