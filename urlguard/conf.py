@@ -921,6 +921,16 @@ class Settings:
         check_id="urlguard.E056",
         hint="e.g. 100_000_000 (a number, not '100MB'); 0 keeps the newest render only.",
     )
+    # An export whose newest render lacks a change older than this, seconds, makes the
+    # node's /readyz name it degraded and its HTTP answers say they are stale.
+    EXPORT_MAX_LAG_SECONDS = Setting(
+        600,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E057",
+        hint="e.g. 600 (longer than a pre-render of every export takes at your list's size).",
+    )
     # The exports rendered ahead of their pollers each time this node applies changes
     # (urlguard.exports.prerender), never in a request; one left out is rendered by the
     # first poll of each position instead.

@@ -6,50 +6,17 @@ making its own room, and no sidecar left by a render that failed."""
 from __future__ import annotations
 
 import errno
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 from django.test import Client
 
 from tests.faults import fail_on_call
+from tests.fullfs import fill, small_filesystem  # noqa: F401  (a fixture)
 from urlguard.exports import prerender, render
 from urlguard.exports.projection import current_position
 from urlguard.writepath.changes import add_rule, add_rules
 
 pytestmark = pytest.mark.django_db
-
-# Under CI the real full file system must be tested, not skipped (CI runs as root).
-_MUST_RUN = bool(os.environ.get("CI"))
-
-
-@pytest.fixture
-def small_filesystem(tmp_path):
-    """small_filesystem(size) -> a folder on a tmpfs of `size` bytes of its own,
-    unmounted after the test."""
-    mounted: list[Path] = []
-
-    def mount(size: int) -> Path:
-        where = tmp_path / f"tmpfs{len(mounted)}"
-        where.mkdir()
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode:
-            reason = f"mounting a tmpfs failed (root is needed): {done.stderr.strip()}"
-            if _MUST_RUN:
-                pytest.fail(f"{reason} (CI is set: this test must run, not skip)")
-            pytest.skip(reason)
-        mounted.append(where)
-        return where
-
-    yield mount
-    for where in mounted:
-        subprocess.run(["umount", str(where)], check=True)
 
 
 def keep(settings, **values) -> None:
@@ -64,16 +31,6 @@ def render_position(n: int) -> render.Rendered:
     add_rule(f"n{n}.example/", category="spam", source="test")
     (done,) = prerender.render_all()
     return done
-
-
-def fill(folder: Path) -> None:
-    """Write a ballast file in `folder` until its file system has no room left."""
-    with open(folder / "ballast", "wb", buffering=0) as out:
-        try:
-            while True:
-                out.write(b"\0" * 4096)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
 
 
 def test_renders_kept_are_bounded_by_bytes_as_well_as_by_count(settings):
@@ -113,7 +70,10 @@ def test_old_renders_are_pruned_before_a_render_not_only_after_a_successful_one(
     assert len(renders()) == 2  # room made for the one that failed
 
 
-def test_a_render_on_a_full_file_system_makes_its_own_room(settings, small_filesystem):
+def test_a_render_on_a_full_file_system_makes_its_own_room(
+    settings,
+    small_filesystem,  # noqa: F811  (the imported fixture)
+):
     """The data directory on a real tmpfs filled to the last byte: the render meets
     ENOSPC, keeps only the newest render and succeeds, instead of failing every round
     from then on while old renders hold the space."""
