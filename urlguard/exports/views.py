@@ -220,6 +220,7 @@ def _unavailable(exc: Exception, why: str) -> HttpResponse:
     _outage_log("refused", logging.ERROR, "the database cannot be reached (%s): %s", exc, why)
     response = _refused(503, f"The database cannot be reached and {why}; try again shortly.")
     response["Retry-After"] = "30"
+    response._has_been_logged = True  # type: ignore[attr-defined]  # above, once a minute
     return response
 
 
