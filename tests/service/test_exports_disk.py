@@ -6,6 +6,7 @@ making its own room, and no sidecar left by a render that failed."""
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 from django.test import Client
@@ -14,6 +15,7 @@ from tests.faults import fail_on_call
 from tests.fullfs import fill, small_filesystem  # noqa: F401  (a fixture)
 from urlguard.exports import prerender, render
 from urlguard.exports.projection import current_position
+from urlguard.nodesync import sync
 from urlguard.writepath.changes import add_rule, add_rules
 
 pytestmark = pytest.mark.django_db
@@ -130,3 +132,31 @@ def test_a_list_rendered_on_demand_whose_render_fails_serves_the_newest_kept(
     nothing = client.get("/lists/hosts.txt")
     assert nothing.status_code == 503 and nothing["Retry-After"] == "30"
     assert "rendering hosts.txt failed: disk" in nothing.content.decode()
+
+
+def test_renders_leave_room_for_a_rebuild_of_the_filter_on_their_file_system(
+    settings,
+    small_filesystem,  # noqa: F811  (the imported fixture)
+):
+    """Renders kept by count and bytes alone would fill a small data directory to
+    the brim, and a rebuild of the filter file there would then fail: before each
+    render the list keeps only its newest when the render and a rebuild would not
+    both fit."""
+    data = small_filesystem(1024 * 1024)
+    filter_file = data / "filter.bin"
+    keep(
+        settings,
+        DATA_DIR=str(data),
+        FILTER_PATH=str(filter_file),
+        FILTER_CAPACITY=7500,
+        EXPORT_KEEP_VERSIONS=20,
+        EXPORT_KEEP_BYTES=10**12,
+    )
+    add_rules([f"host{i}.example/" for i in range(2000)], source="test")
+    sync.rebuild(str(filter_file))
+    for n in range(15):
+        render_position(n)
+        free = os.statvfs(data).f_bavail * os.statvfs(data).f_frsize
+        assert free >= filter_file.stat().st_size, f"after render {n}"
+    sync.rebuild(str(filter_file))  # no FilterSpaceError
+    assert 1 < len(renders()) < 15

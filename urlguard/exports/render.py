@@ -3,9 +3,11 @@ it projects, and keeps the last EXPORT_KEEP_VERSIONS of them within EXPORT_KEEP_
 a thousand consumers polling one position cost one render, each served by streaming
 the file. A render is written aside and renamed into place (a reader never sees half
 a file); one process renders a given export at a time (a lock file), the others wait
-for it. Old renders are pruned before a render as well as after it, and a render the
-disk has no room for prunes down to the newest and tries once more, so a full data
-directory frees itself instead of failing every render from then on. The temp files
+for it. Old renders are pruned before a render as well as after it; a render that
+would leave no room for a rebuild of the filter file on the same file system, or that
+the disk has no room for, prunes down to the newest (and in the second case tries once
+more), so a full data directory frees itself instead of failing every render, and the
+filter's rebuild, from then on. The temp files
 of a render or patch killed while writing (an RPZ render is tens of MB) and the
 sidecars of renders that never completed are removed by the next render's prune."""
 
@@ -171,6 +173,19 @@ def render_kept(export: Export, directory: Path) -> Rendered:
     # The next render is about the size of the last one.
     expected = _size(newest_kept.path) if newest_kept is not None else 0
     prune(directory, keep=keep - 1, keep_bytes=keep_bytes - expected)
+    free, needed = _free_bytes(directory), _room_needed(directory, expected)
+    if free is not None and free < needed:
+        _log(
+            "room",
+            logging.WARNING,
+            "%d bytes free in %s, under the %d a render of %s and a rebuild of the filter "
+            "file need: keeping only its newest render",
+            free,
+            directory,
+            needed,
+            export.name,
+        )
+        prune(directory, keep=1, keep_bytes=0)
     try:
         result = render(export, directory)
     except OSError as exc:
@@ -265,6 +280,28 @@ def kept_keys(directory: Path) -> list[str]:
             with contextlib.suppress(FileNotFoundError):
                 found.append((int(match.group(1)), entry.stat().st_mtime, entry.name[:-4]))
     return [key for _, _, key in sorted(found)]
+
+
+def _free_bytes(directory: Path) -> int | None:
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize
+
+
+def _room_needed(directory: Path, expected: int) -> int:
+    """Free bytes a render of about `expected` bytes should find: its body aside, then
+    the file; and, where the filter file shares the file system, room for a rebuild to
+    write its new one beside it (renders must not be what makes the filter fail)."""
+    needed = 2 * expected
+    try:
+        filter_file = os.stat(conf.FILTER_PATH)
+        if filter_file.st_dev == os.stat(directory).st_dev:
+            needed += filter_file.st_size
+    except OSError:
+        pass
+    return needed
 
 
 def _size(path: Path) -> int:
