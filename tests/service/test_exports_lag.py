@@ -175,3 +175,18 @@ def test_with_the_database_away_an_open_list_is_served_stale_too(settings, datab
     assert response.status_code == 200 and response.has_header("X-URLGuard-Stale")
     assert b"evil.example" in b"".join(response.streaming_content)
     assert render.newest(render.export_dir("hosts.txt")) is not None
+
+
+def test_a_list_rendered_on_demand_whose_render_loses_the_database_is_served_stale(
+    settings, get, monkeypatch
+):
+    only(settings)  # none pre-rendered: the first poll of a position renders it
+    add_rule("evil.example/", category="spam", source="test")
+    before = get("domains.txt")
+    add_rule("new.example/", category="spam", source="test")
+    lost = OperationalError("server closed the connection unexpectedly")
+    monkeypatch.setattr(render, "render", lambda *a: (_ for _ in ()).throw(lost))
+    during = get("domains.txt")
+    assert during.status_code == 200 and during.body == before.body
+    assert during["X-URLGuard-Position"] == before["X-URLGuard-Position"]
+    assert "database cannot be reached" in during["X-URLGuard-Stale"]

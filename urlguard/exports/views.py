@@ -240,12 +240,14 @@ def export_view(request: HttpRequest, name: str) -> HttpResponseBase:
     for attempt in range(2):
         try:
             head: Position | None = None
+            current: Rendered | None = None
             if outage is None:
                 try:
                     head = current_position()
-                except OUTAGE_ERRORS as exc:
-                    outage = exc
-            if head is None:
+                    current = rendered(export, head, ask_prerender=_ask_prerender)
+                except OUTAGE_ERRORS as exc:  # a list rendered on demand needs it too
+                    outage, head = exc, None
+            if current is None:
                 # Complete renders are on disk: the newest, with its own position in
                 # its headers and saying it is stale, beats a 503.
                 assert outage is not None
@@ -260,8 +262,6 @@ def export_view(request: HttpRequest, name: str) -> HttpResponseBase:
                     outage,
                 )
                 current = kept
-            else:
-                current = rendered(export, head, ask_prerender=_ask_prerender)
             try:
                 fresh = freshness(current, head)
             except OUTAGE_ERRORS:
