@@ -160,3 +160,25 @@ def test_renders_leave_room_for_a_rebuild_of_the_filter_on_their_file_system(
         assert free >= filter_file.stat().st_size, f"after render {n}"
     sync.rebuild(str(filter_file))  # no FilterSpaceError
     assert 1 < len(renders()) < 15
+
+
+def test_the_biggest_list_is_not_starved_by_old_renders_of_the_smaller_ones(
+    settings,
+    small_filesystem,  # noqa: F811  (the imported fixture)
+):
+    """Each list pruning only its own renders let the smaller lists keep old ones
+    until the biggest (RPZ) could never be rendered again: a list short of room
+    prunes the others down to their newest too."""
+    data = small_filesystem(1024 * 1024)
+    keep(
+        settings,
+        DATA_DIR=str(data),
+        EXPORTS_PRERENDER=["hosts.txt", "domains.txt", "rpz.zone"],
+        EXPORT_KEEP_VERSIONS=20,
+        EXPORT_KEEP_BYTES=10**12,
+    )
+    add_rules([f"host{i}.example/" for i in range(2000)], source="test")
+    for n in range(15):
+        add_rule(f"n{n}.example/", category="spam", source="test")
+        done = prerender.render_all()  # no PrerenderFailed
+        assert {r.position for r in done} == {current_position()}, f"round {n}"

@@ -179,13 +179,13 @@ def render_kept(export: Export, directory: Path) -> Rendered:
             "room",
             logging.WARNING,
             "%d bytes free in %s, under the %d a render of %s and a rebuild of the filter "
-            "file need: keeping only its newest render",
+            "file need: keeping only the newest render of each list",
             free,
             directory,
             needed,
             export.name,
         )
-        prune(directory, keep=1, keep_bytes=0)
+        _keep_newest_only(directory)
     try:
         result = render(export, directory)
     except OSError as exc:
@@ -194,15 +194,29 @@ def render_kept(export: Export, directory: Path) -> Rendered:
         _log(
             "full",
             logging.WARNING,
-            "no room to render %s in %s (%s): keeping only its newest render and trying again",
+            "no room to render %s in %s (%s): keeping only the newest render of each list "
+            "and trying again",
             export.name,
             directory,
             exc.strerror,
         )
-        prune(directory, keep=1, keep_bytes=0)
+        _keep_newest_only(directory)
         result = render(export, directory)
     prune(directory, keep=keep, keep_bytes=keep_bytes)
     return result
+
+
+def _keep_newest_only(directory: Path) -> None:
+    """Prune `directory` (its lock held) and then every other list's renders beside it
+    down to their newest: the biggest list must not starve while the smaller ones
+    keep old renders. A list another process renders now is left alone (its lock)."""
+    prune(directory, keep=1, keep_bytes=0)
+    for other in sorted(directory.parent.iterdir()):
+        if other == directory or not other.is_dir():
+            continue
+        with _locked(other, wait=False) as mine:
+            if mine:
+                prune(other, keep=1, keep_bytes=0)
 
 
 def newest(directory: Path) -> Rendered | None:
