@@ -3,13 +3,13 @@ it projects, and keeps the last EXPORT_KEEP_VERSIONS of them within EXPORT_KEEP_
 a thousand consumers polling one position cost one render, each served by streaming
 the file. A render is written aside and renamed into place (a reader never sees half
 a file); one process renders a given export at a time (a lock file), the others wait
-for it. Old renders are pruned before a render as well as after it; a render that
-would leave no room for a rebuild of the filter file on the same file system, or that
-the disk has no room for, prunes down to the newest (and in the second case tries once
-more), so a full data directory frees itself instead of failing every render, and the
-filter's rebuild, from then on. The temp files
-of a render or patch killed while writing (an RPZ render is tens of MB) and the
-sidecars of renders that never completed are removed by the next render's prune."""
+for it. Old renders are pruned before a render as well as after it; a render short of
+room (for itself and a rebuild of the filter file on the same file system), or that
+the disk has no room for, prunes every list down to its newest (and in the second case
+tries once more), so a full data directory frees itself instead of failing every
+render, and the filter's rebuild, from then on. The temp files of a render or patch
+killed while writing (an RPZ render is tens of MB) and the sidecars of renders that
+never completed are removed by the next render's prune."""
 
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def rendered(
 
 def render_kept(export: Export, directory: Path) -> Rendered:
     """Render `export` within the bounds kept (the caller holds its lock): room made
-    first, and once more, down to the newest render, when the disk has none."""
+    first, and once more, down to each list's newest render, when the disk has none."""
     keep, keep_bytes = conf.EXPORT_KEEP_VERSIONS, conf.EXPORT_KEEP_BYTES
     newest_kept = newest(directory)
     # The next render is about the size of the last one.
