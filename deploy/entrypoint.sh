@@ -87,16 +87,29 @@ createsuperuser)
     : "${DJANGO_SUPERUSER_PASSWORD:?set DJANGO_SUPERUSER_PASSWORD}"
     export DJANGO_SUPERUSER_EMAIL="${DJANGO_SUPERUSER_EMAIL:-}"
     # Idempotent, so that it can run at every deploy: an existing user is left as it is
-    # (its password is never reset from the environment).
-    if "$PYTHON" manage.py shell --verbosity 0 -c '
+    # (its password is never reset from the environment). A new one never gets a
+    # placeholder password copied from the examples (urlguard.conf.is_placeholder).
+    found=0
+    "$PYTHON" manage.py shell --verbosity 0 -c '
 import os, sys
 from django.contrib.auth import get_user_model
+from urlguard.conf import is_placeholder
 User = get_user_model()
-sys.exit(0 if User.objects.filter(**{User.USERNAME_FIELD: os.environ["DJANGO_SUPERUSER_USERNAME"]}).exists() else 3)
-'; then
+if User.objects.filter(**{User.USERNAME_FIELD: os.environ["DJANGO_SUPERUSER_USERNAME"]}).exists():
+    sys.exit(0)
+if is_placeholder(os.environ["DJANGO_SUPERUSER_PASSWORD"]):
+    sys.exit("entrypoint: DJANGO_SUPERUSER_PASSWORD is a placeholder (such as CHANGE-ME "
+             "in the examples); set a password of your own")
+sys.exit(3)
+' || found=$?
+    case "$found" in
+    0)
         echo "entrypoint: user $DJANGO_SUPERUSER_USERNAME exists; left unchanged"
         exit 0
-    fi
+        ;;
+    3) ;;
+    *) exit "$found" ;;
+    esac
     exec "$PYTHON" manage.py createsuperuser --noinput "$@"
     ;;
 manage)

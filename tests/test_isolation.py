@@ -4,6 +4,7 @@ imported with a temporary VAR_DIR, and the guard that fails the run sees a write
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,3 +42,19 @@ def test_the_guard_sees_a_created_a_modified_and_a_removed_file(tmp_path):
         "removed gone",
         "modified keep",
     ]
+
+
+def test_the_guard_finds_and_kills_an_orphan_of_the_run(tmp_path):
+    # An orphan, as a killed worker's beat child becomes: its own session, parent gone.
+    run_var = str(tmp_path / "run-var")
+    env = {**os.environ, "URLGUARD_VAR_DIR": run_var}
+    proc = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        assert [pid for pid, _ in isolation.processes_of_run(run_var)] == [proc.pid]
+        (left,) = isolation.kill_leftovers(run_var, grace=0.2)
+        assert left.startswith(f"pid {proc.pid}: sleep 60")
+        assert proc.wait(timeout=10) == -9
+        assert isolation.processes_of_run(run_var) == []
+    finally:
+        proc.kill()
+        proc.wait()

@@ -17,7 +17,7 @@ from django.core.checks import CheckMessage, Error, Warning, register, run_check
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import SystemCheckError
 
-from urlguard.conf import SETTINGS
+from urlguard.conf import SETTINGS, is_placeholder
 
 MIDDLEWARE_PATH = "urlguard.middleware.RedirectGuardMiddleware"
 PROXY_MIDDLEWARE_PATH = "urlguard.middleware.TrustedProxyMiddleware"
@@ -133,6 +133,8 @@ def _weak_secret_key(key: object) -> str:
     """Why `key` must not sign anything in production, or ""."""
     if not isinstance(key, str) or key in _KNOWN_KEYS or key.startswith(_KNOWN_KEY_PREFIX):
         return "is the shipped default, known to anyone who has read the source"
+    if is_placeholder(key):
+        return "is a placeholder (such as deploy/'s CHANGE-ME-...), known to anyone who has read it"
     # Django's own bar for check --deploy (security.W009).
     if len(key) < 50 or len(set(key)) < 5:
         return f"is too short ({len(key)} characters, {len(set(key))} distinct; at least 50 and 5)"
@@ -159,6 +161,28 @@ def check_secret_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             "the output of `python -c 'import secrets; print(secrets.token_urlsafe(50))'`.",
             id="urlguard.E100",
         )
+    ]
+
+
+# A deployment check for the same reason as check_secret_key; the service promotes it.
+@register("urlguard", deploy=True)
+def check_database_passwords(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """With DEBUG off, refuse a database password that is a placeholder: a database
+    that accepts it is open to anyone who has read the example it was copied from."""
+    if settings.DEBUG:
+        return []
+    databases = getattr(settings, "DATABASES", {})
+    return [
+        Error(
+            f"DATABASES[{alias!r}]['PASSWORD'] is a placeholder (such as deploy/'s "
+            "CHANGE-ME), and DEBUG is off.",
+            hint="Give the database user a password of its own and put it in the database "
+            "URL (the standalone service reads DATABASE_URL, "
+            "postgres://USER:PASSWORD@HOST:5432/NAME).",
+            id="urlguard.E101",
+        )
+        for alias, database in databases.items()
+        if isinstance(database, dict) and is_placeholder(database.get("PASSWORD"))
     ]
 
 

@@ -168,15 +168,52 @@ def _network(value: str) -> bool:
     return True
 
 
+# The widest proxy network, and how many addresses all of them may cover together, per
+# IP version: a /8 (IPv4) or /32 (IPv6) is a whole private range or a provider's
+# allocation, room for any proxy fleet; past that a trusted network holds clients, and
+# any client in it can name its own address in X-Forwarded-For.
+_PROXY_PREFIX_MIN = {4: 8, 6: 32}
+_PROXY_ADDRESSES_MAX = {4: 2 * 2 ** (32 - 8), 6: 2 * 2 ** (128 - 32)}
+
+
 def _proxy_network(value: str) -> bool:
     """A network of reverse proxies: no host bits set ("10.0.0.10/8" is a typo that
-    would trust a whole /8), and never every address (any client could then name its
-    own address in X-Forwarded-For)."""
+    would trust a whole /8), and no wider than _PROXY_PREFIX_MIN."""
     try:
         network = ipaddress.ip_network(value)
     except ValueError:
         return False
-    return network.prefixlen > 0
+    return network.prefixlen >= _PROXY_PREFIX_MIN[network.version]
+
+
+def _proxy_networks(value: Any) -> bool:
+    """Proxy networks that together cover no more than _PROXY_ADDRESSES_MAX (overlaps
+    counted once), so no set of narrow networks adds up to everyone."""
+    if not (_names(value) and all(_proxy_network(n) for n in value)):
+        return False
+    networks = [ipaddress.ip_network(n) for n in value]
+    v4 = [n for n in networks if isinstance(n, ipaddress.IPv4Network)]
+    v6 = [n for n in networks if isinstance(n, ipaddress.IPv6Network)]
+    covered = {
+        4: sum(n.num_addresses for n in ipaddress.collapse_addresses(v4)),
+        6: sum(n.num_addresses for n in ipaddress.collapse_addresses(v6)),
+    }
+    return all(covered[version] <= most for version, most in _PROXY_ADDRESSES_MAX.items())
+
+
+# What the shipped examples (deploy/) and their like put where a secret belongs: a value
+# that still holds one was copied, not chosen, and anyone who read the file knows it.
+_PLACEHOLDER_MARKS = ("changeme", "replaceme", "placeholder", "yoursecret", "yourpassword")
+_PLACEHOLDER_WORDS = ("password", "secret", "token", "passwd")
+
+
+def is_placeholder(value: object) -> bool:
+    """Whether `value` is a placeholder for a secret (compared without case, dashes or
+    other punctuation, so CHANGE-ME, change_me and ChangeMe are one)."""
+    if not isinstance(value, str):
+        return False
+    letters = re.sub(r"[^a-z0-9]", "", value.lower())
+    return letters in _PLACEHOLDER_WORDS or any(m in letters for m in _PLACEHOLDER_MARKS)
 
 
 def _dns_zone(value: Any) -> bool:
@@ -614,20 +651,23 @@ class Settings:
     )
     METRICS_TOKEN = Setting(
         "",
-        must_be="a string ('' for none)",
-        valid=lambda v: isinstance(v, str),
+        must_be="a string ('' for none), not a placeholder such as the shipped 'CHANGE-ME'",
+        valid=lambda v: isinstance(v, str) and not is_placeholder(v),
         resolve=str,
         check_id="urlguard.E074",
-        hint="e.g. a long random string the scraper sends as 'Authorization: Bearer ...'.",
+        hint="e.g. a long random string the scraper sends as 'Authorization: Bearer ...' "
+        "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))').",
     )
     # The reverse proxies whose X-Forwarded-For TrustedProxyMiddleware believes: on a
     # request from one of them, REMOTE_ADDR becomes the header's first address, read
     # from the right, that is not one of them. []: REMOTE_ADDR as the server saw it.
     TRUSTED_PROXIES = Setting(
         [],
-        must_be="a list of IP networks (CIDR) without host bits, none of them all "
-        "addresses, e.g. ['127.0.0.1/32', '::1/128']",
-        valid=lambda v: _names(v) and all(_proxy_network(n) for n in v),
+        must_be="a list of IP networks (CIDR) without host bits, each at most a /8 "
+        "(IPv4) or a /32 (IPv6) and together at most two of those: a wider trusted "
+        "network holds clients, and any of them could name its own address in "
+        "X-Forwarded-For. E.g. ['127.0.0.1/32', '::1/128']",
+        valid=_proxy_networks,
         resolve=lambda v: tuple(ipaddress.ip_network(n) for n in v),
         check_id="urlguard.E083",
         hint="the addresses your reverse proxies connect to the service from, e.g. "
@@ -698,6 +738,17 @@ class Settings:
         resolve=int,
         check_id="urlguard.E082",
         hint="e.g. 524288 (1,000 URLs of about 500 characters).",
+    )
+    # The longest text (a post, a comment, an HTML fragment) urlguard.content scans
+    # for links; a longer one is refused. Scanning costs up to ~5 µs per character
+    # on hostile text (e.g. "a.a.a..."), so this bounds one text's work.
+    CONTENT_MAX_CHARS = Setting(
+        50_000,
+        must_be="a positive whole number of characters",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E067",
+        hint="e.g. 50000 (a long forum post is about 10,000).",
     )
     # Log lines as JSON objects, one per line, with the node name (for log shippers).
     LOG_JSON = Setting(
@@ -941,6 +992,34 @@ class Settings:
         resolve=tuple,
         check_id="urlguard.E096",
         hint="e.g. ['hosts.txt', 'abp.txt'] (a list, not a string), or [] for none.",
+    )
+    # The Safe Browsing v4 Update API (urlguard.safebrowsing): how long a client waits
+    # between list updates (minimum_wait_duration), seconds.
+    SAFEBROWSING_MIN_WAIT = Setting(
+        1800,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E087",
+        hint="e.g. 1800 (Firefox updates its lists no sooner than this).",
+    )
+    # How long a client caches a full hash it was answered (positive), seconds.
+    SAFEBROWSING_CACHE_DURATION = Setting(
+        300,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E088",
+        hint="e.g. 300: a rule removed reaches browsers that cached its hash after this.",
+    )
+    # How long a client caches that a prefix matched no full hash (negative), seconds.
+    SAFEBROWSING_NEGATIVE_CACHE_DURATION = Setting(
+        300,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E089",
+        hint="e.g. 300: a rule added reaches browsers that asked about its prefix after this.",
     )
     # serve_dns: the RPZ zone (transferred to resolvers) and the URIBL zone (answered
     # live), absolute names.

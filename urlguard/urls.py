@@ -12,11 +12,13 @@ from urlguard.exports import views as exports
 from urlguard.hotpath import continuation, linkshim
 from urlguard.operations import api, health
 from urlguard.reports import views as reports
+from urlguard.safebrowsing import views as safebrowsing
 
 app_name = "urlguard"
 
 urlpatterns = [
     path("api/check", api.check, name="api-check"),
+    path("api/check-text", api.check_text, name="api-check-text"),
     # Also answered by health.ProbeMiddleware (where installed), before host validation
     # and sessions.
     path("healthz", health.healthz, name="healthz"),
@@ -27,4 +29,12 @@ urlpatterns = [
     path("report-mistake/", reports.report_view, name="report"),
     path("lists/<str:name>", exports.export_view, name="list"),
     path("go/", linkshim.guarded_redirect, name="guarded"),
+    # Safe Browsing v4 Update API: the protocol's own paths, the key in ?key=.
+    path(
+        "safebrowsing/v4/threatListUpdates:fetch",
+        safebrowsing.threat_list_updates,
+        name="safebrowsing-updates",
+    ),
+    path("safebrowsing/v4/fullHashes:find", safebrowsing.full_hashes, name="safebrowsing-find"),
+    path("safebrowsing/v4/threatLists", safebrowsing.threat_lists, name="safebrowsing-lists"),
 ]

@@ -1,5 +1,6 @@
 """The service's AppConfig: its own system checks (the var directory) and the
-SECRET_KEY check, which the app leaves to `check --deploy`, made an ordinary one."""
+SECRET_KEY and database password checks, which the app leaves to `check --deploy`, made
+ordinary ones."""
 
 from django.apps import AppConfig
 from django.core import checks
@@ -10,10 +11,12 @@ class UrlguardServiceConfig(AppConfig):
     verbose_name = "URL guard service"
 
     def ready(self) -> None:
-        from urlguard.checks import check_secret_key
+        from urlguard.checks import check_database_passwords, check_secret_key
         from urlguard_service import checks as service_checks  # noqa: F401  (registers)
 
         # The service's own key is never a development key: migrate, runserver, gunicorn
         # and the worker all refuse a known or short one (with DEBUG off).
-        checks.registry.registry.deployment_checks.discard(check_secret_key)
-        checks.register(check_secret_key, "urlguard")
+        # Likewise a placeholder database password.
+        for check in (check_secret_key, check_database_passwords):
+            checks.registry.registry.deployment_checks.discard(check)
+            checks.register(check, "urlguard")

@@ -13,9 +13,11 @@
   (`urlguard_http_responses_total{code}`), including the ones Django never saw.
 - `worker_exit` (a worker, as it exits): writes its buffered statistics (clicks, rule
   hits) before the process ends (urlguard.runtime.stats).
+- `logger_class`: the access log never holds a credential (an API key as basic auth's
+  user name, a bearer token, a `key` query parameter: urlguard_service.accesslog).
 
 Another config file can take these over: `from urlguard_service.gunicornconf import
-on_starting, child_exit, post_request, worker_exit`.
+on_starting, child_exit, post_request, worker_exit, logger_class`.
 """
 
 from __future__ import annotations
@@ -26,9 +28,18 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["child_exit", "clear_dead_processes", "on_starting", "post_request", "worker_exit"]
+__all__ = [
+    "child_exit",
+    "clear_dead_processes",
+    "logger_class",
+    "on_starting",
+    "post_request",
+    "worker_exit",
+]
 
 _PID = re.compile(r"_(\d+)\.db$")
+
+logger_class = "urlguard_service.accesslog.RedactingLogger"
 
 
 def _metrics_dir() -> str:

@@ -95,7 +95,9 @@ MIDDLEWARE = [
 # Admin logins are rate-limited by django-axes: after AXES_FAILURE_LIMIT failed
 # attempts from one address (REMOTE_ADDR: behind a proxy, the visitor's once
 # URLGUARD_TRUSTED_PROXIES names it) that address is refused (429) for AXES_COOLOFF_TIME.
-# Per address, not per user name: a stranger cannot lock the real admin out.
+# Per address, not per user name: a stranger cannot lock the real admin out. An IPv6
+# address counts as its /64, the rate limits' client network (axes would count per /128,
+# of which one subscriber has 2**64).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -103,6 +105,7 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = 10
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_CLIENT_IP_CALLABLE = "urlguard.runtime.clientaddress.client_lockout_address"
 AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "urlguard_service.urls"
@@ -188,6 +191,12 @@ if _metrics_networks := os.environ.get("URLGUARD_METRICS_ALLOWED_NETWORKS", ""):
 # The reverse proxies in front (the nginx examples): their X-Forwarded-For names the visitor.
 if _trusted_proxies := os.environ.get("URLGUARD_TRUSTED_PROXIES", ""):
     URLGUARD["TRUSTED_PROXIES"] = [n.strip() for n in _trusted_proxies.split(",")]
+# Feeds: the folder `file://` feeds are read beneath, and non-public networks a feed
+# fetch may connect to (a mirror on the internal network).
+if _feed_file_root := os.environ.get("URLGUARD_FEED_FILE_ROOT", ""):
+    URLGUARD["FEED_FILE_ROOT"] = _feed_file_root
+if _feed_networks := os.environ.get("URLGUARD_FEED_ALLOWED_NETWORKS", ""):
+    URLGUARD["FEED_ALLOWED_NETWORKS"] = [n.strip() for n in _feed_networks.split(",") if n.strip()]
 # The `dns` role (serve_dns): its zones, who may transfer the RPZ zone, whom to NOTIFY.
 for _name in ("DNS_RPZ_ZONE", "DNS_URIBL_ZONE"):
     if _value := os.environ.get(f"URLGUARD_{_name}", ""):

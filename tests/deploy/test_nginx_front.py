@@ -9,9 +9,12 @@ listens on a free local port without TLS and passes to pytest-django's live serv
 from __future__ import annotations
 
 import http.client
+import http.server
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -48,20 +51,15 @@ def _adapted(site: str, prefix: Path, port: int, redirect_port: int, upstream: s
     return site
 
 
-@pytest.fixture
-def front(nginx_prefix, live_server) -> Iterator[int]:  # noqa: F811
-    """nginx in the foreground with the shipped site before the live server; its port."""
-    port, redirect_port = _free_port(), _free_port()
-    upstream = live_server.url.removeprefix("http://").replace("localhost", "127.0.0.1")
-    site = (DEPLOY / "nginx" / "urlguard.conf").read_text()
-    (nginx_prefix / "site.conf").write_text(
-        _adapted(site, nginx_prefix, port, redirect_port, upstream)
-    )
-    conf = nginx_prefix / "nginx.conf"
+@contextmanager
+def _nginx(prefix: Path, site: str, port: int) -> Iterator[None]:
+    """nginx in the foreground with `site` as its http-context include, until exit."""
+    (prefix / "site.conf").write_text(site)
+    conf = prefix / "nginx.conf"
     conf.write_text("daemon off;\nmaster_process off;\n" + conf.read_text())
-    error_log = nginx_prefix / "error.log"
+    error_log = prefix / "error.log"
     proc = subprocess.Popen(
-        [nginx_prefix / "nginx", "-p", nginx_prefix, "-c", conf, "-e", error_log],
+        [prefix / "nginx", "-p", prefix, "-c", conf, "-e", error_log],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
@@ -69,7 +67,7 @@ def front(nginx_prefix, live_server) -> Iterator[int]:  # noqa: F811
         wait_until_listening(
             port, proc, within=10, what="nginx", log=lambda: error_log.read_text(errors="replace")
         )
-        yield port
+        yield
     finally:
         proc.terminate()
         try:
@@ -77,6 +75,16 @@ def front(nginx_prefix, live_server) -> Iterator[int]:  # noqa: F811
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def front(nginx_prefix, live_server) -> Iterator[int]:  # noqa: F811
+    """nginx in the foreground with the shipped site before the live server; its port."""
+    port, redirect_port = _free_port(), _free_port()
+    upstream = live_server.url.removeprefix("http://").replace("localhost", "127.0.0.1")
+    site = (DEPLOY / "nginx" / "urlguard.conf").read_text()
+    with _nginx(nginx_prefix, _adapted(site, nginx_prefix, port, redirect_port, upstream), port):
+        yield port
 
 
 def check_from(source: str, port: int, forged: str | None = None) -> int:
@@ -110,3 +118,93 @@ def test_visitors_behind_the_shipped_nginx_front_are_told_apart(front, settings)
     assert check_from("127.0.0.3", front, forged="203.0.113.10") == 429
     # ...nor into another's: 127.0.0.4 spends its own, not 127.0.0.2's (exhausted).
     assert check_from("127.0.0.4", front, forged="127.0.0.2") == 200
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """An upstream that answers every request and keeps the paths it was sent."""
+
+    seen: list[str]
+
+    def do_GET(self) -> None:
+        self.seen.append(self.path)
+        body = b"upstream"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def _recording_upstream() -> Iterator[tuple[str, list[str]]]:
+    seen: list[str] = []
+    handler = type("Recorder", (_Recorder,), {"seen": seen})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+# /metrics as the site's own path and under a prefix a host site includes urlguard.urls
+# at (path("guard/", include("urlguard.urls"))), in the spellings nginx normalizes.
+METRICS_SPELLINGS = [
+    "/metrics",
+    "/metrics/",
+    "/metrics?format=x",
+    "//metrics",
+    "/./metrics",
+    "/x/../metrics",
+    "/%6Detrics",
+    "/guard/metrics",
+    "/guard/metrics/",
+    "/guard//metrics",
+    "/guard/%6detrics",
+    "/a/b/c/metrics?x=1",
+    "/guard/metrics%2F",
+]
+PASSED_ON = ["/api/check?url=x", "/guard/readyz", "/metrics-report", "/s/metricsx"]
+
+
+def _get(port: int, path: str) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", path, headers={"Host": "links.example.org"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def _site_before(name: str, prefix: Path, port: int, upstream: str) -> str:
+    site = (DEPLOY / "nginx" / name).read_text()
+    if name == "compose.conf":
+        for old, new in [
+            ("server web1:8000", f"server {upstream}"),
+            ("server web2:8000", f"server {upstream}"),
+            ("listen 8080;", f"listen 127.0.0.1:{port};"),
+        ]:
+            assert site.count(old) == 1, f"deploy/nginx/compose.conf no longer has {old!r}"
+            site = site.replace(old, new)
+        return site
+    return _adapted(site, prefix, port, _free_port(), upstream)
+
+
+@pytest.mark.parametrize("name", ["urlguard.conf", "compose.conf"])
+def test_the_fronts_never_pass_metrics_on(nginx_prefix, name):  # noqa: F811
+    port = _free_port()
+    with _recording_upstream() as (upstream, seen):
+        site = _site_before(name, nginx_prefix, port, upstream)
+        with _nginx(nginx_prefix, site, port):
+            answers = {path: _get(port, path) for path in METRICS_SPELLINGS}
+            passed = {path: _get(port, path) for path in PASSED_ON}
+    assert answers == dict.fromkeys(METRICS_SPELLINGS, 404), answers
+    assert passed == dict.fromkeys(PASSED_ON, 200), passed
+    assert seen == PASSED_ON  # nothing else reached a node

@@ -178,3 +178,19 @@ def test_a_new_site_installs_the_wheel_and_every_redirect_is_guarded(tmp_path):
     checked = run([python, "manage.py", "check"], site, env)
     assert checked.strip() == "System check identified no issues (0 silenced).", checked
     assert_guarded(visit(python, site, env, tmp_path / "seen-lowest.json"))
+
+
+def test_the_readme_installs_from_a_checkout_while_the_index_has_no_urlguard():
+    """Every install command of README's host section names a checkout or its built
+    wheels (`pip install urlguard` alone would ask PyPI, where it is not yet)."""
+    section = README.read_text().split("## Add it to your Django site", 1)[1].split("\n## ", 1)[0]
+    commands = [
+        line.split("#", 1)[0].strip()
+        for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+        for line in block.splitlines()
+        if line.startswith("pip install")
+    ]
+    assert commands
+    for command in commands:
+        assert "/path/to/urlguard" in command, command
+    assert any(c.startswith("pip install --find-links /path/to/urlguard/dist") for c in commands)

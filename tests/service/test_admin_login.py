@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -45,3 +46,29 @@ def test_a_success_resets_the_count(admin_user):
     assert _login(client, "right-one") == 302
     client.logout()
     assert _login(client, "one-more-typo") == 200
+
+
+def test_addresses_of_one_ipv6_64_share_one_lock_out(admin_user):
+    """A subscriber picks addresses of its /64 at will: guesses from several of them add
+    up to one lock-out of the whole /64, and a new address in it is refused too."""
+    limit = django_settings.AXES_FAILURE_LIMIT
+    addresses = [f"2001:db8:5:6::{n:x}" for n in range(1, limit + 1)]
+    assert [_login(Client(REMOTE_ADDR=a), "guess") for a in addresses[:-1]] == [200] * (limit - 1)
+    assert _login(Client(REMOTE_ADDR=addresses[-1]), "guess") == 429
+    assert _login(Client(REMOTE_ADDR="2001:db8:5:6:ffff::1"), "right-one") == 429
+    assert _login(Client(REMOTE_ADDR="2001:db8:5:7::1"), "right-one") == 302  # next /64
+
+
+@pytest.mark.live
+def test_on_the_services_database_a_64_shares_one_lock_out(admin_user):
+    # PostgreSQL keeps axes' addresses in an inet column: the /64's first address fits.
+    assert connection.vendor == "postgresql", "run `make test-live`"
+    test_addresses_of_one_ipv6_64_share_one_lock_out(admin_user)
+
+
+def test_ipv4_addresses_are_locked_out_one_by_one(admin_user):
+    limit = django_settings.AXES_FAILURE_LIMIT
+    for n in range(limit):
+        _login(Client(REMOTE_ADDR="192.0.2.10"), f"guess-{n}")
+    assert _login(Client(REMOTE_ADDR="192.0.2.10"), "right-one") == 429
+    assert _login(Client(REMOTE_ADDR="192.0.2.11"), "right-one") == 302

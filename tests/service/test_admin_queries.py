@@ -87,3 +87,16 @@ def test_change_log_list(superuser, make_staff, django_assert_max_num_queries):
         django_assert_max_num_queries,
     )
     assert "pending: a" in html
+
+
+def test_change_set_changelist_with_its_undo_column(editor, django_assert_max_num_queries):
+    from urlguard.models import ChangeSet
+
+    url = reverse("admin:urlguard_changeset_changelist")
+    changes.add_rule("first.example.com", category="spam")
+    few = _queries(editor, url)
+    for i in range(30):
+        changes.add_rule(f"more{i}.example.com", category="spam")
+    with django_assert_max_num_queries(few):
+        html = editor.get(url).content.decode()
+    assert html.count("changeset-undo") == ChangeSet.objects.count() == 31

@@ -156,13 +156,19 @@ REFUSED = {
     "READY_MAX_LAG_SECONDS": [0, -1, "120", None],
     "METRICS_DIR": ["", 5],
     "METRICS_ALLOWED_NETWORKS": ["127.0.0.0/8", ["localhost"], ["10.0.0.0/33"], [""], None],
-    "METRICS_TOKEN": [None, 5],
+    "METRICS_TOKEN": [None, 5, "CHANGE-ME", "change_me", "ChangeMe-please", "password"],
     "TRUSTED_PROXIES": [
         "127.0.0.1/32",
         ["localhost"],
         ["10.0.0.10/8"],
         ["0.0.0.0/0"],
         ["::/0"],
+        ["0.0.0.0/1", "128.0.0.0/1", "::/1", "8000::/1"],
+        ["0.0.0.0/7"],
+        ["2000::/16"],
+        ["2001:db8::/31"],
+        ["1.0.0.0/8", "2.0.0.0/8", "3.0.0.0/8"],  # each a /8, together more than two
+        ["2001:db8::/32", "2001:db9::/32", "2001:dba::/32"],
         ["127.0.0.1:80"],
         [""],
         None,
@@ -174,6 +180,7 @@ REFUSED = {
     "API_FAILED_KEY_RATE": ["10", "10/minute", 10, None],
     "API_MAX_URL_LENGTH": [0, -1, "8192", 1.5, None],
     "API_MAX_BATCH_CHARS": [0, "512k", None, True],
+    "CONTENT_MAX_CHARS": [0, -1, "50000", 1.5, None, True],
     "LOG_JSON": ["yes", 1, None],
     "EXPORT_MAX_AGE": [-1, "300", "5m", 1.5, None, True],
     "EXPORTS_OPEN": ["yes", 1, None],
@@ -181,6 +188,9 @@ REFUSED = {
     "EXPORT_KEEP_BYTES": [-1, "100MB", 1e8, None, True],
     "EXPORT_MAX_LAG_SECONDS": [0, -1, "600", math.inf, None, True],
     "EXPORTS_PRERENDER": ["hosts.txt", ["hosts.txt", "nope.txt"], [""], None],
+    "SAFEBROWSING_MIN_WAIT": [-1, "1800", "30m", 1.5, None, True],
+    "SAFEBROWSING_CACHE_DURATION": [-1, "300", 1.5, None],
+    "SAFEBROWSING_NEGATIVE_CACHE_DURATION": [-1, "300", 1.5, None],
     "DNS_RPZ_ZONE": ["rpz.urlguard", "", ".", "a..b.", "bad_label-.x.", None, 5],
     "DNS_URIBL_ZONE": ["uribl.urlguard", "-x.example.", None],
     "DNS_NOTIFY": ["127.0.0.1:53", ["127.0.0.1"], ["localhost:53"], ["127.0.0.1:0"], None],
@@ -210,7 +220,14 @@ ACCEPTED = {
     "FEED_SHRINK_WINDOW": [0, 86400.5],
     "READY_MAX_LAG_CHANGES": [0],
     "METRICS_ALLOWED_NETWORKS": [[], ["10.0.0.1"], ("10.1.2.0/24", "fd00::/8")],
-    "TRUSTED_PROXIES": [[], ["10.0.0.10"], ("127.0.0.1/32", "::1/128", "172.30.253.0/24")],
+    "TRUSTED_PROXIES": [
+        [],
+        ["10.0.0.10"],
+        ("127.0.0.1/32", "::1/128", "172.30.253.0/24"),
+        ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"],
+        ["10.0.0.0/8", "10.1.0.0/16", "10.0.0.0/8"],  # overlaps counted once
+        ["2001:db8::/32", "fd00::/32"],
+    ],
     "API_KEY_RATE": ["100/5m", "1/s", "10000/d"],
     "API_FAILED_KEY_RATE": ["3/h", "100/5m"],
     "REPORT_TOKEN_MAX_AGE": [600, 0.5],
@@ -420,6 +437,8 @@ def test_runserver_stops_on_a_wrong_value(tmp_path):
         "django-insecure-" + "x1y2z3" * 10,
         "short-but-random-9f8e7d",
         "a" * 60,
+        "CHANGE-ME-50-OR-MORE-RANDOM-CHARACTERS-CHANGE-ME-CHANGE-ME",
+        "x7Qp" * 10 + "-replace-me",
     ],
 )
 def test_e100_a_known_or_short_secret_key_with_debug_off(settings, key):
@@ -438,6 +457,23 @@ def test_e100_not_raised_for_a_long_random_key_or_with_debug_on(settings):
     settings.DEBUG = True
     settings.SECRET_KEY = "dev-only-insecure-key-change-me-in-production"
     assert "urlguard.E100" not in {m.id for m in checks.run_checks(tags=["urlguard"])}
+
+
+@pytest.mark.parametrize("password", ["CHANGE-ME", "changeme", "PASSWORD", "Replace_Me"])
+def test_e101_a_placeholder_database_password_with_debug_off(settings, monkeypatch, password):
+    settings.DEBUG = False
+    # In place: overriding DATABASES is refused (SQLite ignores the password).
+    monkeypatch.setitem(settings.DATABASES["default"], "PASSWORD", password)
+    errors = [m for m in checks.run_checks(tags=["urlguard"]) if m.id == "urlguard.E101"]
+    assert len(errors) == 1 and "'default'" in errors[0].msg and "DATABASE_URL" in errors[0].hint
+    settings.DEBUG = True
+    assert "urlguard.E101" not in {m.id for m in checks.run_checks(tags=["urlguard"])}
+
+
+def test_e101_not_raised_for_a_real_password(settings, monkeypatch):
+    settings.DEBUG = False
+    monkeypatch.setitem(settings.DATABASES["default"], "PASSWORD", "k3J9-x0q")
+    assert "urlguard.E101" not in {m.id for m in checks.run_checks(tags=["urlguard"])}
 
 
 def test_w003_var_dir_readable_by_others(settings, filter_path):

@@ -155,3 +155,29 @@ def test_the_dns_roles_settings_come_from_the_environment(tmp_path):
     assert done.stdout.strip() == ("rpz.urlguard. uribl.urlguard. ['127.0.0.0/8', '::1/128'] ()"), (
         done.stderr
     )
+
+
+def test_the_feed_file_root_and_allowed_networks_come_from_the_environment(tmp_path):
+    """README's file:// example needs no edited settings: its environment is enough."""
+    probe = (
+        "import django; django.setup(); from urlguard.conf import conf; "
+        "print(conf.FEED_FILE_ROOT, [str(n) for n in conf.FEED_ALLOWED_NETWORKS])"
+    )
+    env = {"DJANGO_SETTINGS_MODULE": "urlguard_service.settings"}
+    done = _run(
+        tmp_path,
+        ["-c", probe],
+        URLGUARD_FEED_FILE_ROOT="/etc/urlguard/feeds",
+        URLGUARD_FEED_ALLOWED_NETWORKS="10.20.0.0/16, fd00:20::/48,",
+        **env,
+    )
+    assert done.stdout.strip() == "/etc/urlguard/feeds ['10.20.0.0/16', 'fd00:20::/48']", (
+        done.stderr
+    )
+    done = _run(tmp_path, ["-c", probe], **env)
+    assert done.stdout.strip() == "None []", done.stderr
+    # A wrong value is the setting's own system check, as for every other variable.
+    check = "import django; django.setup(); from django.core.management import call_command; "
+    check += "call_command('check')"
+    done = _run(tmp_path, ["-c", check], URLGUARD_FEED_ALLOWED_NETWORKS="intranet", **env)
+    assert done.returncode != 0 and "urlguard.E061" in done.stderr, done.stderr

@@ -1,6 +1,6 @@
-"""serve_dns with real consumers from Debian's packages: Unbound as an RPZ secondary
-(AXFR at start, NOTIFY + IXFR after a change), and SpamAssassin flagging a message
-that links a listed domain through the URIBL zone. Skipped with the reason where
+"""serve_dns with real consumers from Debian's packages: Unbound and BIND 9 as RPZ
+secondaries (AXFR at start, NOTIFY + IXFR after a change), and SpamAssassin flagging
+a message that links a listed domain through the URIBL zone. Skipped with the reason where
 the package is not installed (`.ci/run` installs both)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 import dns.rcode
 import pytest
 
+from tests.service.bind9 import NAMED, named_log, running_named
 from tests.service.dnsclient import ask
 from tests.service.unbound import UNBOUND, free_port, start_unbound
 from urlguard.models import SpamRule
@@ -118,6 +119,65 @@ def test_an_allowlisted_exception_reaches_unbound_by_notify_and_ixfr(
     finally:
         unbound.terminate()
         unbound.wait(10)
+
+
+@pytest.mark.skipif(not Path(NAMED).exists(), reason="Debian's bind9 is not installed")
+def test_bind_secondary_takes_the_zone_and_follows_it_by_notify_and_ixfr(
+    dns_server, sync_filter, tmp_path
+):
+    from urlguard.writepath.allowlist import allow_host, unallow_host
+
+    add_rule("evil.example/", category="phishing", source="test")
+    port = free_port()
+    server = dns_server(notify=(("127.0.0.1", port),))
+    names = {"evil": "192.0.2.1", "www.evil": "192.0.2.1", "fresh": "192.0.2.2"}
+    names |= {"deep.www.fresh": "192.0.2.2", "clean": "192.0.2.3"}
+    names |= {"partner.hosting": "192.0.2.4", "other.hosting": "192.0.2.5"}
+    # Another provider's zone, listed after ours, blocks the whole hosting platform.
+    local = ["hosting.example CNAME .", "*.hosting.example CNAME ."]
+    with running_named(
+        tmp_path, port=port, primary=server.port, zone=RPZ, names=names, local_rpz=local
+    ):
+
+        def rcode(name):
+            try:
+                return ask(port, name, timeout=1).rcode()
+            except Exception:
+                return None
+
+        # The zone's first transfer (AXFR) at start, taken as a zone.
+        assert until(lambda: rcode("evil.example.") == dns.rcode.NXDOMAIN), named_log(tmp_path)
+        assert "transfer of 'rpz.urlguard/IN' from 127.0.0.1" in named_log(tmp_path)
+        assert rcode("www.evil.example.") == dns.rcode.NXDOMAIN
+        assert ask(port, "clean.example.").answer[0][0].to_text() == "192.0.2.3"
+        assert rcode("fresh.example.") == dns.rcode.NOERROR
+        assert rcode("partner.hosting.example.") == dns.rcode.NXDOMAIN
+        # A new rule: NOTIFY, then IXFR, within seconds (the SOA refresh is a minute).
+        added = time.monotonic()
+        add_rule("fresh.example/", category="spam", source="test")
+        assert until(lambda: rcode("fresh.example.") == dns.rcode.NXDOMAIN), named_log(tmp_path)
+        assert rcode("deep.www.fresh.example.") == dns.rcode.NXDOMAIN
+        assert time.monotonic() - added < 10
+        # A removal.
+        remove_rule(SpamRule.objects.get(expression="evil.example/"))
+        assert until(lambda: rcode("evil.example.") == dns.rcode.NOERROR), named_log(tmp_path)
+        assert ask(port, "www.evil.example.").answer[0][0].to_text() == "192.0.2.1"
+        # Allowlisted here: our zone's rpz-passthru, first, wins over the other zone.
+        allow_host("partner.hosting.example")
+        assert until(lambda: rcode("partner.hosting.example.") == dns.rcode.NOERROR), named_log(
+            tmp_path
+        )
+        assert ask(port, "partner.hosting.example.").answer[0][0].to_text() == "192.0.2.4"
+        assert rcode("other.hosting.example.") == dns.rcode.NXDOMAIN
+        unallow_host("partner.hosting.example")
+        assert until(lambda: rcode("partner.hosting.example.") == dns.rcode.NXDOMAIN), named_log(
+            tmp_path
+        )
+        log = named_log(tmp_path)
+        assert "bad zone" not in log
+        # Every change came by IXFR, and incremental, not as a whole zone.
+        assert "got incremental response" in log and "nonincremental" not in log
+    assert not (tmp_path / "named.pid").exists()  # stopped: named removes its pid file
 
 
 def _log(tmp_path: Path) -> str:

@@ -21,6 +21,13 @@ from urlguard.writepath.changes import add_rule, add_rules
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def exports_only(monkeypatch):
+    """The round's other projections (the Safe Browsing lists) keep files of their own
+    in DATA_DIR, which these bounds are not about."""
+    monkeypatch.setattr(prerender, "AFTER_RENDERS", [])
+
+
 def keep(settings, **values) -> None:
     settings.URLGUARD = {**settings.URLGUARD, "EXPORTS_PRERENDER": ["hosts.txt"], **values}
 

@@ -24,6 +24,12 @@ from urlguard.writepath.changes import add_rule, add_rules
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def exports_only(monkeypatch):
+    """The round's other projections (the Safe Browsing lists) are not the exports'."""
+    monkeypatch.setattr(prerender, "AFTER_RENDERS", [])
+
+
 @pytest.fixture
 def key() -> str:
     return apikeys.create_api_key("pihole")[1]

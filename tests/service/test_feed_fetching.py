@@ -22,6 +22,7 @@ from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.models import Source
 from urlguard.runtime.addresses import non_public_kind, refused_for_fetching
+from urlguard.runtime.specialpurpose import SPECIAL_PURPOSE, special_purpose
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
 
@@ -79,6 +80,73 @@ def test_non_public_addresses_are_refused_for_fetching(address):
 def test_public_addresses_are_fetched(address):
     assert refused_for_fetching(ipaddress.ip_address(address)) is None
     assert non_public_kind(ipaddress.ip_address(address)) is None
+
+
+# One address of each block of the IANA special-purpose registries that is not globally
+# reachable (and a few that are, which a fetch may reach).
+@pytest.mark.parametrize(
+    "address",
+    [
+        "192.0.0.8",  # IPv4 dummy address
+        "192.0.0.1",  # IPv4 service continuity prefix
+        "192.0.0.170",  # NAT64/DNS64 discovery
+        "192.0.0.200",  # IETF protocol assignments
+        "192.88.99.1",  # deprecated 6to4 relay anycast
+        "198.51.100.7",
+        "203.0.113.7",
+        "3fff::1",  # documentation (RFC 9637)
+        "3fff:fff::1",
+        "2001:db8::1",
+        "5f00::1",  # SRv6 SIDs
+        "100::1",  # discard-only
+        "100:0:0:1::1",  # dummy prefix
+        "64:ff9b:1::1",  # local-use IPv4/IPv6 translation
+        "2001:2::1",  # benchmarking
+        "2001:10::1",  # deprecated ORCHID
+        "2001:1ff::1",  # IETF protocol assignments
+        "::",
+        "fec0::1",  # site-local, withdrawn
+    ],
+)
+def test_special_purpose_addresses_are_refused_for_fetching(address):
+    refusal = refused_for_fetching(ipaddress.ip_address(address))
+    assert refusal is not None and address in refusal
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "192.0.0.9",  # Port Control Protocol anycast: globally reachable
+        "192.0.0.10",  # TURN anycast
+        "192.31.196.1",  # AS112
+        "192.52.193.1",  # AMT
+        "192.175.48.1",  # AS112 direct delegation
+        "192.88.99.2",  # 6a44 relay anycast
+        "2001:1::1",
+        "2001:3::1",
+        "2001:4:112::1",
+        "2001:20::1",  # ORCHIDv2
+        "2001:30::1",  # drone remote ID
+        "2620:4f:8000::1",
+        "3fff:1000::1",  # past the documentation /20
+    ],
+)
+def test_globally_reachable_special_purpose_addresses_are_fetched(address):
+    assert refused_for_fetching(ipaddress.ip_address(address)) is None
+
+
+@pytest.mark.parametrize("entry", SPECIAL_PURPOSE, ids=lambda e: str(e.network))
+def test_every_registry_entry_is_followed(entry):
+    """The first and last address each block owns (a more specific entry may own them)
+    are fetched only where the registry says globally reachable."""
+    for address in (entry.network[0], entry.network[-1]):
+        if special_purpose(address) != entry or entry.reachable is None:
+            continue
+        refusal = refused_for_fetching(address)
+        if entry.reachable:
+            assert refusal is None, refusal
+        else:
+            assert refusal is not None, address
 
 
 def test_allowed_networks_admit_what_they_name_only():
@@ -339,3 +407,19 @@ def test_only_a_superuser_may_set_a_file_url(make_staff, settings, tmp_path):
     assert "Only a superuser" in curator.post(change, data).content.decode()
     source.refresh_from_db()
     assert source.url == f"file://{tmp_path}/list.txt" and source.interval == 7200
+
+
+@pytest.mark.django_db
+def test_the_admin_refuses_a_file_url_outside_the_root_by_the_fetchers_rule(
+    make_staff, settings, tmp_path
+):
+    settings.URLGUARD = {**settings.URLGUARD, "FEED_FILE_ROOT": str(tmp_path)}
+    (tmp_path / "link").symlink_to("/etc/passwd")
+    url = reverse("admin:urlguard_source_add")
+    data = {"name": "x", "kind": "feed", "format": "auto", "category": "spam"}
+    data.update(interval="1 h", enabled="on")
+    boss = make_staff(superuser=True)
+    for outside in ("file:///etc/passwd", f"file://{tmp_path}/link"):
+        html = boss.post(url, {**data, "url": outside}).content.decode()
+        assert "is not beneath FEED_FILE_ROOT" in html, outside
+    assert not Source.objects.filter(name="x").exists()

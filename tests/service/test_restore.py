@@ -65,8 +65,12 @@ def test_an_older_file_put_in_place_is_degraded_until_the_writer_caught_it_up(
     subprocess.run([put, str(copy), str(filter_path)], check=True)
     with caplog.at_level(logging.WARNING, logger="urlguard.nodesync.registry"):
         assert registry.get_filter() is None
-    assert "behind the change log" in registry.problem()
-    assert "mapped anew at change #1, the log is at #3" in registry.problem()
+        assert "behind the change log" in registry.problem()
+        assert "mapped anew at change #1, the log is at #3" in registry.problem()
+    # Its position went back from the #3 this process saw: the alarm, not mere lag.
+    assert any(
+        r.levelno == logging.WARNING and "e.g. a backup" in r.getMessage() for r in caplog.records
+    )
     assert woken == [str(filter_path)]
     verdict = get_guard().check(f"http://{later.rstrip('/')}/x")
     assert verdict.blocked and verdict.degraded  # answered from the table, not the file
@@ -107,6 +111,76 @@ def test_the_mapping_made_at_start_up_is_compared_with_the_log_at_its_first_chec
     registry.open_at_startup()  # no query while the apps load
     assert registry.get_filter() is None
     assert "behind the change log" in registry.problem() and woken
+
+
+# -- another process's write, not applied here yet, is lag: no alarm --------------------
+def _alarms(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("urlguard") and r.levelno >= logging.WARNING
+    ]
+
+
+def _rules_file(tmp_path, *hosts: str) -> str:
+    path = tmp_path / "rules.txt"
+    path.write_text("".join(f"{host}\n" for host in hosts), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.django_db(transaction=True)  # each rule's nudge runs at its own commit
+def test_the_first_make_run_seeds_without_an_alarm(filter_path, fresh_guard, caplog):
+    # seed_demo on a fresh var/: it builds the empty file, then each rule's nudge
+    # finds the file one change behind the rule just committed.
+    with caplog.at_level(logging.DEBUG, logger="urlguard"):
+        call_command("seed_demo", "--no-superuser", stdout=_Out())
+    assert _alarms(caplog) == []
+    filt = registry.get_filter()
+    assert filt is not None and filt.applied_seq == sync.log_head() > 0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        lambda tmp_path: ("import_rules", _rules_file(tmp_path, "spam1.example.com", "b.example")),
+        lambda tmp_path: ("allow_host", "good.example.org"),
+    ],
+    ids=["import_rules", "allow_host"],
+)
+def test_a_command_line_write_beside_a_serving_process_is_no_alarm(
+    command, filter_path, sync_filter, committed, tmp_path, caplog
+):
+    add("before.example.org")
+    sync_filter()
+    caplog.clear()
+    # The serving process holds its mapping throughout.
+    with ScalingCountingBloomFilter.open(str(filter_path), readonly=True) as serving:
+        registry.reset()  # the command's own process: it never mapped the file
+        with caplog.at_level(logging.DEBUG, logger="urlguard"), committed():
+            call_command(*command(tmp_path), stdout=_Out())
+        assert _alarms(caplog) == []
+        assert serving.applied_seq == sync.log_head()  # the command applied its write
+    filt = registry.get_filter()
+    assert filt is not None and filt.applied_seq == sync.log_head()
+
+
+def test_a_host_process_mapping_before_the_import_is_applied_logs_lag_not_an_alarm(
+    filter_path, sync_filter, nudges, checks_at_once, woken, tmp_path, caplog
+):
+    sync_filter()
+    # The command-line import commits; its own process has not applied it yet.
+    call_command("import_rules", _rules_file(tmp_path, "spam1.example.com"), stdout=_Out())
+    registry.reset()
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="urlguard"):
+        registry.open_at_startup()  # the host site starts meanwhile
+        verdict = get_guard().check("http://spam1.example.com/x")
+        assert verdict.blocked and verdict.degraded  # the table answers while it lags
+        assert "not applied here yet" in registry.problem() and woken
+        sync_filter()  # the import's apply
+        assert registry.get_filter() is not None
+    assert _alarms(caplog) == []
+    assert "behind the change log" in caplog.text  # said, at DEBUG/INFO: lag
 
 
 def test_a_worker_watch_catches_a_restored_backup_up_at_once(

@@ -290,3 +290,63 @@ def test_a_change_set_still_being_written_is_not_reverted_yet():
     ChangeSet.objects.filter(pk=writing.pk).update(owner="")  # its writer stopped
     writing.refresh_from_db()
     assert revert.plan_revert(writing).to_remove == 1
+
+
+# -- the change-set list's undo column ---------------------------------------------------
+def _undo_cell(listing: str, change_set: ChangeSet) -> str:
+    """The undo column's cell of `change_set`'s row in the change-set list."""
+    link = reverse("admin:urlguard_changeset_change", args=[change_set.pk])
+    row = re.search(
+        rf'<tr>(?:(?!</tr>).)*?<th class="field-number"><a href="{re.escape(link)}".*?</tr>',
+        listing,
+        re.DOTALL,
+    )
+    assert row is not None, f"no row for #{change_set.pk}"
+    cell = re.search(r'<td class="field-undo">(.*?)</td>', row.group(0), re.DOTALL)
+    assert cell is not None
+    return cell.group(1)
+
+
+def test_each_revertable_change_set_has_an_undo_button_to_its_revert_summary(editor):
+    ShortLink.objects.create(slug="s", destination="https://imp-one.example.com/x")
+    job = _import(editor, b"imp-one.example.com\nimp-two.example.com\n")
+    imported = ChangeSet.objects.get(pk=job.result["change_set"])
+    listing = editor.get(reverse("admin:urlguard_changeset_changelist")).content.decode()
+    cell = _undo_cell(listing, imported)
+    action = reverse("admin:urlguard_changeset_revert", args=[imported.pk])
+    assert f'formaction="{action}"' in cell and 'formmethod="post"' in cell and "Undo…" in cell
+    # The button submits the list's own form, which carries the CSRF token.
+    form = listing.index('<form id="changelist-form" method="post"')
+    assert form < listing.index(f'formaction="{action}"') < listing.index("</form>", form)
+    assert "csrfmiddlewaretoken" in listing[form : listing.index("</form>", form)]
+    # What the button posts: the revert's summary, impact first, nothing changed yet.
+    start = editor.post(action)
+    summary = editor.get(start["Location"]).content.decode()
+    assert "Would unblock 1 of the 1 short link" in summary and "Nothing has changed yet" in summary
+    assert SpamRule.objects.count() == 2
+    done = _revert(editor, imported)
+    assert done.state == "done", done.message
+    undo = ChangeSet.objects.get(pk=done.result["revert_change_set"])
+    listing = editor.get(reverse("admin:urlguard_changeset_changelist")).content.decode()
+    # Reverted: says by what, and offers no second undo.
+    assert "reverted by" in _undo_cell(listing, imported)
+    assert "Undo…" not in _undo_cell(listing, imported)
+    # The revert itself may be undone in turn (the rules listed again).
+    assert "reverts" in _undo_cell(listing, undo) and "Undo…" in _undo_cell(listing, undo)
+
+
+def test_a_change_set_that_cannot_be_undone_says_why(editor, make_staff):
+    from urlguard.runtime import ownership
+
+    changes.add_rule("v.example.net", category="spam")
+    finished = ChangeSet.objects.latest("pk")
+    writing = ChangeSet.objects.create(kind="import", finished=None, owner=str(ownership.me()))
+    listing = editor.get(reverse("admin:urlguard_changeset_changelist")).content.decode()
+    cell = _undo_cell(listing, writing)
+    assert "still being written" in cell and "revert it when it is done" in cell
+    assert "<button" not in cell
+    looker = make_staff("view_changeset", "view_spamrule")
+    listing = looker.get(reverse("admin:urlguard_changeset_changelist")).content.decode()
+    cell = _undo_cell(listing, finished)
+    assert "undo needs the permissions to add and delete spam rules" in cell
+    assert "<button" not in cell

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import logging
+import re
 import socket
 import threading
 
@@ -57,7 +59,21 @@ def test_uribl_lists_a_listed_host_with_its_category_bits(dns_server, listed):
     assert [r.to_text() for r in answer.answer[0]] == ["127.0.0.4"]
     assert ask(server.port, f"www.evil.example.{URIBL}").answer[0][0].to_text() == "127.0.0.4"
     txt = ask(server.port, f"evil.example.{URIBL}", "TXT").answer[0][0].to_text()
-    assert "evil.example/" in txt and "malware" in txt and "report" in txt
+    assert txt == '"listed by urlguard rule evil.example/ (malware)"'
+
+
+def test_the_uribl_txt_names_the_report_desk_when_there_is_one(dns_server, listed, settings):
+    """This service's report form takes only a link signed for the warned visitor's
+    browser, which a TXT lookup has none of (such a link answered 400): the TXT links
+    a desk REPORT_MISTAKE_URL names, as the warning page does, and else none."""
+    desk = "https://desk.example/wrongly-blocked"
+    settings.URLGUARD = {**settings.URLGUARD, "REPORT_MISTAKE_URL": desk}
+    server = dns_server()
+    txt = ask(server.port, f"www.evil.example.{URIBL}", "TXT").answer[0][0].to_text()
+    assert txt == (
+        '"listed by urlguard rule evil.example/ (malware); report: '
+        f'{desk}?url=http%3A%2F%2Fwww.evil.example%2F"'
+    )
 
 
 def test_uribl_not_listed_is_nxdomain_with_the_soa(dns_server, listed):
@@ -226,10 +242,24 @@ def test_rate_limiter_truncates_every_second_answer_beyond_the_rate():
     assert limiter.allow("192.0.2.1") == "answer"
 
 
+def test_the_rate_limiter_keeps_a_bounded_number_of_networks_the_least_recent_going_first():
+    now = [0.0]
+    limiter = RateLimiter(2, clock=lambda: now[0], capacity=3)
+    assert [limiter.allow("192.0.2.1") for _ in range(3)] == ["answer", "answer", "slip"]
+    for n in range(100_000):  # a flood claiming a new network a packet
+        assert limiter.allow(f"{10 + (n >> 16)}.{(n >> 8) & 255}.{n & 255}.1") == "answer"
+        if n % 2:
+            assert limiter.allow("192.0.2.9") != "answer"  # the busy one stays limited
+    assert len(limiter._buckets) == 3
+    assert limiter.allow("::ffff:192.0.2.77") != "answer"  # mapped: the same /24
+    assert limiter.allow("2001:db8:0:ff::1") == "answer"
+    assert limiter.allow("2001:db8:0:ff:ffff::2") == "answer"
+    assert limiter.allow("2001:db8:0:ff:1::3") != "answer"  # the same /56
+
+
 def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):
     import io
     import os
-    import re
     import signal
     import time
 
@@ -258,6 +288,28 @@ def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):
     assert answers[1].rcode() == dns.rcode.REFUSED  # not its zone any more
     assert "serve_dns stopped." in out.getvalue()
     assert signal.getsignal(signal.SIGTERM) == before  # the caller's handler is back
+
+
+@pytest.mark.parametrize("taken", [socket.SOCK_DGRAM, socket.SOCK_STREAM], ids=["udp", "tcp"])
+def test_the_command_on_a_port_in_use_says_so_and_exits_non_zero(build_filter, capsys, taken):
+    from urlguard.management.commands.serve_dns import Command
+
+    build_filter()
+    with socket.socket(socket.AF_INET, taken) as other:
+        other.bind(("127.0.0.1", 0))
+        if taken == socket.SOCK_STREAM:
+            other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(SystemExit) as exit:
+            Command().run_from_argv(
+                ["manage.py", "serve_dns", "--address", "127.0.0.1", "--port", str(port)]
+            )
+    assert exit.value.code == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"CommandError: serve_dns cannot listen on 127.0.0.1 port {port} (UDP and TCP): "
+        "Address already in use. Stop what serves there, or pick another --address or --port.\n"
+    )
 
 
 def test_an_allowlisted_hosts_passthru_follows_the_rules_above_it(dns_server, listed):
@@ -373,3 +425,250 @@ def test_an_ixfr_across_the_upgrade_that_logged_the_allowlist_is_the_whole_zone(
     rrsets = transfer(server.port, RPZ, "IXFR", serial=old)
     soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
     assert len(soas) == 2  # AXFR-style: the zone between two SOAs
+
+
+@pytest.fixture
+def database_down(monkeypatch):
+    """database_down() -> every query of every thread fails as with PostgreSQL stopped
+    (the server answers from threads of its own, each with its own connection); the
+    function it returns brings the database back."""
+    from django.db import OperationalError, connections
+
+    wrapper = type(connections["default"])
+    real = wrapper.cursor
+
+    def stop():
+        def refused(self, *args, **kwargs):
+            raise OperationalError('connection to server at "127.0.0.1", port 5432 failed')
+
+        monkeypatch.setattr(wrapper, "cursor", refused)
+        return lambda: monkeypatch.setattr(wrapper, "cursor", real)
+
+    return stop
+
+
+def test_through_a_database_outage_the_soa_is_answered_and_the_outage_logged_once(
+    dns_server, listed, database_down, caplog
+):
+    server = dns_server(rate_limit=100_000)
+    serial = ChangeEvent.objects.head()
+    caplog.set_level(logging.INFO, logger="urlguard.exports.dnsserver")
+    start = database_down()
+    for n in range(400):  # a listed name: the table confirms the filter's hit
+        name = f"evil.example.{URIBL}" if n % 2 else f"www.evil.example.{URIBL}"
+        assert ask(server.port, name, "TXT" if n % 3 else "A").rcode() == dns.rcode.SERVFAIL
+    assert ask(server.port, f"clean.example.{URIBL}").rcode() == dns.rcode.NXDOMAIN
+    server.poll()  # the NOTIFY loop's round fails too: the same outage
+    # The dns role's health check: the SOA from the position the server holds.
+    soa = ask(server.port, RPZ, "SOA")
+    assert soa.rcode() == dns.rcode.NOERROR and soa.answer[0][0].serial == serial
+    assert ask(server.port, RPZ, "NS").answer[0][0].to_text() == f"ns.{RPZ}"
+    nodata = ask(server.port, f"evil.example.{RPZ}")  # policy records are for transfers
+    assert nodata.rcode() == dns.rcode.NOERROR and nodata.authority[0][0].serial == serial
+    logged = [r for r in caplog.records if r.name == "urlguard.exports.dnsserver"]
+    assert [(r.levelname, r.getMessage()) for r in logged] == [
+        (
+            "ERROR",
+            "serve_dns: reading the database failed: OperationalError: connection to server at"
+            ' "127.0.0.1", port 5432 failed (logged once; a count a minute until it recovers)',
+        )
+    ]
+    start()
+    assert ask(server.port, f"evil.example.{URIBL}").answer[0][0].to_text() == "127.0.0.4"
+    logged = [r for r in caplog.records if r.name == "urlguard.exports.dnsserver"]
+    assert len(logged) == 2 and logged[1].getMessage().startswith(
+        "serve_dns: reading the database works again after"
+    )
+    # 400 lookups and a round of the loop at least (its own thread runs once a second).
+    assert int(re.search(r"and (\d+) failure", logged[1].getMessage()).group(1)) >= 401
+
+
+def test_with_the_database_down_since_the_start_the_rpz_zone_is_servfail_not_a_made_up_serial(
+    build_filter, fresh_guard, database_down
+):
+    from urlguard.exports.dnsserver import DnsConfig, DnsServer
+
+    build_filter()
+    start = database_down()
+    server = DnsServer(DnsConfig(rpz_zone=RPZ, uribl_zone=URIBL))
+    try:
+        port = server.start("127.0.0.1", 0)[1]
+        assert ask(port, RPZ, "SOA").rcode() == dns.rcode.SERVFAIL
+        start()
+        server.poll()
+        assert ask(port, RPZ, "SOA").answer[0][0].serial == ChangeEvent.objects.head()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("edns", [None, 0])
+def test_the_fast_path_fails_as_the_general_one(dns_server, listed, database_down, edns):
+    server = dns_server()
+    database_down()
+    query = dns.message.make_query(f"evil.example.{URIBL}", "A", use_edns=edns)
+    (fast,) = server.answer(query.to_wire(), "127.0.0.1", tcp=False)
+    server._fast_uribl = lambda wire: None
+    (general,) = server.answer(query.to_wire(), "127.0.0.1", tcp=False)
+    a, b = dns.message.from_wire(fast), dns.message.from_wire(general)
+    assert a.rcode() == b.rcode() == dns.rcode.SERVFAIL
+    assert a.flags == b.flags and a.question == b.question and not a.answer and not b.answer
+    assert a.edns == b.edns
+
+
+def test_an_ixfr_from_a_serial_newer_than_the_zone_is_one_soa(dns_server, listed):
+    """RFC 1995 section 2: the same or a newer serial is answered with the SOA alone,
+    never the whole zone (a secondary restored from a newer primary, say)."""
+    server = dns_server()
+    head = ChangeEvent.objects.head()
+    for newer in (head + 1, head + 1000, head + 2**31 - 1):
+        rrsets = transfer(server.port, RPZ, "IXFR", serial=newer % 2**32)
+        assert len(rrsets) == 1 and rrsets[0][0].serial == head, newer
+
+
+def move_the_log_to(seq: int) -> None:
+    """The next change gets position `seq`: as a log that has come that far."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE sqlite_sequence SET seq = %s WHERE name = %s",
+            [seq - 1, ChangeEvent._meta.db_table],
+        )
+
+
+def test_ixfr_past_serial_2_to_the_32_is_incremental(dns_server, listed):
+    """The serial is the position modulo 2**32 and compared in serial arithmetic (RFC
+    1982): a secondary at a serial that wrapped is behind by the difference, not by
+    the whole log."""
+    server = dns_server()
+    move_the_log_to(2**32 - 2)
+    add_rule("a.example/", category="spam", source="test")
+    before_wrap = ChangeEvent.objects.head()
+    assert before_wrap == 2**32 - 2
+    add_rule("b.example/", category="spam", source="test")
+    add_rule("c.example/", category="spam", source="test")  # serial 0
+    wrapped = ChangeEvent.objects.head()
+    assert wrapped == 2**32
+    add_rule("d.example/", category="spam", source="test")  # serial 1
+    serial, deleted, added = ixfr_parts(server.port, 0)
+    assert serial == 1 and deleted == set()
+    assert added == {(f"d.example.{RPZ}", "."), (f"*.d.example.{RPZ}", ".")}
+    serial, deleted, added = ixfr_parts(server.port, 2**32 - 2)  # across the wrap
+    assert serial == 1 and deleted == set()
+    assert {owner for owner, _ in added} == {
+        f"{prefix}{host}.example.{RPZ}" for prefix in ("", "*.") for host in "bcd"
+    }
+    up_to_date = transfer(server.port, RPZ, "IXFR", serial=1)
+    assert len(up_to_date) == 1 and up_to_date[0][0].serial == 1
+    soa = ask(server.port, RPZ, "SOA")
+    assert soa.answer[0][0].serial == 1  # the position the server holds, wrapped
+
+
+def test_ixfr_from_exactly_half_the_serial_space_away_is_the_whole_zone(dns_server, listed):
+    """RFC 1982 leaves the order of two serials 2**31 apart undefined: whole zone."""
+    server = dns_server()
+    head = ChangeEvent.objects.head()
+    rrsets = transfer(server.port, RPZ, "IXFR", serial=(head + 2**31) % 2**32)
+    soas = [r for r in rrsets if r.rdtype == dns.rdatatype.SOA]
+    assert len(soas) == 2 and len(records(rrsets)) == 4
+
+
+def tcp_client(port: int, source: str) -> socket.socket:
+    """A TCP connection to the server from `source` (any 127/8 address is this host's)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+    sock.settimeout(5)
+    return sock
+
+
+def tcp_ask(sock: socket.socket, name: str) -> dns.message.Message | None:
+    """One question over `sock`; None if the server closed the connection instead."""
+    import struct
+
+    wire = dns.message.make_query(name, "A").to_wire()
+    try:
+        sock.sendall(struct.pack("!H", len(wire)) + wire)
+        head = sock.recv(2)
+        if len(head) < 2:
+            return None
+        size = struct.unpack("!H", head)[0]
+        body = b""
+        while len(body) < size:
+            chunk = sock.recv(size - len(body))
+            if not chunk:
+                return None
+            body += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        return None
+    return dns.message.from_wire(body)
+
+
+def test_tcp_slots_are_capped_per_client_and_kept_for_the_transfer_networks(dns_server, listed):
+    server = dns_server(
+        transfer_networks=(ipaddress.ip_network("127.0.0.1/32"),),
+        tcp_clients=4,
+        tcp_per_client=2,
+        tcp_transfer_slots=1,
+    )
+    held = []
+    try:
+        # One client may hold two connections; its third is closed unanswered.
+        for _ in range(2):
+            held.append(tcp_client(server.port, "127.0.0.2"))
+            assert tcp_ask(held[-1], f"test.{URIBL}").answer
+        third = tcp_client(server.port, "127.0.0.2")
+        assert tcp_ask(third, f"test.{URIBL}") is None
+        third.close()
+        # Two more clients take the four shared slots: a fifth client finds none.
+        for source in ("127.0.0.3", "127.0.0.4"):
+            held.append(tcp_client(server.port, source))
+            assert tcp_ask(held[-1], f"test.{URIBL}").answer
+        assert len(held) == 4
+        other = tcp_client(server.port, "127.0.0.5")
+        assert tcp_ask(other, f"test.{URIBL}") is None
+        other.close()
+        # The transfer network still gets its AXFR, on the slot kept for it.
+        rrsets = transfer(server.port, RPZ)
+        assert rrsets[0].rdtype == dns.rdatatype.SOA and len(records(rrsets)) == 4
+    finally:
+        for sock in held:
+            sock.close()
+    # The slots come back with the connections (as soon as the server reads the close).
+    for _attempt in range(50):
+        with tcp_client(server.port, "127.0.0.5") as sock:
+            if tcp_ask(sock, f"test.{URIBL}") is not None:
+                break
+        threading.Event().wait(0.1)
+    else:
+        raise AssertionError("no TCP slot came back")
+
+
+def test_a_tcp_message_must_arrive_whole_within_the_deadline(dns_server):
+    """A byte every 0.1 s never lets one read wait long; the message as a whole is
+    given `tcp_deadline`, and the connection is closed when it runs out."""
+    import time
+
+    server = dns_server(tcp_deadline=1.0)
+    sock = tcp_client(server.port, "127.0.0.2")
+    started = time.monotonic()
+    closed_after = None
+    try:
+        sock.sendall(b"\xff\xff")  # a message of 65,535 bytes, sent a byte at a time
+        sock.settimeout(0.1)
+        while time.monotonic() - started < 15:
+            try:
+                if sock.recv(1) == b"":
+                    closed_after = time.monotonic() - started
+                    break
+            except TimeoutError:
+                sock.sendall(b"\x00")
+            except ConnectionResetError:
+                closed_after = time.monotonic() - started
+                break
+    finally:
+        sock.close()
+    assert closed_after is not None and 0.9 < closed_after < 5
+    # An idle connection (nothing sent) is closed after the same deadline.
+    with tcp_client(server.port, "127.0.0.2") as idle:
+        started = time.monotonic()
+        assert idle.recv(1) == b""
+        assert time.monotonic() - started < 5

@@ -6,6 +6,7 @@ the test database pytest-django creates, so the tests use committed transactions
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -168,13 +169,15 @@ class Worker:
         raise AssertionError(f"celery worker did not start:\n{self.log.read_text()[-4000:]}")
 
     def stop(self) -> None:
+        # The whole group, even when the worker itself is gone: a worker killed by a test
+        # leaves its beat child running, adopted by PID 1.
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=5)
         self._out.close()
 
 

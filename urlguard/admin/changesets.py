@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import BooleanField, Value
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils import formats, timezone
@@ -121,11 +122,12 @@ class ChangeSetAdmin(ReadOnlyAdmin):
     def reason_short(self, obj: ChangeSet) -> str:
         return obj.reason if len(obj.reason) <= 60 else obj.reason[:57] + "…"
 
-    @admin.display(description="undo")
-    def undo(self, obj: ChangeSet) -> str:
+    def _history(self, obj: ChangeSet) -> str:
+        """What reverted this set, or what it reverts ("" for neither)."""
         done = getattr(obj, "reverted_by_", None)
         if done is None:
-            done = obj.reverted_by.first()
+            # all(), not first(): the prefetched reverts, no query per row.
+            done = next(iter(obj.reverted_by.all()), None)
         if done is not None:
             return format_html(
                 '{} by <a href="{}">#{}</a>',
@@ -141,12 +143,43 @@ class ChangeSetAdmin(ReadOnlyAdmin):
             )
         return ""
 
+    @admin.display(description="undo")
+    def undo(self, obj: ChangeSet) -> str:
+        """The history, then an "Undo…" button to the revert's summary (nothing changes
+        before it is confirmed there), or why this set cannot be undone."""
+        history = self._history(obj)
+        why = _why_not_revertible(obj)
+        if why:
+            # "reverted by #N" and "being reverted by #N" say why already.
+            if history.startswith(("reverted by", "being reverted")):
+                return history
+            return format_html('{} <span class="help changeset-no-undo">{}</span>', history, why)
+        if not getattr(obj, "may_revert", False):
+            return format_html(
+                '{} <span class="help changeset-no-undo">{}</span>',
+                history,
+                "undo needs the permissions to add and delete spam rules",
+            )
+        return format_html(
+            '{} <button type="submit" class="button changeset-undo" formaction="{}" '
+            'formmethod="post" title="{}">{}</button>',
+            history,
+            reverse("admin:urlguard_changeset_revert", args=[obj.pk]),
+            f"Revert change set #{obj.pk}: what it does (and the short links it affects) "
+            "is shown first; nothing changes until you confirm",
+            "Finish the undo…" if history.startswith("being reverted") else "Undo…",
+        )
+
     @admin.display(description="reverted by")
     def reverted_by_link(self, obj: ChangeSet) -> str:
-        return self.undo(obj)
+        return self._history(obj)
 
     def get_queryset(self, request):
-        return super().get_queryset(request).prefetch_related("reverted_by")
+        # Whether this user may revert, once per page, not once per row.
+        may = Value(can_revert(self, request), output_field=BooleanField())
+        return (
+            super().get_queryset(request).prefetch_related("reverted_by").annotate(may_revert=may)
+        )
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         change_set = self.get_object(request, object_id)
@@ -180,6 +213,19 @@ class ChangeSetAdmin(ReadOnlyAdmin):
             )
             + super().get_urls()
         )
+
+
+def _why_not_revertible(change_set: ChangeSet) -> str:
+    """Why check_revertible refuses `change_set` ("" when it may be reverted)."""
+    if change_set.finished is not None and not change_set.reverted_by.all():
+        # Finished, and nothing reverts it (prefetched): check_revertible has nothing to
+        # refuse, so a page of such sets costs no query each.
+        return ""
+    try:
+        check_revertible(change_set)
+    except RevertError as exc:
+        return str(exc)
+    return ""
 
 
 def _unfinished(change_set: ChangeSet) -> str:

@@ -7,7 +7,6 @@ filter by source, the dashboard's feed health panel)."""
 from __future__ import annotations
 
 import math
-import re
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -25,8 +24,11 @@ from django.utils.html import format_html, format_html_join
 from urlguard.admin.pages import http_methods, render_tool, tool_urls
 from urlguard.conf import conf
 from urlguard.feeds import holds
+from urlguard.feeds.decoding import FeedError
+from urlguard.feeds.fetching import file_feed_path
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health, in_words, refresh_state
+from urlguard.feeds.interval import MAX_INTERVAL, MIN_INTERVAL, human_interval, parse_interval
 from urlguard.feeds.refresh import held_for_impact
 from urlguard.models import Actor, AdminJob, AllowedHost, FeedHold, FeedRefresh, Source, row_user
 from urlguard.wording import counted
@@ -60,42 +62,21 @@ def health_badge(source: Source) -> str:
     return badge
 
 
-_UNITS = {
-    **dict.fromkeys(("", "s", "sec", "secs", "second", "seconds"), 1),
-    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60),
-    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600),
-    **dict.fromkeys(("d", "day", "days"), 86400),
-}
-_INTERVAL = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
-
-
-def human_interval(seconds: int | None) -> str:
-    """3600 -> "1 h", 90 -> "90 s", 5400 -> "90 min": the largest unit that divides."""
-    if not seconds:
-        return ""
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size} {unit}"
-    return f"{seconds} s"
-
-
 class IntervalField(forms.CharField):
     """An interval typed as a person says it ("15 min", "1 h", "1 d", or seconds),
-    stored in seconds."""
+    stored in seconds: the parser and bounds of `add_feed --interval`."""
 
     def prepare_value(self, value):
         return human_interval(value) if isinstance(value, int) else value
 
     def to_python(self, value):
-        text = str(super().to_python(value) or "").strip().lower()
+        text = str(super().to_python(value) or "").strip()
         if not text:
             return None
-        match = _INTERVAL.fullmatch(text)
-        if match is None or match.group(2) not in _UNITS or float(match.group(1)) <= 0:
-            raise forms.ValidationError(
-                "Give the interval as a number and a unit: 90 s, 15 min, 1 h or 1 d."
-            )
-        return round(float(match.group(1)) * _UNITS[match.group(2)])
+        try:
+            return parse_interval(text)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 class SourceForm(forms.ModelForm):
@@ -105,7 +86,10 @@ class SourceForm(forms.ModelForm):
 
     interval = IntervalField(
         initial="1 h",
-        help_text="How often the feed is fetched: 90 s, 15 min, 1 h, 1 d (at least 1 min).",
+        help_text=(
+            f"How often the feed is fetched: 90 s, 15 min, 1 h, 1 d (at least "
+            f"{human_interval(MIN_INTERVAL)}, at most {human_interval(MAX_INTERVAL)})."
+        ),
         widget=forms.TextInput(attrs={"size": 10}),
     )
 
@@ -142,9 +126,6 @@ class SourceForm(forms.ModelForm):
             )
         if data.get("format") not in ("auto", *NAMES):
             self.add_error("format", "Unknown format.")
-        interval = data.get("interval")
-        if interval is not None and interval < 60:
-            self.add_error("interval", "At least 1 min.")
         return data
 
     def _file_url_refusal(self, url: str) -> str:
@@ -154,11 +135,10 @@ class SourceForm(forms.ModelForm):
                 "Only a superuser may set a file:// URL: it reads a file on this server. "
                 "Use an http:// or https:// URL."
             )
-        if conf.FEED_FILE_ROOT is None:
-            return (
-                "file:// feeds are refused here: URLGUARD['FEED_FILE_ROOT'] names no folder "
-                "they may be read from."
-            )
+        try:
+            file_feed_path(url, conf.FEED_FILE_ROOT, must_exist=False)
+        except FeedError as exc:
+            return str(exc)
         return ""
 
 

@@ -14,6 +14,7 @@ import socketserver
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -28,15 +29,15 @@ import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
-from django.db import close_old_connections, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, close_old_connections, connections
 
 from urlguard.exports import uribl
 from urlguard.exports.projection import snapshot
-from urlguard.exports.rpz import TTL, soa_rdata
-from urlguard.exports.rpz import serial as zone_serial
+from urlguard.exports.rpz import SERIAL_HALF, TTL, serial_behind, soa_rdata
 from urlguard.exports.rpzjournal import Record, delta, zone_records
 from urlguard.models import ChangeEvent
 from urlguard.runtime import metrics
+from urlguard.runtime.outage import OutageLog
 
 __all__ = ["DnsConfig", "DnsServer"]
 
@@ -50,10 +51,19 @@ TRANSFER_CHUNK = 500
 #: How often the change log's head is read for NOTIFY, seconds.
 NOTIFY_POLL = 1.0
 NOTIFY_TRIES = 5
-TCP_IDLE = 10.0
+#: Each TCP message, its length included, must arrive within this many seconds of the
+#: server starting to wait for it (a client dripping a byte at a time is cut off).
+TCP_DEADLINE = 10.0
 #: How often the UDP thread looks whether it should stop, seconds.
 UDP_POLL = 0.5
 MAX_TCP_CLIENTS = 32
+#: Connections one client (an IPv4 address, an IPv6 /64) may hold at once.
+TCP_PER_CLIENT = 4
+#: Kept for DNS_TRANSFER_NETWORKS beyond MAX_TCP_CLIENTS: their AXFR/IXFR get through
+#: whoever holds the others.
+TCP_TRANSFER_SLOTS = 8
+#: Client networks the UDP rate limiter keeps buckets for (~260 bytes each: 4 MB).
+RATE_LIMIT_NETWORKS = 16_384
 _HEADER = struct.Struct("!HHHHHH")
 
 
@@ -65,6 +75,10 @@ class DnsConfig:
     transfer_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     rate_limit: int = 100
     ns_address: str = "127.0.0.1"
+    tcp_clients: int = MAX_TCP_CLIENTS
+    tcp_per_client: int = TCP_PER_CLIENT
+    tcp_transfer_slots: int = TCP_TRANSFER_SLOTS
+    tcp_deadline: float = TCP_DEADLINE
 
     @classmethod
     def from_settings(cls, address: str) -> DnsConfig:
@@ -84,32 +98,61 @@ class DnsConfig:
 class RateLimiter:
     """Token buckets per client network (/24, /56): `rate` answers a second, as many
     in a burst. Beyond it, every second answer is sent truncated (a real client
-    retries over TCP, which cannot be spoofed) and the others dropped."""
+    retries over TCP, which cannot be spoofed) and the others dropped. At most
+    `capacity` networks are kept, the one seen least recently making room: O(1) a
+    packet, bounded memory whatever addresses a flood claims."""
 
     rate: int
     clock: Callable[[], float] = time.monotonic
-    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+    capacity: int = RATE_LIMIT_NETWORKS
+    _buckets: OrderedDict[int, tuple[float, float]] = field(default_factory=OrderedDict)
     _slip: int = 0
-
-    def network(self, address: str) -> str:
-        ip = ipaddress.ip_address(address)
-        prefix = 24 if ip.version == 4 else 56
-        return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
 
     def allow(self, address: str) -> str:
         """'answer', 'slip' (send truncated) or 'drop'."""
-        key = self.network(address)
+        key = _network_key(address)
         now = self.clock()
-        tokens, last = self._buckets.get(key, (float(self.rate), now))
-        tokens = min(float(self.rate), tokens + (now - last) * self.rate)
+        buckets = self._buckets
+        entry = buckets.get(key)
+        if entry is None:
+            tokens = float(self.rate)
+            if len(buckets) >= self.capacity:
+                # Seen least recently: its bucket is the likeliest to be full anyway.
+                buckets.popitem(last=False)
+        else:
+            tokens = min(float(self.rate), entry[0] + (now - entry[1]) * self.rate)
+            buckets.move_to_end(key)
         if tokens >= 1:
-            self._buckets[key] = (tokens - 1, now)
+            buckets[key] = (tokens - 1, now)
             return "answer"
-        self._buckets[key] = (tokens, now)
-        if len(self._buckets) > 100_000:  # bounded: forget the quiet ones
-            self._buckets = {k: v for k, v in self._buckets.items() if now - v[1] < 1}
+        buckets[key] = (tokens, now)
         self._slip += 1
         return "slip" if self._slip % 2 else "drop"
+
+
+def _client_key(address: str) -> int:
+    """One TCP client as one int: an IPv4 address (an IPv4-mapped one too), or an
+    IPv6 /64, the network a subscriber picks addresses in at will, marked above it."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return -1
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is None:
+            return (1 << 64) | (int(ip) >> 64)
+        ip = ip.ipv4_mapped
+    return int(ip)
+
+
+def _network_key(address: str) -> int:
+    """The client's network as one int: an IPv4 /24 (an IPv4-mapped address too), or
+    an IPv6 /56 marked above any /24."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is None:
+            return (1 << 60) | (int(ip) >> 72)
+        ip = ip.ipv4_mapped
+    return int(ip) >> 8
 
 
 class DnsServer:
@@ -122,11 +165,22 @@ class DnsServer:
         self._threads: list[threading.Thread] = []
         self._udp: socket.socket | None = None
         self._tcp: socketserver.ThreadingTCPServer | None = None
+        # The change-log position the server holds (-1: none read yet): the RPZ SOA is
+        # answered from it, so a lookup never waits on the database, nor fails with it.
+        self.seq = -1
         self.notified_seq = -1
+        self.database = OutageLog(logger, "serve_dns: reading the database")
         self._soas: dict[tuple[dns.name.Name, int], dns.rrset.RRset] = {}
         self._addresses: dict[str, dns.rdata.Rdata] = {}
         self._soa_wires: dict[int, bytes] = {}
         self._uribl_labels = tuple(x.lower() for x in self.uribl.labels[:-1])
+        self._tcp_lock = threading.Lock()
+        self._tcp_open = {"shared": 0, "transfer": 0}
+        self._tcp_per_client: dict[int, int] = {}
+        # A zone has NS at its apex: BIND refuses a transfer without ("bad zone").
+        self._rpz_ns = dns.rrset.from_text(
+            self.rpz, TTL, "IN", "NS", dns.name.from_text("ns", self.rpz).to_text()
+        )
 
     # -- answering ---------------------------------------------------------------
 
@@ -226,7 +280,11 @@ class DnsServer:
                 return
             yield from self._transfer(query, response, qtype, tcp)
             return
-        seq = ChangeEvent.objects.head()
+        seq = self.seq
+        if seq < 0:  # no position read yet: the database was down since the start
+            response.flags &= ~dns.flags.AA
+            yield self._finish(response, dns.rcode.SERVFAIL, "rpz", tcp)
+            return
         ns = dns.name.from_text("ns", self.rpz)
         if qname == self.rpz:
             self._apex(response, self.rpz, qtype, seq)
@@ -250,8 +308,7 @@ class DnsServer:
         self, response: dns.message.Message, qname: dns.name.Name, qtype: int, tcp: bool
     ) -> bytes:
         response.flags |= dns.flags.AA
-        # The serial the NOTIFY loop last read: no query of the log per lookup.
-        seq = max(self.notified_seq, 0)
+        seq = max(self.seq, 0)
         if qname == self.uribl:
             self._apex(response, self.uribl, qtype, seq)
             return self._finish(response, dns.rcode.NOERROR, "uribl", tcp)
@@ -264,12 +321,8 @@ class DnsServer:
             return self._finish(response, dns.rcode.NOERROR, "uribl", tcp)
         relative = qname.relativize(self.uribl).to_text()
         try:
-            listing = uribl.lookup(relative)
-        except uribl.Unchecked:
-            response.flags &= ~dns.flags.AA
-            return self._finish(response, dns.rcode.SERVFAIL, "uribl", tcp)
-        except Exception:
-            logger.exception("serve_dns: looking up %s failed", relative)
+            listing = self._lookup(relative)
+        except LookupFailed:
             response.flags &= ~dns.flags.AA
             return self._finish(response, dns.rcode.SERVFAIL, "uribl", tcp)
         if listing is None:
@@ -331,15 +384,19 @@ class DnsServer:
             return None
         if relative == "ns":
             return None
-        try:
-            listing = uribl.lookup(relative)
-        except Exception:
-            return None  # the general path looks again, and answers SERVFAIL
-        head = 0x8000 | 0x0400 | (flags & 0x0100)  # QR, AA, RD as asked
         extra = 1 if opt else 0
+        try:
+            listing = self._lookup(relative)
+        except LookupFailed:
+            metrics.dns_answered("uribl", "SERVFAIL")
+            header = _HEADER.pack(
+                qid, 0x8000 | (flags & 0x0100) | dns.rcode.SERVFAIL, 1, 0, 0, extra
+            )
+            return header + wire[12:question_end] + opt
+        head = 0x8000 | 0x0400 | (flags & 0x0100)  # QR, AA, RD as asked
         if listing is None:
             metrics.dns_answered("uribl", "NXDOMAIN")
-            soa = self._soa_wire(max(self.notified_seq, 0))
+            soa = self._soa_wire(max(self.seq, 0))
             header = _HEADER.pack(qid, head | dns.rcode.NXDOMAIN, 1, 0, 1, extra)
             return header + wire[12:question_end] + soa + opt
         metrics.dns_answered("uribl", "NOERROR")
@@ -348,6 +405,27 @@ class DnsServer:
         record = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, URIBL_TTL, 4) + address
         header = _HEADER.pack(qid, head, 1, 1, 0, extra)
         return header + wire[12:question_end] + record + opt
+
+    def _lookup(self, relative: str) -> uribl.Listing | None:
+        """uribl.lookup, once more on a new connection when the database dropped this
+        thread's (a restart of PostgreSQL: the first query after it is answered too)."""
+        for attempt in (1, 2):
+            try:
+                listing = uribl.lookup(relative)
+            except uribl.Unchecked as exc:
+                raise LookupFailed from exc  # the guard logs it, rate-limited
+            except DatabaseError as exc:
+                if attempt == 1 and _drop_dead_connection():
+                    continue
+                self.database.failed(exc)
+                raise LookupFailed from exc
+            except Exception as exc:
+                logger.exception("serve_dns: looking up %s failed", relative)
+                raise LookupFailed from exc
+            if listing is not None and listing.rule is not None:
+                self.database.recovered()  # the table confirmed it: the database answers
+            return listing
+        raise AssertionError("unreachable")
 
     def _soa_wire(self, seq: int) -> bytes:
         cached = self._soa_wires.get(seq)
@@ -372,22 +450,29 @@ class DnsServer:
                     client_serial = rrset[0].serial
         with snapshot() as snap:
             seq = snap.position.seq
+            self.seq = max(self.seq, seq)
             soa = self._soa(self.rpz, seq)
             zone = self.config.rpz_zone
-            if client_serial is not None and client_serial == zone_serial(seq):
-                metrics.dns_transfer("ixfr")
-                response.answer.append(soa)
-                yield self._finish(response, dns.rcode.NOERROR, "rpz", tcp)
-                return
+            old_seq = None
+            if client_serial is not None:
+                behind = serial_behind(client_serial, seq)
+                if behind == 0 or behind > SERIAL_HALF:
+                    # Up to date, or newer than this zone: one SOA (RFC 1995 section 2).
+                    metrics.dns_transfer("ixfr")
+                    response.answer.append(soa)
+                    yield self._finish(response, dns.rcode.NOERROR, "rpz", tcp)
+                    return
+                if behind < SERIAL_HALF and seq - behind >= 0:
+                    old_seq = seq - behind
             if not tcp:
                 # IXFR over UDP: the SOA alone tells the client to come over TCP.
                 response.answer.append(soa)
                 yield self._finish(response, dns.rcode.NOERROR, "rpz", tcp)
                 return
-            changes = delta(snap, client_serial, zone) if client_serial is not None else None
-            if changes is not None:
+            changes = delta(snap, old_seq, zone) if old_seq is not None else None
+            if changes is not None and old_seq is not None:
                 metrics.dns_transfer("ixfr")
-                old_soa = self._soa(self.rpz, client_serial or 0)
+                old_soa = self._soa(self.rpz, old_seq)
                 parts: list[dns.rrset.RRset | Record] = [soa, old_soa]
                 parts += changes.deleted
                 parts.append(soa)
@@ -399,6 +484,7 @@ class DnsServer:
 
             def everything() -> Iterator[dns.rrset.RRset | Record]:
                 yield soa
+                yield self._rpz_ns
                 yield from zone_records(snap, zone)
                 yield soa
 
@@ -444,8 +530,10 @@ class DnsServer:
     # -- NOTIFY ------------------------------------------------------------------
 
     def notify_once(self) -> None:
-        """Send NOTIFY to every secondary if the log moved since the last time."""
+        """Read the log's head into the position the server holds; send NOTIFY to every
+        secondary if it moved since the last time."""
         seq = ChangeEvent.objects.head()
+        self.seq = seq
         if seq == self.notified_seq:
             return
         self.notified_seq = seq
@@ -470,12 +558,24 @@ class DnsServer:
         logger.warning("serve_dns: %s:%d did not acknowledge NOTIFY of serial %d", host, port, seq)
 
     def _notify_loop(self) -> None:
-        while not self._stop.wait(NOTIFY_POLL):
-            try:
-                close_old_connections()
-                self.notify_once()
-            except Exception:
-                logger.exception("serve_dns: reading the change log for NOTIFY failed")
+        try:
+            while not self._stop.wait(NOTIFY_POLL):
+                self.poll()
+        finally:
+            connections.close_all()
+
+    def poll(self) -> None:
+        """One round of the NOTIFY loop: a failure of the database is one outage."""
+        try:
+            close_old_connections()
+            self.notify_once()
+        except DatabaseError as exc:
+            _drop_dead_connection()
+            self.database.failed(exc)
+        except Exception:
+            logger.exception("serve_dns: reading the change log for NOTIFY failed")
+        else:
+            self.database.recovered()
 
     # -- sockets -----------------------------------------------------------------
 
@@ -508,7 +608,13 @@ class DnsServer:
             break
         port = udp.getsockname()[1]
         self._udp, self._tcp = udp, tcp
-        self._tcp_slots = threading.BoundedSemaphore(MAX_TCP_CLIENTS)
+        # The position before the first answer (a database down now: SERVFAIL for the
+        # RPZ zone until the loop reads one). NOTIFY still goes out at the loop's start.
+        try:
+            self.seq = ChangeEvent.objects.head()
+        except DatabaseError as exc:
+            _drop_dead_connection()
+            self.database.failed(exc)
         for target in (self._serve_udp, tcp.serve_forever, self._notify_loop):
             thread = threading.Thread(target=target, daemon=True, name=f"dns-{target.__name__}")
             thread.start()
@@ -533,6 +639,7 @@ class DnsServer:
             self._udp_loop(udp)
         finally:
             udp.close()
+            connections.close_all()  # this thread's: a stopped server holds none
 
     def _udp_loop(self, udp: socket.socket) -> None:
         while not self._stop.is_set():
@@ -553,6 +660,9 @@ class DnsServer:
                     continue
                 for out in self.answer(wire, peer[0], tcp=False):
                     udp.sendto(out, peer)
+            except DatabaseError as exc:
+                _drop_dead_connection()
+                self.database.failed(exc)
             except Exception:
                 logger.exception("serve_dns: answering %s failed", peer[0])
                 close_old_connections()
@@ -568,24 +678,75 @@ class DnsServer:
         udp.sendto(response.to_wire(), peer)
 
     def _serve_tcp(self, sock: socket.socket, client: str) -> None:
-        if not self._tcp_slots.acquire(blocking=False):
+        admitted = self._admit_tcp(client)
+        if admitted is None:
+            metrics.dns_dropped("tcp_busy")
             return
         try:
-            sock.settimeout(TCP_IDLE)
             while not self._stop.is_set():
-                head = _read_exactly(sock, 2)
+                deadline = time.monotonic() + self.config.tcp_deadline
+                head = _read_exactly(sock, 2, deadline)
                 if head is None:
                     return
-                wire = _read_exactly(sock, struct.unpack("!H", head)[0])
+                wire = _read_exactly(sock, struct.unpack("!H", head)[0], deadline)
                 if wire is None:
                     return
                 for out in self.answer(wire, client, tcp=True):
+                    # A client that stops reading is cut off as one that stops writing.
+                    sock.settimeout(self.config.tcp_deadline)
                     sock.sendall(struct.pack("!H", len(out)) + out)
         except OSError:
             return
+        except DatabaseError as exc:  # a transfer's snapshot: the secondary retries
+            self.database.failed(exc)
+        except Exception:
+            logger.exception("serve_dns: answering %s over TCP failed", client)
         finally:
-            self._tcp_slots.release()
+            self._release_tcp(*admitted)
             connections.close_all()
+
+    def _admit_tcp(self, client: str) -> tuple[str, int] | None:
+        """Take a TCP slot for `client`: (pool, client key), or None when it holds
+        TCP_PER_CLIENT already or no slot is free to it (the transfer networks have
+        slots of their own once the shared ones are taken)."""
+        key = _client_key(client)
+        config = self.config
+        with self._tcp_lock:
+            held = self._tcp_per_client.get(key, 0)
+            if held >= config.tcp_per_client:
+                return None
+            if self._tcp_open["shared"] < config.tcp_clients:
+                pool = "shared"
+            elif self._tcp_open["transfer"] < config.tcp_transfer_slots and self._may_transfer(
+                client
+            ):
+                pool = "transfer"
+            else:
+                return None
+            self._tcp_open[pool] += 1
+            self._tcp_per_client[key] = held + 1
+        return pool, key
+
+    def _release_tcp(self, pool: str, key: int) -> None:
+        with self._tcp_lock:
+            self._tcp_open[pool] -= 1
+            held = self._tcp_per_client.pop(key) - 1
+            if held:
+                self._tcp_per_client[key] = held
+
+
+class LookupFailed(Exception):
+    """A URIBL lookup that could not tell (logged where it failed): SERVFAIL."""
+
+
+def _drop_dead_connection() -> bool:
+    """Close this thread's database connection if the database dropped it, so the next
+    query opens a new one; True if one was dropped."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.connection is None or connection.in_atomic_block or connection.is_usable():
+        return False
+    connection.close()
+    return True
 
 
 def _name_wire(name: str) -> bytes:
@@ -595,10 +756,20 @@ def _name_wire(name: str) -> bytes:
     return b"".join(bytes([len(x)]) + x for x in name.rstrip(".").encode().split(b".")) + b"\0"
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
+def _read_exactly(sock: socket.socket, n: int, deadline: float) -> bytes | None:
+    """`n` bytes, or None if the peer closed or they did not all come by `deadline`
+    (time.monotonic): a timeout per read would let a byte every few seconds hold the
+    connection for ever."""
     data = b""
     while len(data) < n:
-        chunk = sock.recv(n - len(data))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(n - len(data))
+        except TimeoutError:
+            return None
         if not chunk:
             return None
         data += chunk

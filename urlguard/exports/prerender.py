@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from django.db import connections
 
@@ -30,7 +31,11 @@ from urlguard.runtime.process import Daemon, PerProcess
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PrerenderFailed", "after_changes", "render_all", "request", "wait"]
+__all__ = ["AFTER_RENDERS", "PrerenderFailed", "after_changes", "render_all", "request", "wait"]
+
+#: Other projections kept per position, prepared by each round after the exports
+#: (the Safe Browsing lists); registered by the app's ready().
+AFTER_RENDERS: list[Callable[[], object]] = []
 
 
 class _Rounds:
@@ -127,6 +132,13 @@ def render_all() -> list[Rendered]:
             # One export's failure (the biggest meets a full disk first) is no reason
             # to leave the others behind.
             failed.append((name, exc))
+    for job in AFTER_RENDERS:
+        try:
+            job()
+        except RenderBusy as exc:
+            logger.warning("preparing %s: %s; the next change retries", job.__qualname__, exc)
+        except Exception as exc:
+            failed.append((job.__qualname__, exc))
     if failed:
         raise PrerenderFailed(
             "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in failed)

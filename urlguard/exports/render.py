@@ -41,6 +41,7 @@ __all__ = [
     "prune",
     "render",
     "render_kept",
+    "render_lock",
     "rendered",
     "write_aside",
 ]
@@ -84,7 +85,7 @@ def rendered_path(name: str, key: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
+def render_lock(directory: Path, *, wait: bool) -> Iterator[bool]:
     """Hold the export's render lock; yields False at once if another process holds
     it and `wait` is False."""
     fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -140,7 +141,7 @@ def rendered(
             if time.monotonic() >= deadline:
                 raise RenderBusy(f"the first render of {export.name} on this node is under way")
             time.sleep(0.05)
-    with _locked(directory, wait=ask_prerender is None or stale is None) as mine:
+    with render_lock(directory, wait=ask_prerender is None or stale is None) as mine:
         if not mine and stale is not None:
             return stale
         if path.exists():
@@ -214,7 +215,7 @@ def _keep_newest_only(directory: Path) -> None:
     for other in sorted(directory.parent.iterdir()):
         if other == directory or not other.is_dir():
             continue
-        with _locked(other, wait=False) as mine:
+        with render_lock(other, wait=False) as mine:
             if mine:
                 prune(other, keep=1, keep_bytes=0)
 

@@ -12,7 +12,7 @@ from urlguard.conf import conf
 from urlguard.exports.base import ADDRESSES, PATHS, Export
 from urlguard.exports.projection import Position, Snapshot, host_rule, is_address
 
-__all__ = ["RpzExport", "rpz_records", "serial", "soa_rdata"]
+__all__ = ["SERIAL_HALF", "RpzExport", "rpz_records", "serial", "serial_behind", "soa_rdata"]
 
 NONAME = "noname"
 _LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
@@ -24,6 +24,17 @@ BLOCK = "."
 def serial(seq: int) -> int:
     """The zone serial of a change-log position (RFC 1982 arithmetic wraps at 2**32)."""
     return seq % (1 << 32)
+
+
+#: Serials this far apart have no order (RFC 1982 section 3.2); further is ahead.
+SERIAL_HALF = 1 << 31
+
+
+def serial_behind(serial_number: int, seq: int) -> int:
+    """How far a secondary's `serial_number` is behind the zone's serial at position
+    `seq` in serial arithmetic (RFC 1982): 0 the same; below SERIAL_HALF behind by
+    that many positions; above it, ahead; exactly SERIAL_HALF, undefined."""
+    return (serial(seq) - serial_number) % (1 << 32)
 
 
 def soa_rdata(zone: str, seq: int) -> str:

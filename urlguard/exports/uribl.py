@@ -2,9 +2,9 @@
 `<host>.<zone>`, `<reversed IPv4>.<zone>` or `<reversed IPv6 nibbles>.<zone>` (RFC 5782
 section 2.4: 32 hex digits, least significant first) is listed when a whole-host rule
 blocks that host. The A record's last octet is the categories' bitmask (never 127.0.0.1);
-the TXT names the rule, its category and where to report a mistake. RFC 5782 test
-points: 127.0.0.2 (also as ::ffff:7f00:2) and `test` listed, 127.0.0.1 (and
-::ffff:7f00:1) and `invalid` not."""
+the TXT names the rule, its category and REPORT_MISTAKE_URL's desk if one is set.
+RFC 5782 test points: 127.0.0.2 (also as ::ffff:7f00:2) and `test` listed, 127.0.0.1
+(and ::ffff:7f00:1) and `invalid` not."""
 
 from __future__ import annotations
 
@@ -35,14 +35,17 @@ class Listing:
 
     @property
     def text(self) -> str:
-        """The TXT answer (made only when asked for: the report link is signed)."""
+        """The TXT answer: the rule and its category, and where to report a mistake when
+        REPORT_MISTAKE_URL names a desk. This service's own report form takes only a
+        link made for the warned visitor's browser (signed for it, expiring), which a
+        mail filter's TXT lookup has none of: such a link could never be used."""
         if self.rule is None:
             return "RFC 5782 test entry"
-        report = report_mistake_url(f"http://{self.host}/", self.rule)
-        if report.startswith("/") and conf.PUBLIC_URL:
-            report = conf.PUBLIC_URL + report
         rule = self.rule
-        return f"listed by urlguard rule {rule.expression} ({rule.category}); report: {report}"
+        text = f"listed by urlguard rule {rule.expression} ({rule.category})"
+        if conf.REPORT_MISTAKE_URL:
+            text += f"; report: {report_mistake_url(f'http://{self.host}/', rule)}"
+        return text
 
 
 _NIBBLES = frozenset("0123456789abcdef")

@@ -31,7 +31,7 @@ import urllib3.connection
 from urlguard.feeds.decoding import FeedError
 from urlguard.runtime.addresses import IPNetwork, refused_for_fetching
 
-__all__ = ["FetchResult", "FetchSettings", "TransientFeedError", "fetch"]
+__all__ = ["FetchResult", "FetchSettings", "TransientFeedError", "fetch", "file_feed_path"]
 
 _CHUNK = 1 << 16
 USER_AGENT = "urlguard-feeds/1 (+https://github.com/; spam-URL guard for redirect services)"
@@ -363,21 +363,25 @@ def _spool_failed(body: BinaryIO, url: str, exc: Exception) -> NoReturn:
     raise TransientFeedError(f"{url}: reading the body failed ({_reason(exc)})") from exc
 
 
-def _fetch_file(url: str, *, last_modified: str, settings: FetchSettings) -> FetchResult:
+def file_feed_path(url: str, file_root: str | None, *, must_exist: bool = True) -> Path:
+    """The file a file:// feed URL names, once its links are followed, if it lies
+    beneath `file_root` (None: every file:// URL is refused); FeedError says why not.
+    Without `must_exist` (a feed being added) a file not there yet is judged by
+    the folders above it that are."""
     parts = urlsplit(url)
-    if settings.file_root is None:
+    if file_root is None:
         raise FeedError(
             f"{url}: file:// feeds are refused: URLGUARD['FEED_FILE_ROOT'] names no folder "
             "they may be read from"
         )
     if parts.netloc not in ("", "localhost"):
         raise FeedError(f"{url}: a file:// URL names a file on this server, not on {parts.netloc}")
-    root = Path(settings.file_root).resolve()
+    root = Path(file_root).resolve()
     named = Path(unquote(parts.path))
     try:
         # Resolved (symlinks followed) before the check: a link beneath the root that
         # points outside it is outside.
-        path = named.resolve(strict=True)
+        path = named.resolve(strict=must_exist)
     except (OSError, RuntimeError) as exc:
         raise FeedError(f"cannot read {named}: {getattr(exc, 'strerror', None) or exc}") from exc
     if not path.is_relative_to(root):
@@ -385,6 +389,11 @@ def _fetch_file(url: str, *, last_modified: str, settings: FetchSettings) -> Fet
             f"{named} is not beneath FEED_FILE_ROOT ({root}) once its links are followed "
             f"({path}): refused"
         )
+    return path
+
+
+def _fetch_file(url: str, *, last_modified: str, settings: FetchSettings) -> FetchResult:
+    path = file_feed_path(url, settings.file_root)
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:

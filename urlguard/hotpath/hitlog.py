@@ -35,10 +35,12 @@ from urlguard.runtime.process import Daemon
 __all__ = [
     "api_blocked",
     "continued",
+    "full_hash_matched",
     "install",
     "prune",
     "prune_hit_log",
     "stop",
+    "text_blocked",
     "top_hosts",
     "top_rules",
     "warned",
@@ -100,6 +102,9 @@ def _write_events(events: list[HitEvent]) -> None:
         for event in events:
             if not event.expression and event.rule_id in known:
                 event.expression, event.category = known[event.rule_id]
+                if event.action == HitEvent.Action.FULL_HASH and not event.host:
+                    # The browser sends no URL: the rule's host is what it was warned of.
+                    event.host = event.expression.split("/", 1)[0][:255]
     created = HitEvent.objects.bulk_create(events)
     newest = max((e.pk for e in created if e.pk is not None), default=None)
     if newest is None:
@@ -141,6 +146,16 @@ def warned(
 def api_blocked(verdict: Any, *, where: str) -> None:
     """The check API answered "blocked" for `verdict` (an event of the hit log only:
     no warning was shown, so the daily warning counts do not move)."""
+    _blocked_event(verdict, HitEvent.Action.API, where)
+
+
+def text_blocked(verdict: Any, *, where: str) -> None:
+    """A link in posted text (a comment, a form field, `api/check-text`) was found
+    listed (an event of the hit log only, like an API answer)."""
+    _blocked_event(verdict, HitEvent.Action.TEXT, where)
+
+
+def _blocked_event(verdict: Any, action: str, where: str) -> None:
     rule = verdict.rule
     if rule is None:
         return
@@ -148,13 +163,24 @@ def api_blocked(verdict: Any, *, where: str) -> None:
     HIT_EVENTS.append(
         HitEvent(
             at=timezone.now(),
-            action=HitEvent.Action.API,
+            action=action,
             where=where[:200],
             destination=str(verdict.url)[:2000],
             host=host[:255],
             rule_id=rule.pk,
             expression=rule.expression[:2000],
             category=rule.category,
+        )
+    )
+
+
+def full_hash_matched(rule_id: int, *, where: str) -> None:
+    """A Safe Browsing client was answered the full hash of rule `rule_id` (a browser
+    about to show its own warning; only the hash is sent, never the URL). The flush
+    names the rule's expression and category."""
+    HIT_EVENTS.append(
+        HitEvent(
+            at=timezone.now(), action=HitEvent.Action.FULL_HASH, where=where[:200], rule_id=rule_id
         )
     )
 

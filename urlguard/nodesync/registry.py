@@ -12,9 +12,12 @@ ON_FILTER_ERROR) until the file is usable again. A file that could not be opened
 retried at most once a second too.
 
 A file mapped anew (not one our writers rebuilt: those the engine follows by itself)
-may be an old backup moved or copied in: it is trusted only when its applied_seq has
-reached the change log's head, read once per remap. Until then checks are degraded
-and this node's writer is woken (the callbacks of `when_behind`) to catch it up.
+is trusted only when its applied_seq has reached the change log's head, read once per
+remap. Until then checks are degraded and this node's writer is woken (the callbacks
+of `when_behind`) to catch it up. Behind is normal lag (another process committed
+changes not applied yet: logged at DEBUG); only a file older than one this process
+saw at the path (its generation or applied_seq went back: a backup moved or copied
+in) is a warning.
 """
 
 from __future__ import annotations
@@ -72,14 +75,18 @@ _next_check: dict[str, float] = {}
 # path -> (monotonic time of the next attempt, reason of the last failure)
 _failures: dict[str, tuple[float, str]] = {}
 # path -> (a mapping found behind the change log, the log's head then, (dev, ino)
-# of its file): it answers as soon as this node's writer has brought it to that head.
-_pending: dict[str, tuple[ScalingCountingBloomFilter, int, tuple[int, int]]] = {}
+# of its file, whether it went back): it answers as soon as this node's writer has
+# brought it to that head.
+_pending: dict[str, tuple[ScalingCountingBloomFilter, int, tuple[int, int], bool]] = {}
 # Paths mapped at start-up, before the database may be asked: their first check
 # compares them with the log.
 _unverified: set[str] = set()
 # path -> (generation, applied_seq) of the mapping at its last check: an older
 # applied_seq or another generation in the same inode is a file copied over it.
 _last_seen: dict[str, tuple[int, int]] = {}
+# path -> the newest (generation, applied_seq) this process has seen there, kept
+# across remaps: a file mapped anew below it went back (a backup), not merely lags.
+_newest_seen: dict[str, tuple[int, int]] = {}
 # Called with the path when a mapping is found behind the log (see when_behind).
 _behind_callbacks: list[Callable[[str], None]] = []
 
@@ -131,7 +138,7 @@ def _caught_up(path: str) -> ScalingCountingBloomFilter | None:
         pending = _pending.get(path)
         if pending is None:
             return _filters.get(path)
-        filt, head, _ = pending
+        filt, head, _, went_back = pending
         try:
             ready = filt.applied_seq >= head and not _unusable(path, filt)
         except Exception:
@@ -140,7 +147,12 @@ def _caught_up(path: str) -> ScalingCountingBloomFilter | None:
             return None
         del _pending[path]
         _trust(path, filt, _mapped_identity(filt))
-        logger.info("filter file %s has caught up with the change log (#%d)", path, head)
+        logger.log(
+            logging.INFO if went_back else logging.DEBUG,
+            "filter file %s has caught up with the change log (#%d)",
+            path,
+            head,
+        )
         return filt
 
 
@@ -172,28 +184,43 @@ def _trust(path: str, filt: ScalingCountingBloomFilter, identity: tuple[int, int
 
 def _remember(path: str, filt: ScalingCountingBloomFilter) -> None:
     with contextlib.suppress(Exception):
-        _last_seen[path] = (int(filt.generation), int(filt.applied_seq))
+        seen = (int(filt.generation), int(filt.applied_seq))
+        _last_seen[path] = seen
+        newest = _newest_seen.get(path, seen)
+        _newest_seen[path] = (max(newest[0], seen[0]), max(newest[1], seen[1]))
 
 
-def _behind_log(path: str, filt: ScalingCountingBloomFilter) -> tuple[str, int]:
-    """Is a mapping taken anew behind the change log? (why, head) with one query;
-    ("", 0) when it is current, or when the database cannot say (then the file is
-    trusted as before: a node without its database answers from the file)."""
+def _behind_log(path: str, filt: ScalingCountingBloomFilter) -> tuple[str, int, bool]:
+    """Is a mapping taken anew behind the change log? (why, head, whether the file
+    went back from what this process saw at `path`) with one query; ("", 0, False)
+    when it is current, or when the database cannot say (then the file is trusted
+    as before: a node without its database answers from the file)."""
     from urlguard.models import ChangeEvent  # the models import nothing of ours back
 
     try:
         head = ChangeEvent.objects.head()
         applied = int(filt.applied_seq)
+        generation = int(filt.generation)
     except Exception as exc:
         logger.debug("could not compare filter %s with the change log: %s", path, exc)
-        return "", 0
+        return "", 0, False
     if applied >= head:
-        return "", 0
+        return "", 0, False
+    newest = _newest_seen.get(path)
+    if newest is not None and (generation < newest[0] or applied < newest[1]):
+        return (
+            f"behind the change log (mapped anew at change #{applied}, the log is at #{head}, "
+            f"but this process saw this path at #{newest[1]}: an older file moved or copied "
+            "in, e.g. a backup; this node's writer is woken to catch it up)",
+            head,
+            True,
+        )
     return (
-        f"behind the change log (mapped anew at change #{applied}, the log is at #{head}: "
-        "an older file moved or copied in, e.g. a backup, or a writer that has not caught "
-        "up; this node's writer is woken to catch it up)",
+        f"behind the change log (mapped at change #{applied}, the log is at #{head}: "
+        "changes committed by another process, not applied here yet; this node's writer "
+        "is woken to apply them)",
         head,
+        False,
     )
 
 
@@ -224,7 +251,7 @@ def _open(path: str, *, check_log: bool = True) -> ScalingCountingBloomFilter | 
             _failed(path, reason, previous)
             return None
     # The query outside the lock: other threads keep answering meanwhile.
-    behind, head = _behind_log(path, filt) if check_log else ("", 0)
+    behind, head, went_back = _behind_log(path, filt) if check_log else ("", 0, False)
     with _lock:
         current = _filters.get(path)
         if current is not None:  # another thread mapped it meanwhile
@@ -238,8 +265,9 @@ def _open(path: str, *, check_log: bool = True) -> ScalingCountingBloomFilter | 
             if previous is not None:
                 logger.info("filter file %s is readable again", path)
             return filt
-        _pending[path] = (filt, head, identity)
-        _failed(path, behind, previous)
+        _pending[path] = (filt, head, identity, went_back)
+        # Lag is normal (a write another process committed a moment ago): not news.
+        _failed(path, behind, previous, level=logging.WARNING if went_back else logging.DEBUG)
     for callback in list(_behind_callbacks):
         try:
             callback(path)
@@ -269,9 +297,12 @@ def _map(path: str) -> tuple[ScalingCountingBloomFilter | None, tuple[int, int],
     return filt, identity, ""
 
 
-def _failed(path: str, reason: str, previous: tuple[float, str] | None) -> None:
+def _failed(
+    path: str, reason: str, previous: tuple[float, str] | None, *, level: int = logging.WARNING
+) -> None:
     if previous is None or previous[1] != reason:
-        logger.warning(
+        logger.log(
+            level,
             "filter file %s is %s; checks follow ON_FILTER_ERROR=%r",
             path,
             reason,
@@ -493,6 +524,7 @@ def reset() -> None:
         _failures.clear()
         _unverified.clear()
         _last_seen.clear()
+        _newest_seen.clear()
 
 
 def open_writer(

@@ -1,12 +1,15 @@
 """Which IP addresses are on the public internet: for a feed fetch (connect only to
 public addresses) and for a rule (a rule on an address outside it only ever blocks
 this service's own network). An IPv6 address that carries an IPv4 one (mapped,
-6to4, Teredo, NAT64) is judged by the address it carries. Framework-free."""
+6to4, Teredo, NAT64) is judged by the address it carries. A fetch follows the IANA
+special-purpose registries (urlguard.runtime.specialpurpose). Framework-free."""
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+
+from urlguard.runtime.specialpurpose import special_purpose
 
 __all__ = ["IPAddress", "IPNetwork", "embedded", "non_public_kind", "refused_for_fetching"]
 
@@ -66,15 +69,19 @@ def non_public_kind(address: IPAddress) -> str | None:
 
 
 def refused_for_fetching(address: IPAddress, allowed: Iterable[IPNetwork] = ()) -> str | None:
-    """Why a feed fetch may not connect to `address` (None: it may): anything that is
-    not globally routable, unless a network of `allowed` (FEED_ALLOWED_NETWORKS)
-    names it."""
+    """Why a feed fetch may not connect to `address` (None: it may): anything in a
+    block of the IANA special-purpose registries that is not globally reachable,
+    multicast or site-local, unless a network of `allowed` (FEED_ALLOWED_NETWORKS) names it."""
     if any(address.version == net.version and address in net for net in allowed):
         return None
     kind = non_public_kind(address)
     inner = embedded(address)
-    if kind is None and not inner.is_global:
-        kind = "a special-purpose"
+    entry = special_purpose(inner)
+    if kind is None and entry is not None and entry.reachable is False:
+        kind = f"a special-purpose ({entry.name}, {entry.rfc})"
+    # Not in the special-purpose registry but withdrawn (RFC 3879), never routed.
+    if kind is None and isinstance(inner, ipaddress.IPv6Address) and inner.is_site_local:
+        kind = "a deprecated site-local"
     if kind is None:
         return None
     return f"{address} is {kind} address, not one on the public internet"

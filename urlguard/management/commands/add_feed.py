@@ -6,16 +6,26 @@ from urllib.parse import urlsplit
 
 from django.core.management.base import BaseCommand, CommandError
 
+from urlguard.conf import conf
+from urlguard.feeds.decoding import FeedError
+from urlguard.feeds.fetching import file_feed_path
 from urlguard.feeds.formats import NAMES
+from urlguard.feeds.interval import (
+    EXAMPLES,
+    MAX_INTERVAL,
+    MIN_INTERVAL,
+    human_interval,
+    parse_interval,
+)
 from urlguard.models import Category, Source
 
 
 class Command(BaseCommand):
     help = (
         "Subscribe to a feed: NAME (unique) and URL (http, https, or file:///path on this "
-        "server). The format is detected unless --format names it; its entries become rules "
-        "of --category (URLhaus and PhishTank name their own) and it is refreshed every "
-        "--interval seconds (by Celery beat, or the embedded runner without a broker). "
+        "server beneath FEED_FILE_ROOT). The format is detected unless --format names it; its "
+        "entries become rules of --category (URLhaus and PhishTank name their own) and it is "
+        "refreshed every --interval (by Celery beat, or the embedded runner without a broker). "
         "--allowlist makes it an allowlist: hosts that feeds may never block whole. "
         "Run `refresh_feeds NAME` to fetch it now."
     )
@@ -30,7 +40,12 @@ class Command(BaseCommand):
             "--category", default=Category.SPAM, choices=Category.values, help="default: spam"
         )
         parser.add_argument(
-            "--interval", type=int, default=3600, help="seconds between refreshes (default 3600)"
+            "--interval",
+            default="1 h",
+            help=(
+                f"time between refreshes: {EXAMPLES}; at least {human_interval(MIN_INTERVAL)}, "
+                f"at most {human_interval(MAX_INTERVAL)}, as in the admin (default 1 h)"
+            ),
         )
         parser.add_argument("--allowlist", action="store_true", help="an allowlist source")
         parser.add_argument("--refresh", action="store_true", help="refresh it once now")
@@ -44,8 +59,15 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{url!r}: the URL must be http://, https:// or file:///path (got {scheme!r})"
             )
-        if interval < 60:
-            raise CommandError(f"--interval {interval}: at least 60 seconds")
+        try:
+            interval = parse_interval(interval)
+        except ValueError as exc:
+            raise CommandError(f"--interval: {exc}") from None
+        if scheme == "file":
+            try:
+                file_feed_path(url, conf.FEED_FILE_ROOT, must_exist=False)
+            except FeedError as exc:
+                raise CommandError(str(exc)) from None
         existing = Source.objects.filter(name=name).first()
         if existing is not None:
             raise CommandError(
@@ -64,7 +86,7 @@ class Command(BaseCommand):
         what = "allowlist" if allowlist else "feed"
         self.stdout.write(
             f"Added {what} {name!r}: {url} (format {format}, category {category}, "
-            f"every {interval} s)."
+            f"every {human_interval(interval)})."
         )
         if refresh:
             from urlguard.feeds.refresh import RefreshStatus, refresh_source

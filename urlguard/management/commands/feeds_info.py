@@ -1,11 +1,11 @@
-"""`manage.py feeds_info`: every source's state."""
+"""`manage.py feeds_info [NAME ...]`: every source's state, or the named ones'."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 from django.utils import timezone
 
@@ -16,20 +16,29 @@ from urlguard.models import Source
 
 class Command(BaseCommand):
     help = (
-        "Show every source (feeds, allowlists, manual sources): health, last refresh and its "
-        "numbers, rules it lists, failures in a row, a held shrink."
+        "Show every source (feeds, allowlists, manual sources), or only the NAMEd ones: "
+        "health, last refresh and its numbers, rules it lists, failures in a row, a held shrink."
     )
 
     def add_arguments(self, parser):
+        parser.add_argument("names", nargs="*", metavar="NAME", help="only these sources")
         parser.add_argument(
             "--json", action="store_true", dest="as_json", help="print one JSON array"
         )
 
-    def handle(self, *args, as_json: bool = False, **options):
+    def handle(self, *args, names: list[str] | None = None, as_json: bool = False, **options):
         rows: list[dict[str, Any]] = []
         sources = Source.objects.annotate(
             listed=Count("listings", distinct=True), allowed=Count("allowed_hosts", distinct=True)
         )
+        if names:
+            sources = sources.filter(name__in=names)
+            missing = sorted(set(names) - {s.name for s in sources})
+            if missing:
+                known = ", ".join(Source.objects.values_list("name", flat=True))
+                raise CommandError(
+                    f"no source named {', '.join(map(repr, missing))} (sources: {known or 'none'})"
+                )
         now = timezone.now()
         for source in sources:
             age = (now - source.last_refresh_at).total_seconds() if source.last_refresh_at else None

@@ -31,7 +31,14 @@ class Command(BaseCommand):
                 f"serve_dns needs dnspython ({exc}): pip install 'urlguard[dns]'"
             ) from exc
         server = DnsServer(DnsConfig.from_settings(address))
-        bound = server.start(address, port)
+        try:
+            bound = server.start(address, port)
+        except OSError as exc:  # in use, not this host's address, or a privileged port
+            raise CommandError(
+                f"serve_dns cannot listen on {address} port {port} (UDP and TCP): "
+                f"{exc.strerror or exc}. Stop what serves there, or pick another --address "
+                "or --port."
+            ) from exc
         config = server.config
         self.stdout.write(
             f"serve_dns on {bound[0]} port {bound[1]} (UDP and TCP): RPZ {config.rpz_zone}, "
