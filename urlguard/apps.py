@@ -23,6 +23,13 @@ class UrlguardConfig(AppConfig):
             sync.AFTER_CHANGES.append(prerender.after_changes)
         if prepared.prepare_full_updates not in prerender.AFTER_RENDERS:
             prerender.AFTER_RENDERS.append(prepared.prepare_full_updates)
+        from urlguard.exports import lag
+        from urlguard.operations import health
+
+        # A node whose exports lag says so (health cannot import the exports).
+        health.DEGRADING_CHECKS.setdefault("exports", lag.exports_check)
+        if not any(isinstance(c, lag.ExportLagCollector) for c in health.EXTRA_COLLECTORS):
+            health.EXTRA_COLLECTORS.append(lag.ExportLagCollector())
 
         try:
             catch_up = conf.EMBEDDED_CATCH_UP

@@ -961,6 +961,27 @@ class Settings:
         check_id="urlguard.E028",
         hint="e.g. 20.",
     )
+    # Bytes of renders kept per export: the newest is kept whatever its size, older ones
+    # only while they fit beside it and room for the next (EXPORT_KEEP_VERSIONS bounds
+    # their number), so a data directory is sized by this, not by the list's growth.
+    EXPORT_KEEP_BYTES = Setting(
+        100_000_000,
+        must_be="a whole number of bytes, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E056",
+        hint="e.g. 100_000_000 (a number, not '100MB'); 0 keeps the newest render only.",
+    )
+    # An export whose newest render lacks a change older than this, seconds, makes the
+    # node's /readyz name it degraded and its HTTP answers say they are stale.
+    EXPORT_MAX_LAG_SECONDS = Setting(
+        600,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E057",
+        hint="e.g. 600 (longer than a pre-render of every export takes at your list's size).",
+    )
     # The exports rendered ahead of their pollers each time this node applies changes
     # (urlguard.exports.prerender), never in a request; one left out is rendered by the
     # first poll of each position instead.
