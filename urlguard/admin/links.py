@@ -26,8 +26,7 @@ from urlguard.admin.pages import (
 )
 from urlguard.conf import conf
 from urlguard.hotpath.guard import get_guard
-from urlguard.models import AdminJob, Category, ShortLink, StatsLoss
-from urlguard.runtime import database
+from urlguard.models import AdminJob, Category, ShortLink, StatsLoss, database
 from urlguard.shortlinks.rescan import was_checked
 from urlguard.shortlinks.slugs import SlugError, create_short_link
 from urlguard.wording import counted

@@ -31,9 +31,9 @@ from urlguard.hotpath.canonical import (
     expressions_of,
 )
 from urlguard.hotpath.cleancache import CleanCache, LRUCleanCache
-from urlguard.models import SpamRule
+from urlguard.models import SpamRule, database
 from urlguard.nodesync import registry
-from urlguard.runtime import database, metrics
+from urlguard.runtime import metrics
 from urlguard.runtime.process import PerProcess
 from urlguard.runtime.ratelimitedlog import log_limited
 

@@ -152,8 +152,7 @@ def _pool_size(total: int) -> int:
     # A Celery prefork child is a daemon process, which may not start children.
     if multiprocessing.current_process().daemon:
         return 1
-    from urlguard.models import ShortLink
-    from urlguard.runtime import database
+    from urlguard.models import ShortLink, database
 
     if database.in_memory_sqlite(connections[router.db_for_read(ShortLink)]):
         return 1  # other processes cannot see an in-memory database (tests)
