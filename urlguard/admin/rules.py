@@ -29,7 +29,7 @@ from urlguard.hotpath.canonical import expressions
 from urlguard.hotpath.rollup import rule_level
 from urlguard.models import MistakeReport, SpamRule
 from urlguard.nodesync import nudge
-from urlguard.templatetags.urlguard_format import breakable_expression, micros_date
+from urlguard.wording import breakable_expression, micros_date
 from urlguard.writepath import allowlist, changes
 from urlguard.writepath.impact import impact_of_removing
 from urlguard.writepath.rules import RuleError
