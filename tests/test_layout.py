@@ -169,9 +169,9 @@ FOUNDATION = {"conf", "checks", "celery", "models", "wording", "migrations"}
 ALLOWED = {
     "runtime": set(),
     "nodesync": {"runtime"},
-    "reports": {"runtime"},
-    "hotpath": {"runtime", "nodesync", "reports"},
+    "hotpath": {"runtime", "nodesync"},
     "writepath": {"runtime", "nodesync", "hotpath"},
+    "reports": {"runtime", "nodesync", "hotpath", "writepath"},
     "shortlinks": {"runtime", "nodesync", "hotpath"},
     "operations": {"runtime", "nodesync", "hotpath"},
     "exports": {"runtime", "nodesync", "hotpath", "writepath", "operations"},
