@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install bench-install run test test-live bench lint typecheck
 
 # The service's exact versions (constraints.txt) within the app's ranges (pyproject.toml).
-EXTRAS := dev,server,postgres,celery,redis,metrics,dns
+EXTRAS := dev,server,postgres,celery,redis,metrics,dns,comments
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip

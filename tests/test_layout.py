@@ -163,8 +163,9 @@ def test_the_app_uses_nothing_of_the_service():
 
 # The app's concerns, lowest first. A sub-package may import itself, the foundation
 # (settings, models, checks, the Celery shim, wording) and the packages listed for it;
-# `admin` (every package's admin pages) and the app's entry points (AppConfig, urls, the
-# task list, management commands, template tags, the fixed public paths) may import any.
+# `admin` (every package's admin pages), the optional apps of `contrib` and the app's
+# entry points (AppConfig, urls, the task list, management commands, template tags,
+# validators, the fixed public paths) may import any.
 FOUNDATION = {"conf", "checks", "celery", "models", "wording", "migrations"}
 ALLOWED = {
     "runtime": set(),
@@ -173,7 +174,8 @@ ALLOWED = {
     "writepath": {"runtime", "nodesync", "hotpath"},
     "reports": {"runtime", "nodesync", "hotpath", "writepath"},
     "shortlinks": {"runtime", "nodesync", "hotpath"},
-    "operations": {"runtime", "nodesync", "hotpath"},
+    "content": {"runtime", "nodesync", "hotpath"},
+    "operations": {"runtime", "nodesync", "hotpath", "content"},
     "exports": {"runtime", "nodesync", "hotpath", "writepath", "operations"},
     "jobs": {"runtime", "nodesync", "hotpath", "writepath", "shortlinks"},
     "feeds": {"runtime", "nodesync", "hotpath", "writepath", "jobs"},
@@ -218,7 +220,7 @@ def test_each_concern_imports_only_the_ones_beneath_it():
 def test_every_package_of_the_app_has_a_place_in_the_layering():
     root = Path(__file__).resolve().parent.parent
     packages = {p.parent.name for p in (root / "urlguard").glob("*/__init__.py")}
-    entry = {"management", "templatetags", "admin"}
+    entry = {"management", "templatetags", "admin", "contrib"}
     assert packages - entry - FOUNDATION - set(ALLOWED) == set()
 
 

@@ -739,6 +739,17 @@ class Settings:
         check_id="urlguard.E082",
         hint="e.g. 524288 (1,000 URLs of about 500 characters).",
     )
+    # The longest text (a post, a comment, an HTML fragment) urlguard.content scans
+    # for links; a longer one is refused. Scanning costs up to ~5 µs per character
+    # on hostile text (e.g. "a.a.a..."), so this bounds one text's work.
+    CONTENT_MAX_CHARS = Setting(
+        50_000,
+        must_be="a positive whole number of characters",
+        valid=lambda v: _integer(v) and v > 0,
+        resolve=int,
+        check_id="urlguard.E067",
+        hint="e.g. 50000 (a long forum post is about 10,000).",
+    )
     # Log lines as JSON objects, one per line, with the node name (for log shippers).
     LOG_JSON = Setting(
         False,

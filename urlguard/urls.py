@@ -17,6 +17,7 @@ app_name = "urlguard"
 
 urlpatterns = [
     path("api/check", api.check, name="api-check"),
+    path("api/check-text", api.check_text, name="api-check-text"),
     # Also answered by health.ProbeMiddleware (where installed), before host validation
     # and sessions.
     path("healthz", health.healthz, name="healthz"),

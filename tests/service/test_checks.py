@@ -180,6 +180,7 @@ REFUSED = {
     "API_FAILED_KEY_RATE": ["10", "10/minute", 10, None],
     "API_MAX_URL_LENGTH": [0, -1, "8192", 1.5, None],
     "API_MAX_BATCH_CHARS": [0, "512k", None, True],
+    "CONTENT_MAX_CHARS": [0, -1, "50000", 1.5, None, True],
     "LOG_JSON": ["yes", 1, None],
     "EXPORT_MAX_AGE": [-1, "300", "5m", 1.5, None, True],
     "EXPORTS_OPEN": ["yes", 1, None],

@@ -11,6 +11,7 @@ from django.template import Context, Template
 from django.test import Client
 
 import urlguard
+from urlguard.hotpath.hrefs import where_href_goes
 from urlguard.writepath.changes import add_rule
 
 pytestmark = pytest.mark.django_db
@@ -33,7 +34,8 @@ def test_template_filter():
     html = Template("{% load urlguard %}<a href='{{ url|guarded }}'>x</a>").render(
         Context({"url": "https://news.example/a b"})
     )
-    assert "href='/go/?u=https%3A%2F%2Fnews.example%2Fa+b&amp;s=" in html
+    # Signed as the browser sends it: the space escaped.
+    assert "href='/go/?u=https%3A%2F%2Fnews.example%2Fa%2520b&amp;s=" in html
 
 
 def test_a_clean_link_redirects(build_filter, fresh_guard):
@@ -84,3 +86,45 @@ def test_links_survive_a_key_rotation(settings, build_filter, fresh_guard):
     assert Client().get(link).status_code == 302
     settings.SECRET_KEY_FALLBACKS = []
     assert Client().get(link).status_code == 400
+
+
+# Spellings of a link to evil.example that a browser follows straight there.
+LEAVING = [
+    "//evil.example/",
+    "\\\\evil.example/",
+    "/\\evil.example/",
+    "\\/evil.example/",
+    "\x01//evil.example/",
+    " //evil.example/",
+    "/\t/evil.example/",
+    "///evil.example/",
+    "https:evil.example/",
+    "https:\\\\evil.example/",
+    "HTTPS://EVIL.example/",
+    "http:\\\\evil.example/",
+]
+
+
+@pytest.mark.parametrize("href", LEAVING)
+def test_every_spelling_that_leaves_the_site_is_shimmed(href):
+    link = urlguard.guarded_url(href)
+    assert urlsplit(link).path == "/go/"
+    assert parse_qs(urlsplit(link).query)["u"][0].startswith(("https://evil.example/", "http://"))
+    for page in ("http://site.example/a/b", "https://site.example/a/b"):
+        assert not where_href_goes(link, page).leaves
+
+
+def test_a_link_too_long_to_shim_is_refused(build_filter, fresh_guard):
+    build_filter()
+    href = "https://evil.example/" + "a" * 9000
+    link = urlguard.guarded_url(href)
+    assert not where_href_goes(link, "https://site.example/").leaves
+    response = Client().get(link)
+    assert response.status_code == 400 and "Location" not in response
+    assert b"too long" in response.content
+
+
+def test_a_relative_link_written_with_a_scheme_is_shimmed_where_it_may_leave():
+    # On an https page `http:x/` is http://x/; on an http page a path: shimmed to the host.
+    link = urlguard.guarded_url("http:evil.example/x")
+    assert parse_qs(urlsplit(link).query)["u"] == ["http://evil.example/x"]

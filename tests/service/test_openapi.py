@@ -96,6 +96,10 @@ def test_every_documented_answer_matches(
         data = body if isinstance(body, str) else json.dumps(body)
         return client.post("/api/check", data=data, content_type="application/json", **extra)
 
+    def post_text(body: Any, **extra: Any):
+        data = json.dumps(body)
+        return client.post("/api/check-text", data=data, content_type="application/json", **extra)
+
     # GET /api/check
     check(client.get("/api/check", {"url": "http://a.evil.example/"}), "/api/check", "get")
     check(client.get("/api/check", {"url": "https://www.python.org/"}), "/api/check", "get")
@@ -107,6 +111,13 @@ def test_every_documented_answer_matches(
     check(post("{nope", **auth), "/api/check", "post")
     check(post({"urls": ["https://a.example/"]}), "/api/check", "post")
     check(post({"urls": ["https://a.example/"] * 1001}, **auth), "/api/check", "post")
+    # POST /api/check-text
+    text = "See https://evil.example/x, www.python.org and http://a.example:99999/ (no link)."
+    body = check(post_text({"text": text}, **auth), "/api/check-text", "post")
+    assert [r["blocked"] for r in body["links"]] == [True, False]
+    check(post_text({"text": 7}, **auth), "/api/check-text", "post")
+    check(post_text({"text": "x"}), "/api/check-text", "post")
+    check(post_text({"text": "x" * 50_001}, **auth), "/api/check-text", "post")
     # Degraded answers carry the header the schema names.
     use_guard(Guard(lambda: None, on_filter_error="open"))
     response = client.get("/api/check", {"url": "https://x.example/"})
@@ -123,6 +134,7 @@ def test_every_documented_answer_matches(
     monkeypatch.setattr(guard_module.get_guard(), "check_many", explode)
     check(client.get("/api/check", {"url": "https://x.example/"}), "/api/check", "get")
     check(post({"urls": ["https://x.example/"]}, **auth), "/api/check", "post")
+    check(post_text({"text": "https://x.example/"}, **auth), "/api/check-text", "post")
     # Rate limits.
     settings.URLGUARD = {**settings.URLGUARD, "API_OPEN_RATE": "1/m", "API_KEY_RATE": "1/m"}
     from django.core.cache import cache
@@ -132,6 +144,7 @@ def test_every_documented_answer_matches(
     check(client.get("/api/check", {"url": "https://x.example/"}), "/api/check", "get")
     post({"urls": []}, **auth)
     check(post({"urls": []}, **auth), "/api/check", "post")
+    check(post_text({"text": ""}, **auth), "/api/check-text", "post")
     # Probes.
     check(client.get("/healthz"), "/healthz", "get")
     check(client.get("/readyz"), "/readyz", "get")

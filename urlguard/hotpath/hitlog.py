@@ -39,6 +39,7 @@ __all__ = [
     "prune",
     "prune_hit_log",
     "stop",
+    "text_blocked",
     "top_hosts",
     "top_rules",
     "warned",
@@ -141,6 +142,16 @@ def warned(
 def api_blocked(verdict: Any, *, where: str) -> None:
     """The check API answered "blocked" for `verdict` (an event of the hit log only:
     no warning was shown, so the daily warning counts do not move)."""
+    _blocked_event(verdict, HitEvent.Action.API, where)
+
+
+def text_blocked(verdict: Any, *, where: str) -> None:
+    """A link in posted text (a comment, a form field, `api/check-text`) was found
+    listed (an event of the hit log only, like an API answer)."""
+    _blocked_event(verdict, HitEvent.Action.TEXT, where)
+
+
+def _blocked_event(verdict: Any, action: str, where: str) -> None:
     rule = verdict.rule
     if rule is None:
         return
@@ -148,7 +159,7 @@ def api_blocked(verdict: Any, *, where: str) -> None:
     HIT_EVENTS.append(
         HitEvent(
             at=timezone.now(),
-            action=HitEvent.Action.API,
+            action=action,
             where=where[:200],
             destination=str(verdict.url)[:2000],
             host=host[:255],

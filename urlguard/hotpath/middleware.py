@@ -15,7 +15,6 @@ comparison.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +29,7 @@ from django.utils.encoding import iri_to_uri
 from urlguard.conf import conf
 from urlguard.hotpath.canonical import browser_target
 from urlguard.hotpath.guard import InvalidURL, get_guard
+from urlguard.hotpath.hrefs import SCHEME, SPACE_AND_C0, read_href
 from urlguard.hotpath.warning import (
     CONFIRMED_ATTR,
     WEB_SCHEMES,
@@ -44,63 +44,23 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RedirectGuardMiddleware", "mark_confirmed", "resolve_location"]
 
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
-# What a browser strips before parsing a URL (WHATWG URL standard): leading and
-# trailing C0 controls and spaces, and every tab and newline anywhere.
-_C0_OR_SPACE = "".join(chr(c) for c in range(0x21))
-_TAB_NEWLINE = str.maketrans("", "", "\t\r\n")
-# The common case, an absolute http(s) URL whose host follows "//" directly and
-# with nothing a browser would rewrite (controls, spaces, backslashes): it
-# means exactly what it says and needs no resolving. The host's class excludes
-# '?' and '#' so that the pattern has one way to match (no backtracking).
-_PLAIN_ABSOLUTE = re.compile(
-    r"(https?)://[^/?#\\\x00-\x20\x7f]+(?:[/?#][^\\\x00-\x20\x7f]*)?\Z", re.ASCII
-)
-
 
 def resolve_location(request: HttpRequest, location: str) -> tuple[str, str]:
-    """Return (scheme, absolute URL) the way a browser would resolve `location`.
-
-    Django's build_absolute_uri follows RFC 3986, but browsers follow WHATWG,
-    which differs exactly where attackers aim: `/\\evil.com`, `///evil.com` and
-    `https:evil.com` all lead a browser to evil.com. So we read the Location as
-    the browser will, and check where the browser will really go. A relative
-    path is joined to the page's directory as written: its dot segments are
-    left to canonical.browser_url, which resolves them the browser's way
-    (urljoin's RFC 3986 way differs after an empty segment).
-    """
-    plain = _PLAIN_ABSOLUTE.match(location)
-    if plain and location.isascii():
-        return plain.group(1), location
-    loc = location.strip(_C0_OR_SPACE).translate(_TAB_NEWLINE)
+    """Return (scheme, absolute URL) the way a browser would resolve `location`
+    (urlguard.hotpath.hrefs): Django's build_absolute_uri follows RFC 3986, browsers
+    follow WHATWG, which differs exactly where attackers aim (`/\\evil.com`,
+    `///evil.com` and `https:evil.com` all lead a browser to evil.com)."""
     base_scheme = request.scheme or "http"
-    m = _SCHEME.match(loc)
-    if m:
-        scheme = m.group(1).lower()
-        if scheme not in WEB_SCHEMES:
-            return scheme, loc
-        rest = loc[m.end() :].replace("\\", "/")
-        slashes = len(rest) - len(rest.lstrip("/"))
-        if slashes >= 2 or scheme != base_scheme:
-            # An authority follows; for another special scheme even without slashes.
-            return scheme, iri_to_uri(f"{scheme}://{rest.lstrip('/')}")
-        # `http:/x` or `http:x` on an http page: relative to the page, and the
-        # browser reads what follows as a path even if it looks like another URL
-        # (`http:evil.example:80/` or `http:http://[`).
-        loc = rest
-    else:
-        loc = loc.replace("\\", "/")
-        if loc.startswith("//"):
-            return base_scheme, iri_to_uri(f"{base_scheme}://{loc.lstrip('/')}")
-    if loc.startswith("/"):
-        joined = loc
-    elif loc.startswith("?"):
-        joined = request.path + loc
-    elif not loc or loc.startswith("#"):
-        joined = request.get_full_path() + loc
-    else:
-        joined = request.path[: request.path.rfind("/") + 1] + loc
-    return base_scheme, iri_to_uri(f"{base_scheme}://{request.get_host()}{joined}")
+    query = request.META.get("QUERY_STRING", "")
+    reading = read_href(location, scheme=base_scheme, host="", path=request.path, query=query)
+    if reading.scheme not in WEB_SCHEMES:
+        return reading.scheme, reading.url
+    if reading.leaves:
+        # A plain absolute URL comes back as it was written: nothing to escape.
+        return reading.scheme, reading.url if reading.url is location else iri_to_uri(reading.url)
+    # On this site: only now is the Host header needed (and validated).
+    local = reading.url[len(base_scheme) + 3 :]
+    return base_scheme, iri_to_uri(f"{base_scheme}://{request.get_host()}{local}")
 
 
 class RedirectGuardMiddleware:
@@ -180,7 +140,7 @@ class RedirectGuardMiddleware:
             return warning_response(request, destination=destination, kind="invalid", reason=reason)
         send = target
         if _is_internal(request, target):
-            if not _SCHEME.match(location.lstrip(_C0_OR_SPACE)):
+            if not SCHEME.match(location.lstrip(SPACE_AND_C0)):
                 # A reference without a scheme stays on this site in any browser:
                 # left as written, it keeps the page's scheme even where a proxy
                 # hides it from Django.

@@ -162,7 +162,8 @@ def begin(job_id: int, kind: str, state: str = AdminJob.State.RUNNING) -> AdminJ
         logger.warning("admin job %s (%s) no longer exists; nothing to do", job_id, kind)
         return None
     job.state = state
-    job.started = job.heartbeat = timezone.now()
+    # On the database's clock, as every heartbeat: hosts' own clocks may disagree.
+    job.started = job.heartbeat = ownership.database_now()
     job.message = ""
     # Its owner's heartbeat tells a job that runs from one whose runner died.
     job.owner = str(ownership.me())

@@ -84,11 +84,13 @@ class HitEvent(models.Model):
         WARNED = "warned", "Warned"
         CONTINUED = "continued", "Continued anyway"
         API = "api", "Blocked (API answer)"
+        TEXT = "text", "Blocked (posted text)"
 
     at = models.DateTimeField(db_index=True)
     action = models.CharField(max_length=10, choices=Action.choices, default=Action.WARNED)
     # Where the redirect came from: a short link's path ("/bloom"), another page's, or
-    # "API" / "API key NAME" for a check API answer.
+    # "API" / "API key NAME" for a check API answer, the form or comment for a link
+    # in posted text.
     where = models.CharField(max_length=200, blank=True, default="", db_index=True)
     destination = models.CharField(max_length=2000, blank=True, default="")
     host = models.CharField(max_length=255, blank=True, default="", db_index=True)

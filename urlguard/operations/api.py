@@ -8,7 +8,10 @@
   An unusable entry gets {"url", "error"} in its slot; the batch still answers.
   The URLs of one request add up to at most API_MAX_BATCH_CHARS characters and each
   is at most API_MAX_URL_LENGTH long, which bounds the work a request can ask for;
-  wrong keys are counted per client address and refused past API_FAILED_KEY_RATE.
+  wrong keys are counted per client address and refused past API_FAILED_KEY_RATE;
+- `POST /api/check-text` with `{"text": "..."}` (an API key, the same limits): every link
+  of the text (urlguard.content) with its verdict, for services that are not Django.
+  Text over CONTENT_MAX_CHARS is refused (413).
 
 Every refusal is a JSON body {"error": ...} with the status that names it (400, 401,
 405, 413, 429 with Retry-After, 503 with Retry-After); the schema is docs/openapi.yaml.
@@ -32,6 +35,7 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from urlguard import content
 from urlguard.conf import conf
 from urlguard.hotpath import hitlog
 from urlguard.hotpath.guard import InvalidURL, Verdict, get_guard
@@ -41,7 +45,7 @@ from urlguard.runtime.ratelimits import Limited, limited, per_client
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check", "verdict_json"]
+__all__ = ["check", "check_text", "verdict_json"]
 
 ALLOW = "GET, HEAD, POST"
 
@@ -186,8 +190,9 @@ def _check_one(request: HttpRequest) -> HttpResponse:
     return _answer(verdict_json(verdict), verdict.degraded)
 
 
-def _urls_of(request: HttpRequest) -> list[Any] | JsonResponse:
-    """The "urls" list of the request body, or the refusal to send instead."""
+def _json_body(request: HttpRequest, shape: str) -> Any:
+    """The request body's JSON, or the refusal (a JsonResponse) to send instead; `shape`
+    is what the error says to send, e.g. '{"urls": [...]}'."""
     limit = conf.API_MAX_BODY_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -200,11 +205,18 @@ def _urls_of(request: HttpRequest) -> list[Any] | JsonResponse:
     if len(body) > limit:
         return too_big
     try:
-        data = json.loads(body, parse_constant=_not_json)
+        return json.loads(body, parse_constant=_not_json)
     except ValueError as exc:  # also UnicodeDecodeError: not UTF-8, -16 or -32
-        return json_error(f'the body is not JSON ({exc}); send {{"urls": [...]}}', 400)
+        return json_error(f"the body is not JSON ({exc}); send {shape}", 400)
     except RecursionError:
-        return json_error('the body is nested too deeply; send {"urls": [...]}', 400)
+        return json_error(f"the body is nested too deeply; send {shape}", 400)
+
+
+def _urls_of(request: HttpRequest) -> list[Any] | JsonResponse:
+    """The "urls" list of the request body, or the refusal to send instead."""
+    data = _json_body(request, '{"urls": [...]}')
+    if isinstance(data, JsonResponse):
+        return data
     urls = data.get("urls") if isinstance(data, dict) else None
     if not isinstance(urls, list):
         return json_error('the body must be a JSON object {"urls": [...]} with a list', 400)
@@ -245,7 +257,8 @@ def _echo(given: Any) -> Any:
     return None
 
 
-def _check_batch(request: HttpRequest) -> HttpResponse:
+def _api_key(request: HttpRequest) -> Any:
+    """The request's API key, within its rate limit; or the refusal (a JsonResponse)."""
     header = request.headers.get("Authorization", "")
     try:
         key = apikeys.authenticate_request(request, header)
@@ -267,8 +280,13 @@ def _check_batch(request: HttpRequest) -> HttpResponse:
         conf.API_KEY_RATE,
         "requests reached for this API key",
     )
-    if refused is not None:
-        return refused
+    return key if refused is None else refused
+
+
+def _check_batch(request: HttpRequest) -> HttpResponse:
+    key = _api_key(request)
+    if isinstance(key, JsonResponse):
+        return key
     urls = _urls_of(request)
     if isinstance(urls, JsonResponse):
         return urls
@@ -291,4 +309,31 @@ def _check_batch(request: HttpRequest) -> HttpResponse:
             if verdict.blocked:
                 hitlog.api_blocked(verdict, where=f"API key {key.name}")
     body = '{"results": [' + ", ".join(results) + "]}"
+    return _answer(body, any(v.degraded for v in verdicts))
+
+
+@csrf_exempt  # authenticated by a header, not a cookie: no cross-site request can forge it
+def check_text(request: HttpRequest) -> HttpResponse:
+    """`POST /api/check-text` with `{"text": "..."}` (an API key): every link of the text
+    (urlguard.content.find_links) with its verdict, in the order they first appear."""
+    if request.method != "POST":
+        return json_error(
+            f'method {request.method} not allowed; use POST {{"text": "..."}}', 405, Allow="POST"
+        )
+    key = _api_key(request)
+    if isinstance(key, JsonResponse):
+        return key
+    data = _json_body(request, '{"text": "..."}')
+    if isinstance(data, JsonResponse):
+        return data
+    text = data.get("text") if isinstance(data, dict) else None
+    if not isinstance(text, str):
+        return json_error('the body must be a JSON object {"text": "..."} with a string', 400)
+    try:
+        verdicts = content.check_text(text, where=f"API key {key.name}")
+    except content.TextTooLong as exc:
+        return json_error(str(exc), 413)
+    except Exception as exc:
+        return _unavailable(request, f"a text check for key {key.name!r}", exc)
+    body = '{"links": [' + ", ".join(_result_json(v) for v in verdicts) + "]}"
     return _answer(body, any(v.degraded for v in verdicts))

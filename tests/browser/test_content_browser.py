@@ -1,0 +1,77 @@
+"""`guard_links` in Chromium: in the sanitized fragment on a page, every link the
+browser can follow stays on the site (Chromium's own `a.href` says where each goes),
+and a listed link, clicked, answers the warning page without the browser asking the
+listed host for anything."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.browser.pages import serve_page
+from urlguard.content.html import guard_links
+from urlguard.hotpath.guard import reset_guard
+from urlguard.writepath.changes import add_rule
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SPELLINGS = [
+    "https://evil.example/x",
+    "HTTPS://EVIL.EXAMPLE/x",
+    "//evil.example/x",
+    "\\\\evil.example/x",
+    "/\\evil.example/x",
+    "\\/evil.example/x",
+    "\x01//evil.example/x",
+    " \t//evil.example/x",
+    "/\n/evil.example/x",
+    "///evil.example/x",
+    "https:evil.example/x",
+    "https:\\\\evil.example/x",
+    "http:evil.example/x",
+    "&#x2F;&#x2F;evil.example/x",
+    "&#47;&#92;evil.example/x",
+    "//evil.example%2Fx",
+    "https://evil.example/" + "a" * 9000,
+    "/local/page",
+    "#comments",
+    "reply.html",
+]
+
+
+@pytest.fixture
+def site(live_server, build_filter):
+    add_rule("evil.example/", category="phishing", source="test")
+    build_filter()
+    reset_guard()
+    yield live_server.url
+    reset_guard()
+
+
+def test_no_link_of_the_fragment_leaves_the_site(page, site):
+    fragment = "".join(f'<p><a href="{href}">link {i}</a></p>' for i, href in enumerate(SPELLINGS))
+    post = f"{site}/post/1"
+    serve_page(page, post, f"<!doctype html>{guard_links(fragment)}")
+    page.goto(post)
+    hrefs = page.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")
+    assert len(hrefs) == len(SPELLINGS)
+    own = urlsplit(site).netloc
+    assert [href for href in hrefs if urlsplit(href).netloc != own] == []
+
+
+def test_a_listed_link_clicked_answers_the_warning_page(page, site):
+    post = f"{site}/post/2"
+    off_site = serve_page(
+        page,
+        post,
+        "<!doctype html>" + guard_links('<p>Prize: <a href="//evil.example/win">claim it</a></p>'),
+    )
+    page.goto(post)
+    with page.expect_navigation() as navigation:
+        page.click("a")
+    assert navigation.value.status == 403
+    assert urlsplit(page.url).path == "/go/"
+    assert page.locator(".card.danger").count() == 1
+    assert "evil.example" in page.inner_text("body")
+    assert off_site == []
