@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 
+from django.conf import settings
 from django.db import connections, router
 from django.db.models import Max, Min
 
@@ -77,7 +78,7 @@ def was_checked(verdict, guard) -> bool:
 
 
 def _links(include_disabled: bool):
-    from urlguard.models import ShortLink
+    from urlguard.models import ShortLink  # a pool process imports us before Django is set up
 
     links = ShortLink.objects.all()
     return links if include_disabled else links.filter(disabled=False)
@@ -91,7 +92,9 @@ def scan_range(
     progress: Callable[[int], None] | None = None,
 ) -> RescanResult:
     """Check the links with low < pk <= high (high None: no upper bound)."""
-    from urlguard.hotpath.guard import get_guard
+    from urlguard.hotpath.guard import (
+        get_guard,  # a pool process imports us before Django is set up
+    )
 
     guard = get_guard()
     links = _links(include_disabled).filter(pk__gt=low)
@@ -152,7 +155,10 @@ def _pool_size(total: int) -> int:
     # A Celery prefork child is a daemon process, which may not start children.
     if multiprocessing.current_process().daemon:
         return 1
-    from urlguard.models import ShortLink, database
+    from urlguard.models import (  # a pool process imports us before Django is set up
+        ShortLink,
+        database,
+    )
 
     if database.in_memory_sqlite(connections[router.db_for_read(ShortLink)]):
         return 1  # other processes cannot see an in-memory database (tests)
@@ -165,7 +171,6 @@ def _init_worker(databases: dict, urlguard: dict) -> None:
     # then takes the parent's database and URLGUARD settings, which may have been
     # changed at run time (override_settings, a management command's options).
     import django
-    from django.conf import settings
 
     settings.DATABASES = databases
     settings.URLGUARD = urlguard
@@ -183,8 +188,6 @@ def rescan_links(
     is called as chunks finish. Keyset pagination on the primary key keeps each query
     an index range scan however far into the table it is. `processes`: None picks one
     per CPU for a large table, one for a small one."""
-    from django.conf import settings
-
     started = time.perf_counter()
     links = _links(include_disabled)
     total = links.count()
