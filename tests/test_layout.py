@@ -179,6 +179,7 @@ ALLOWED = {
     "exports": {"runtime", "nodesync", "hotpath", "writepath", "operations"},
     "jobs": {"runtime", "nodesync", "hotpath", "writepath", "shortlinks"},
     "feeds": {"runtime", "nodesync", "hotpath", "writepath", "jobs"},
+    "safebrowsing": {"runtime", "nodesync", "hotpath", "writepath", "operations", "exports"},
 }
 
 

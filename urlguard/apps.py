@@ -17,9 +17,12 @@ class UrlguardConfig(AppConfig):
         from urlguard.conf import conf
         from urlguard.exports import prerender
         from urlguard.nodesync import embedded, registry, sync
+        from urlguard.safebrowsing import prepared
 
         if prerender.after_changes not in sync.AFTER_CHANGES:
             sync.AFTER_CHANGES.append(prerender.after_changes)
+        if prepared.prepare_full_updates not in prerender.AFTER_RENDERS:
+            prerender.AFTER_RENDERS.append(prepared.prepare_full_updates)
 
         try:
             catch_up = conf.EMBEDDED_CATCH_UP

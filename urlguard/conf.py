@@ -972,6 +972,34 @@ class Settings:
         check_id="urlguard.E096",
         hint="e.g. ['hosts.txt', 'abp.txt'] (a list, not a string), or [] for none.",
     )
+    # The Safe Browsing v4 Update API (urlguard.safebrowsing): how long a client waits
+    # between list updates (minimum_wait_duration), seconds.
+    SAFEBROWSING_MIN_WAIT = Setting(
+        1800,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E087",
+        hint="e.g. 1800 (Firefox updates its lists no sooner than this).",
+    )
+    # How long a client caches a full hash it was answered (positive), seconds.
+    SAFEBROWSING_CACHE_DURATION = Setting(
+        300,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E088",
+        hint="e.g. 300: a rule removed reaches browsers that cached its hash after this.",
+    )
+    # How long a client caches that a prefix matched no full hash (negative), seconds.
+    SAFEBROWSING_NEGATIVE_CACHE_DURATION = Setting(
+        300,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E089",
+        hint="e.g. 300: a rule added reaches browsers that asked about its prefix after this.",
+    )
     # serve_dns: the RPZ zone (transferred to resolvers) and the URIBL zone (answered
     # live), absolute names.
     DNS_RPZ_ZONE = Setting(

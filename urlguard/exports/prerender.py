@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from django.db import connections
 
@@ -29,7 +30,11 @@ from urlguard.runtime.process import Daemon, PerProcess
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["after_changes", "render_all", "request", "wait"]
+__all__ = ["AFTER_RENDERS", "after_changes", "render_all", "request", "wait"]
+
+#: Other projections kept per position, prepared by each round after the exports
+#: (the Safe Browsing lists); registered by the app's ready().
+AFTER_RENDERS: list[Callable[[], object]] = []
 
 
 class _Rounds:
@@ -108,4 +113,9 @@ def render_all() -> list[Rendered]:
             done.append(rendered(export, current_position()))
         except RenderBusy as exc:
             logger.warning("pre-rendering %s: %s; the next change retries", name, exc)
+    for job in AFTER_RENDERS:
+        try:
+            job()
+        except RenderBusy as exc:
+            logger.warning("preparing %s: %s; the next change retries", job.__qualname__, exc)
     return done

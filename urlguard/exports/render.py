@@ -25,7 +25,15 @@ from urlguard.conf import conf
 from urlguard.exports.base import Export, RenderCounts
 from urlguard.exports.projection import Position, snapshot
 
-__all__ = ["RenderBusy", "Rendered", "export_dir", "render", "rendered", "write_aside"]
+__all__ = [
+    "RenderBusy",
+    "Rendered",
+    "export_dir",
+    "render",
+    "render_lock",
+    "rendered",
+    "write_aside",
+]
 
 #: A render waits this long for another process's render of the same export.
 LOCK_TIMEOUT = 600.0
@@ -59,7 +67,7 @@ def rendered_path(name: str, key: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
+def render_lock(directory: Path, *, wait: bool) -> Iterator[bool]:
     """Hold the export's render lock; yields False at once if another process holds
     it and `wait` is False."""
     fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -115,7 +123,7 @@ def rendered(
             if time.monotonic() >= deadline:
                 raise RenderBusy(f"the first render of {export.name} on this node is under way")
             time.sleep(0.05)
-    with _locked(directory, wait=ask_prerender is None or stale is None) as mine:
+    with render_lock(directory, wait=ask_prerender is None or stale is None) as mine:
         if not mine and stale is not None:
             return stale
         if path.exists():

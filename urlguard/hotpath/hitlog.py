@@ -35,6 +35,7 @@ from urlguard.runtime.process import Daemon
 __all__ = [
     "api_blocked",
     "continued",
+    "full_hash_matched",
     "install",
     "prune",
     "prune_hit_log",
@@ -101,6 +102,9 @@ def _write_events(events: list[HitEvent]) -> None:
         for event in events:
             if not event.expression and event.rule_id in known:
                 event.expression, event.category = known[event.rule_id]
+                if event.action == HitEvent.Action.FULL_HASH and not event.host:
+                    # The browser sends no URL: the rule's host is what it was warned of.
+                    event.host = event.expression.split("/", 1)[0][:255]
     created = HitEvent.objects.bulk_create(events)
     newest = max((e.pk for e in created if e.pk is not None), default=None)
     if newest is None:
@@ -166,6 +170,17 @@ def _blocked_event(verdict: Any, action: str, where: str) -> None:
             rule_id=rule.pk,
             expression=rule.expression[:2000],
             category=rule.category,
+        )
+    )
+
+
+def full_hash_matched(rule_id: int, *, where: str) -> None:
+    """A Safe Browsing client was answered the full hash of rule `rule_id` (a browser
+    about to show its own warning; only the hash is sent, never the URL). The flush
+    names the rule's expression and category."""
+    HIT_EVENTS.append(
+        HitEvent(
+            at=timezone.now(), action=HitEvent.Action.FULL_HASH, where=where[:200], rule_id=rule_id
         )
     )
 
