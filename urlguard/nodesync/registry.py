@@ -42,6 +42,7 @@ from filterengine import (
     writer_active,
 )
 from urlguard.conf import conf
+from urlguard.models import ChangeEvent
 from urlguard.runtime.process import on_reset
 
 logger = logging.getLogger(__name__)
@@ -266,8 +267,6 @@ def _behind_log(path: str, filt: ScalingCountingBloomFilter) -> tuple[str, int, 
     went back from what this process saw at `path`) with one query; ("", 0, False)
     when it is current, or when the database cannot say (then the file is trusted
     as before: a node without its database answers from the file)."""
-    from urlguard.models import ChangeEvent  # the models import nothing of ours back
-
     try:
         head = ChangeEvent.objects.head()
         applied = int(filt.applied_seq)
