@@ -27,8 +27,8 @@ from django.utils import timezone
 
 from urlguard.celery import PRUNE_HIT_LOG_INTERVAL, PRUNE_HIT_LOG_TASK, shared_task
 from urlguard.conf import conf
-from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
-from urlguard.runtime import database, stats
+from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule, database
+from urlguard.runtime import stats
 from urlguard.runtime.firstrequest import FirstRequest
 from urlguard.runtime.process import Daemon
 

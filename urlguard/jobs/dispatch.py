@@ -20,8 +20,8 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from urlguard.models import AdminJob, AdminJobChunk, ChangeSet
-from urlguard.runtime import database, ownership
+from urlguard.models import AdminJob, AdminJobChunk, ChangeSet, database
+from urlguard.runtime import ownership
 from urlguard.runtime.process import Daemon
 
 logger = logging.getLogger(__name__)
