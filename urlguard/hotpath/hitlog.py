@@ -248,8 +248,6 @@ def _since(days: int) -> dt.date:
 
 def top_rules(days: int = 7, limit: int = 10) -> list[dict]:
     """[{rule_id, expression, hits, continued}] most hits first, over `days` days."""
-    from urlguard.models import SpamRule
-
     rows = list(
         RuleHitDay.objects.filter(day__gte=_since(days))
         .values("rule_id")

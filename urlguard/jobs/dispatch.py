@@ -79,7 +79,7 @@ def dispatch(task, job_id: int) -> None:
     """Run the Celery task `task` for the job: on a worker (after the commit, so the
     worker finds the row), else on this process's runner thread, else (an in-memory
     test database, invisible to other threads) right here."""
-    from urlguard.celery import in_process
+    from urlguard.celery import in_process  # per call: tests patch urlguard.celery's
 
     if not in_process():
         transaction.on_commit(lambda: task.delay(job_id))

@@ -78,7 +78,8 @@ def was_checked(verdict, guard) -> bool:
 
 
 def _links(include_disabled: bool):
-    from urlguard.models import ShortLink  # a pool process imports us before Django is set up
+    # Here: a pool process imports this module before Django is set up.
+    from urlguard.models import ShortLink
 
     links = ShortLink.objects.all()
     return links if include_disabled else links.filter(disabled=False)
@@ -92,9 +93,8 @@ def scan_range(
     progress: Callable[[int], None] | None = None,
 ) -> RescanResult:
     """Check the links with low < pk <= high (high None: no upper bound)."""
-    from urlguard.hotpath.guard import (
-        get_guard,  # a pool process imports us before Django is set up
-    )
+    # Here: a pool process imports this module before Django is set up.
+    from urlguard.hotpath.guard import get_guard
 
     guard = get_guard()
     links = _links(include_disabled).filter(pk__gt=low)
@@ -155,10 +155,8 @@ def _pool_size(total: int) -> int:
     # A Celery prefork child is a daemon process, which may not start children.
     if multiprocessing.current_process().daemon:
         return 1
-    from urlguard.models import (  # a pool process imports us before Django is set up
-        ShortLink,
-        database,
-    )
+    # Here: a pool process imports this module before Django is set up.
+    from urlguard.models import ShortLink, database
 
     if database.in_memory_sqlite(connections[router.db_for_read(ShortLink)]):
         return 1  # other processes cannot see an in-memory database (tests)
