@@ -118,6 +118,8 @@ def test_add_feed_refuses_a_file_url_outside_the_feed_file_root(settings, tmp_pa
             run("add_feed", "x", url)
     with pytest.raises(CommandError, match="a file on this server, not on example.org"):
         run("add_feed", "x", "file://example.org/list.txt")
+    with pytest.raises(CommandError, match="cannot read"):
+        run("add_feed", "x", f"file://{root}/a%00b")  # a NUL: no file name holds one
     assert not Source.objects.filter(name="x").exists()
     # Beneath the root, even before the file is there (a job may write it later).
     run("add_feed", "x", f"file://{root}/later.txt")
