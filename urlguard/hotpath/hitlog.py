@@ -27,8 +27,8 @@ from django.utils import timezone
 
 from urlguard.celery import PRUNE_HIT_LOG_INTERVAL, PRUNE_HIT_LOG_TASK, shared_task
 from urlguard.conf import conf
-from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
-from urlguard.runtime import database, stats
+from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule, database
+from urlguard.runtime import stats
 from urlguard.runtime.firstrequest import FirstRequest
 from urlguard.runtime.process import Daemon
 
@@ -248,8 +248,6 @@ def _since(days: int) -> dt.date:
 
 def top_rules(days: int = 7, limit: int = 10) -> list[dict]:
     """[{rule_id, expression, hits, continued}] most hits first, over `days` days."""
-    from urlguard.models import SpamRule
-
     rows = list(
         RuleHitDay.objects.filter(day__gte=_since(days))
         .values("rule_id")

@@ -124,7 +124,7 @@ def me() -> Owner:
     found = _start_ticks(pid)
     task = ""
     try:
-        from celery import current_task
+        from celery import current_task  # Celery is optional: ImportError lands below
 
         request = getattr(current_task, "request", None)
         if request is not None and request.id and not request.is_eager:
