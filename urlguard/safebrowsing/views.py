@@ -58,6 +58,7 @@ _STATUS = {
     503: "UNAVAILABLE",
 }
 _CLIENT = re.compile(r"[^A-Za-z0-9._-]")
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
 
 
 class _Refused(Exception):
@@ -136,6 +137,9 @@ def _body(request: HttpRequest) -> bytes:
             raise _Refused(413, f"$req is larger than {MAX_REQUEST_BYTES} bytes")
         # A "+" of plain base64 arrives as a space in a query string.
         text = text.replace(" ", "+").replace("+", "-").replace("/", "_").rstrip("=")
+        # The decoder skips any other character: "@@@@" would be an empty request.
+        if not _BASE64URL.fullmatch(text):
+            raise _Refused(400, "$req is not base64url")
         try:
             return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         except (binascii.Error, ValueError):

@@ -1,0 +1,302 @@
+"""The Safe Browsing endpoints as a hostile client and an operator's bad day see them:
+malformed and oversized requests, forged client states, lists missing, a key that must
+stay out of every log; partial updates and the RICE coding checked against a model
+client and a decoder written here from the protocol's description."""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import logging
+import time
+
+import numpy as np
+import pytest
+from django.test import Client
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from tests.service.test_safebrowsing import (
+    BASE,
+    PHISHING,
+    apply,
+    fetch_proto,
+    hashes_of,
+    indices_of,
+    prefix,
+)
+from urlguard.models import SpamRule
+from urlguard.operations import apikeys
+from urlguard.safebrowsing import prefixes, rice, updates, wire
+from urlguard.writepath.changes import add_rule, remove_rule
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prerender_inline")]
+
+
+@pytest.fixture
+def key(db):
+    return apikeys.create_api_key("browsers")[1]
+
+
+def get_proto(client, key, path, data: bytes):
+    return client.get(
+        f"{BASE}/{path}",
+        {
+            "$ct": "application/x-protobuf",
+            "key": key,
+            "$req": base64.urlsafe_b64encode(data).decode(),
+        },
+        HTTP_X_HTTP_METHOD_OVERRIDE="POST",
+    )
+
+
+def find_request(hashes: list[bytes]) -> bytes:
+    message = wire.message("FindFullHashesRequest")
+    message.threat_info.threat_types.append(PHISHING)
+    message.threat_info.threat_entry_types.append(1)
+    for h in hashes:
+        message.threat_info.threat_entries.add(hash=h)
+    return message.SerializeToString()
+
+
+def assert_refused(response, status=400):
+    assert response.status_code == status, response.content
+    error = response.json()["error"]
+    assert error["code"] == status and error["message"]
+    return error["message"]
+
+
+@pytest.mark.parametrize("req", ["@@@@", "!!!!", "CgA*", "Cg\x00A", "%%%not base64"])
+def test_a_req_with_characters_outside_base64url_is_400_not_read_as_what_is_left(key, req):
+    """A decoder that skips what it cannot read turns "@@@@" into an empty, valid
+    request (answered 200) and "%%%not base64" into other bytes."""
+    for path in ("threatListUpdates:fetch", "fullHashes:find"):
+        response = Client().get(
+            f"{BASE}/{path}", {"$ct": "application/x-protobuf", "key": key, "$req": req}
+        )
+        assert "base64" in assert_refused(response)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x1a\x80",  # a length whose varint never ends
+        b"\x1a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # an 11-byte varint
+        b"\x1a\x05ab",  # a message shorter than its length
+        b"\x0b" * 1000,  # groups opened and never closed
+        b"\x1a\x7f" + b"\x22" * 20,  # a nested length beyond the end
+    ],
+)
+def test_truncated_or_corrupt_protobuf_is_400(key, data):
+    for path in ("threatListUpdates:fetch", "fullHashes:find"):
+        assert "protobuf" in assert_refused(get_proto(Client(), key, path, data))
+
+
+def test_a_list_request_naming_no_known_threat_type_is_400(key):
+    # Field 1 (threat_type) = 99: no such enum value, so the list is named by nothing.
+    data = b"\x1a\x02\x08\x63"
+    assert "threatType" in assert_refused(get_proto(Client(), key, "threatListUpdates:fetch", data))
+
+
+def test_an_unknown_compression_or_platform_is_answered_raw_for_the_named_platform(key):
+    add_rule("phish.example/", category="phishing", source="test")
+    message = wire.message("FetchThreatListUpdatesRequest")
+    one = message.list_update_requests.add(threat_type=PHISHING, platform_type=5)
+    # Compression 7 and a constraint of a size the client will not hold are not ours to
+    # refuse: a client that names none gets RAW, as the protocol's default.
+    one.constraints.MergeFromString(b"\x20\x07\x08\x01\x10\x01")
+    response = get_proto(Client(), key, "threatListUpdates:fetch", message.SerializeToString())
+    assert response.status_code == 200
+    (update,) = wire.parse("FetchThreatListUpdatesResponse", response.content).list_update_responses
+    assert update.platform_type == 5 and update.additions[0].compression_type == 1
+    assert apply([], update) == [prefix("phish.example/")]
+
+
+def test_too_many_lists_or_hashes_in_one_request_are_refused_quickly(key):
+    add_rule("phish.example/", category="phishing", source="test")
+    many_lists = wire.message("FetchThreatListUpdatesRequest")
+    for _ in range(5000):
+        many_lists.list_update_requests.add(threat_type=PHISHING)
+    many_hashes = find_request([i.to_bytes(4, "big") for i in range(10_000)])
+    for path, data in (
+        ("threatListUpdates:fetch", many_lists.SerializeToString()),
+        ("fullHashes:find", many_hashes),
+    ):
+        started = time.monotonic()
+        assert_refused(get_proto(Client(), key, path, data), status=413)
+        assert time.monotonic() - started < 2.0
+
+
+def test_a_state_forged_to_a_future_position_or_another_list_gets_a_full_update(key):
+    add_rule("phish.example/", category="phishing", source="test")
+    add_rule("bad.example/", category="malware", source="test")
+    client = Client()
+    (real,) = fetch_proto(client, key, [(PHISHING, b"", 2)]).list_update_responses
+    seq = int.from_bytes(real.new_client_state[2:10], "big")
+    checksum = real.checksum.sha256
+    forged = [
+        updates.encode_state(PHISHING, seq + 1, checksum),
+        updates.encode_state(PHISHING, 2**64 - 1, checksum),
+        updates.encode_state(1, seq, checksum),  # another list's type, this list's copy
+        real.new_client_state + b"\x00",
+        b"",
+    ]
+    for state in forged:
+        (update,) = fetch_proto(client, key, [(PHISHING, state, 2)]).list_update_responses
+        assert update.response_type == 2
+        assert apply([], update) == [prefix("phish.example/")]
+
+
+def test_a_full_disk_on_a_fresh_node_answers_503_not_an_empty_list(key, monkeypatch):
+    add_rule("phish.example/", category="phishing", source="test")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(prefixes, "write_aside", full)
+    client = Client()
+    message = wire.message("FetchThreatListUpdatesRequest")
+    message.list_update_requests.add(threat_type=PHISHING)
+    for path, data in (
+        ("threatListUpdates:fetch", message.SerializeToString()),
+        ("fullHashes:find", find_request([prefix("phish.example/")])),
+    ):
+        response = get_proto(client, key, path, data)
+        assert_refused(response, status=503)
+
+
+def test_the_key_is_in_no_log_line_whatever_the_answer(key, monkeypatch, caplog):
+    """Every status these views answer, and a 500 from a bug, logged at DEBUG by
+    every logger (django.request too)."""
+    from urlguard.models import APIKey
+    from urlguard.safebrowsing import fullhashes
+
+    caplog.set_level(logging.DEBUG)
+    client = Client(raise_request_exception=False)
+    fetch = f"{BASE}/threatListUpdates:fetch"
+    codes = [
+        client.get(fetch, {"key": key, "$req": "@@@@", "$ct": "application/x-protobuf"}),
+        client.post(f"{fetch}?key={key}", b"{" + b" " * 70_000 + b"}", "application/json"),
+        client.put(f"{fetch}?key={key}"),
+        client.get(fetch, {"key": key + "x"}),
+    ]
+
+    def bug(request):
+        raise IndexError(f"a bug ({request})")
+
+    monkeypatch.setattr(fullhashes, "find", bug)
+    codes.append(client.post(f"{BASE}/fullHashes:find?key={key}", "{}", "application/json"))
+    apikeys.revoke(APIKey.objects.all())
+    monkeypatch.setattr("urlguard.safebrowsing.views._trusted", {})
+    codes.append(client.get(f"{BASE}/threatLists", {"key": key}))
+    assert sorted(r.status_code for r in codes) == [400, 403, 403, 405, 413, 500]
+    secret = key.split("_", 1)[-1]
+    logged = [
+        (r.getMessage(), r.exc_text or "", logging.Formatter().format(r)) for r in caplog.records
+    ]
+    assert any("Internal Server Error" in line for line, _, _ in logged)
+    assert not [line for line in logged if secret in repr(line)]
+
+
+# -- partial updates against a model client --------------------------------------------
+
+
+class ModelClient:
+    """What Firefox does with an update: removals first, each an index into the old
+    sorted copy, then the additions merged, and the result sorted by bytes."""
+
+    def __init__(self) -> None:
+        self.copy: list[bytes] = []
+        self.state = b""
+
+    def take(self, update) -> None:
+        if update.response_type == 2:
+            self.copy = []
+        gone = sorted({i for removal in update.removals for i in indices_of(removal)})
+        assert all(0 <= i < len(self.copy) for i in gone)
+        kept = [p for i, p in enumerate(self.copy) if i not in set(gone)]
+        added = [h for addition in update.additions for h in hashes_of(addition)]
+        assert not set(added) & set(kept)
+        self.copy = sorted(kept + added)
+        self.state = update.new_client_state
+
+
+NAMES = [f"h{i}.example/" for i in range(12)]
+
+
+@settings(
+    max_examples=15,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    steps=st.lists(
+        st.tuples(st.sets(st.sampled_from(NAMES)), st.sets(st.sampled_from(NAMES))),
+        min_size=1,
+        max_size=4,
+    ),
+    compression=st.sampled_from([1, 2]),
+)
+@example(steps=[({"h0.example/"}, set()), (set(), {"h0.example/"})], compression=2)
+@example(steps=[(set(NAMES), set()), (set(), set(NAMES[:-1]))], compression=1)
+def test_the_checksum_after_any_partial_update_is_that_of_the_model_clients_copy(
+    key, steps, compression
+):
+    for rule in SpamRule.objects.all():  # left by the example before
+        remove_rule(rule, source="test")
+    listed: set[str] = set()
+    model = ModelClient()
+    client = Client()
+    for adds, removes in [(set(), set()), *steps]:
+        for name in sorted(adds - listed):
+            add_rule(name, category="phishing", source="test")
+        for name in sorted((removes - adds) & (listed | adds)):
+            remove_rule(SpamRule.objects.get(expression=name), source="test")
+        listed = (listed | adds) - (removes - adds)
+        state = model.state
+        (update,) = fetch_proto(client, key, [(PHISHING, state, compression)]).list_update_responses
+        assert update.response_type == (1 if state else 2)
+        model.take(update)
+        assert update.checksum.sha256 == hashlib.sha256(b"".join(model.copy)).digest()
+        assert model.copy == sorted(prefix(name) for name in listed)
+
+
+# -- RICE, decoded as the protocol describes it -----------------------------------------
+
+
+def spec_decode(first_value: int, k: int, num_entries: int, data: bytes) -> list[int]:
+    """Golomb-Rice as the v4 protocol describes it, a bit at a time: the bits of each
+    byte from its least significant up; each delta a quotient in unary (ones ended by a
+    zero) then a k-bit remainder, least significant bit first; each value the one
+    before plus its delta, the first being first_value."""
+    bits = [(byte >> i) & 1 for byte in data for i in range(8)]
+    at = 0
+    values = [first_value]
+    for _ in range(num_entries):
+        q = 0
+        while bits[at]:
+            q += 1
+            at += 1
+        at += 1
+        r = sum(bits[at + i] << i for i in range(k))
+        at += k
+        values.append(values[-1] + (q << k) + r)
+    assert not any(bits[at:]), "only padding after the last value"
+    assert len(data) == (at + 7) // 8, "no byte beyond the last value's"
+    return values
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=400, unique=True))
+@example([7])
+@example([0])
+@example([2**32 - 1])
+@example([0, 2**32 - 1])
+@example([5, 10, 15, 20, 25])
+@example([0, 1, 2, 3])
+@example(list(range(0, 2**32, 2**24)))
+def test_rice_encoding_read_by_a_decoder_written_from_the_protocol(values):
+    ordered = sorted(values)
+    encoded = rice.encode(np.array(ordered, dtype=np.int64))
+    assert 2 <= encoded.parameter <= 28
+    assert encoded.num_entries == len(ordered) - 1 and encoded.first_value == ordered[0]
+    assert spec_decode(*encoded) == ordered
