@@ -128,6 +128,24 @@ def test_too_many_lists_or_hashes_in_one_request_are_refused_quickly(key):
         assert time.monotonic() - started < 2.0
 
 
+@pytest.mark.parametrize("length", [0, 3, 33])
+def test_a_hash_prefix_of_a_length_the_protocol_has_not_is_400(key, length):
+    """Silently skipped, such a prefix was answered "no match" with a negative cache
+    duration: a client told a hash is clean that was never looked up."""
+    add_rule("phish.example/", category="phishing", source="test")
+    digest = hashlib.sha256(b"phish.example/").digest()
+    data = find_request([digest[:4], (digest * 2)[:length]])
+    for client_request in (
+        lambda: get_proto(Client(), key, "fullHashes:find", data),
+        lambda: Client().post(
+            f"{BASE}/fullHashes:find?key={key}",
+            wire.to_json(wire.parse("FindFullHashesRequest", data)),
+            "application/json",
+        ),
+    ):
+        assert "bytes" in assert_refused(client_request())
+
+
 def test_a_state_forged_to_a_future_position_or_another_list_gets_a_full_update(key):
     add_rule("phish.example/", category="phishing", source="test")
     add_rule("bad.example/", category="malware", source="test")

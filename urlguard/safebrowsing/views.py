@@ -227,6 +227,9 @@ def _find(request: HttpRequest, key: Any) -> HttpResponse:
     message = _decode(request, "FindFullHashesRequest")
     if len(message.threat_info.threat_entries) > fullhashes.MAX_ENTRIES:
         raise _Refused(413, f"at most {fullhashes.MAX_ENTRIES} hashes in one request")
+    for entry in message.threat_info.threat_entries:
+        if not 4 <= len(entry.hash) <= 32:
+            raise _Refused(400, f"a hash prefix is 4 to 32 bytes, not {len(entry.hash)}")
     if prefixes.newest_lookup() is None:
         prepared.current()  # a node that keeps no lists yet reads them, once
     response, matched = fullhashes.find(message)
