@@ -22,6 +22,7 @@ from tests.service.test_safebrowsing import (
     PHISHING,
     apply,
     fetch_proto,
+    find,
     hashes_of,
     indices_of,
     prefix,
@@ -29,6 +30,7 @@ from tests.service.test_safebrowsing import (
 from urlguard.models import SpamRule
 from urlguard.operations import apikeys
 from urlguard.safebrowsing import prefixes, rice, updates, wire
+from urlguard.safebrowsing.prefixes import store_dir
 from urlguard.writepath.changes import add_rule, remove_rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prerender_inline")]
@@ -166,7 +168,34 @@ def test_a_state_forged_to_a_future_position_or_another_list_gets_a_full_update(
         assert apply([], update) == [prefix("phish.example/")]
 
 
-def test_a_full_disk_on_a_fresh_node_answers_503_not_an_empty_list(key, monkeypatch):
+def test_lost_lookup_files_answer_503_never_a_clean_verdict_and_are_written_again(key, monkeypatch):
+    """A full-hash answer with no match and a negative cache duration tells a browser
+    the page is clean for that long: without the arrays to look in, say "later"."""
+    from urlguard.exports import prerender
+
+    add_rule("phish.example/", category="phishing", source="test")
+    client = Client()
+    fetch_proto(client, key, [(PHISHING, b"", 2)])
+    assert find(client, key, [prefix("phish.example/")]).matches
+    for entry in store_dir().glob("*.lookup.*"):
+        entry.unlink()
+    # A worker that has not mapped them yet (this one keeps its maps of the old files).
+    prefixes._lookups.clear()
+    prefixes._newest.clear()
+    asked = []
+    monkeypatch.setattr(prerender, "request", lambda: asked.append(1))
+    response = client.post(
+        f"{BASE}/fullHashes:find?$ct=application/x-protobuf&key={key}",
+        find_request([prefix("phish.example/")]),
+        "application/x-protobuf",
+    )
+    assert_refused(response, status=503)
+    assert response["Retry-After"] and asked
+    prerender.render_all()  # the round the 503 asked for
+    assert find(client, key, [prefix("phish.example/")]).matches
+
+
+def test_a_full_disk_on_a_fresh_node_answers_503_not_an_empty_list(key, monkeypatch, caplog):
     add_rule("phish.example/", category="phishing", source="test")
 
     def full(*args, **kwargs):
@@ -176,12 +205,16 @@ def test_a_full_disk_on_a_fresh_node_answers_503_not_an_empty_list(key, monkeypa
     client = Client()
     message = wire.message("FetchThreatListUpdatesRequest")
     message.list_update_requests.add(threat_type=PHISHING)
-    for path, data in (
-        ("threatListUpdates:fetch", message.SerializeToString()),
-        ("fullHashes:find", find_request([prefix("phish.example/")])),
-    ):
-        response = get_proto(client, key, path, data)
-        assert_refused(response, status=503)
+    caplog.set_level(logging.ERROR)
+    for _ in range(3):
+        for path, data in (
+            ("threatListUpdates:fetch", message.SerializeToString()),
+            ("fullHashes:find", find_request([prefix("phish.example/")])),
+        ):
+            response = get_proto(client, key, path, data)
+            assert_refused(response, status=503)
+    # Logged once per endpoint, not per request.
+    assert len([r for r in caplog.records if "No space left" in (r.exc_text or "")]) <= 2
 
 
 def test_the_key_is_in_no_log_line_whatever_the_answer(key, monkeypatch, caplog):

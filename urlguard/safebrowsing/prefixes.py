@@ -30,6 +30,7 @@ from urlguard.safebrowsing.threatlists import LISTS, list_of_category
 
 __all__ = [
     "ListsAt",
+    "LookupMissing",
     "PrepareBusy",
     "checksum",
     "kept_positions",
@@ -51,6 +52,10 @@ STALE_TEMP_AGE = 600.0
 
 class PrepareBusy(RenderBusy):
     """The list kept changing under every read."""
+
+
+class LookupMissing(FileNotFoundError):
+    """No kept position has its full-hash lookup (removed, or never written)."""
 
 
 def prefix_of(expression: str) -> int:
@@ -262,17 +267,17 @@ def _npy(array: np.ndarray) -> bytes:
 def prepare() -> ListsAt:
     """The lists at the current position, read and written unless kept already."""
     head = ChangeEvent.objects.head()
-    kept = load(head)
+    kept = _complete(head)
     if kept is not None:
         return kept
     directory = store_dir()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     with render_lock(directory, wait=True):
-        kept = load(head)
+        kept = _complete(head)
         if kept is not None:
             return kept
         seq, rules = _read_rules()
-        kept = load(seq)
+        kept = _complete(seq)
         if kept is not None:
             return kept
         unique: dict[str, np.ndarray] = {}
@@ -288,6 +293,13 @@ def prepare() -> ListsAt:
         result = load(seq)
         assert result is not None
         return result
+
+
+def _complete(seq: int) -> ListsAt | None:
+    """The lists kept at `seq` if its lookup is kept too: fullHashes:find answers from
+    the newest position's, so one whose lookup was lost is written again."""
+    kept = load(seq)
+    return kept if kept is not None and lookup(seq) is not None else None
 
 
 def prune() -> None:

@@ -30,16 +30,20 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from urlguard.conf import conf
+from urlguard.exports import prerender
 from urlguard.exports.render import RenderBusy
 from urlguard.hotpath import hitlog
 from urlguard.hotpath.unavailable import OUTAGE_ERRORS, log_outage
 from urlguard.operations import apikeys
 from urlguard.runtime import metrics
+from urlguard.runtime.ratelimitedlog import RateLimitedLog
 from urlguard.runtime.ratelimits import Limited, limited, per_client
 from urlguard.safebrowsing import fullhashes, prefixes, prepared, updates, wire
 from urlguard.safebrowsing.threatlists import ANY_PLATFORM, LISTS, URL, threat_type_of
 
 logger = logging.getLogger(__name__)
+# A full disk or lost files fail every request alike: one line a minute says so.
+_log_failure = RateLimitedLog(logger, suppressed="more requests failed since the last such line")
 
 __all__ = ["full_hashes", "threat_list_updates", "threat_lists"]
 
@@ -197,7 +201,7 @@ def _serve(
         if isinstance(exc, OUTAGE_ERRORS):
             log_outage(request, exc)
         else:
-            logger.error("safebrowsing: %s failed", method, exc_info=exc)
+            _log_failure(method, logging.ERROR, "safebrowsing: %s failed", method, exc_info=True)
         metrics.safebrowsing_request(method, "", 503)
         response = _error(
             503, "the lists could not be read; try again shortly", **{"Retry-After": "30"}
@@ -232,7 +236,11 @@ def _find(request: HttpRequest, key: Any) -> HttpResponse:
             raise _Refused(400, f"a hash prefix is 4 to 32 bytes, not {len(entry.hash)}")
     if prefixes.newest_lookup() is None:
         prepared.current()  # a node that keeps no lists yet reads them, once
-    response, matched = fullhashes.find(message)
+    try:
+        response, matched = fullhashes.find(message)
+    except prefixes.LookupMissing:
+        prerender.request()  # its next round writes the head's lookup again
+        raise
     client = _client_label(message.client)
     metrics.safebrowsing_request("fullhash", client, 200)
     for rule_id in matched:
