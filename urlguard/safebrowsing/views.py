@@ -22,6 +22,7 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,13 @@ from urlguard.runtime import metrics
 from urlguard.runtime.ratelimitedlog import RateLimitedLog
 from urlguard.runtime.ratelimits import Limited, limited, per_client
 from urlguard.safebrowsing import fullhashes, prefixes, prepared, updates, wire
-from urlguard.safebrowsing.threatlists import ANY_PLATFORM, LISTS, URL, threat_type_of
+from urlguard.safebrowsing.threatlists import (
+    ANY_PLATFORM,
+    LISTS,
+    URL,
+    list_of_threat_type,
+    threat_type_of,
+)
 
 logger = logging.getLogger(__name__)
 # A full disk or lost files fail every request alike: one line a minute says so.
@@ -51,6 +58,9 @@ __all__ = ["full_hashes", "threat_list_updates", "threat_lists"]
 MAX_REQUEST_BYTES = 64 * 1024
 #: Lists one update request may ask for.
 MAX_LIST_REQUESTS = 32
+#: Times one served list may be asked for in one request: each answer may be the whole
+#: list, and Firefox reads SOCIAL_ENGINEERING for two of its tables.
+MAX_ASKS_PER_LIST = 2
 PROTOBUF = "application/x-protobuf"
 _STATUS = {
     400: "INVALID_ARGUMENT",
@@ -214,6 +224,12 @@ def _fetch(request: HttpRequest, key: Any) -> HttpResponse:
     message = _decode(request, "FetchThreatListUpdatesRequest")
     if len(message.list_update_requests) > MAX_LIST_REQUESTS:
         raise _Refused(413, f"at most {MAX_LIST_REQUESTS} lists in one request")
+    asked = Counter(list_of_threat_type(one.threat_type) for one in message.list_update_requests)
+    for name, times in asked.items():
+        if name is not None and times > MAX_ASKS_PER_LIST:
+            raise _Refused(
+                400, f"the {name} list is asked for {times} times; at most {MAX_ASKS_PER_LIST}"
+            )
     lists = prepared.current()
     response = wire.message(
         "FetchThreatListUpdatesResponse",
