@@ -14,7 +14,6 @@ import io
 import re
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from urlguard.conf import conf
 from urlguard.exports.projection import snapshot
 from urlguard.exports.render import RenderBusy, render_lock
 from urlguard.models import ChangeEvent, SpamRule
+from urlguard.safebrowsing.recent import Recent
 from urlguard.safebrowsing.threatlists import LISTS, list_of_category
 
 __all__ = [
@@ -95,22 +95,14 @@ class ListsAt:
         return _checksum_cached(self.stamp, name, self.prefixes[name])
 
 
-_checksums: OrderedDict[tuple[Stamp, str], bytes] = OrderedDict()
-#: Guards this module's caches: a threaded worker's requests share them.
+_checksums: Recent[tuple[Stamp, str], bytes] = Recent(32)
+#: Guards the newest lookup's cache: a threaded worker's requests share it.
 _cache_lock = threading.Lock()
 
 
 def _checksum_cached(stamp: Stamp, name: str, prefixes: np.ndarray) -> bytes:
-    key = (stamp, name)
-    with _cache_lock:
-        found = _checksums.get(key)
-    if found is None:
-        found = checksum(prefixes)
-        with _cache_lock:
-            _checksums[key] = found
-            while len(_checksums) > 32:
-                _checksums.popitem(last=False)
-    return found
+    found = _checksums.get((stamp, name))
+    return found if found is not None else _checksums.put((stamp, name), checksum(prefixes))
 
 
 def _prefixes_path(seq: int) -> Path:
@@ -142,7 +134,7 @@ def kept_positions() -> list[int]:
     return [seq for _, seq in sorted(found)]
 
 
-_loaded: OrderedDict[Stamp, dict[str, np.ndarray]] = OrderedDict()
+_loaded: Recent[Stamp, dict[str, np.ndarray]] = Recent(4)
 
 
 def load(seq: int) -> ListsAt | None:
@@ -151,17 +143,10 @@ def load(seq: int) -> ListsAt | None:
     path = _prefixes_path(seq)
     try:
         stamp = _stamp(path)
-        with _cache_lock:
-            arrays = _loaded.get(stamp)
-            if arrays is not None:
-                _loaded.move_to_end(stamp)
+        arrays = _loaded.get(stamp)
         if arrays is None:
             with np.load(path) as data:
-                arrays = {name: data[name] for name in LISTS}
-            with _cache_lock:
-                _loaded[stamp] = arrays
-                while len(_loaded) > 4:
-                    _loaded.popitem(last=False)
+                arrays = _loaded.put(stamp, {name: data[name] for name in LISTS})
     except (FileNotFoundError, ValueError, OSError, KeyError):
         return None
     return ListsAt(seq, arrays, stamp)
@@ -197,7 +182,7 @@ def newest_lookup() -> dict[str, np.ndarray] | None:
     return found
 
 
-_lookups: OrderedDict[Stamp, dict[str, np.ndarray]] = OrderedDict()
+_lookups: Recent[Stamp, dict[str, np.ndarray]] = Recent(LOOKUPS_KEPT)
 
 
 def lookup(seq: int) -> dict[str, np.ndarray] | None:
@@ -208,10 +193,9 @@ def lookup(seq: int) -> dict[str, np.ndarray] | None:
         stamp = _stamp(_prefixes_path(seq))
     except OSError:
         return None
-    with _cache_lock:
-        found = _lookups.get(stamp)
-        if found is not None:
-            return found
+    found = _lookups.get(stamp)
+    if found is not None:
+        return found
     try:
         found = {
             f"{name}.{part}": np.load(_lookup_path(seq, name, part), mmap_mode="r")
@@ -220,11 +204,7 @@ def lookup(seq: int) -> dict[str, np.ndarray] | None:
         }
     except (FileNotFoundError, ValueError, OSError):
         return None
-    with _cache_lock:
-        _lookups[stamp] = found
-        while len(_lookups) > LOOKUPS_KEPT:
-            _lookups.popitem(last=False)
-    return found
+    return _lookups.put(stamp, found)
 
 
 def _read_rules() -> tuple[int, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
