@@ -9,6 +9,7 @@ import base64
 import errno
 import hashlib
 import logging
+import shutil
 import time
 
 import numpy as np
@@ -230,6 +231,30 @@ def test_a_full_disk_on_a_fresh_node_answers_503_not_an_empty_list(key, monkeypa
             assert_refused(response, status=503)
     # Logged once per endpoint, not per request.
     assert len([r for r in caplog.records if "No space left" in (r.exc_text or "")]) <= 2
+
+
+def test_a_fresh_node_whose_database_is_away_answers_503(key, monkeypatch):
+    from django.db import OperationalError
+
+    from urlguard.models import ChangeEvent
+
+    add_rule("phish.example/", category="phishing", source="test")
+    Client().get(f"{BASE}/threatLists", {"key": key})  # the key is trusted from here
+    shutil.rmtree(store_dir(), ignore_errors=True)  # nothing kept yet
+    prefixes._lookups.clear()
+    prefixes._newest.clear()
+
+    def away():
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(ChangeEvent.objects, "head", away)
+    message = wire.message("FetchThreatListUpdatesRequest")
+    message.list_update_requests.add(threat_type=PHISHING)
+    for path, data in (
+        ("threatListUpdates:fetch", message.SerializeToString()),
+        ("fullHashes:find", find_request([prefix("phish.example/")])),
+    ):
+        assert_refused(get_proto(Client(), key, path, data), status=503)
 
 
 def test_the_key_is_in_no_log_line_whatever_the_answer(key, monkeypatch, caplog):
