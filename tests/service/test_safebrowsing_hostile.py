@@ -257,6 +257,27 @@ def test_a_fresh_node_whose_database_is_away_answers_503(key, monkeypatch):
         assert_refused(get_proto(Client(), key, path, data), status=503)
 
 
+def test_an_export_that_fails_to_render_does_not_hold_the_lists_back(key, monkeypatch):
+    """An export's bug or its folder unwritable failed the pre-render's round before
+    the lists were prepared: browsers were served the old position for as long."""
+    from urlguard.exports import prerender
+    from urlguard.models import ChangeEvent
+
+    add_rule("phish.example/", category="phishing", source="test")
+
+    def broken(*args, **kwargs):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(prerender, "rendered", broken)
+    monkeypatch.setattr(prerender, "request", lambda: None)
+    add_rule("new.example/", category="phishing", source="test")
+    with pytest.raises(OSError):
+        prerender.render_all()
+    assert prefixes.load(ChangeEvent.objects.head()) is not None
+    (update,) = fetch_proto(Client(), key, [(PHISHING, b"", 2)]).list_update_responses
+    assert apply([], update) == sorted([prefix("phish.example/"), prefix("new.example/")])
+
+
 def test_the_key_is_in_no_log_line_whatever_the_answer(key, monkeypatch, caplog):
     """Every status these views answer, and a 500 from a bug, logged at DEBUG by
     every logger (django.request too)."""

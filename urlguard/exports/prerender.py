@@ -105,17 +105,20 @@ def render_all() -> list[Rendered]:
     """Render each export of EXPORTS_PRERENDER at the current position, unless it is
     rendered already: one round of the thread."""
     done = []
-    for name in conf.EXPORTS_PRERENDER:
-        export = get_export(name)
-        if export is None:
-            continue
-        try:
-            done.append(rendered(export, current_position()))
-        except RenderBusy as exc:
-            logger.warning("pre-rendering %s: %s; the next change retries", name, exc)
-    for job in AFTER_RENDERS:
-        try:
-            job()
-        except RenderBusy as exc:
-            logger.warning("preparing %s: %s; the next change retries", job.__qualname__, exc)
+    try:
+        for name in conf.EXPORTS_PRERENDER:
+            export = get_export(name)
+            if export is None:
+                continue
+            try:
+                done.append(rendered(export, current_position()))
+            except RenderBusy as exc:
+                logger.warning("pre-rendering %s: %s; the next change retries", name, exc)
+    finally:
+        # An export that failed must not hold back the other projections.
+        for job in AFTER_RENDERS:
+            try:
+                job()
+            except RenderBusy as exc:
+                logger.warning("preparing %s: %s; the next change retries", job.__qualname__, exc)
     return done
