@@ -106,8 +106,8 @@ def test_an_unknown_compression_or_platform_is_answered_raw_for_the_named_platfo
     add_rule("phish.example/", category="phishing", source="test")
     message = wire.message("FetchThreatListUpdatesRequest")
     one = message.list_update_requests.add(threat_type=PHISHING, platform_type=5)
-    # Compression 7 and a constraint of a size the client will not hold are not ours to
-    # refuse: a client that names none gets RAW, as the protocol's default.
+    # Compression 7 (no such type) leaves none named: RAW, the protocol's default. The
+    # size constraints (1 entry) are read, not enforced: no real client sets them.
     one.constraints.MergeFromString(b"\x20\x07\x08\x01\x10\x01")
     response = get_proto(Client(), key, "threatListUpdates:fetch", message.SerializeToString())
     assert response.status_code == 200
