@@ -12,7 +12,7 @@ import numpy as np
 
 from urlguard.conf import conf
 from urlguard.safebrowsing import wire
-from urlguard.safebrowsing.prefixes import newest_lookup
+from urlguard.safebrowsing.prefixes import LookupMissing, newest_lookup
 from urlguard.safebrowsing.threatlists import ANY_PLATFORM, URL, list_of_threat_type
 
 __all__ = ["MAX_ENTRIES", "find"]
@@ -26,7 +26,8 @@ def _duration(seconds: int) -> Any:
 
 
 def find(request: Any) -> tuple[Any, list[int]]:
-    """(the FindFullHashesResponse, the ids of the rules it matched)."""
+    """(the FindFullHashesResponse, the ids of the rules it matched); LookupMissing
+    where there is something to look up and no lookup to look in."""
     info = request.threat_info
     wanted: dict[str, list[int]] = {}
     for threat_type in info.threat_types:
@@ -35,15 +36,20 @@ def find(request: Any) -> tuple[Any, list[int]]:
             wanted[name].append(threat_type)
     entry_types = set(info.threat_entry_types) or {URL}
     platform = info.platform_types[0] if info.platform_types else ANY_PLATFORM
-    prefixes = [entry.hash for entry in info.threat_entries if 4 <= len(entry.hash) <= 32]
+    # 4 to 32 bytes each: the view refuses any other.
+    prefixes = [entry.hash for entry in info.threat_entries]
     response = wire.message(
         "FindFullHashesResponse",
         negative_cache_duration=_duration(conf.SAFEBROWSING_NEGATIVE_CACHE_DURATION),
         minimum_wait_duration=_duration(0),
     )
-    arrays = newest_lookup()
-    if not wanted or not prefixes or URL not in entry_types or arrays is None:
+    if not wanted or not prefixes or URL not in entry_types:
         return response, []
+    arrays = newest_lookup()
+    if arrays is None:
+        # No match would tell the client these hashes are clean for the negative
+        # cache duration; it keeps its copy and asks again on an error.
+        raise LookupMissing("no full-hash lookup is kept in the Safe Browsing folder")
     keys = np.array([int.from_bytes(p[:4], "big") for p in prefixes], dtype=np.uint32)
     cache = _duration(conf.SAFEBROWSING_CACHE_DURATION)
     matched: list[int] = []

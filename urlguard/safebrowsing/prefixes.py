@@ -14,7 +14,6 @@ import io
 import re
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +25,12 @@ from urlguard.conf import conf
 from urlguard.exports.projection import snapshot
 from urlguard.exports.render import RenderBusy, render_lock
 from urlguard.models import ChangeEvent, SpamRule
+from urlguard.safebrowsing.recent import Recent
 from urlguard.safebrowsing.threatlists import LISTS, list_of_category
 
 __all__ = [
     "ListsAt",
+    "LookupMissing",
     "PrepareBusy",
     "checksum",
     "kept_positions",
@@ -51,6 +52,10 @@ STALE_TEMP_AGE = 600.0
 
 class PrepareBusy(RenderBusy):
     """The list kept changing under every read."""
+
+
+class LookupMissing(FileNotFoundError):
+    """No kept position has its full-hash lookup (removed, or never written)."""
 
 
 def prefix_of(expression: str) -> int:
@@ -90,22 +95,14 @@ class ListsAt:
         return _checksum_cached(self.stamp, name, self.prefixes[name])
 
 
-_checksums: OrderedDict[tuple[Stamp, str], bytes] = OrderedDict()
-#: Guards this module's caches: a threaded worker's requests share them.
+_checksums: Recent[tuple[Stamp, str], bytes] = Recent(32)
+#: Guards the newest lookup's cache: a threaded worker's requests share it.
 _cache_lock = threading.Lock()
 
 
 def _checksum_cached(stamp: Stamp, name: str, prefixes: np.ndarray) -> bytes:
-    key = (stamp, name)
-    with _cache_lock:
-        found = _checksums.get(key)
-    if found is None:
-        found = checksum(prefixes)
-        with _cache_lock:
-            _checksums[key] = found
-            while len(_checksums) > 32:
-                _checksums.popitem(last=False)
-    return found
+    found = _checksums.get((stamp, name))
+    return found if found is not None else _checksums.put((stamp, name), checksum(prefixes))
 
 
 def _prefixes_path(seq: int) -> Path:
@@ -137,7 +134,7 @@ def kept_positions() -> list[int]:
     return [seq for _, seq in sorted(found)]
 
 
-_loaded: OrderedDict[Stamp, dict[str, np.ndarray]] = OrderedDict()
+_loaded: Recent[Stamp, dict[str, np.ndarray]] = Recent(4)
 
 
 def load(seq: int) -> ListsAt | None:
@@ -146,17 +143,10 @@ def load(seq: int) -> ListsAt | None:
     path = _prefixes_path(seq)
     try:
         stamp = _stamp(path)
-        with _cache_lock:
-            arrays = _loaded.get(stamp)
-            if arrays is not None:
-                _loaded.move_to_end(stamp)
+        arrays = _loaded.get(stamp)
         if arrays is None:
             with np.load(path) as data:
-                arrays = {name: data[name] for name in LISTS}
-            with _cache_lock:
-                _loaded[stamp] = arrays
-                while len(_loaded) > 4:
-                    _loaded.popitem(last=False)
+                arrays = _loaded.put(stamp, {name: data[name] for name in LISTS})
     except (FileNotFoundError, ValueError, OSError, KeyError):
         return None
     return ListsAt(seq, arrays, stamp)
@@ -192,7 +182,7 @@ def newest_lookup() -> dict[str, np.ndarray] | None:
     return found
 
 
-_lookups: OrderedDict[Stamp, dict[str, np.ndarray]] = OrderedDict()
+_lookups: Recent[Stamp, dict[str, np.ndarray]] = Recent(LOOKUPS_KEPT)
 
 
 def lookup(seq: int) -> dict[str, np.ndarray] | None:
@@ -203,10 +193,9 @@ def lookup(seq: int) -> dict[str, np.ndarray] | None:
         stamp = _stamp(_prefixes_path(seq))
     except OSError:
         return None
-    with _cache_lock:
-        found = _lookups.get(stamp)
-        if found is not None:
-            return found
+    found = _lookups.get(stamp)
+    if found is not None:
+        return found
     try:
         found = {
             f"{name}.{part}": np.load(_lookup_path(seq, name, part), mmap_mode="r")
@@ -215,11 +204,7 @@ def lookup(seq: int) -> dict[str, np.ndarray] | None:
         }
     except (FileNotFoundError, ValueError, OSError):
         return None
-    with _cache_lock:
-        _lookups[stamp] = found
-        while len(_lookups) > LOOKUPS_KEPT:
-            _lookups.popitem(last=False)
-    return found
+    return _lookups.put(stamp, found)
 
 
 def _read_rules() -> tuple[int, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
@@ -262,17 +247,17 @@ def _npy(array: np.ndarray) -> bytes:
 def prepare() -> ListsAt:
     """The lists at the current position, read and written unless kept already."""
     head = ChangeEvent.objects.head()
-    kept = load(head)
+    kept = _complete(head)
     if kept is not None:
         return kept
     directory = store_dir()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     with render_lock(directory, wait=True):
-        kept = load(head)
+        kept = _complete(head)
         if kept is not None:
             return kept
         seq, rules = _read_rules()
-        kept = load(seq)
+        kept = _complete(seq)
         if kept is not None:
             return kept
         unique: dict[str, np.ndarray] = {}
@@ -288,6 +273,13 @@ def prepare() -> ListsAt:
         result = load(seq)
         assert result is not None
         return result
+
+
+def _complete(seq: int) -> ListsAt | None:
+    """The lists kept at `seq` if its lookup is kept too: fullHashes:find answers from
+    the newest position's, so one whose lookup was lost is written again."""
+    kept = load(seq)
+    return kept if kept is not None and lookup(seq) is not None else None
 
 
 def prune() -> None:

@@ -8,8 +8,6 @@ the checksum of the list after the update."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import numpy as np
 
 from urlguard.safebrowsing import rice, wire
 from urlguard.safebrowsing.prefixes import ListsAt, Stamp, checksum, load, store_dir
+from urlguard.safebrowsing.recent import Recent
 from urlguard.safebrowsing.threatlists import ANY_PLATFORM, URL, list_of_threat_type
 
 __all__ = [
@@ -106,8 +105,7 @@ def full_set_path(seq: int, name: str) -> Path:
     return store_dir() / f"{seq}.{name}.rice.pb"
 
 
-_full_sets: OrderedDict[tuple[Stamp, str], bytes] = OrderedDict()
-_full_sets_lock = threading.Lock()
+_full_sets: Recent[tuple[Stamp, str], bytes] = Recent(6)
 
 
 def full_set(lists: ListsAt, name: str) -> bytes:
@@ -115,8 +113,7 @@ def full_set(lists: ListsAt, name: str) -> bytes:
     ThreatEntrySet: the file prepared with the position (urlguard.safebrowsing.prepared),
     or made now where it is missing."""
     key = (lists.stamp, name)
-    with _full_sets_lock:
-        found = _full_sets.get(key)
+    found = _full_sets.get(key)
     if found is not None:
         return found
     path = full_set_path(lists.seq, name)
@@ -124,11 +121,7 @@ def full_set(lists: ListsAt, name: str) -> bytes:
         found = path.read_bytes()
     except FileNotFoundError:
         found = hash_set(lists.prefixes[name], RICE).SerializeToString()
-    with _full_sets_lock:
-        _full_sets[key] = found
-        while len(_full_sets) > 6:
-            _full_sets.popitem(last=False)
-    return found
+    return _full_sets.put(key, found)
 
 
 def diff(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

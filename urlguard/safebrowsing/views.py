@@ -22,6 +22,7 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -30,16 +31,26 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from urlguard.conf import conf
+from urlguard.exports import prerender
 from urlguard.exports.render import RenderBusy
 from urlguard.hotpath import hitlog
 from urlguard.hotpath.unavailable import OUTAGE_ERRORS, log_outage
 from urlguard.operations import apikeys
 from urlguard.runtime import metrics
+from urlguard.runtime.ratelimitedlog import RateLimitedLog
 from urlguard.runtime.ratelimits import Limited, limited, per_client
 from urlguard.safebrowsing import fullhashes, prefixes, prepared, updates, wire
-from urlguard.safebrowsing.threatlists import ANY_PLATFORM, LISTS, URL, threat_type_of
+from urlguard.safebrowsing.threatlists import (
+    ANY_PLATFORM,
+    LISTS,
+    URL,
+    list_of_threat_type,
+    threat_type_of,
+)
 
 logger = logging.getLogger(__name__)
+# A full disk or lost files fail every request alike: one line a minute says so.
+_log_failure = RateLimitedLog(logger, suppressed="more requests failed since the last such line")
 
 __all__ = ["full_hashes", "threat_list_updates", "threat_lists"]
 
@@ -47,6 +58,9 @@ __all__ = ["full_hashes", "threat_list_updates", "threat_lists"]
 MAX_REQUEST_BYTES = 64 * 1024
 #: Lists one update request may ask for.
 MAX_LIST_REQUESTS = 32
+#: Times one served list may be asked for in one request: each answer may be the whole
+#: list, and Firefox reads SOCIAL_ENGINEERING for two of its tables.
+MAX_ASKS_PER_LIST = 2
 PROTOBUF = "application/x-protobuf"
 _STATUS = {
     400: "INVALID_ARGUMENT",
@@ -58,6 +72,7 @@ _STATUS = {
     503: "UNAVAILABLE",
 }
 _CLIENT = re.compile(r"[^A-Za-z0-9._-]")
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
 
 
 class _Refused(Exception):
@@ -136,6 +151,9 @@ def _body(request: HttpRequest) -> bytes:
             raise _Refused(413, f"$req is larger than {MAX_REQUEST_BYTES} bytes")
         # A "+" of plain base64 arrives as a space in a query string.
         text = text.replace(" ", "+").replace("+", "-").replace("/", "_").rstrip("=")
+        # The decoder skips any other character: "@@@@" would be an empty request.
+        if not _BASE64URL.fullmatch(text):
+            raise _Refused(400, "$req is not base64url")
         try:
             return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         except (binascii.Error, ValueError):
@@ -193,7 +211,7 @@ def _serve(
         if isinstance(exc, OUTAGE_ERRORS):
             log_outage(request, exc)
         else:
-            logger.error("safebrowsing: %s failed", method, exc_info=exc)
+            _log_failure(method, logging.ERROR, "safebrowsing: %s failed", method, exc_info=True)
         metrics.safebrowsing_request(method, "", 503)
         response = _error(
             503, "the lists could not be read; try again shortly", **{"Retry-After": "30"}
@@ -206,6 +224,12 @@ def _fetch(request: HttpRequest, key: Any) -> HttpResponse:
     message = _decode(request, "FetchThreatListUpdatesRequest")
     if len(message.list_update_requests) > MAX_LIST_REQUESTS:
         raise _Refused(413, f"at most {MAX_LIST_REQUESTS} lists in one request")
+    asked = Counter(list_of_threat_type(one.threat_type) for one in message.list_update_requests)
+    for name, times in asked.items():
+        if name is not None and times > MAX_ASKS_PER_LIST:
+            raise _Refused(
+                400, f"the {name} list is asked for {times} times; at most {MAX_ASKS_PER_LIST}"
+            )
     lists = prepared.current()
     response = wire.message(
         "FetchThreatListUpdatesResponse",
@@ -223,9 +247,16 @@ def _find(request: HttpRequest, key: Any) -> HttpResponse:
     message = _decode(request, "FindFullHashesRequest")
     if len(message.threat_info.threat_entries) > fullhashes.MAX_ENTRIES:
         raise _Refused(413, f"at most {fullhashes.MAX_ENTRIES} hashes in one request")
+    for entry in message.threat_info.threat_entries:
+        if not 4 <= len(entry.hash) <= 32:
+            raise _Refused(400, f"a hash prefix is 4 to 32 bytes, not {len(entry.hash)}")
     if prefixes.newest_lookup() is None:
         prepared.current()  # a node that keeps no lists yet reads them, once
-    response, matched = fullhashes.find(message)
+    try:
+        response, matched = fullhashes.find(message)
+    except prefixes.LookupMissing:
+        prerender.request()  # its next round writes the head's lookup again
+        raise
     client = _client_label(message.client)
     metrics.safebrowsing_request("fullhash", client, 200)
     for rule_id in matched:
