@@ -271,7 +271,7 @@ def test_an_export_that_fails_to_render_does_not_hold_the_lists_back(key, monkey
     monkeypatch.setattr(prerender, "rendered", broken)
     monkeypatch.setattr(prerender, "request", lambda: None)
     add_rule("new.example/", category="phishing", source="test")
-    with pytest.raises(OSError):
+    with pytest.raises(prerender.PrerenderFailed):
         prerender.render_all()
     assert prefixes.load(ChangeEvent.objects.head()) is not None
     (update,) = fetch_proto(Client(), key, [(PHISHING, b"", 2)]).list_update_responses

@@ -207,7 +207,7 @@ def _serve(
     except _Refused as refused:
         metrics.safebrowsing_request(method, "", refused.status)
         return _error(refused.status, str(refused), **refused.headers)
-    except (DatabaseError, RenderBusy, OSError) as exc:
+    except (DatabaseError, RenderBusy, OSError, prerender.PrerenderFailed) as exc:
         if isinstance(exc, OUTAGE_ERRORS):
             log_outage(request, exc)
         else:
