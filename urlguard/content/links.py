@@ -3,9 +3,12 @@ in a post, a comment or a profile, as a site that linkifies text would render it
 
 The scan is linkify-it-py's (the parser markdown-it uses): full URLs in any letter
 case, `www.` hosts, bare hosts with a path, IP addresses, IDN hosts, links inside
-parentheses and before punctuation. A bare host counts on every top-level domain of
-the public suffix list publicsuffixlist ships (`.top`, `.xyz`, `.click`, `.рф` ...),
-not on the linkifier's short default list, which leaves out the ones spammers buy.
+parentheses and before punctuation. The text is read as the browser reads a host
+(IDNA's other full stops are dots, the code points it ignores are dropped), so
+"http://evil\u3002top/" is found as the link to evil.top it is. A bare host counts on
+every top-level domain of the public suffix list publicsuffixlist ships (`.top`,
+`.xyz`, `.click`, `.рф` ...), not on the linkifier's short default list, which leaves
+out the ones spammers buy.
 Text over CONTENT_MAX_CHARS is refused before any scan (TextTooLong), which bounds the
 work one text can ask for: the scan is linear in the text.
 
@@ -31,6 +34,23 @@ __all__ = ["TextTooLong", "find_links", "top_level_domains"]
 _WEB = ("http://", "https://")
 # A word that may hold a link: a host's dot between two word characters, or "//".
 _MAY_LINK = re.compile(r"\w\.\w|//")
+# What the browser's URL parser maps away in a host (UTS 46): IDNA's other full stops
+# are dots, and the code points it ignores (soft hyphen, zero-width space, variation
+# selectors ...) are dropped. Django's urlize links "www.evil\u3002top" and Chromium
+# follows it to www.evil.top, so the scan reads the text as the host will be read.
+_IGNORED = "\u00ad\u034f\u180b\u180c\u180d\u180f\u200b\u2060\u2064\ufeff"
+_IGNORED_RANGES = ((0xFE00, 0xFE0F), (0x1BCA0, 0x1BCA3), (0xE0100, 0xE01EF))
+_AS_THE_HOST_READS = {
+    **dict.fromkeys(map(ord, "\u3002\uff0e\uff61"), "."),
+    **dict.fromkeys(map(ord, _IGNORED)),
+    **dict.fromkeys(c for low, high in _IGNORED_RANGES for c in range(low, high + 1)),
+}
+_MAPPED_AWAY = re.compile(
+    "[\u3002\uff0e\uff61"
+    + _IGNORED
+    + "".join(f"{chr(low)}-{chr(high)}" for low, high in _IGNORED_RANGES)
+    + "]"
+)
 
 
 class TextTooLong(ValueError):
@@ -112,6 +132,8 @@ def find_links(text: str) -> list[str]:
     most = conf.CONTENT_MAX_CHARS
     if len(text) > most:
         raise TextTooLong(len(text), most)
+    if _MAPPED_AWAY.search(text):
+        text = text.translate(_AS_THE_HOST_READS)
     words = [word for word in text.split() if _MAY_LINK.search(word)]
     if not words:
         return []
