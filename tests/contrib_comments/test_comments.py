@@ -80,6 +80,23 @@ def test_a_comment_made_in_code_is_held_too(article):
     assert not HeldComment.objects.exists()
 
 
+def test_a_published_comment_edited_to_link_a_listed_url_is_held(article):
+    comment = Comment.objects.create(
+        content_object=article, site=Site.objects.get_current(), comment="Nice post."
+    )
+    assert comment.is_public is True
+    comment.comment = "Nice post. Update: cheap meds at pills.top/now"
+    comment.save()
+    comment.refresh_from_db()
+    assert comment.is_public is False
+    assert "links to http://pills.top/now" in HeldComment.objects.get().reason
+    # Approved as it stands, it stays published: only a change of its text is checked.
+    comment.is_public = True
+    comment.save()
+    comment.refresh_from_db()
+    assert comment.is_public is True
+
+
 def test_a_comment_that_cannot_be_checked_waits_for_a_moderator(article, use_guard):
     use_guard(Guard(lambda: None, on_filter_error="closed"))
     comment = Comment.objects.create(

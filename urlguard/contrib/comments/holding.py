@@ -1,6 +1,6 @@
-"""The hold: before a new public comment is saved, its text is checked
-(urlguard.content.check_text); one with a listed link, or one that could not be
-checked, is saved not public, and after the save the reason is recorded
+"""The hold: before a public comment is saved, new or with its text changed, its text
+is checked (urlguard.content.check_text); one with a listed link, or one that could
+not be checked, is saved not public, and after the save the reason is recorded
 (HeldComment). Posting never fails for it: at worst the comment waits for a moderator."""
 
 from __future__ import annotations
@@ -43,9 +43,15 @@ def hold_reason(text: str, *, where: str) -> str:
 
 
 def hold_if_listed(sender: type[models.Model], instance: Any, raw: bool = False, **kwargs: Any):
-    """pre_save of the comment model: a new public comment with a listed link is held."""
-    if raw or not instance._state.adding or not getattr(instance, "is_public", False):
+    """pre_save of the comment model: a public comment with a listed link is held when
+    it is new or its text changed (an edit after publication); one a moderator
+    approved as it stands is not held again."""
+    if raw or not getattr(instance, "is_public", False):
         return
+    if not instance._state.adding:
+        saved = sender._default_manager.filter(pk=instance.pk).values_list("comment", flat=True)
+        if list(saved) == [instance.comment]:
+            return
     on = (
         ContentType.objects.get_for_id(instance.content_type_id) if instance.content_type_id else ""
     )
@@ -58,7 +64,7 @@ def hold_if_listed(sender: type[models.Model], instance: Any, raw: bool = False,
 def record_hold(sender: type[models.Model], instance: Any, created: bool = False, **kwargs: Any):
     """post_save of the comment model: the reason of a hold, kept for the admin."""
     reason = getattr(instance, _REASON, "")
-    if not created or not reason:
+    if not reason:
         return
     delattr(instance, _REASON)
     HeldComment.objects.update_or_create(
