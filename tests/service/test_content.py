@@ -70,6 +70,9 @@ BROWSER_MAPPED_HOSTS = [
     "evil\u200b.com/x",
     "www.evil\u00ad.top",
     "see http://\uff45\uff56\uff49\uff4c\uff0e\uff54\uff4f\uff50/x now",
+    "http://e%76il.top/x",
+    "www.e%76il.top/x",
+    "http://evil%E3%80%82top/x",
 ]
 
 
@@ -77,6 +80,14 @@ BROWSER_MAPPED_HOSTS = [
 def test_a_host_spelled_with_what_the_browser_maps_away_is_found(text):
     [link] = find_links(text)
     assert urlsplit(browser_url(link)).hostname in ("evil.top", "www.evil.top", "evil.com"), link
+
+
+def test_an_escaped_host_in_html_or_markdown_source_is_found_as_the_browser_reads_it():
+    # Chromium follows each href to evil.top; the scan found "http://65vil.top/x".
+    for text in ['<a href="http://%65vil.top/x">x</a>', "[x](http://%65%76il.top/x)"]:
+        assert find_links(text) == ["http://evil.top/x"]
+    # Escapes of what no host holds stay as written.
+    assert find_links("http://a.example/%20%2F%3F%25/x") == ["http://a.example/%20%2F%3F%25/x"]
 
 
 def test_every_top_level_domain_of_the_public_suffix_list_counts():
@@ -114,6 +125,8 @@ HOSTILE = {
     "a 1 MB host": "http://" + "a." * 500_000 + "com/",
     "100,000 links": "a.top/ " * 100_000,
     "schemes back to back": "http://" * 100_000,
+    "100,000 escapes in a host": "http://" + "%65" * 100_000 + ".top/",
+    "100,000 zero-width spaces": "http://e" + "\u200b" * 100_000 + "vil.top/",
 }
 
 

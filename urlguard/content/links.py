@@ -4,11 +4,12 @@ in a post, a comment or a profile, as a site that linkifies text would render it
 The scan is linkify-it-py's (the parser markdown-it uses): full URLs in any letter
 case, `www.` hosts, bare hosts with a path, IP addresses, IDN hosts, links inside
 parentheses and before punctuation. The text is read as the browser reads a host
-(IDNA's other full stops are dots, the code points it ignores are dropped), so
-"http://evil\u3002top/" is found as the link to evil.top it is. A bare host counts on
-every top-level domain of the public suffix list publicsuffixlist ships (`.top`,
-`.xyz`, `.click`, `.рф` ...), not on the linkifier's short default list, which leaves
-out the ones spammers buy.
+(escapes of a host's characters unescaped, IDNA's other full stops as dots, the code
+points it ignores dropped), so "http://evil\u3002top/" and "http://e%76il.top/" are
+found as the links to evil.top they are. A bare host counts on every top-level
+domain of the public suffix list publicsuffixlist ships (`.top`, `.xyz`, `.click`,
+`.рф` ...), not on the linkifier's short default list, which leaves out the ones
+spammers buy.
 Text over CONTENT_MAX_CHARS is refused before any scan (TextTooLong), which bounds the
 work one text can ask for: the scan is linear in the text.
 
@@ -45,6 +46,23 @@ _AS_THE_HOST_READS = {
     **dict.fromkeys(map(ord, _IGNORED)),
     **dict.fromkeys(c for low, high in _IGNORED_RANGES for c in range(low, high + 1)),
 }
+# A run of escapes; those of what a host name holds (letters, digits, "-", ".", any
+# non-ASCII) are read unescaped, as the browser reads a host and urlize writes one:
+# "http://e%76il.top/" leads to evil.top. The guard's canonical form unescapes them
+# in a path too, so unescaping one there changes no verdict.
+_ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    try:
+        text = bytes.fromhex(match.group().replace("%", "")).decode("utf-8")
+    except UnicodeDecodeError:
+        return match.group()
+    if all(c.isalnum() or c in "-." if c.isascii() else not c.isspace() for c in text):
+        return text
+    return match.group()
+
+
 _MAPPED_AWAY = re.compile(
     "[\u3002\uff0e\uff61"
     + _IGNORED
@@ -132,6 +150,8 @@ def find_links(text: str) -> list[str]:
     most = conf.CONTENT_MAX_CHARS
     if len(text) > most:
         raise TextTooLong(len(text), most)
+    if "%" in text:
+        text = _ESCAPES.sub(_unescaped, text)
     if _MAPPED_AWAY.search(text):
         text = text.translate(_AS_THE_HOST_READS)
     words = [word for word in text.split() if _MAY_LINK.search(word)]
