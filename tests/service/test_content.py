@@ -90,6 +90,14 @@ def test_an_escaped_host_in_html_or_markdown_source_is_found_as_the_browser_read
     assert find_links("http://a.example/%20%2F%3F%25/x") == ["http://a.example/%20%2F%3F%25/x"]
 
 
+@pytest.mark.parametrize(
+    "text", ["[x](http:evil.top/x)", '<a href="https:/evil.top/x">x</a>', "HTTP:\\evil.top/x"]
+)
+def test_a_web_scheme_without_its_slashes_is_a_link(text):
+    # On a page of the other scheme Chromium follows each to evil.top.
+    assert [urlsplit(link).hostname for link in find_links(text)] == ["evil.top"]
+
+
 def test_every_top_level_domain_of_the_public_suffix_list_counts():
     tlds = set(top_level_domains())
     assert {"top", "xyz", "click", "com", "uk", "рф", "xn--p1ai"} <= tlds and len(tlds) > 1400
@@ -125,6 +133,7 @@ HOSTILE = {
     "a 1 MB host": "http://" + "a." * 500_000 + "com/",
     "100,000 links": "a.top/ " * 100_000,
     "schemes back to back": "http://" * 100_000,
+    "schemes without slashes": "http:" * 100_000,
     "100,000 escapes in a host": "http://" + "%65" * 100_000 + ".top/",
     "100,000 zero-width spaces": "http://e" + "\u200b" * 100_000 + "vil.top/",
 }

@@ -5,11 +5,11 @@ The scan is linkify-it-py's (the parser markdown-it uses): full URLs in any lett
 case, `www.` hosts, bare hosts with a path, IP addresses, IDN hosts, links inside
 parentheses and before punctuation. The text is read as the browser reads a host
 (escapes of a host's characters unescaped, IDNA's other full stops as dots, the code
-points it ignores dropped), so "http://evil\u3002top/" and "http://e%76il.top/" are
-found as the links to evil.top they are. A bare host counts on every top-level
-domain of the public suffix list publicsuffixlist ships (`.top`, `.xyz`, `.click`,
-`.рф` ...), not on the linkifier's short default list, which leaves out the ones
-spammers buy.
+points it ignores dropped, "http:host" as "http://host"), so "http://evil\u3002top/"
+and "http://e%76il.top/" are found as the links to evil.top they are. A bare host
+counts on every top-level domain of the public suffix list publicsuffixlist ships
+(`.top`, `.xyz`, `.click`, `.рф` ...), not on the linkifier's short default list,
+which leaves out the ones spammers buy.
 Text over CONTENT_MAX_CHARS is refused before any scan (TextTooLong), which bounds the
 work one text can ask for: the scan is linear in the text.
 
@@ -62,6 +62,10 @@ def _unescaped(match: re.Match[str]) -> str:
         return text
     return match.group()
 
+
+# "http:evil.top/" and "https:/evil.top/": on a page of the other scheme the browser
+# reads a host after them (urlguard.hotpath.hrefs), so they are read with "//".
+_SCHEME_WITHOUT_SLASHES = re.compile(r"\b(https?):/?(?=[^/\\\s])", re.IGNORECASE)
 
 _MAPPED_AWAY = re.compile(
     "[\u3002\uff0e\uff61"
@@ -152,6 +156,7 @@ def find_links(text: str) -> list[str]:
         raise TextTooLong(len(text), most)
     if "%" in text:
         text = _ESCAPES.sub(_unescaped, text)
+    text = _SCHEME_WITHOUT_SLASHES.sub(r"\1://", text)
     if _MAPPED_AWAY.search(text):
         text = text.translate(_AS_THE_HOST_READS)
     words = [word for word in text.split() if _MAY_LINK.search(word)]
