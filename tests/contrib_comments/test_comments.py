@@ -37,13 +37,13 @@ def article(build_filter):
     return get_user_model().objects.create(username="author")
 
 
-def post_comment(client, target, text):
+def post_comment(client, target, text, url=""):
     form = django_comments.get_form()(target)
     data = {
         **form.generate_security_data(),
         "name": "Visitor",
         "email": "visitor@example.com",
-        "url": "",
+        "url": url,
         "comment": text,
         "honeypot": "",
     }
@@ -60,6 +60,14 @@ def test_a_comment_with_a_listed_link_is_held_with_its_reason(client, article):
     assert hold.reason == ("links to http://www.PILLS.top/deal, listed as Spam (rule pills.top/)")
     stats.flush()
     assert list(HitEvent.objects.values_list("action", "host")) == [("text", "www.pills.top")]
+
+
+def test_a_comment_whose_website_is_listed_is_held(client, article):
+    # The form's "url" (the commenter's website) is shown as a link by most sites.
+    response = post_comment(client, article, "Nice article, thanks.", url="http://pills.top/win")
+    assert response.status_code == 302
+    assert Comment.objects.get().is_public is False
+    assert "links to http://pills.top/win" in HeldComment.objects.get().reason
 
 
 def test_a_clean_comment_is_published_as_before(client, article):
