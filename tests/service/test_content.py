@@ -90,6 +90,13 @@ def test_an_escaped_host_in_html_or_markdown_source_is_found_as_the_browser_read
     assert find_links("http://a.example/%20%2F%3F%25/x") == ["http://a.example/%20%2F%3F%25/x"]
 
 
+def test_a_host_written_with_character_references_in_html_or_markdown_is_found():
+    # HTML and CommonMark decode them before the URL is read: Chromium goes to
+    # evil.top; the scan found "http://vil.top/x" and "http://evil".
+    for text in ['<a href="http://&#101;vil.top/x">x</a>', "[x](http://evil&#46;top/x)"]:
+        assert find_links(text) == ["http://evil.top/x"]
+
+
 @pytest.mark.parametrize(
     "text", ["[x](http:evil.top/x)", '<a href="https:/evil.top/x">x</a>', "HTTP:\\evil.top/x"]
 )
@@ -134,6 +141,7 @@ HOSTILE = {
     "100,000 links": "a.top/ " * 100_000,
     "schemes back to back": "http://" * 100_000,
     "schemes without slashes": "http:" * 100_000,
+    "character references": "http://" + "&#101;" * 100_000 + ".top/ " + "&" * 100_000,
     "100,000 escapes in a host": "http://" + "%65" * 100_000 + ".top/",
     "100,000 zero-width spaces": "http://e" + "\u200b" * 100_000 + "vil.top/",
 }

@@ -3,11 +3,12 @@ in a post, a comment or a profile, as a site that linkifies text would render it
 
 The scan is linkify-it-py's (the parser markdown-it uses): full URLs in any letter
 case, `www.` hosts, bare hosts with a path, IP addresses, IDN hosts, links inside
-parentheses and before punctuation. The text is read as the browser reads a host
-(escapes of a host's characters unescaped, IDNA's other full stops as dots, the code
-points it ignores dropped, "http:host" as "http://host"), so "http://evil\u3002top/"
-and "http://e%76il.top/" are found as the links to evil.top they are. A bare host
-counts on every top-level domain of the public suffix list publicsuffixlist ships
+parentheses and before punctuation. The text is read as the browser reads a link
+in HTML source and its host (character references decoded, escapes of a host's
+characters unescaped, IDNA's other full stops as dots, the code points it ignores
+dropped, "http:host" as "http://host"), so "http://evil\u3002top/" and
+"http://e%76il.top/" are found as the links to evil.top they are. A bare host counts
+on every top-level domain of the public suffix list publicsuffixlist ships
 (`.top`, `.xyz`, `.click`, `.рф` ...), not on the linkifier's short default list,
 which leaves out the ones spammers buy.
 Text over CONTENT_MAX_CHARS is refused before any scan (TextTooLong), which bounds the
@@ -23,6 +24,7 @@ turn."""
 from __future__ import annotations
 
 import functools
+import html
 import re
 from pathlib import Path
 
@@ -154,6 +156,8 @@ def find_links(text: str) -> list[str]:
     most = conf.CONTENT_MAX_CHARS
     if len(text) > most:
         raise TextTooLong(len(text), most)
+    if "&" in text:  # HTML and Markdown source: the browser reads the decoded URL
+        text = html.unescape(text)
     if "%" in text:
         text = _ESCAPES.sub(_unescaped, text)
     text = _SCHEME_WITHOUT_SLASHES.sub(r"\1://", text)
