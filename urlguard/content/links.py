@@ -164,7 +164,7 @@ def find_links(text: str) -> list[str]:
     if "%" in text:
         text = _ESCAPES.sub(_unescaped, text)
     text = _SCHEME_WITHOUT_SLASHES.sub("://", text)
-    if _MAPPED_AWAY.search(text):
+    if not text.isascii() and _MAPPED_AWAY.search(text):  # isascii: a flag, no scan
         text = text.translate(_AS_THE_HOST_READS)
     words = [word for word in text.split() if _MAY_LINK.search(word)]
     if not words:
