@@ -95,6 +95,8 @@ def test_a_host_written_with_character_references_in_html_or_markdown_is_found()
     # evil.top; the scan found "http://vil.top/x" and "http://evil".
     for text in ['<a href="http://&#101;vil.top/x">x</a>', "[x](http://evil&#46;top/x)"]:
         assert find_links(text) == ["http://evil.top/x"]
+    # A name without its ";" is no reference in an attribute: the query stays as written.
+    assert find_links("http://a.example/?a=1&para=2&amp;b") == ["http://a.example/?a=1&para=2&b"]
 
 
 @pytest.mark.parametrize(

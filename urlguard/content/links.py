@@ -48,6 +48,9 @@ _AS_THE_HOST_READS = {
     **dict.fromkeys(map(ord, _IGNORED)),
     **dict.fromkeys(c for low, high in _IGNORED_RANGES for c in range(low, high + 1)),
 }
+# A character reference as an HTML attribute decodes it: a numeric one, or a named
+# one with its ";" ("&para=2" in a query stays as written).
+_REFERENCE = re.compile(r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[A-Za-z][A-Za-z0-9]*;)")
 # A run of escapes; those of what a host name holds (letters, digits, "-", ".", any
 # non-ASCII) are read unescaped, as the browser reads a host and urlize writes one:
 # "http://e%76il.top/" leads to evil.top. The guard's canonical form unescapes them
@@ -160,7 +163,7 @@ def find_links(text: str) -> list[str]:
     if len(text) > most:
         raise TextTooLong(len(text), most)
     if "&" in text:  # HTML and Markdown source: the browser reads the decoded URL
-        text = html.unescape(text)
+        text = _REFERENCE.sub(lambda m: html.unescape(m.group()), text)
     if "%" in text:
         text = _ESCAPES.sub(_unescaped, text)
     text = _SCHEME_WITHOUT_SLASHES.sub("://", text)
