@@ -82,19 +82,14 @@ def main() -> None:
             clear.write("5")
         started = time.perf_counter()
         with feed.open("rb") as body:
-            staged = staging.stage(
-                body,
-                source,
-                RefreshResult(source="bench"),
-                lambda fmt, known=remembered: (known, listed),
-            )
+            staged = staging.stage(body, source, RefreshResult(source="bench"), remembered, listed)
         read_peak = status("VmHWM")
         staged.resolve(protected, RefreshResult(source="bench"))
         resolve_peak = status("VmHWM")
         staged.remember(source.pk, "bench", remembered)
         remember_peak = status("VmHWM")
         del remembered
-        gone = int((~staging.member(listed, staged.unique_keys)).sum())
+        gone = len(staged.diff(listed).gone)
         churn_s = time.perf_counter() - started
         load = os.getloadavg()
         print(f"{n:,} entries; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

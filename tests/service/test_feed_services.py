@@ -20,7 +20,7 @@ from urlguard.feeds import listing
 from urlguard.feeds.tasks import refresh_feed
 from urlguard.models import RuleSource, Source, SpamRule
 from urlguard.nodesync import registry
-from urlguard.writepath import bulkload, changes
+from urlguard.writepath import bulkload, changes, listings
 
 
 def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):  # noqa: F811
@@ -246,7 +246,7 @@ def test_the_rule_ids_of_many_keys_are_one_statement(services_available, nudges,
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    monkeypatch.setattr(listing, "_BATCH", 100)
+    monkeypatch.setattr(listings, "_BATCH", 100)
     source = Source.objects.create(name="ids", kind=Source.Kind.FEED, url="file:///dev/null")
     changes.add_rules([f"h{i}.example" for i in range(3000)], source=source)
     rows = dict(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))

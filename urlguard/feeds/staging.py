@@ -10,6 +10,8 @@ from __future__ import annotations
 import tempfile
 from array import array
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import mmh3
@@ -24,11 +26,22 @@ from urlguard.writepath import allowlist
 from urlguard.writepath.rulelists import pending_entry
 from urlguard.writepath.rules import RuleError, normalize_rule, plain_expressions
 
-__all__ = ["Staged", "member", "sorted_unique", "stage"]
+__all__ = ["Diff", "Opened", "Staged", "member", "opened", "sorted_unique", "stage"]
 
 # Units read from the spool together, and the most bytes such a read may span.
 _SPAN_UNITS = 1 << 14
 _SPAN_BYTES = 1 << 23
+
+
+@dataclass
+class Diff:
+    """A body against what its source lists: `new` marks the entries to list (one
+    per key the source lacks), `count` of them; `gone`: the listed keys the body no
+    longer has, sorted."""
+
+    new: np.ndarray
+    count: int
+    gone: np.ndarray
 
 
 class Staged:
@@ -385,6 +398,20 @@ class Staged:
         """The keys of the entries resolve() normalized (numbered from `known`)."""
         return self.keys[self.known :]
 
+    def diff(self, listed: np.ndarray) -> Diff:
+        """The entries new to a source that lists `listed` (keys, sorted), and the
+        keys it lists that this body no longer has. After resolve()."""
+        # The first entry of each key the source does not list yet: one resolve()
+        # normalized (a unit resolved from the memo is of a listed rule).
+        fresh = self.known + np.flatnonzero(~member(self.new_keys(), listed))
+        if len(self.unique_keys) == len(self.keys):  # no key twice: each is its first
+            first = np.arange(len(fresh))
+        else:
+            _, first = np.unique(self.keys[fresh], return_index=True)
+        new = np.zeros(len(self.keys), dtype=bool)
+        new[fresh[first]] = True
+        return Diff(new, len(first), listed[~member(listed, self.unique_keys)])
+
     def remember(self, source_id: int, stamp: str, remembered: memo.Memo | None) -> None:
         """Save, as the source's memo, the key of every unit that gave one entry: the
         known units' entries of `remembered` (the memo they were found in) kept as
@@ -484,45 +511,64 @@ def _too_long(max_line: int) -> str:
 _COMMENTS = {"urls": "#", "hosts": "#", "adblock": "!"}
 
 
-def stage(
-    body: Any,
-    source: Source,
-    result: RefreshResult,
-    prepare: Callable[[str], tuple[memo.Memo | None, np.ndarray]] | None = None,
-) -> Staged:
-    """Read `body` into a Staged. `prepare(format)`, called once the format is known
-    and before any entry is read, gives the source's memo (None: none usable) and
-    the keys it lists now (sorted): the units these resolve are resolved as read."""
-    max_line, max_units = conf.FEED_MAX_LINE, conf.FEED_MAX_ENTRIES
-    with open_text(body, limit=conf.FEED_MAX_BYTES, max_line=max_line) as text:
+@dataclass
+class Opened:
+    """A body opened for reading: its format (sniffed, or the source's) and its text."""
+
+    format: str
+    text: Any
+
+
+@contextmanager
+def opened(body: Any, source: Source, result: RefreshResult) -> Iterator[Opened]:
+    """`body` decoded (bounded by FEED_MAX_BYTES and FEED_MAX_LINE) and its format
+    known, before any entry is read: the format says which memo to read."""
+    with open_text(body, limit=conf.FEED_MAX_BYTES, max_line=conf.FEED_MAX_LINE) as text:
         fmt, stream = formats.sniff(text, source.format)  # type: ignore[arg-type]
         result.format = fmt
-        remembered, listed = prepare(fmt) if prepare is not None else (None, None)
-        staged = Staged(fmt, source.category, remembered, listed)
-        try:
-            if staged.by_line:
-                comments = _COMMENTS.get(fmt, "")
-                for first, block in line_blocks(stream, _BLOCK):
-                    staged.add_block(
-                        first,
-                        block,
-                        comments=comments,
-                        max_line=max_line,
-                        max_units=max_units,
-                        refuse=lambda lineno, raw, reason: refuse(result, lineno, raw, reason),
-                    )
-            else:
-                _, entries = formats.parse(stream, fmt, source.category, make=pending_entry)  # type: ignore[arg-type]
-                for parsed in entries:
-                    if parsed.error is not None:
-                        refuse(result, parsed.lineno, parsed.raw, parsed.error)
-                    elif parsed.token is not None:
-                        category = parsed.category or source.category
-                        staged.add_entry(parsed.token, category, parsed.lineno, max_units=max_units)
-            staged.finish()
-        except BaseException:
-            staged.close()
-            raise
+        yield Opened(fmt, stream)
+
+
+def stage(
+    body: Opened | Any,
+    source: Source,
+    result: RefreshResult,
+    remembered: memo.Memo | None = None,
+    listed: np.ndarray | None = None,
+) -> Staged:
+    """Read `body` (Opened, or a body not opened yet) into a Staged. `remembered`:
+    the source's memo (None: none usable) and `listed`: the keys it lists now
+    (sorted): the units these resolve are resolved as they are read."""
+    if not isinstance(body, Opened):
+        with opened(body, source, result) as text:
+            return stage(text, source, result, remembered, listed)
+    max_line, max_units = conf.FEED_MAX_LINE, conf.FEED_MAX_ENTRIES
+    fmt, stream = body.format, body.text
+    staged = Staged(fmt, source.category, remembered, listed)
+    try:
+        if staged.by_line:
+            comments = _COMMENTS.get(fmt, "")
+            for first, block in line_blocks(stream, _BLOCK):
+                staged.add_block(
+                    first,
+                    block,
+                    comments=comments,
+                    max_line=max_line,
+                    max_units=max_units,
+                    refuse=lambda lineno, raw, reason: refuse(result, lineno, raw, reason),
+                )
+        else:
+            _, entries = formats.parse(stream, fmt, source.category, make=pending_entry)
+            for parsed in entries:
+                if parsed.error is not None:
+                    refuse(result, parsed.lineno, parsed.raw, parsed.error)
+                elif parsed.token is not None:
+                    category = parsed.category or source.category
+                    staged.add_entry(parsed.token, category, parsed.lineno, max_units=max_units)
+        staged.finish()
+    except BaseException:
+        staged.close()
+        raise
     return staged
 
 
