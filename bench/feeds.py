@@ -148,7 +148,8 @@ def main() -> None:
         from urlguard.nodesync import nudge, registry
 
         if not args.redis:
-            nudge.sending_to(lambda seq: None).__enter__()  # no node in this run
+            silenced = nudge.sending_to(lambda seq: None)  # no node in this run
+            silenced.__enter__()  # for the run: held, as one collected would be left
         n = args.entries
         feed = tmp / "feed.txt"
         write_feed(feed, range(n))

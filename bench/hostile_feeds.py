@@ -104,7 +104,8 @@ def run_one(name: str, body_path: str, fmt: str) -> None:
     from urlguard.models import Source
     from urlguard.nodesync import nudge
 
-    nudge.sending_to(lambda seq: None).__enter__()
+    silenced = nudge.sending_to(lambda seq: None)  # no node in this run
+    silenced.__enter__()  # for the run: held, as one collected would be left
     settings.URLGUARD = {
         **settings.URLGUARD,
         "FEED_FILE_ROOT": str(var),

@@ -212,7 +212,8 @@ def main() -> None:
         from urlguard.nodesync import nudge
         from urlguard.writepath import changes
 
-        nudge.sending_to(lambda seq: None).__enter__()  # no node in this run
+        silenced = nudge.sending_to(lambda seq: None)  # no node in this run
+        silenced.__enter__()  # for the run: held, as one collected would be left
         if args.overlap:
             overlap(args.overlap, args.rounds, Path(tmp))
             return
