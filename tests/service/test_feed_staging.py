@@ -183,6 +183,33 @@ def test_a_merged_memo_is_the_memo_saved_from_scratch(old, new, data):
     assert keys.tolist() == [h * 13 for h in expected_high]
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-50, 50), unique=True, max_size=40),
+    st.lists(st.integers(-60, 60), max_size=40),
+    st.data(),
+)
+@example(old=[], new=[3, 1], data=None)
+@example(old=list(range(-50, 50)), new=[-60, 60, 0], data=None)
+def test_a_merged_memo_written_a_slice_at_a_time_is_the_merge_made_whole(old, new, data):
+    from unittest import mock
+
+    def entries(highs):
+        highs = np.array(highs, dtype=np.int64)
+        return highs, highs * 7, highs * 13
+
+    before = memo.Memo(*memo._sorted_unique(*entries(old)))
+    picks = data.draw(st.lists(st.sampled_from(range(len(old))))) if old and data else []
+    kept = np.array(sorted(set(picks)) if data else range(0, len(old), 2), dtype=np.int64)
+    whole = [part() for part in before.merged_parts(kept, *entries(new))]
+    with mock.patch.object(memo, "_SLICE", 4):  # slices of 4 old entries, and a tail
+        for merged, expected in zip(before.merged_parts(kept, *entries(new)), whole, strict=True):
+            out = io.BytesIO()
+            memo._write_slices(out, merged)
+            out.seek(0)
+            assert np.load(out, allow_pickle=False).tolist() == expected.tolist()
+
+
 @pytest.mark.parametrize(
     "extra",
     [[], ["HTTPS://Mixed.Case.example/A?q=1", "com", "two words.example"]],
