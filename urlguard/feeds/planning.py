@@ -84,6 +84,7 @@ def plan_listing(
             return None, held
     if dry_run:
         return None, held
+    report("planning", 0, result.added)
     additions = Additions()
     try:
         additions.write((e, category, key) for _, e, category, key in staged.rows(new))
