@@ -31,12 +31,10 @@ def listed(source: Source) -> set[str]:
 
 
 def additions(*expressions: str) -> Additions:
-    spool = Additions()
-    spool.write((e, "spam", expression_key(e)) for e in expressions)
-    return spool
+    return Additions.of((e, "spam", expression_key(e)) for e in expressions)
 
 
-def test_additions_are_kept_on_disk_and_read_back_in_order():
+def test_additions_are_an_entry_file_read_back_in_order():
     spool = additions(*(f"h{i}.example/" for i in range(40_000)))
     try:
         assert spool.count == 40_000
@@ -44,6 +42,21 @@ def test_additions_are_kept_on_disk_and_read_back_in_order():
         assert rows[0] == ("h0.example/", "spam", expression_key("h0.example/"))
         assert [e for e, _, _ in rows] == [f"h{i}.example/" for i in range(40_000)]
         assert list(spool.rows()) == rows  # read again from the start
+    finally:
+        spool.close()
+
+
+def test_only_the_picked_entries_are_additions_numbered_from_the_first():
+    expressions = ["a.example/", "b.example/", "c.example/", "d.example/"]
+    spool = Additions.of((e, "spam", expression_key(e)) for e in expressions)
+    # The same file as entries 10-13 of a body whose first ten the memo resolved.
+    keys = np.concatenate((np.zeros(10, dtype=np.int64), spool.keys))
+    picked = np.zeros(14, dtype=bool)
+    picked[[11, 13]] = True
+    later = Additions(spool.file, 10, keys, picked)
+    try:
+        assert later.count == 2
+        assert [e for e, _, _ in later.rows()] == ["b.example/", "d.example/"]
     finally:
         spool.close()
 

@@ -21,7 +21,7 @@ from urlguard.feeds.outcome import MAX_REFUSALS_KEPT, RefreshResult, RefreshStat
 from urlguard.feeds.staging import Staged
 from urlguard.models import FeedRefresh, Source
 from urlguard.writepath.impact import impact_of_listing
-from urlguard.writepath.plan import Additions, ListingPlan
+from urlguard.writepath.plan import ListingPlan
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def plan_listing(
     """The plan of `staged` (resolved) for `source`, which lists `listed` (keys,
     sorted), and the entries held from it; its figures go into `result`. None: the
     refresh is held whole (`result` says why) or `dry_run`. The plan's additions
-    are on disk: its caller closes them."""
+    are the staged spool and keys, valid until `staged` is closed."""
     diff = staged.diff(listed)
     new = diff.new
     report("screening", 0, diff.count)
@@ -84,13 +84,6 @@ def plan_listing(
             return None, held
     if dry_run:
         return None, held
-    report("planning", 0, result.added)
-    additions = Additions()
-    try:
-        additions.write((e, category, key) for _, e, category, key in staged.rows(new))
-    except BaseException:
-        additions.close()
-        raise
     plan = ListingPlan(
         source=source,
         reason=(
@@ -98,7 +91,7 @@ def plan_listing(
             + (IMPACT_ACCEPTED if accept_impact else "")
             + (SHRINK_ACCEPTED if accept_shrink else "")
         ),
-        additions=additions,
+        additions=staged.additions(new),
         withdrawals=diff.gone,
         listed=len(listed),
         refused=result.refused,

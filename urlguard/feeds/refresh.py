@@ -339,7 +339,6 @@ def _diff_and_apply(
     try:
         apply_listing(plan, user=user, progress=report, applied=applied)
     finally:
-        plan.additions.close()
         result.change_set = applied.change_set  # a partial set too, for the record
     result.rules_added, result.rules_removed = applied.rules_added, applied.rules_removed
     for expression, category, reason in applied.refused:

@@ -23,6 +23,7 @@ from urlguard.feeds.decoding import FeedError, line_blocks, line_start, open_tex
 from urlguard.feeds.outcome import RefreshResult, refuse
 from urlguard.models import Source
 from urlguard.writepath import allowlist
+from urlguard.writepath.plan import Additions, entry_lines, read_entries
 from urlguard.writepath.rulelists import pending_entry
 from urlguard.writepath.rules import RuleError, normalize_rule, plain_expressions
 
@@ -309,7 +310,6 @@ class Staged:
         unit_of = array("q")
         keys: list[np.ndarray] = []
         refused_units = array("q")  # never remembered: their refusals count each time
-        number = self.known  # the next entry's number
         screened = len(protected) > 0
         plain_lines = self.format == "urls"
         self.units.flush()
@@ -362,20 +362,7 @@ class Staged:
                     expressions.append(expression)
                     categories.append(category or self.source_category)
                     unit_of.append(index)
-            self.expressions.write(
-                "".join(
-                    [
-                        f"{n}\t{category}\t{expression}\n"
-                        for n, category, expression in zip(
-                            range(number, number + len(expressions)),
-                            categories,
-                            expressions,
-                            strict=True,
-                        )
-                    ]
-                )
-            )
-            number += len(expressions)
+            self.expressions.write(entry_lines(categories, expressions))
             keys.append(expression_keys(expressions))
         normalized = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
         del keys
@@ -457,24 +444,16 @@ class Staged:
         self, picked: np.ndarray, *, whole_hosts: bool = False
     ) -> Iterator[tuple[int, str, str, int]]:
         """(index, expression, category, key) of the entries `picked` marks (see
-        lines): the spool read a chunk of lines at a time, only the lines picked
-        split (its lines are the entries `known`, `known` + 1, ... in order)."""
-        self.expressions.flush()
-        self.expressions.seek(0)
-        number = self.known
-        while lines := self.expressions.readlines(_SPAN_BYTES):
-            chosen = np.flatnonzero(picked[number : number + len(lines)])
-            if whole_hosts:  # a whole-host expression ends its line with its only "/"
-                ends = [lines[at].endswith("/\n") for at in chosen.tolist()]
-                chosen = chosen[np.array(ends, dtype=bool)] if ends else chosen
-            if len(chosen):
-                keys = self.keys[number + chosen].tolist()
-                for at, key in zip(chosen.tolist(), keys, strict=True):
-                    index, category, expression = lines[at].rstrip("\n").split("\t", 2)
-                    if whole_hosts and expression.find("/") != len(expression) - 1:
-                        continue
-                    yield int(index), expression, category, key
-            number += len(lines)
+        lines): the spool, an entry file (urlguard.writepath.plan), read a chunk of
+        lines at a time, only the lines picked split."""
+        return read_entries(
+            self.expressions, self.known, self.keys, picked, whole_hosts=whole_hosts
+        )
+
+    def additions(self, picked: np.ndarray) -> Additions:
+        """The entries `picked` marks as a plan's additions: this spool and these keys,
+        not a copy (valid until close())."""
+        return Additions(self.expressions, self.known, self.keys, picked)
 
     def close(self) -> None:
         self.units.close()

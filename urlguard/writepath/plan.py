@@ -1,6 +1,6 @@
 """A listing plan: what one source should list after a refresh, handed to the write
-path as data only. The entries to list (on disk, never a feed-sized list in
-memory), the keys of the listings to withdraw, the figures the change set counts,
+path as data only. The entries to list (an entry file on disk and arrays, never a
+feed-sized list in memory), the keys of the listings to withdraw, the figures the change set counts,
 and the allowlist the entries were screened against. Whoever made the plan
 (urlguard.feeds) has already diffed, screened and held what needed holding;
 urlguard.writepath.apply writes it."""
@@ -17,41 +17,77 @@ import numpy as np
 
 from urlguard.models import ChangeSet, Source
 
-__all__ = ["Additions", "ListingPlan"]
+__all__ = ["Additions", "ListingPlan", "entry_lines", "read_entries"]
 
-# What a read of the additions takes at once (bytes), and a write (rows).
-_READ = 1 << 22
-_BLOCK = 1 << 14
+# What a read of an entry file takes at once (bytes).
+_READ = 1 << 23
 
 
-def _spool() -> IO[str]:
-    return tempfile.TemporaryFile("w+", encoding="utf-8", prefix="urlguard-additions-")
+def entry_lines(categories: Iterable[str], expressions: Iterable[str]) -> str:
+    """Entries as an entry file holds them: "category<TAB>expression<LF>" each (a
+    canonical expression and a category hold no tab or line end)."""
+    return "".join([f"{c}\t{e}\n" for c, e in zip(categories, expressions, strict=True)])
+
+
+def read_entries(
+    file: IO[str], first: int, keys: np.ndarray, picked: np.ndarray, *, whole_hosts: bool = False
+) -> Iterator[tuple[int, str, str, int]]:
+    """(number, expression, category, key) of the entries of an entry `file` (its
+    lines the entries numbered `first`, `first` + 1, ...) that `picked` marks (by
+    number), their keys from `keys` (by number): read a block of lines at a time,
+    only the lines picked split. `whole_hosts`: only whole-host expressions ("host/")."""
+    file.flush()
+    file.seek(0)
+    number = first
+    while lines := file.readlines(_READ):
+        chosen = np.flatnonzero(picked[number : number + len(lines)])
+        if whole_hosts:  # a whole-host expression ends its line with its only "/"
+            ends = [lines[at].endswith("/\n") for at in chosen.tolist()]
+            chosen = chosen[np.array(ends, dtype=bool)] if ends else chosen
+        if len(chosen):
+            chosen_keys = keys[number + chosen].tolist()
+            for at, key in zip(chosen.tolist(), chosen_keys, strict=True):
+                category, expression = lines[at].rstrip("\n").split("\t", 1)
+                if whole_hosts and expression.find("/") != len(expression) - 1:
+                    continue
+                yield number + at, expression, category, key
+        number += len(lines)
 
 
 @dataclass
 class Additions:
-    """Entries to list, (expression, category, expression_key) each, one line of a
-    file each in the order written: distinct normalized rule expressions (a canonical
-    expression and a category hold no tab or line end)."""
+    """The entries to list: those `picked` marks of an entry file (entry_lines; its
+    lines the entries numbered `first` on), with their keys, `keys` (by number).
+    Distinct normalized rule expressions, none of which the source lists yet."""
 
-    file: IO[str] = field(default_factory=_spool)
-    count: int = 0
+    file: IO[str]
+    first: int
+    keys: np.ndarray
+    picked: np.ndarray
+    count: int = field(init=False)
 
-    def write(self, rows: Iterable[tuple[str, str, int]]) -> None:
-        """Append `rows`, a block at a time."""
+    def __post_init__(self) -> None:
+        self.count = int(np.count_nonzero(self.picked))
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, str, int]]) -> Additions:
+        """An entry file of its own holding `rows` ((expression, category, key) each),
+        all of them picked."""
+        file = tempfile.TemporaryFile("w+", encoding="utf-8", prefix="urlguard-additions-")  # noqa: SIM115
+        keys: list[int] = []
         iterator = iter(rows)
-        while block := list(islice(iterator, _BLOCK)):
-            self.file.write("".join([f"{e}\t{category}\t{key}\n" for e, category, key in block]))
-            self.count += len(block)
+        while block := list(islice(iterator, 1 << 14)):
+            file.write(entry_lines((c for _, c, _ in block), (e for e, _, _ in block)))
+            keys.extend(key for _, _, key in block)
+        picked = np.ones(len(keys), dtype=bool)
+        return cls(file, 0, np.array(keys, dtype=np.int64), picked)
 
     def rows(self) -> Iterator[tuple[str, str, int]]:
-        """The entries, from the first, read a block of lines at a time."""
-        self.file.flush()
-        self.file.seek(0)
-        while lines := self.file.readlines(_READ):
-            for line in lines:
-                expression, category, key = line.rstrip("\n").split("\t")
-                yield expression, category, int(key)
+        """(expression, category, key) of each entry to list, in number order."""
+        for _, expression, category, key in read_entries(
+            self.file, self.first, self.keys, self.picked
+        ):
+            yield expression, category, key
 
     def close(self) -> None:
         self.file.close()
