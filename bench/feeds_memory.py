@@ -65,6 +65,7 @@ def main() -> None:
         with feed.open("rb") as body:
             first = staging.stage(body, source, RefreshResult(source="bench"))
         first.resolve(protected, RefreshResult(source="bench"))
+        first_peak = status("VmHWM")
         remembered = memo.Memo(
             *memo._sorted_unique(first.high, first.low, first.keys),
             memo.listed_digest(first.unique_keys),
@@ -94,7 +95,7 @@ def main() -> None:
         load = os.getloadavg()
         print(f"{n:,} entries; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
         print(f"RSS: Django {baseline} MB; memo + listing {held} MB; before the churn {before} MB")
-        print(f"first read (stage + resolve) {first_s:.1f} s")
+        print(f"first read (stage + resolve) {first_s:.1f} s, peak RSS {first_peak} MB")
         print(
             f"1% churn: {churn_s:.2f} s ({staged.known:,} known, {len(staged.ends):,} "
             f"normalized, {gone:,} gone); peak RSS after reading {read_peak} MB, "
