@@ -210,6 +210,24 @@ def test_a_merged_memo_written_a_slice_at_a_time_is_the_merge_made_whole(old, ne
             assert np.load(out, allow_pickle=False).tolist() == expected.tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-20, 20), max_size=60))
+@example(highs=[5, 5, 5, 5, 5, 4, 4, 4, 4])  # a run of one high word across slices
+def test_a_memo_saved_a_slice_at_a_time_is_the_memo_sorted_whole(highs):
+    from unittest import mock
+
+    high = np.array(highs, dtype=np.int64)
+    low, keys = high * 7 + np.arange(len(high)), high * 13
+    expected = memo._sorted_unique(high, low, keys)
+    with mock.patch.object(memo, "_SLICE", 4):
+        parts = memo._sorted_unique_parts(high, low, keys)
+        for part, whole in zip(parts, expected, strict=True):
+            out = io.BytesIO()
+            memo._write_slices(out, part)
+            out.seek(0)
+            assert np.load(out, allow_pickle=False).tolist() == whole.tolist()
+
+
 @pytest.mark.parametrize(
     "extra",
     [[], ["HTTPS://Mixed.Case.example/A?q=1", "com", "two words.example"]],
