@@ -64,7 +64,7 @@ def _read_by_lines(body: bytes, comments: str, max_line: int):
     with open_text(io.BytesIO(body), limit=1 << 20) as text:
         for lineno, line in numbered(text, comments):
             line = line.rstrip("\n")
-            if max_line and len(line.rstrip("\r")) > max_line:
+            if max_line and len(line.removesuffix("\r")) > max_line:
                 refused.append(lineno)
                 continue
             numbers.append(lineno)
@@ -92,6 +92,7 @@ _LINES = st.lists(
 @example(["aaaa\r\ra"], "", 4, 1)  # cut after CRs
 @example(["      a"], "", 4, 1)  # cut where it is still white space: not blank
 @example(["      "], "", 4, 1)  # blank however long
+@example(["aaaaaaaa\r\r"], "", 8, 1)  # max_line characters and two CRs: too long
 def test_a_body_read_by_blocks_stages_what_the_line_reader_reads(lines, comments, max_line, size):
     body = ("\n".join(lines)).encode("utf-8")
     assert _read_by_blocks(body, comments, max_line, size) == _read_by_lines(

@@ -155,7 +155,7 @@ class Staged:
             position = start
             stop = block.find("\n", start)
             line = block[start : stop if stop >= 0 else len(block)]
-            if max_line and len(line.rstrip("\r")) > max_line:
+            if max_line and len(line.removesuffix("\r")) > max_line:
                 refuse(lineno, line[:300], _too_long(max_line))
                 continue
             lines.append(line.encode("utf-8", "surrogatepass"))
@@ -178,7 +178,7 @@ class Staged:
         linenos: list[int] = []
         for lineno, line in lines:
             line = line.rstrip("\n")
-            if max_line and len(line.rstrip("\r")) > max_line:
+            if max_line and len(line.removesuffix("\r")) > max_line:
                 refuse(lineno, line[:300], _too_long(max_line))
                 continue
             texts.append(line.encode("utf-8", "surrogatepass"))
