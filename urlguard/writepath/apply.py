@@ -11,8 +11,11 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from urlguard.models import Actor
-from urlguard.writepath import allowlist, changes, changesets, listings
+from django.db import connections, router
+
+from urlguard.models import Actor, SpamRule
+from urlguard.runtime import database
+from urlguard.writepath import allowlist, changes, changesets, listings, withdrawals
 from urlguard.writepath.plan import ListingPlan
 
 logger = logging.getLogger(__name__)
@@ -75,9 +78,15 @@ def apply_listing(
             applied.rules_added = bulk.added_count
         if len(plan.withdrawals):
             report("removing", additions.count, total)
-            gone = listings.rule_ids(source, plan.withdrawals, plan.listed)
-            report("withdrawing", additions.count, total)
-            withdrawn = changes.withdraw_rules(source, gone, user=user, change_set=cs)
+            if database.postgresql(connections[router.db_for_write(SpamRule)]):
+                report("withdrawing", additions.count, total)
+                withdrawn = withdrawals.withdraw_keys(
+                    source, plan.withdrawals, user=user, change_set=cs
+                )
+            else:
+                gone = listings.rule_ids(source, plan.withdrawals, plan.listed)
+                report("withdrawing", additions.count, total)
+                withdrawn = changes.withdraw_rules(source, gone, user=user, change_set=cs)
             applied.rules_removed = withdrawn.removed
         changesets.record_refused(cs, plan.refused + len(applied.refused))
     return applied

@@ -8,9 +8,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from django.db import router, transaction
+import numpy as np
+from django.db import connections, router, transaction
 from django.utils import timezone
 
 from urlguard.models import (
@@ -34,6 +36,7 @@ from urlguard.writepath.changesets import (
     _kind_for,
     _label,
     _lock_change_log,
+    _nudge,
     _nudge_after_commit,
     _one_off,
     source_for,
@@ -41,7 +44,10 @@ from urlguard.writepath.changesets import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WithdrawResult", "remove_rule", "remove_rules", "withdraw_rules"]
+__all__ = ["WithdrawResult", "remove_rule", "remove_rules", "withdraw_keys", "withdraw_rules"]
+
+# Keys per transaction of withdraw_keys: each is one statement reading the listings once.
+KEYS_CHUNK_SIZE = 50_000
 
 
 @dataclass
@@ -192,4 +198,75 @@ def withdraw_rules(
             withdrawn, orphans = _withdraw_part(using, lister, part)
             result.withdrawn += withdrawn
             result.removed += _remove_rows(using, orphans, cs=cs, user=user, label=label)
+    return result
+
+
+def withdraw_keys(
+    source: Source,
+    keys: np.ndarray,
+    *,
+    user: Actor = None,
+    change_set: ChangeSet,
+    chunk_size: int = KEYS_CHUNK_SIZE,
+) -> WithdrawResult:
+    """PostgreSQL: withdraw_rules of the rules `source` lists under `keys` (a key it
+    no longer lists has none), set-based: one statement a chunk takes the listings
+    away, finds the rules no other source lists and logs their removals (sorted by
+    added_at, as _remove_rows does), where the rule ids were read, then the
+    listings deleted and the orphans read back by three."""
+    using = router.db_for_write(SpamRule)
+    connection = connections[using]
+    qn = connection.ops.quote_name
+    rules, listings = qn(SpamRule._meta.db_table), qn(RuleSource._meta.db_table)
+    events = qn(ChangeEvent._meta.db_table)
+    actor = row_user(user)
+    result = WithdrawResult(change_set=change_set)
+    for start in range(0, len(keys), chunk_size):
+        part = keys[start : start + chunk_size].tolist()
+        with transaction.atomic(using=using), rule_writes_allowed():
+            _lock_change_log(using)
+            now = _db_value(using, ChangeEvent, "created", timezone.now())
+            with connection.cursor() as cursor:
+                # The listing of a rule by this source is still seen by the NOT
+                # EXISTS (one snapshot per statement): only other sources' count.
+                cursor.execute(
+                    f"""
+                    WITH gone AS (
+                        DELETE FROM {listings}
+                        WHERE source_id = %(source)s AND {qn("key")} = ANY(%(keys)s::bigint[])
+                        RETURNING rule_id
+                    ), orphan AS (
+                        SELECT r.id, r.expression, r.added_at, r.category, r.note
+                        FROM {rules} r JOIN gone g ON r.id = g.rule_id
+                        WHERE NOT EXISTS (SELECT 1 FROM {listings} o
+                                          WHERE o.rule_id = r.id AND o.source_id <> %(source)s)
+                    ), logged AS (
+                        INSERT INTO {events} (action, expression, added_at, category, actor_id,
+                                              source, created, change_set_id, note)
+                        SELECT %(remove)s, expression, added_at, category, %(actor)s, %(label)s,
+                               %(now)s, %(cs)s, note
+                        FROM orphan ORDER BY added_at
+                        RETURNING seq
+                    )
+                    SELECT (SELECT count(*) FROM gone), (SELECT array_agg(id) FROM orphan),
+                           (SELECT max(seq) FROM logged)
+                    """,
+                    {
+                        "source": source.pk,
+                        "keys": part,
+                        "remove": _REMOVE,
+                        "actor": actor.pk if actor else None,
+                        "label": _label(source),
+                        "now": now,
+                        "cs": change_set.pk,
+                    },
+                )
+                withdrawn, orphans, last_seq = cursor.fetchone()
+            if orphans:
+                # The rules' other relations (a mistake report's reference) as a delete says.
+                database.delete_by_pk(using, SpamRule, orphans)
+                _count(change_set, removed=len(orphans))
+                transaction.on_commit(partial(_nudge, last_seq), using=using)
+        result.withdrawn += int(withdrawn)
+        result.removed += len(orphans or ())
     return result
