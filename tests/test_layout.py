@@ -277,3 +277,16 @@ def test_the_app_reads_the_filter_file_only_through_the_engines_public_names():
 def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_write_path_never_imports_the_feeds():
+    """A refresh hands the write path a plan, data only (urlguard.writepath.plan): the
+    write path applies it and never calls back into the code that made it."""
+    root = Path(__file__).resolve().parent.parent
+    modules = _modules(root)
+    reaching = {
+        name: sorted(t for t in _imports(name, path, modules) if t.startswith("urlguard.feeds"))
+        for name, path in modules.items()
+        if name.startswith("urlguard.writepath")
+    }
+    assert not {name: found for name, found in reaching.items() if found}
