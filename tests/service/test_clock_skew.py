@@ -151,11 +151,6 @@ def test_the_sweep_releases_a_dead_claim_of_a_node_ahead_after_the_timeout(clock
     assert Source.objects.get(pk=source.pk).refreshing_since is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="urlguard.feeds.refresh._claim stamps and ages the claim on the host's clock "
-    "(timezone.now()); it must use ownership.database_now()",
-)
 def test_a_live_claim_of_a_node_behind_is_not_taken_over(clocks):
     source = _feed()
     assert _claim(clocks, source, "behind", -HOUR) == ""
@@ -166,11 +161,6 @@ def test_a_live_claim_of_a_node_behind_is_not_taken_over(clocks):
     assert Source.objects.get(pk=source.pk).refresh_owner.startswith("behind:")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="urlguard.feeds.refresh._claim stamps the claim's heartbeat on the host's clock "
-    "(timezone.now()); it must use ownership.database_now()",
-)
 def test_a_claim_of_a_node_ahead_that_died_before_its_first_beat_is_taken_over(clocks):
     source = _feed()
     assert _claim(clocks, source, "ahead", HOUR) == ""
@@ -221,11 +211,6 @@ def test_a_change_set_of_a_node_behind_that_beats_is_never_partial(clocks):
     assert cs.finished is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="urlguard.writepath.changes.change_set stamps the set's heartbeat on the host's "
-    "clock (timezone.now()); it must use ownership.database_now()",
-)
 def test_a_change_set_of_a_node_ahead_that_died_before_its_first_beat_is_partial(clocks):
     cs = _died_holding(clocks, "ahead", HOUR, beaten=False)
     clocks.wait(TIMEOUT + 1)

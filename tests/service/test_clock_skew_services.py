@@ -155,15 +155,7 @@ def test_the_work_of_a_node_ahead_killed_mid_way_is_taken_over_after_the_timeout
     "what",
     [
         "job",
-        pytest.param(
-            "claim",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="urlguard.feeds.refresh._claim ages a claim by its start on the "
-                "host's clock against FEED_CLAIM_TIMEOUT (timezone.now()); it must use "
-                "ownership.database_now()",
-            ),
-        ),
+        "claim",
         "change_set",
     ],
 )

@@ -282,7 +282,7 @@ def _claim(source: Source, owner: str) -> str:
     if held is None:
         return "the source was deleted"
     since, holder, heartbeat = held
-    now = timezone.now()
+    now = ownership.database_now()
     gone = ""
     if since is not None:
         # A claim of no recorded owner (made before claims named one) waits out

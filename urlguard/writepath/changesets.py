@@ -161,7 +161,7 @@ def change_set(
     inside it leaves it partial, and `resume=` (that set) lets the work run again
     finish it in the same set."""
     owner = str(ownership.me())
-    now = timezone.now()
+    now = ownership.database_now()
     if resume is not None:
         ChangeSet.objects.filter(pk=resume.pk).update(finished=None, owner=owner, heartbeat=now)
         cs = resume
