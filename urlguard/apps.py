@@ -21,8 +21,8 @@ class UrlguardConfig(AppConfig):
 
         if prerender.after_changes not in sync.AFTER_CHANGES:
             sync.AFTER_CHANGES.append(prerender.after_changes)
-        if prepared.prepare_full_updates not in prerender.AFTER_RENDERS:
-            prerender.AFTER_RENDERS.append(prepared.prepare_full_updates)
+        if prepared.prepare_round not in prerender.AFTER_RENDERS:
+            prerender.AFTER_RENDERS.append(prepared.prepare_round)
         from urlguard.exports import lag
         from urlguard.operations import health
 

@@ -993,7 +993,18 @@ class Settings:
         check_id="urlguard.E096",
         hint="e.g. ['hosts.txt', 'abp.txt'] (a list, not a string), or [] for none.",
     )
-    # The Safe Browsing v4 Update API (urlguard.safebrowsing): how long a client waits
+    # The Safe Browsing v4 Update API (urlguard.safebrowsing). Off, its endpoints answer
+    # 404 and no pre-render round prepares its lists: at a million rules each position
+    # costs every node seconds of CPU and ~90 MB on disk, which only its clients repay.
+    SAFEBROWSING_ENABLED = Setting(
+        True,
+        must_be="True or False",
+        valid=lambda v: isinstance(v, bool),
+        resolve=bool,
+        check_id="urlguard.E085",
+        hint="e.g. False where no browser or client uses the Safe Browsing endpoints.",
+    )
+    # Safe Browsing: how long a client waits
     # between list updates (minimum_wait_duration), seconds.
     SAFEBROWSING_MIN_WAIT = Setting(
         1800,

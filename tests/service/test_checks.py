@@ -188,6 +188,7 @@ REFUSED = {
     "EXPORT_KEEP_BYTES": [-1, "100MB", 1e8, None, True],
     "EXPORT_MAX_LAG_SECONDS": [0, -1, "600", math.inf, None, True],
     "EXPORTS_PRERENDER": ["hosts.txt", ["hosts.txt", "nope.txt"], [""], None],
+    "SAFEBROWSING_ENABLED": ["yes", 1, None],
     "SAFEBROWSING_MIN_WAIT": [-1, "1800", "30m", 1.5, None, True],
     "SAFEBROWSING_CACHE_DURATION": [-1, "300", 1.5, None],
     "SAFEBROWSING_NEGATIVE_CACHE_DURATION": [-1, "300", 1.5, None],

@@ -264,6 +264,22 @@ def test_a_missing_key_is_401_and_a_wrong_one_403(key):
         assert client.post(f"{BASE}/{path}?key={key}", "{}", "application/json").status_code == 200
 
 
+def test_switched_off_the_endpoints_are_404_and_no_round_prepares_lists(key, settings):
+    settings.URLGUARD = {**settings.URLGUARD, "SAFEBROWSING_ENABLED": False}
+    add_rule("phish.example/", category="phishing", source="test")
+    shutil.rmtree(store_dir(), ignore_errors=True)
+    prerender.render_all()
+    assert not store_dir().exists() or not any(store_dir().iterdir())
+    client = Client()
+    for path in ("threatListUpdates:fetch", "fullHashes:find", "threatLists"):
+        response = client.post(f"{BASE}/{path}?key={key}", "{}", "application/json")
+        assert response.status_code == 404
+        assert b"switched off" in response.content
+    settings.URLGUARD = {**settings.URLGUARD, "SAFEBROWSING_ENABLED": True}
+    prerender.render_all()
+    assert any(store_dir().iterdir())
+
+
 def test_requests_are_counted_by_method_and_client(key):
     from prometheus_client import REGISTRY  # noqa: F401  (the metrics extra is installed)
 

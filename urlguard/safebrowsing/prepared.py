@@ -7,13 +7,14 @@ file read."""
 from __future__ import annotations
 
 from filterengine.atomicfile import write_aside
+from urlguard.conf import conf
 from urlguard.exports import prerender
 from urlguard.models import ChangeEvent
 from urlguard.safebrowsing import prefixes
 from urlguard.safebrowsing.threatlists import LISTS
 from urlguard.safebrowsing.updates import RICE, full_set_path, hash_set
 
-__all__ = ["current", "prepare_full_updates"]
+__all__ = ["current", "prepare_full_updates", "prepare_round"]
 
 
 def prepare_full_updates() -> prefixes.ListsAt:
@@ -24,6 +25,13 @@ def prepare_full_updates() -> prefixes.ListsAt:
         if not path.exists() and len(lists.prefixes[name]):
             write_aside(path, [hash_set(lists.prefixes[name], RICE).SerializeToString()])
     return lists
+
+
+def prepare_round() -> None:
+    """The pre-render round's job (urlguard.exports.prerender.AFTER_RENDERS), read at
+    each round so that switching SAFEBROWSING_ENABLED off stops the work at once."""
+    if conf.SAFEBROWSING_ENABLED:
+        prepare_full_updates()
 
 
 def current() -> prefixes.ListsAt:

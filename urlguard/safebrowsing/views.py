@@ -199,6 +199,8 @@ def _client_label(client: Any) -> str:
 def _serve(
     request: HttpRequest, method: str, handle: Callable[[HttpRequest, Any], HttpResponse]
 ) -> HttpResponse:
+    if not conf.SAFEBROWSING_ENABLED:
+        return _error(404, "the Safe Browsing API is switched off on this service")
     if request.method not in ("GET", "POST"):
         return _error(405, f"method {request.method} not allowed; use POST", Allow="GET, POST")
     try:
