@@ -211,6 +211,26 @@ def test_lost_lookup_files_answer_503_never_a_clean_verdict_and_are_written_agai
     assert find(client, key, [prefix("phish.example/")]).matches
 
 
+def test_old_positions_are_pruned_before_a_write_so_a_full_disk_frees_room(
+    key, settings, monkeypatch
+):
+    settings.URLGUARD = {**settings.URLGUARD, "EXPORT_KEEP_VERSIONS": 3}
+    for n in range(4):
+        add_rule(f"phish{n}.example/", category="phishing", source="test")
+        prefixes.prepare()
+    assert len(prefixes.kept_positions()) == 3
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(prefixes, "write_aside", full)
+    add_rule("phish-new.example/", category="phishing", source="test")
+    with pytest.raises(OSError):
+        prefixes.prepare()
+    # Room for the position that failed was made before it was written.
+    assert len(prefixes.kept_positions()) == 2
+
+
 def test_a_full_disk_on_a_fresh_node_answers_503_not_an_empty_list(key, monkeypatch, caplog):
     add_rule("phish.example/", category="phishing", source="test")
 

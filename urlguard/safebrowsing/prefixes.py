@@ -260,6 +260,8 @@ def prepare() -> ListsAt:
         kept = _complete(seq)
         if kept is not None:
             return kept
+        # Room first: pruned only after a write, a full disk would never free any.
+        prune(keep=max(1, conf.EXPORT_KEEP_VERSIONS - 1))
         unique: dict[str, np.ndarray] = {}
         for name, (prefixes, ids, hashes) in rules.items():
             order = np.argsort(prefixes, kind="stable")
@@ -282,13 +284,13 @@ def _complete(seq: int) -> ListsAt | None:
     return kept if kept is not None and lookup(seq) is not None else None
 
 
-def prune() -> None:
-    """Keep the newest EXPORT_KEEP_VERSIONS positions, lookups of the newest
+def prune(keep: int | None = None) -> None:
+    """Keep the newest `keep` (EXPORT_KEEP_VERSIONS) positions, lookups of the newest
     LOOKUPS_KEPT, and remove temp files of writers that died."""
     directory = store_dir()
     remove_stale_temps_in(directory, older_than=STALE_TEMP_AGE)
     positions = kept_positions()
-    keep = conf.EXPORT_KEEP_VERSIONS
+    keep = conf.EXPORT_KEEP_VERSIONS if keep is None else keep
     for seq in positions[: max(0, len(positions) - keep)]:
         for entry in directory.glob(f"{seq}.*"):
             with contextlib.suppress(FileNotFoundError):
