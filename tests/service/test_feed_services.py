@@ -20,7 +20,7 @@ from urlguard.feeds import listing
 from urlguard.feeds.tasks import refresh_feed
 from urlguard.models import RuleSource, Source, SpamRule
 from urlguard.nodesync import registry
-from urlguard.writepath import bulkload, changes, listings
+from urlguard.writepath import bulkload, changes, listings, withdrawals
 
 
 def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):  # noqa: F811
@@ -100,6 +100,43 @@ def test_withdrawn_and_deleted_rules_take_their_references_along(services_availa
     assert report.rule_id is None and RuleHitTotal.objects.filter(rule_id=a.pk).exists()
     assert changes.remove_rules([b.pk, c.pk]) == 2
     assert not SpamRule.objects.exists() and not RuleSource.objects.exists()
+
+
+def test_withdrawn_keys_on_postgresql_are_what_withdraw_rules_does(services_available, monkeypatch):  # noqa: F811
+    # withdrawals.withdraw_keys, a plan's withdrawals set-based: the listings of the
+    # keys go, a rule another source lists stays, an orphan is removed and logged,
+    # its mistake report loses the rule and its hit total stays.
+    from urlguard.models import ChangeEvent, ChangeSet, MistakeReport, RuleHitTotal
+
+    assert connection.vendor == "postgresql"
+    nudged: list[int] = []
+    monkeypatch.setattr(withdrawals, "_nudge", nudged.append)
+    feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url="file:///dev/null")
+    changes.add_rules(["a.example", "b.example", "c.example", "d.example"], source=feed)
+    changes.add_rules(["b.example"], source="admin")
+    a, b, c, d = (SpamRule.objects.get(expression=f"{x}.example/") for x in "abcd")
+    report = MistakeReport.objects.create(destination="http://a.example/", rule=a)
+    RuleHitTotal.objects.create(rule=a, hits=3)
+    key_of = dict(RuleSource.objects.filter(source=feed).values_list("rule_id", "key"))
+    keys = np.sort(np.array([key_of[a.pk], key_of[b.pk], key_of[d.pk], 12345], dtype=np.int64))
+    head = ChangeEvent.objects.head()
+    with changes.change_set(kind=ChangeSet.Kind.REFRESH, source=feed) as cs:
+        done = withdrawals.withdraw_keys(feed, keys, change_set=cs)
+    assert (done.withdrawn, done.removed) == (3, 2) and cs.removed == 2
+    assert set(SpamRule.objects.values_list("expression", flat=True)) == {
+        "b.example/",
+        "c.example/",
+    }
+    assert set(RuleSource.objects.filter(source=feed).values_list("rule_id", flat=True)) == {c.pk}
+    events = list(ChangeEvent.objects.filter(seq__gt=head).order_by("seq"))
+    assert [(e.action, e.expression, e.change_set_id) for e in events] == [
+        ("remove", "a.example/", cs.pk),
+        ("remove", "d.example/", cs.pk),
+    ]
+    assert [e.added_at for e in events] == [a.added_at, d.added_at]
+    assert nudged == [events[-1].seq]  # once the chunk commits, its last seq
+    report.refresh_from_db()
+    assert report.rule_id is None and RuleHitTotal.objects.filter(rule_id=a.pk).exists()
 
 
 def test_add_listed_on_postgresql_writes_rules_listings_and_log_set_based(
