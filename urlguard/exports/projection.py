@@ -16,8 +16,7 @@ from django.db import router
 from django.db.models import Max
 
 from urlguard.hotpath.canonical import split_expression
-from urlguard.models import ChangeEvent, SpamRule
-from urlguard.runtime import database
+from urlguard.models import ChangeEvent, SpamRule, database
 from urlguard.writepath import allowlist
 
 __all__ = [

@@ -11,7 +11,7 @@ from urlguard.conf import conf
 from urlguard.exports.projection import Snapshot, parent_rules
 from urlguard.exports.rpz import passthru_records, rpz_records
 from urlguard.models import ChangeEvent, SpamRule
-from urlguard.runtime.database import in_batches
+from urlguard.models.database import in_batches
 
 __all__ = ["ZoneDelta", "delta", "zone_records"]
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from urlguard.models import RuleSource, Source
-from urlguard.runtime import database
+from urlguard.models import RuleSource, Source, database
 from urlguard.writepath.listings import listed_now, rule_ids
 
 __all__ = ["listed_keys", "listed_now", "rule_ids"]

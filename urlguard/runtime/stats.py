@@ -58,7 +58,8 @@ from django.db import (
 )
 
 from urlguard.conf import conf
-from urlguard.runtime import database, metrics
+from urlguard.models import database
+from urlguard.runtime import metrics
 from urlguard.runtime.outage import OutageLog
 from urlguard.runtime.process import Daemon, PerProcess, on_reset
 

@@ -29,9 +29,9 @@ from urlguard.models import (
     RuleSource,
     Source,
     SpamRule,
+    database,
     row_user,
 )
-from urlguard.runtime import database
 from urlguard.writepath import changes
 from urlguard.writepath.rules import RuleError, normalize_rule
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from django.db import connections, router
 
-from urlguard.models import Actor, SpamRule
-from urlguard.runtime import database
+from urlguard.models import Actor, SpamRule, database
 from urlguard.writepath import allowlist, changes, changesets, listings, withdrawals
 from urlguard.writepath.plan import ListingPlan
 

@@ -26,9 +26,9 @@ from urlguard.models import (
     RuleSource,
     Source,
     SpamRule,
+    database,
     rule_writes_allowed,
 )
-from urlguard.runtime import database
 from urlguard.writepath.changesets import (
     _ADD,
     _ANALYZE_EVERY,

@@ -29,12 +29,12 @@ from urlguard.models import (
     RuleSource,
     Source,
     SpamRule,
+    database,
     expression_key,
     row_user,
     rule_writes_allowed,
 )
-from urlguard.runtime import database
-from urlguard.runtime.database import in_batches
+from urlguard.models.database import in_batches
 from urlguard.writepath import bulkload
 from urlguard.writepath.changesets import (
     _ADD,

@@ -34,12 +34,13 @@ from urlguard.models import (
     RuleSource,
     Source,
     SpamRule,
+    database,
     now_micros,
     row_user,
 )
+from urlguard.models.database import in_batches
 from urlguard.nodesync.nudge import send as _nudge
-from urlguard.runtime import database, ownership
-from urlguard.runtime.database import in_batches
+from urlguard.runtime import ownership
 
 __all__ = [
     "ALLOWLIST_LABEL",

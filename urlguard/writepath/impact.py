@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from urlguard.conf import conf
 from urlguard.hotpath.canonical import expressions
-from urlguard.runtime import database
+from urlguard.models import database
 from urlguard.runtime.process import on_reset
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 from django.db import connections, router
 
-from urlguard.models import RuleSource, Source
-from urlguard.runtime import database
+from urlguard.models import RuleSource, Source, database
 
 __all__ = ["listed_now", "rule_ids"]
 

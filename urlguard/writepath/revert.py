@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from django.db import router, transaction
 
-from urlguard.models import Actor, ChangeEvent, ChangeSet, SpamRule
-from urlguard.runtime import database, ownership
+from urlguard.models import Actor, ChangeEvent, ChangeSet, SpamRule, database
+from urlguard.runtime import ownership
 from urlguard.writepath import changes
 from urlguard.writepath.impact import Impact, impact_of_adding, impact_of_removing
 

@@ -22,11 +22,11 @@ from urlguard.models import (
     RuleSource,
     Source,
     SpamRule,
+    database,
     row_user,
     rule_writes_allowed,
 )
-from urlguard.runtime import database
-from urlguard.runtime.database import in_batches
+from urlguard.models.database import in_batches
 from urlguard.writepath.changesets import (
     _REMOVE,
     CHUNK_SIZE,
