@@ -42,9 +42,8 @@ def _send(base: str, path: str, method: str = "GET", **headers: str) -> int:
         return exc.code
 
 
-def test_no_credential_reaches_the_access_log(tmp_path: Path):
-    env = environment(tmp_path / "var")
-    assert entrypoint("migrate", env=env).returncode == 0
+def test_no_credential_reaches_the_access_log(tmp_path: Path, migrated: Path):
+    env = environment(migrated)
     bind = f"127.0.0.1:{free_port()}"
     env.update(URLGUARD_BIND=bind, WEB_CONCURRENCY="1")
     log = (tmp_path / "web.log").open("w")
