@@ -1,4 +1,6 @@
-"""Fixtures for tests/deploy: a var directory whose embedded database is migrated."""
+"""Fixtures for tests/deploy: a var directory whose embedded database is migrated. Every
+test here runs the deploy files' own programs (entrypoint.sh, gunicorn, nginx, the
+linters): all are `slow`, left out of `make test-fast`."""
 
 from __future__ import annotations
 
@@ -8,6 +10,14 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.test_entrypoint import entrypoint, environment
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:  # every test of the session: only this folder's are marked
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
