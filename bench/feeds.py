@@ -145,11 +145,11 @@ def main() -> None:
         from urlguard.feeds.decoding import open_text
         from urlguard.feeds.refresh import refresh_source
         from urlguard.models import ChangeEvent, Source, SpamRule
-        from urlguard.nodesync import registry
-        from urlguard.writepath import changes
+        from urlguard.nodesync import nudge, registry
 
         if not args.redis:
-            changes._nudge = lambda seq: None  # no node in this run: nothing to tell
+            silenced = nudge.sending_to(lambda seq: None)  # no node in this run
+            silenced.__enter__()  # for the run: held, as one collected would be left
         n = args.entries
         feed = tmp / "feed.txt"
         write_feed(feed, range(n))

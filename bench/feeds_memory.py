@@ -65,10 +65,11 @@ def main() -> None:
         with feed.open("rb") as body:
             first = staging.stage(body, source, RefreshResult(source="bench"))
         first.resolve(protected, RefreshResult(source="bench"))
-        remembered = memo.Memo(
-            *memo._sorted_unique(first.high, first.low, first.keys),
-            memo.listed_digest(first.unique_keys),
-        )
+        first_peak = status("VmHWM")
+        first.remember(source.pk, "bench", None)  # as a first load saves its memo
+        save_peak = status("VmHWM")
+        remembered = memo.load(source.pk, "bench")
+        assert remembered is not None
         listed = first.unique_keys.copy()
         first.close()
         del first
@@ -82,24 +83,22 @@ def main() -> None:
             clear.write("5")
         started = time.perf_counter()
         with feed.open("rb") as body:
-            staged = staging.stage(
-                body,
-                source,
-                RefreshResult(source="bench"),
-                lambda fmt, known=remembered: (known, listed),
-            )
+            staged = staging.stage(body, source, RefreshResult(source="bench"), remembered, listed)
         read_peak = status("VmHWM")
         staged.resolve(protected, RefreshResult(source="bench"))
         resolve_peak = status("VmHWM")
         staged.remember(source.pk, "bench", remembered)
         remember_peak = status("VmHWM")
         del remembered
-        gone = int((~staging.member(listed, staged.unique_keys)).sum())
+        gone = len(staged.diff(listed).gone)
         churn_s = time.perf_counter() - started
         load = os.getloadavg()
         print(f"{n:,} entries; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
         print(f"RSS: Django {baseline} MB; memo + listing {held} MB; before the churn {before} MB")
-        print(f"first read (stage + resolve) {first_s:.1f} s")
+        print(
+            f"first read (stage + resolve) {first_s:.1f} s, peak RSS {first_peak} MB, "
+            f"{save_peak} MB once its memo is saved"
+        )
         print(
             f"1% churn: {churn_s:.2f} s ({staged.known:,} known, {len(staged.ends):,} "
             f"normalized, {gone:,} gone); peak RSS after reading {read_peak} MB, "

@@ -90,16 +90,16 @@ class _Inline:
         self._rows, self._chunk_size = rows, chunk_size
 
     def __iter__(self) -> Any:
-        from urlguard.writepath import changes
+        from urlguard.writepath import bulkload
 
         first, block = 0, []
         for row in self._rows:
             block.append(row)
             if len(block) == self._chunk_size:
-                yield changes._Chunk(first, len(block), [block])
+                yield bulkload._Chunk(first, len(block), [block])
                 first, block = first + len(block), []
         if block:
-            yield changes._Chunk(first, len(block), [block])
+            yield bulkload._Chunk(first, len(block), [block])
 
     def copied(self) -> None:
         pass
@@ -113,7 +113,7 @@ def overlap(n: int, rounds: int, tmp: Path) -> None:
     from django.db import connection
 
     from urlguard.models import Source
-    from urlguard.writepath import changes
+    from urlguard.writepath import bulkload, changes
 
     spool = tmp / "spool.txt"
     keys_read: list[int] = []
@@ -139,7 +139,7 @@ def overlap(n: int, rounds: int, tmp: Path) -> None:
         finally:
             waited[0] += time.perf_counter() - began
 
-    commit, copy_chunk = connection.commit, changes._copy_chunk
+    commit, copy_chunk = connection.commit, bulkload._copy_chunk
 
     def timed_commit() -> None:
         began = time.perf_counter()
@@ -152,12 +152,12 @@ def overlap(n: int, rounds: int, tmp: Path) -> None:
         waited[0] += time.perf_counter() - began
 
     connection.commit = timed_commit  # type: ignore[method-assign]
-    changes._copy_chunk = timed_copy
-    threaded, done = changes._Reader, 0
+    bulkload._copy_chunk = timed_copy
+    threaded, done = bulkload._Reader, 0
     print(f"add_listed of {n:,} entries, the rows read by its thread or inline")
     for _ in range(rounds):
         for name, encoder in (("thread", threaded), ("inline", _Inline)):
-            changes._Reader = encoder  # type: ignore[misc]
+            bulkload._Reader = encoder  # type: ignore[misc]
             with connection.cursor() as cursor:
                 cursor.execute(
                     "TRUNCATE urlguard_rulesource, urlguard_changeevent, urlguard_spamrule CASCADE"
@@ -209,9 +209,11 @@ def main() -> None:
 
         call_command("migrate", verbosity=0)
         from urlguard.models import Source
+        from urlguard.nodesync import nudge
         from urlguard.writepath import changes
 
-        changes._nudge = lambda seq: None  # no node in this run
+        silenced = nudge.sending_to(lambda seq: None)  # no node in this run
+        silenced.__enter__()  # for the run: held, as one collected would be left
         if args.overlap:
             overlap(args.overlap, args.rounds, Path(tmp))
             return

@@ -9,6 +9,7 @@ from .continuous import ContinuousBloomFilter, RotatingBloomFilter
 from .counting import CountingBloomFilter
 from .errors import FilterFileError, FilterLockedError, FilterSpaceError
 from .hashing import hash_pair, hash_pairs
+from .locking import acquire_lock, release_lock
 from .mapping import FileIdentity
 from .opposite import OppositeBloomFilter
 from .persistent import PersistentBloomFilter
@@ -30,9 +31,11 @@ __all__ = [
     "RotatingBloomFilter",
     "ScalableBloomFilter",
     "ScalingCountingBloomFilter",
+    "acquire_lock",
     "file_status",
     "hash_pair",
     "hash_pairs",
+    "release_lock",
     "writer_active",
     "writer_lock_path",
 ]

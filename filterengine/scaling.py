@@ -34,7 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -53,6 +53,9 @@ from .stage import Stage
 from .writerstate import is_clean, take_over
 
 __all__ = ["ScalingCountingBloomFilter", "DEFAULT_GROWTH", "DEFAULT_TIGHTENING"]
+
+# A key as given: maybe_present answers str keys with str, bytes with bytes.
+Key = TypeVar("Key", bound=str | bytes)
 
 #: Chosen by the mean bytes per key over sizes, not at one size: bench/engine.py
 #: prints the comparison (``sizing``) and its docstring says how it came out.
@@ -397,7 +400,7 @@ class ScalingCountingBloomFilter:
 
     __contains__ = contains
 
-    def maybe_present(self, keys: Iterable[str | bytes]) -> list[str | bytes]:
+    def maybe_present(self, keys: Iterable[Key]) -> list[Key]:
         """The keys that may be present, in order: ``contains`` for a handful of
         keys (one URL's expressions) with one check of the file for them all.
         For many keys ``contains_many`` is faster."""

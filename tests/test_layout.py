@@ -99,6 +99,56 @@ def test_no_module_imports_one_that_imports_it_back():
     assert not cycles, "import cycles:\n" + "\n".join(report)
 
 
+def _package(module: str) -> str:
+    """The package a module belongs to: one of the app's sub-packages or top-level
+    modules (`urlguard.models`, `urlguard.conf`), else its top-level package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "urlguard" else parts[0]
+
+
+def _package_ties(modules: dict[str, Path]) -> list[str]:
+    """Each cycle between packages, with the imports that close it (function-level
+    imports included: `_imports` reads the whole file)."""
+    graph: dict[str, set[str]] = {_package(name): set() for name in modules}
+    closing: dict[tuple[str, str], list[str]] = {}
+    for name, path in modules.items():
+        for target in _imports(name, path, modules):
+            ends = (_package(name), _package(target))
+            if ends[0] != ends[1]:
+                graph[ends[0]].add(ends[1])
+                closing.setdefault(ends, []).append(f"{name} imports {target}")
+    return [
+        "; ".join(why for a in cycle for b in cycle if (a, b) in closing for why in closing[a, b])
+        for cycle in _cycles(graph)
+    ]
+
+
+def test_no_two_packages_import_each_other():
+    """Module cycles aside, no package imports one that imports it back, either way:
+    the foundation's own imports and the entry points' included."""
+    root = Path(__file__).resolve().parent.parent
+    ties = _package_ties(_modules(root))
+    assert not ties, "packages importing each other:\n" + "\n".join(ties)
+
+
+def test_a_tie_between_packages_through_a_function_is_reported(tmp_path):
+    package = tmp_path / "urlguard"
+    for sub in ("models", "runtime"):
+        (package / sub).mkdir(parents=True)
+        (package / sub / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "models" / "rows.py").write_text("def f():\n    from urlguard.runtime import sql\n")
+    (package / "runtime" / "sql.py").write_text("")
+    (package / "runtime" / "stats.py").write_text("from urlguard.models import rows\n")
+    modules = {
+        name: path for name, path in _modules(tmp_path).items() if name.startswith("urlguard")
+    }
+    assert _package_ties(modules) == [
+        "urlguard.models.rows imports urlguard.runtime.sql; "
+        "urlguard.runtime.stats imports urlguard.models.rows"
+    ]
+
+
 def test_the_app_uses_nothing_of_the_service():
     """urlguard is what a site installs; urlguard_service is one such site."""
     root = Path(__file__).resolve().parent.parent
@@ -120,15 +170,16 @@ FOUNDATION = {"conf", "checks", "celery", "models", "wording", "migrations"}
 ALLOWED = {
     "runtime": set(),
     "nodesync": {"runtime"},
-    "reports": {"runtime"},
-    "hotpath": {"runtime", "nodesync", "reports"},
+    "hotpath": {"runtime", "nodesync"},
     "writepath": {"runtime", "nodesync", "hotpath"},
+    "reports": {"runtime", "nodesync", "hotpath", "writepath"},
     "shortlinks": {"runtime", "nodesync", "hotpath"},
     "content": {"runtime", "nodesync", "hotpath"},
     "operations": {"runtime", "nodesync", "hotpath", "content"},
     "exports": {"runtime", "nodesync", "hotpath", "writepath", "operations"},
     "jobs": {"runtime", "nodesync", "hotpath", "writepath", "shortlinks"},
     "feeds": {"runtime", "nodesync", "hotpath", "writepath", "jobs"},
+    "safebrowsing": {"runtime", "nodesync", "hotpath", "writepath", "operations", "exports"},
 }
 
 
@@ -226,3 +277,16 @@ def test_the_app_reads_the_filter_file_only_through_the_engines_public_names():
 def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_write_path_never_imports_the_feeds():
+    """A refresh hands the write path a plan, data only (urlguard.writepath.plan): the
+    write path applies it and never calls back into the code that made it."""
+    root = Path(__file__).resolve().parent.parent
+    modules = _modules(root)
+    reaching = {
+        name: sorted(t for t in _imports(name, path, modules) if t.startswith("urlguard.feeds"))
+        for name, path in modules.items()
+        if name.startswith("urlguard.writepath")
+    }
+    assert not {name: found for name, found in reaching.items() if found}

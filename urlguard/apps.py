@@ -17,9 +17,19 @@ class UrlguardConfig(AppConfig):
         from urlguard.conf import conf
         from urlguard.exports import prerender
         from urlguard.nodesync import embedded, registry, sync
+        from urlguard.safebrowsing import prepared
 
         if prerender.after_changes not in sync.AFTER_CHANGES:
             sync.AFTER_CHANGES.append(prerender.after_changes)
+        if prepared.prepare_round not in prerender.AFTER_RENDERS:
+            prerender.AFTER_RENDERS.append(prepared.prepare_round)
+        from urlguard.exports import lag
+        from urlguard.operations import health
+
+        # A node whose exports lag says so (health cannot import the exports).
+        health.DEGRADING_CHECKS.setdefault("exports", lag.exports_check)
+        if not any(isinstance(c, lag.ExportLagCollector) for c in health.EXTRA_COLLECTORS):
+            health.EXTRA_COLLECTORS.append(lag.ExportLagCollector())
 
         try:
             catch_up = conf.EMBEDDED_CATCH_UP

@@ -104,7 +104,7 @@ if not HAVE_CELERY:
 
 def current_app() -> Any:
     """The site's Celery app (Celery's fallback default app where the site has none)."""
-    from celery import current_app as app
+    from celery import current_app as app  # only called where Celery is installed
 
     return app
 
@@ -138,7 +138,7 @@ def _urlguard_defaults() -> dict:
     from kombu import Exchange, Queue
     from kombu.common import Broadcast
 
-    from urlguard.conf import conf
+    from urlguard.conf import conf  # as the kombu imports: when Celery asks
 
     # An explicit routing key: on Redis a fanout is PUB/SUB on "<exchange>/<key>", and
     # the worker would otherwise subscribe with its default key while a publisher

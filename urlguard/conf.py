@@ -961,6 +961,27 @@ class Settings:
         check_id="urlguard.E028",
         hint="e.g. 20.",
     )
+    # Bytes of renders kept per export: the newest is kept whatever its size, older ones
+    # only while they fit beside it and room for the next (EXPORT_KEEP_VERSIONS bounds
+    # their number), so a data directory is sized by this, not by the list's growth.
+    EXPORT_KEEP_BYTES = Setting(
+        100_000_000,
+        must_be="a whole number of bytes, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E056",
+        hint="e.g. 100_000_000 (a number, not '100MB'); 0 keeps the newest render only.",
+    )
+    # An export whose newest render lacks a change older than this, seconds, makes the
+    # node's /readyz name it degraded and its HTTP answers say they are stale.
+    EXPORT_MAX_LAG_SECONDS = Setting(
+        600,
+        must_be="a positive number of seconds",
+        valid=lambda v: _number(v) and v > 0,
+        resolve=float,
+        check_id="urlguard.E057",
+        hint="e.g. 600 (longer than a pre-render of every export takes at your list's size).",
+    )
     # The exports rendered ahead of their pollers each time this node applies changes
     # (urlguard.exports.prerender), never in a request; one left out is rendered by the
     # first poll of each position instead.
@@ -971,6 +992,45 @@ class Settings:
         resolve=tuple,
         check_id="urlguard.E096",
         hint="e.g. ['hosts.txt', 'abp.txt'] (a list, not a string), or [] for none.",
+    )
+    # The Safe Browsing v4 Update API (urlguard.safebrowsing). Off, its endpoints answer
+    # 404 and no pre-render round prepares its lists: at a million rules each position
+    # costs every node seconds of CPU and ~90 MB on disk, which only its clients repay.
+    SAFEBROWSING_ENABLED = Setting(
+        True,
+        must_be="True or False",
+        valid=lambda v: isinstance(v, bool),
+        resolve=bool,
+        check_id="urlguard.E085",
+        hint="e.g. False where no browser or client uses the Safe Browsing endpoints.",
+    )
+    # Safe Browsing: how long a client waits
+    # between list updates (minimum_wait_duration), seconds.
+    SAFEBROWSING_MIN_WAIT = Setting(
+        1800,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E087",
+        hint="e.g. 1800 (Firefox updates its lists no sooner than this).",
+    )
+    # How long a client caches a full hash it was answered (positive), seconds.
+    SAFEBROWSING_CACHE_DURATION = Setting(
+        300,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E088",
+        hint="e.g. 300: a rule removed reaches browsers that cached its hash after this.",
+    )
+    # How long a client caches that a prefix matched no full hash (negative), seconds.
+    SAFEBROWSING_NEGATIVE_CACHE_DURATION = Setting(
+        300,
+        must_be="a whole number of seconds, 0 or more",
+        valid=lambda v: _integer(v) and v >= 0,
+        resolve=int,
+        check_id="urlguard.E089",
+        hint="e.g. 300: a rule added reaches browsers that asked about its prefix after this.",
     )
     # serve_dns: the RPZ zone (transferred to resolvers) and the URIBL zone (answered
     # live), absolute names.

@@ -12,6 +12,7 @@ from urlguard.exports import views as exports
 from urlguard.hotpath import continuation, linkshim
 from urlguard.operations import api, health
 from urlguard.reports import views as reports
+from urlguard.safebrowsing import views as safebrowsing
 
 app_name = "urlguard"
 
@@ -28,4 +29,12 @@ urlpatterns = [
     path("report-mistake/", reports.report_view, name="report"),
     path("lists/<str:name>", exports.export_view, name="list"),
     path("go/", linkshim.guarded_redirect, name="guarded"),
+    # Safe Browsing v4 Update API: the protocol's own paths, the key in ?key=.
+    path(
+        "safebrowsing/v4/threatListUpdates:fetch",
+        safebrowsing.threat_list_updates,
+        name="safebrowsing-updates",
+    ),
+    path("safebrowsing/v4/fullHashes:find", safebrowsing.full_hashes, name="safebrowsing-find"),
+    path("safebrowsing/v4/threatLists", safebrowsing.threat_lists, name="safebrowsing-lists"),
 ]

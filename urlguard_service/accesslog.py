@@ -6,6 +6,7 @@ access-log format, the operator's own included, gets the redacted values."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -39,7 +40,13 @@ def redact_query(query: str) -> str:
     return "&".join(parts)
 
 
+# An absolute URL's user info (scheme://user:password@host), where a key may ride.
+_USER_INFO = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/?#]*@", re.IGNORECASE)
+
+
 def _redact_target(target: str) -> str:
+    """A request target or a URL (a Referer) without user info or credential values."""
+    target = _USER_INFO.sub(rf"\1{REDACTED}@", target, count=1)
     path, sep, query = target.partition("?")
     return f"{path}{sep}{redact_query(query)}" if sep else target
 
@@ -55,6 +62,10 @@ class RedactingLogger(Logger):
         atoms["{raw_uri}e"] = raw_uri
         atoms["{query_string}e"] = atoms["q"]
         atoms["{request_uri}e"] = _redact_target(str(environ.get("REQUEST_URI", "")))
+        # The Referer (in gunicorn's default format) may be a URL with a key in it.
+        referer = environ.get("HTTP_REFERER")
+        if referer is not None:
+            atoms["f"] = atoms["{referer}i"] = atoms["{http_referer}e"] = _redact_target(referer)
         for name in _CREDENTIAL_ATOMS.intersection(atoms):
             atoms[name] = REDACTED
         return atoms

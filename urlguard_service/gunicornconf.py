@@ -85,7 +85,7 @@ def on_starting(server: Any) -> None:
 
 
 def child_exit(server: Any, worker: Any) -> None:
-    from prometheus_client import multiprocess
+    from prometheus_client import multiprocess  # the `metrics` extra: only where it runs
 
     multiprocess.mark_process_dead(worker.pid, _metrics_dir())
 
@@ -93,7 +93,7 @@ def child_exit(server: Any, worker: Any) -> None:
 def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:
     status = getattr(resp, "status_code", None)
     if isinstance(status, int):
-        from urlguard.runtime import metrics
+        from urlguard.runtime import metrics  # Django is set up by now, not at load
 
         metrics.responded(status)
 

@@ -8,32 +8,31 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 import pytest
+from django.utils.html import urlize
 
 from tests.browser.pages import serve_page
+from tests.service.test_content import BROWSER_MAPPED_HOSTS
+from tests.service.test_content_html import OUTBOUND
+from urlguard.content import find_links
 from urlguard.content.html import guard_links
+from urlguard.hotpath.canonical import browser_url
 from urlguard.hotpath.guard import reset_guard
 from urlguard.writepath.changes import add_rule
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+# The service test's outbound spellings (each shimmed there), more the browser reads
+# as leaving, and local links.
 SPELLINGS = [
-    "https://evil.example/x",
-    "HTTPS://EVIL.EXAMPLE/x",
-    "//evil.example/x",
-    "\\\\evil.example/x",
-    "/\\evil.example/x",
-    "\\/evil.example/x",
-    "\x01//evil.example/x",
+    *OUTBOUND,
     " \t//evil.example/x",
-    "/\n/evil.example/x",
     "///evil.example/x",
-    "https:evil.example/x",
     "https:\\\\evil.example/x",
     "http:evil.example/x",
-    "&#x2F;&#x2F;evil.example/x",
     "&#47;&#92;evil.example/x",
     "//evil.example%2Fx",
-    "https://evil.example/" + "a" * 9000,
+    "&#104;ttp://evil.example/x",
+    "\x7f//evil.example/x",
     "/local/page",
     "#comments",
     "reply.html",
@@ -75,3 +74,20 @@ def test_a_listed_link_clicked_answers_the_warning_page(page, site):
     assert page.locator(".card.danger").count() == 1
     assert "evil.example" in page.inner_text("body")
     assert off_site == []
+
+
+def test_find_links_reads_a_linkified_host_as_chromium_does(page, site):
+    """Django's urlize links each text; where Chromium's `a.href` takes each link,
+    find_links names the same host (it found "http://evil" or nothing before)."""
+    post = f"{site}/post/3"
+    body = "".join(f"<p>{urlize(text)}</p>" for text in BROWSER_MAPPED_HOSTS)
+    serve_page(page, post, f"<!doctype html><meta charset=utf-8>{body}")
+    page.goto(post)
+    hrefs = page.eval_on_selector_all("p", "ps => ps.map(p => p.querySelector('a').href)")
+    followed = [urlsplit(href).hostname for href in hrefs]
+    found = [
+        [urlsplit(browser_url(link)).hostname for link in find_links(text)]
+        for text in BROWSER_MAPPED_HOSTS
+    ]
+    assert found == [[host] for host in followed]
+    assert set(followed) == {"evil.top", "www.evil.top", "evil.com"}

@@ -37,13 +37,13 @@ def article(build_filter):
     return get_user_model().objects.create(username="author")
 
 
-def post_comment(client, target, text):
+def post_comment(client, target, text, url=""):
     form = django_comments.get_form()(target)
     data = {
         **form.generate_security_data(),
         "name": "Visitor",
         "email": "visitor@example.com",
-        "url": "",
+        "url": url,
         "comment": text,
         "honeypot": "",
     }
@@ -62,6 +62,14 @@ def test_a_comment_with_a_listed_link_is_held_with_its_reason(client, article):
     assert list(HitEvent.objects.values_list("action", "host")) == [("text", "www.pills.top")]
 
 
+def test_a_comment_whose_website_is_listed_is_held(client, article):
+    # The form's "url" (the commenter's website) is shown as a link by most sites.
+    response = post_comment(client, article, "Nice article, thanks.", url="http://pills.top/win")
+    assert response.status_code == 302
+    assert Comment.objects.get().is_public is False
+    assert "links to http://pills.top/win" in HeldComment.objects.get().reason
+
+
 def test_a_clean_comment_is_published_as_before(client, article):
     response = post_comment(client, article, "Nice. More at https://docs.python.org/3/")
     assert response.status_code == 302
@@ -78,6 +86,23 @@ def test_a_comment_made_in_code_is_held_too(article):
     assert "pills.top/x" in HeldComment.objects.get().reason
     comment.delete()
     assert not HeldComment.objects.exists()
+
+
+def test_a_published_comment_edited_to_link_a_listed_url_is_held(article):
+    comment = Comment.objects.create(
+        content_object=article, site=Site.objects.get_current(), comment="Nice post."
+    )
+    assert comment.is_public is True
+    comment.comment = "Nice post. Update: cheap meds at pills.top/now"
+    comment.save()
+    comment.refresh_from_db()
+    assert comment.is_public is False
+    assert "links to http://pills.top/now" in HeldComment.objects.get().reason
+    # Approved as it stands, it stays published: only a change of its text is checked.
+    comment.is_public = True
+    comment.save()
+    comment.refresh_from_db()
+    assert comment.is_public is True
 
 
 def test_a_comment_that_cannot_be_checked_waits_for_a_moderator(article, use_guard):

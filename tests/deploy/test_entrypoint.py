@@ -5,6 +5,7 @@ run on PostgreSQL and Redis is tests/deploy/test_topology.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,28 +102,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def web_role(env: dict[str, str], log: Path, *args: str) -> Iterator[None]:
+    """`entrypoint.sh web ARGS` with `env` (URLGUARD_BIND set) for the block, entered
+    once its healthcheck passes; its whole process group is stopped after, its output
+    is in `log`."""
+    with log.open("w") as out:
+        web = subprocess.Popen(
+            ["sh", str(ENTRYPOINT), "web", *args], env=env, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while entrypoint("healthcheck", env=env, timeout=30).returncode != 0:
+                assert web.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+            yield
+        finally:
+            os.killpg(web.pid, signal.SIGTERM)
+            web.wait(timeout=30)
+
+
 def test_web_serves_and_its_healthcheck_says_so(tmp_path, migrated):
     env = environment(migrated)
     bind = f"127.0.0.1:{free_port()}"
     env.update(URLGUARD_BIND=bind, WEB_CONCURRENCY="1")
     assert entrypoint("healthcheck", env=env).returncode != 0  # nothing listens yet
-    log = (tmp_path / "web.log").open("w")
-    web = subprocess.Popen(
-        ["sh", str(ENTRYPOINT), "web"], env=env, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while entrypoint("healthcheck", env=env, timeout=30).returncode != 0:
-            assert web.poll() is None, (tmp_path / "web.log").read_text()
-            assert time.monotonic() < deadline, (tmp_path / "web.log").read_text()
-            time.sleep(0.2)
-        with urllib.request.urlopen(f"http://{bind}/metrics", timeout=10) as answer:
-            assert b"urlguard_filter_readable" in answer.read()
-    finally:
-        os.killpg(web.pid, signal.SIGTERM)
-        web.wait(timeout=30)
-        log.close()
+    with (
+        web_role(env, tmp_path / "web.log"),
+        urllib.request.urlopen(f"http://{bind}/metrics", timeout=10) as answer,
+    ):
+        assert b"urlguard_filter_readable" in answer.read()
     text = (tmp_path / "web.log").read_text()
     # gunicorn (the exec'd process, so signals reach it) with the metrics hooks.
     assert "urlguard metrics in" in text and str(tmp_path / "var" / "metrics") in text

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from filterengine import FilterFileError, ScalingCountingBloomFilter
+from filterengine import FilterFileError, ScalingCountingBloomFilter, acquire_lock, release_lock
 from filterengine.locking import acquire_writer_lock, release_writer_lock
 
 S = ScalingCountingBloomFilter
@@ -68,3 +68,23 @@ def test_the_lock_is_reentrant_only_after_release(tmp_path):
     finally:
         release_writer_lock(fd)
     release_writer_lock(acquire_writer_lock(path, 0.0))
+
+
+def test_any_lock_file_takes_the_same_bounded_wait(tmp_path):
+    """acquire_lock is the writer lock's wait for any lock file (the service's sync lock):
+    None once the wait runs out, owner-only, never through a symbolic link."""
+    old = os.umask(0)
+    try:
+        fd = acquire_lock(str(tmp_path / "x.lock"), 0.0)
+    finally:
+        os.umask(old)
+    assert fd is not None and mode(tmp_path / "x.lock") == 0o600
+    try:
+        assert acquire_lock(str(tmp_path / "x.lock"), 0.05) is None
+    finally:
+        release_lock(fd)
+    release_lock(acquire_lock(str(tmp_path / "x.lock"), 0.0))
+    os.symlink(tmp_path / "victim", tmp_path / "link.lock")
+    with pytest.raises(OSError):
+        acquire_lock(str(tmp_path / "link.lock"), 0.0)
+    assert not (tmp_path / "victim").exists()

@@ -53,3 +53,36 @@ def test_the_atoms_hold_no_credential():
     assert atoms["q"] == f"key={REDACTED}&v=2"
     assert "ugk_" not in repr(atoms)
     assert atoms["h"] == "192.0.2.1" and atoms["s"] == "401"
+
+
+@pytest.mark.parametrize(
+    ("target", "logged"),
+    [
+        ("/lists/hosts.txt?key=ugk_q", f"/lists/hosts.txt?key={REDACTED}"),
+        # The absolute form a request line may carry (RFC 9112 3.2.2), user info and all.
+        ("http://ugk:ugk_k@guard.example/lists/hosts.txt", f"http://{REDACTED}@guard.example/lists/hosts.txt"),
+        ("HTTPS://ugk_k@guard.example/?key=ugk_q", f"HTTPS://{REDACTED}@guard.example/?key={REDACTED}"),
+        ("http://u:p@ss@guard.example/", f"http://{REDACTED}@guard.example/"),  # the last @
+        ("http://guard.example/a@b", "http://guard.example/a@b"),  # an @ in the path is no user
+        ("/a@b?x=1", "/a@b?x=1"),
+    ],
+)  # fmt: skip
+def test_a_logged_target_or_referer_holds_no_user_info_nor_key(target, logged):
+    logger = RedactingLogger(Config())
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "RAW_URI": target,
+        "PATH_INFO": "/lists/hosts.txt",
+        "QUERY_STRING": "",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "192.0.2.1",
+        # gunicorn's default format logs the Referer (%(f)s): a client following a
+        # redirect may send the URL it came from, key and all.
+        "HTTP_REFERER": target,
+    }
+    request = SimpleNamespace(headers=[("REFERER", target)])
+    response = SimpleNamespace(status="401 Unauthorized", headers=[])
+    atoms = logger.atoms(response, request, environ, datetime.timedelta(seconds=1))
+    assert atoms["r"] == f"GET {logged} HTTP/1.1"
+    assert atoms["{raw_uri}e"] == atoms["f"] == atoms["{referer}i"] == logged
+    assert atoms["{http_referer}e"] == logged

@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 
 from urlguard.models import ChangeEvent, RuleWriteError, SpamRule
-from urlguard.writepath import changes
+from urlguard.writepath import changes, changesets
 from urlguard.writepath.rules import RuleError, normalize_rule
 
 pytestmark = pytest.mark.django_db
@@ -65,11 +65,11 @@ def test_duplicate_rule_is_refused_with_the_existing_row(nudges):
 
 
 def test_added_at_is_unique_and_increasing_when_the_clock_repeats(nudges, monkeypatch):
-    monkeypatch.setattr(changes, "now_micros", lambda: 1_700_000_000_000_000)
+    monkeypatch.setattr(changesets, "now_micros", lambda: 1_700_000_000_000_000)
     ids = [changes.add_rule(f"host{i}.example.org/", category="spam").added_at for i in range(3)]
     assert ids == [1_700_000_000_000_000, 1_700_000_000_000_001, 1_700_000_000_000_002]
     # A clock that steps back still never reuses or goes below an existing id.
-    monkeypatch.setattr(changes, "now_micros", lambda: 5)
+    monkeypatch.setattr(changesets, "now_micros", lambda: 5)
     assert changes.add_rule("late.example.org/", category="spam").added_at == ids[-1] + 1
 
 

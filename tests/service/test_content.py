@@ -6,12 +6,14 @@ text over CONTENT_MAX_CHARS refused; hostile text scanned in linear time."""
 from __future__ import annotations
 
 import time
+from urllib.parse import urlsplit
 
 import pytest
 from linkify_it import LinkifyIt
 
 from urlguard.content import TextTooLong, check_text, find_links, listed_links
 from urlguard.content.links import prefix_tree_pattern, top_level_domains
+from urlguard.hotpath.canonical import browser_url
 from urlguard.hotpath.guard import Guard
 from urlguard.models import HitEvent
 from urlguard.runtime import stats
@@ -55,6 +57,56 @@ def test_find_links(text, links):
     assert found == links
 
 
+# Hosts spelled with what the browser's URL parser maps away (IDNA's other full stops,
+# code points it ignores, full-width letters): Django's urlize links each of these, and
+# Chromium follows its href to that host (tests/browser/test_content_browser.py).
+BROWSER_MAPPED_HOSTS = [
+    "http://evil\u3002top/x",
+    "http://evil\uff0etop/x",
+    "http://evil\uff61top/x",
+    "www.evil\u3002top/x",
+    "http://ev\u200bil.top/x",
+    "http://evil\u200b.top/x",
+    "evil\u200b.com/x",
+    "www.evil\u00ad.top",
+    "see http://\uff45\uff56\uff49\uff4c\uff0e\uff54\uff4f\uff50/x now",
+    "http://e%76il.top/x",
+    "www.e%76il.top/x",
+    "http://evil%E3%80%82top/x",
+]
+
+
+@pytest.mark.parametrize("text", BROWSER_MAPPED_HOSTS, ids=ascii)
+def test_a_host_spelled_with_what_the_browser_maps_away_is_found(text):
+    [link] = find_links(text)
+    assert urlsplit(browser_url(link)).hostname in ("evil.top", "www.evil.top", "evil.com"), link
+
+
+def test_an_escaped_host_in_html_or_markdown_source_is_found_as_the_browser_reads_it():
+    # Chromium follows each href to evil.top; the scan found "http://65vil.top/x".
+    for text in ['<a href="http://%65vil.top/x">x</a>', "[x](http://%65%76il.top/x)"]:
+        assert find_links(text) == ["http://evil.top/x"]
+    # Escapes of what no host holds stay as written.
+    assert find_links("http://a.example/%20%2F%3F%25/x") == ["http://a.example/%20%2F%3F%25/x"]
+
+
+def test_a_host_written_with_character_references_in_html_or_markdown_is_found():
+    # HTML and CommonMark decode them before the URL is read: Chromium goes to
+    # evil.top; the scan found "http://vil.top/x" and "http://evil".
+    for text in ['<a href="http://&#101;vil.top/x">x</a>', "[x](http://evil&#46;top/x)"]:
+        assert find_links(text) == ["http://evil.top/x"]
+    # A name without its ";" is no reference in an attribute: the query stays as written.
+    assert find_links("http://a.example/?a=1&para=2&amp;b") == ["http://a.example/?a=1&para=2&b"]
+
+
+@pytest.mark.parametrize(
+    "text", ["[x](http:evil.top/x)", '<a href="https:/evil.top/x">x</a>', "HTTP:\\evil.top/x"]
+)
+def test_a_web_scheme_without_its_slashes_is_a_link(text):
+    # On a page of the other scheme Chromium follows each to evil.top.
+    assert [urlsplit(link).hostname for link in find_links(text)] == ["evil.top"]
+
+
 def test_every_top_level_domain_of_the_public_suffix_list_counts():
     tlds = set(top_level_domains())
     assert {"top", "xyz", "click", "com", "uk", "рф", "xn--p1ai"} <= tlds and len(tlds) > 1400
@@ -90,6 +142,10 @@ HOSTILE = {
     "a 1 MB host": "http://" + "a." * 500_000 + "com/",
     "100,000 links": "a.top/ " * 100_000,
     "schemes back to back": "http://" * 100_000,
+    "schemes without slashes": "http:" * 100_000,
+    "character references": "http://" + "&#101;" * 100_000 + ".top/ " + "&" * 100_000,
+    "100,000 escapes in a host": "http://" + "%65" * 100_000 + ".top/",
+    "100,000 zero-width spaces": "http://e" + "\u200b" * 100_000 + "vil.top/",
 }
 
 

@@ -5,6 +5,7 @@ the package is not installed (`.ci/run` installs both)."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import time
@@ -36,6 +37,14 @@ def until(predicate, seconds: float = 15.0) -> bool:
 
 
 @pytest.mark.skipif(not Path(UNBOUND).exists(), reason="Debian's unbound is not installed")
+def resolved_rcode(port: int, name: str) -> int | None:
+    """The rcode the resolver on `port` answers for `name`; None while it answers none."""
+    try:
+        return ask(port, name, timeout=1).rcode()
+    except Exception:
+        return None
+
+
 def test_unbound_secondary_follows_the_list_by_notify_and_ixfr(dns_server, sync_filter, tmp_path):
     add_rule("evil.example/", category="phishing", source="test")
     port = free_port()
@@ -47,12 +56,7 @@ def test_unbound_secondary_follows_the_list_by_notify_and_ixfr(dns_server, sync_
         tmp_path, port=port, primary=server.port, zone=RPZ, names=names, verbosity=4
     )
     try:
-
-        def rcode(name):
-            try:
-                return ask(port, name, timeout=1).rcode()
-            except Exception:
-                return None
+        rcode = functools.partial(resolved_rcode, port)
 
         # The zone's first transfer (AXFR) at start.
         assert until(lambda: rcode("evil.example.") == dns.rcode.NXDOMAIN), _log(tmp_path)
@@ -95,12 +99,7 @@ def test_an_allowlisted_exception_reaches_unbound_by_notify_and_ixfr(
         local_rpz=["hosting.example CNAME .", "*.hosting.example CNAME ."],
     )
     try:
-
-        def rcode(name):
-            try:
-                return ask(port, name, timeout=1).rcode()
-            except Exception:
-                return None
+        rcode = functools.partial(resolved_rcode, port)
 
         assert until(lambda: rcode("evil.example.") == dns.rcode.NXDOMAIN), _log(tmp_path)
         assert rcode("partner.hosting.example.") == dns.rcode.NXDOMAIN
@@ -138,12 +137,7 @@ def test_bind_secondary_takes_the_zone_and_follows_it_by_notify_and_ixfr(
     with running_named(
         tmp_path, port=port, primary=server.port, zone=RPZ, names=names, local_rpz=local
     ):
-
-        def rcode(name):
-            try:
-                return ask(port, name, timeout=1).rcode()
-            except Exception:
-                return None
+        rcode = functools.partial(resolved_rcode, port)
 
         # The zone's first transfer (AXFR) at start, taken as a zone.
         assert until(lambda: rcode("evil.example.") == dns.rcode.NXDOMAIN), named_log(tmp_path)

@@ -11,12 +11,16 @@ import re
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import OperationalError, connection
 from django.urls import reverse
+from django.utils import timezone
 
+from tests.faults import fail_on_call
 from tests.service.feedserver import fixture
 from urlguard.feeds import runner, tasks
 from urlguard.feeds.interval import human_interval
-from urlguard.models import AdminJob, Source, SpamRule
+from urlguard.feeds.outcome import RefreshResult, RefreshStatus, rules_left
+from urlguard.models import AdminJob, ChangeSet, Source, SpamRule
 from urlguard.writepath import changes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet")]
@@ -114,6 +118,8 @@ def test_add_feed_refuses_a_file_url_outside_the_feed_file_root(settings, tmp_pa
             run("add_feed", "x", url)
     with pytest.raises(CommandError, match="a file on this server, not on example.org"):
         run("add_feed", "x", "file://example.org/list.txt")
+    with pytest.raises(CommandError, match="cannot read"):
+        run("add_feed", "x", f"file://{root}/a%00b")  # a NUL: no file name holds one
     assert not Source.objects.filter(name="x").exists()
     # Beneath the root, even before the file is there (a job may write it later).
     run("add_feed", "x", f"file://{root}/later.txt")
@@ -146,9 +152,62 @@ def test_refresh_feeds_failure_is_an_error_exit_and_keeps_rules(server):
     run("add_feed", "f", server.url("/l"))
     run("refresh_feeds", "f")
     server.routes["/l"] = (503, {}, b"")
-    with pytest.raises(CommandError, match="1 of 1 refresh"):
+    with pytest.raises(CommandError, match="1 of 1 refresh.*: f: its rules are unchanged$"):
         run("refresh_feeds", "f")
     assert SpamRule.objects.count() == 1
+
+
+def test_refresh_feeds_failing_mid_load_says_what_it_committed(server, monkeypatch):
+    # The database goes away after the first chunk committed (PostgreSQL restarting).
+    server.serve("/l", "".join(f"h{i}.example\n" for i in range(7)).encode())
+    run("add_feed", "f", server.url("/l"))
+    add_listed = changes.add_listed
+    monkeypatch.setattr(
+        changes, "add_listed", lambda *args, **kw: add_listed(*args, **{**kw, "chunk_size": 3})
+    )
+    chunk = "_add_listed_chunk" if connection.vendor == "postgresql" else "_add_chunk"
+    lost = OperationalError("server closed the connection unexpectedly")
+    fail_on_call(monkeypatch, changes, chunk, 2, lost)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command("refresh_feeds", "f", stdout=out, stderr=io.StringIO())
+    assert SpamRule.objects.count() == 3
+    cs = ChangeSet.objects.get()
+    assert str(failed.value) == (
+        f"1 of 1 refresh(es) failed: f: partial: rules 3 added, none removed committed in "
+        f"change set #{cs.pk}; `manage.py refresh_feeds f` again finishes it"
+    )
+    assert (
+        f"\n  partial: rules 3 added, none removed committed in change set #{cs.pk}; "
+        "`manage.py refresh_feeds f` again finishes it\n"
+    ) in out.getvalue()
+    assert "partial: 3 rules of a refresh interrupted" in run("feeds_info")
+    out = run("refresh_feeds", "f")
+    assert "f: ok" in out and SpamRule.objects.count() == 7
+    cs.refresh_from_db()
+    assert cs.finished is not None and cs.added == 7  # finished in the same set
+
+
+def test_what_a_failed_refresh_left_is_read_from_its_change_set(monkeypatch):
+    failed = RefreshResult(source="f", status=RefreshStatus.FAILED)
+    assert rules_left(failed) == "its rules are unchanged"  # it failed before it wrote
+    cs = ChangeSet.objects.create(kind=ChangeSet.Kind.REFRESH, finished=None)
+    failed.change_set = cs.pk
+    assert rules_left(failed) == "its rules are unchanged"  # nothing committed yet
+    # It failed after its writes ended (recording what it refused, say).
+    ChangeSet.objects.filter(pk=cs.pk).update(added=5, removed=2, finished=timezone.now())
+    assert rules_left(failed) == (
+        f"its rules changed all the same: rules 5 added, 2 removed in change set #{cs.pk}"
+    )
+
+    def unreachable(*args, **kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(ChangeSet.objects, "filter", unreachable)
+    assert rules_left(failed) == (
+        f"perhaps partial: change set #{cs.pk} may hold some of its rules (the database did "
+        "not answer); `manage.py refresh_feeds f` again finishes it"
+    )
 
 
 def test_refresh_feeds_unknown_or_manual_names():

@@ -374,6 +374,12 @@ def test_file_urls_only_beneath_the_root(tmp_path):
         read("file:///etc/passwd", file_root=str(root))
 
 
+def test_a_file_url_with_a_nul_is_a_clear_error(tmp_path):
+    # %00 decodes to a NUL, which no file name holds: the path library raised ValueError.
+    with pytest.raises(FeedError, match="cannot read"):
+        read(f"file://{tmp_path}/a%00b", file_root=str(tmp_path))
+
+
 def test_a_device_is_refused_not_read_without_bound():
     # /dev/urandom has size 0 and never ends: once 1.6 GB spooled in 5 s.
     with pytest.raises(FeedError, match="not a regular file"):

@@ -20,7 +20,7 @@ from urlguard.feeds import listing
 from urlguard.feeds.tasks import refresh_feed
 from urlguard.models import RuleSource, Source, SpamRule
 from urlguard.nodesync import registry
-from urlguard.writepath import changes
+from urlguard.writepath import bulkload, changes, listings
 
 
 def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):  # noqa: F811
@@ -110,7 +110,7 @@ def test_add_listed_on_postgresql_writes_rules_listings_and_log_set_based(
 
     assert connection.vendor == "postgresql"
     nudged: list[int] = []
-    monkeypatch.setattr(changes, "_nudge", nudged.append)
+    monkeypatch.setattr(bulkload, "_nudge", nudged.append)
     other = Source.objects.create(name="other", kind=Source.Kind.FEED, url="file:///dev/null")
     changes.add_rules(["shared.example/"], source=other)
     nudged.clear()
@@ -171,7 +171,9 @@ def test_add_listed_reads_rows_in_a_thread_and_stops_it_on_any_error(
     cs.refresh_from_db()
     assert cs.finished is None and cs.added == 6
 
-    fail_on_call(monkeypatch, changes, "_add_listed_chunk", 2, RuntimeError("the database said no"))
+    fail_on_call(
+        monkeypatch, bulkload, "_add_listed_chunk", 2, RuntimeError("the database said no")
+    )
     with pytest.raises(RuntimeError, match="said no"):
         changes.add_listed(rows(1000), source=feed, chunk_size=300)
     assert readers() == []
@@ -244,7 +246,7 @@ def test_the_rule_ids_of_many_keys_are_one_statement(services_available, nudges,
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    monkeypatch.setattr(listing, "_BATCH", 100)
+    monkeypatch.setattr(listings, "_BATCH", 100)
     source = Source.objects.create(name="ids", kind=Source.Kind.FEED, url="file:///dev/null")
     changes.add_rules([f"h{i}.example" for i in range(3000)], source=source)
     rows = dict(RuleSource.objects.filter(source=source).values_list("key", "rule_id"))

@@ -64,7 +64,7 @@ def _read_by_lines(body: bytes, comments: str, max_line: int):
     with open_text(io.BytesIO(body), limit=1 << 20) as text:
         for lineno, line in numbered(text, comments):
             line = line.rstrip("\n")
-            if max_line and len(line.rstrip("\r")) > max_line:
+            if max_line and len(line.removesuffix("\r")) > max_line:
                 refused.append(lineno)
                 continue
             numbers.append(lineno)
@@ -92,6 +92,7 @@ _LINES = st.lists(
 @example(["aaaa\r\ra"], "", 4, 1)  # cut after CRs
 @example(["      a"], "", 4, 1)  # cut where it is still white space: not blank
 @example(["      "], "", 4, 1)  # blank however long
+@example(["aaaaaaaa\r\r"], "", 8, 1)  # max_line characters and two CRs: too long
 def test_a_body_read_by_blocks_stages_what_the_line_reader_reads(lines, comments, max_line, size):
     body = ("\n".join(lines)).encode("utf-8")
     assert _read_by_blocks(body, comments, max_line, size) == _read_by_lines(
@@ -181,6 +182,51 @@ def test_a_merged_memo_is_the_memo_saved_from_scratch(old, new, data):
     assert high.tolist() == expected_high
     assert low.tolist() == [h * 7 for h in expected_high]
     assert keys.tolist() == [h * 13 for h in expected_high]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-50, 50), unique=True, max_size=40),
+    st.lists(st.integers(-60, 60), max_size=40),
+    st.data(),
+)
+@example(old=[], new=[3, 1], data=None)
+@example(old=list(range(-50, 50)), new=[-60, 60, 0], data=None)
+def test_a_merged_memo_written_a_slice_at_a_time_is_the_merge_made_whole(old, new, data):
+    from unittest import mock
+
+    def entries(highs):
+        highs = np.array(highs, dtype=np.int64)
+        return highs, highs * 7, highs * 13
+
+    before = memo.Memo(*memo._sorted_unique(*entries(old)))
+    picks = data.draw(st.lists(st.sampled_from(range(len(old))))) if old and data else []
+    kept = np.array(sorted(set(picks)) if data else range(0, len(old), 2), dtype=np.int64)
+    whole = [part() for part in before.merged_parts(kept, *entries(new))]
+    with mock.patch.object(memo, "_SLICE", 4):  # slices of 4 old entries, and a tail
+        for merged, expected in zip(before.merged_parts(kept, *entries(new)), whole, strict=True):
+            out = io.BytesIO()
+            memo._write_slices(out, merged)
+            out.seek(0)
+            assert np.load(out, allow_pickle=False).tolist() == expected.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-20, 20), max_size=60))
+@example(highs=[5, 5, 5, 5, 5, 4, 4, 4, 4])  # a run of one high word across slices
+def test_a_memo_saved_a_slice_at_a_time_is_the_memo_sorted_whole(highs):
+    from unittest import mock
+
+    high = np.array(highs, dtype=np.int64)
+    low, keys = high * 7 + np.arange(len(high)), high * 13
+    expected = memo._sorted_unique(high, low, keys)
+    with mock.patch.object(memo, "_SLICE", 4):
+        parts = memo._sorted_unique_parts(high, low, keys)
+        for part, whole in zip(parts, expected, strict=True):
+            out = io.BytesIO()
+            memo._write_slices(out, part)
+            out.seek(0)
+            assert np.load(out, allow_pickle=False).tolist() == whole.tolist()
 
 
 @pytest.mark.parametrize(

@@ -168,15 +168,22 @@ def test_probes_under_asgi(async_client, ready_node):
 
 
 @pytest.mark.parametrize("address", ["203.0.113.9", "2001:db8::9"])
-def test_outsiders_learn_only_ready_and_failed(client, ready_node, monkeypatch, address):
-    assert _ready(client, REMOTE_ADDR=address) == (200, {"ready": True, "failed": []})
+def test_outsiders_learn_only_ready_failed_and_degraded(client, ready_node, monkeypatch, address):
+    assert _ready(client, REMOTE_ADDR=address) == (
+        200,
+        {"ready": True, "failed": [], "degraded": []},
+    )
 
     def refuse():
         raise OperationalError('could not connect to server "db.internal" (10.0.0.5), port 5432')
 
     monkeypatch.setattr(connections["default"], "ensure_connection", refuse)
     status, body = _ready(client, REMOTE_ADDR=address)
-    assert (status, body) == (503, {"ready": False, "failed": ["database", "lag"]})
+    # The exports' lag cannot be known either: they are served stale meanwhile.
+    assert (status, body) == (
+        503,
+        {"ready": False, "failed": ["database", "lag"], "degraded": ["exports"]},
+    )
     # Inside the networks (the test client's 127.0.0.1), the whole story.
     status, inside = _ready(client)
     assert inside["node"] == "node-a" and "db.internal" in inside["checks"]["database"]["error"]

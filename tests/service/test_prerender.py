@@ -5,6 +5,8 @@ is served that file without a render in its request."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.test import Client
 
@@ -120,3 +122,45 @@ def test_the_settings_name_every_export_of_the_catalog():
 
 def test_the_app_hooks_the_prerender_to_the_node_sync_once():
     assert sync.AFTER_CHANGES.count(prerender.after_changes) == 1
+
+
+def test_rounds_failing_alike_are_logged_once_then_their_recovery(monkeypatch, caplog):
+    """A full disk or the database away fails every round: one ERROR with its
+    traceback, not one per round; then one line when a round works again."""
+    monkeypatch.setattr(prerender, "request", REAL_REQUEST)
+    failing = [True]
+
+    def round_():
+        if failing[0]:
+            raise prerender.PrerenderFailed("rpz.zone: OSError: [Errno 28] No space left")
+        return []
+
+    monkeypatch.setattr(prerender, "render_all", round_)
+    with caplog.at_level(logging.INFO, "urlguard.exports.prerender"):
+        for _ in range(5):
+            prerender.request()
+            assert prerender.wait(30)
+        failing[0] = False
+        prerender.request()
+        assert prerender.wait(30)
+    lines = [r for r in caplog.records if r.name == "urlguard.exports.prerender"]
+    assert [r.levelno for r in lines] == [logging.ERROR, logging.WARNING]
+    assert "No space left" in lines[0].getMessage() and lines[0].exc_info
+    assert (
+        lines[1].getMessage() == "pre-rendering the exports works again after 0 s and 5 failure(s)"
+    )
+
+
+@pytest.mark.django_db
+def test_one_export_failing_leaves_the_others_rendered(monkeypatch):
+    add("one.example/")
+    real = render.render
+    monkeypatch.setattr(
+        render,
+        "render",
+        lambda e, d: real(e, d) if e.name != "rpz.zone" else (_ for _ in ()).throw(OSError("full")),
+    )
+    with pytest.raises(prerender.PrerenderFailed, match="rpz.zone: OSError: full"):
+        prerender.render_all()
+    assert all(rendered_now(name) for name in EXPORTS if name != "rpz.zone")
+    assert not rendered_now("rpz.zone")

@@ -142,10 +142,10 @@ def test_open_at_startup_maps_an_existing_file_only(filter_path, caplog):
         registry.open_at_startup()
     # A missing file is the system check's news (W001), not a start-up log line.
     assert [r for r in caplog.records if r.name.startswith("urlguard")] == []
-    assert registry._filters == {}
+    assert registry.mapped(str(filter_path)) is None
     build(filter_path)
     registry.open_at_startup()
-    assert str(filter_path) in registry._filters
+    assert registry.mapped(str(filter_path)) is not None
 
 
 # A reader process as a gunicorn worker has one: Django set up, the registry's
@@ -156,7 +156,7 @@ READER = textwrap.dedent("""
     django.setup()
     from urlguard.nodesync import registry
     path = sys.argv[1]
-    print("ready" if registry._filters.get(path) is not None else "unmapped", flush=True)
+    print("ready" if registry.mapped(path) is not None else "unmapped", flush=True)
     for line in sys.stdin:
         filt = registry.get_filter(path)
         print("none" if filt is None else ("yes" if line.strip() in filt else "no"), flush=True)
@@ -270,7 +270,7 @@ def test_a_live_writer_mid_change_is_not_dirty(filter_path):
     with registry.writer() as w, w.change():
         w.add("new.example/", 2)
         assert not filt.is_clean
-        registry._next_check[str(filter_path)] = 0.0  # the once-a-second check is due
+        registry._paths[str(filter_path)].next_check = 0.0  # the once-a-second check is due
         assert registry.get_filter() is filt
     assert registry.problem() == ""
 
@@ -281,12 +281,42 @@ def test_a_dirty_file_stays_degraded_while_a_writer_repairs_it(filter_path, monk
     died = subprocess.run([sys.executable, "-c", DIES_MID_CHANGE, str(filter_path)])
     assert died.returncode == 9
     monkeypatch.setattr(registry, "_torn", lambda path: False)  # whatever the format says
-    registry._next_check[str(filter_path)] = 0.0
+    registry._paths[str(filter_path)].next_check = 0.0
     assert registry.get_filter() is None and "dirty" in registry.problem()
     # The catch-up's writer now holds the lock while it rebuilds: still dirty.
     with registry.writer():
-        monkeypatch.setattr(registry, "_failures", {})  # the retry is due
+        registry._paths[str(filter_path)].retry_at = 0.0  # the retry is due
         assert registry.get_filter() is None
     build(filter_path, [("old.example/", 1)])  # the rebuild replaces it
-    monkeypatch.setattr(registry, "_failures", {})
+    registry._paths[str(filter_path)].retry_at = 0.0
     assert registry.get_filter() is not None
+
+
+def _held(path: str, identity: tuple[int, int]) -> list[str]:
+    """The registry's module-level collections that still hold `path` or its file."""
+    found = []
+    for name, value in vars(registry).items():
+        if not isinstance(value, (dict, set, list)):
+            continue
+        if any(item in (path, identity) for item in value):  # a dict's keys
+            found.append(name)
+    return found
+
+
+@pytest.mark.parametrize("let_go", ["forget", "reset"])
+def test_forget_and_reset_leave_nothing_of_a_path_behind(filter_path, monkeypatch, let_go):
+    path = str(filter_path)
+    monkeypatch.setattr(registry, "CHECK_SECONDS", 0.0)
+    build(filter_path, [("old.example/", 1)])
+    assert registry.get_filter() is not None  # mapped, its position remembered
+    st = os.stat(path)
+    died = subprocess.run([sys.executable, "-c", DIES_MID_CHANGE, path])
+    assert died.returncode == 9
+    monkeypatch.setattr(registry, "_torn", lambda path: False)  # the memory, not the format
+    assert registry.get_filter() is None and "dirty" in registry.problem()
+    assert _held(path, (st.st_dev, st.st_ino))  # while the process knows the path
+    if let_go == "forget":
+        registry.forget(path)
+    else:
+        registry.reset()
+    assert _held(path, (st.st_dev, st.st_ino)) == []

@@ -163,7 +163,7 @@ def test_no_mail_without_managers_or_with_interval_zero(report, settings, rf):
 def test_the_report_form_mails_on_a_new_report_only(report, settings, client):
     from django.test import RequestFactory
 
-    from urlguard.reports.views import report_form_url
+    from urlguard.hotpath.warning import report_form_url
     from urlguard.runtime.visitors import visitor_id
 
     settings.MANAGERS = [("Ops", "ops@example.com")]

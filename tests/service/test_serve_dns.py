@@ -521,6 +521,37 @@ def test_with_the_database_down_since_the_start_the_rpz_zone_is_servfail_not_a_m
         server.stop()
 
 
+def test_a_database_that_hangs_is_waited_for_once_not_by_every_lookup(
+    dns_server, listed, monkeypatch
+):
+    """A database host that drops packets makes each query wait (connect_timeout: 5 s),
+    and every listed name's lookup waited so on the UDP thread, the RPZ SOA (the dns
+    role's health check, 3 s) queued behind them. Once a failure took that long,
+    lookups answer SERVFAIL at once until the NOTIFY loop's own thread finds it back."""
+    from django.db import OperationalError, connections
+
+    server = dns_server(rate_limit=100_000)
+    wrapper = type(connections["default"])
+    real = wrapper.cursor
+    waited = []
+
+    def hanging(self, *args, **kwargs):
+        waited.append(threading.current_thread().name)
+        threading.Event().wait(1.2)
+        raise OperationalError("timeout expired")
+
+    monkeypatch.setattr(wrapper, "cursor", hanging)
+    for n in range(5):
+        name = f"evil.example.{URIBL}" if n % 2 else f"www.evil.example.{URIBL}"
+        assert ask(server.port, name, timeout=10).rcode() == dns.rcode.SERVFAIL
+    soa = ask(server.port, RPZ, "SOA", timeout=10)
+    assert soa.rcode() == dns.rcode.NOERROR
+    assert waited.count("dns-_serve_udp") == 1  # the first lookup, and no other
+    monkeypatch.setattr(wrapper, "cursor", real)
+    server.poll()  # the NOTIFY loop's round: the database answers again
+    assert ask(server.port, f"evil.example.{URIBL}").answer[0][0].to_text() == "127.0.0.4"
+
+
 @pytest.mark.parametrize("edns", [None, 0])
 def test_the_fast_path_fails_as_the_general_one(dns_server, listed, database_down, edns):
     server = dns_server()
@@ -628,6 +659,7 @@ def test_tcp_slots_are_capped_per_client_and_kept_for_the_transfer_networks(dns_
         tcp_clients=4,
         tcp_per_client=2,
         tcp_transfer_slots=1,
+        tcp_reclaim_after=60.0,  # the holders have just asked: none of them yields a slot
     )
     held = []
     try:
@@ -660,6 +692,37 @@ def test_tcp_slots_are_capped_per_client_and_kept_for_the_transfer_networks(dns_
         threading.Event().wait(0.1)
     else:
         raise AssertionError("no TCP slot came back")
+
+
+def test_connections_asking_now_and_then_yield_their_slots_to_newcomers(dns_server, listed):
+    """A valid question every few seconds (or one dripped within the deadline) kept a
+    connection for ever, so a client with a few addresses held every slot for ever.
+    With every slot taken, a newcomer takes the one of the connection that has waited
+    longest for its next message, once that wait passed `tcp_reclaim_after`."""
+    server = dns_server(
+        transfer_networks=(),
+        tcp_clients=2,
+        tcp_per_client=1,
+        tcp_transfer_slots=0,
+        tcp_reclaim_after=0.5,
+    )
+    first, second = (tcp_client(server.port, f"127.0.0.{n}") for n in (2, 3))
+    newcomers = []
+    try:
+        assert tcp_ask(first, f"test.{URIBL}").answer
+        assert tcp_ask(second, f"test.{URIBL}").answer
+        second.sendall(b"\x00")  # the next message begun, and left dripping
+        threading.Event().wait(0.7)
+        newcomers.append(tcp_client(server.port, "127.0.0.4"))
+        assert tcp_ask(newcomers[-1], f"test.{URIBL}").answer
+        assert tcp_ask(first, f"test.{URIBL}") is None  # it had waited longest: closed
+        threading.Event().wait(0.7)
+        newcomers.append(tcp_client(server.port, "127.0.0.5"))
+        assert tcp_ask(newcomers[-1], f"test.{URIBL}").answer
+        assert second.recv(1) == b""  # mid-message, past the wait: its slot went too
+    finally:
+        for sock in (first, second, *newcomers):
+            sock.close()
 
 
 def test_a_tcp_message_must_arrive_whole_within_the_deadline(dns_server):

@@ -4,6 +4,7 @@ are counted, and a graceful stop (a real process sent SIGTERM) that writes all."
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -113,12 +114,41 @@ def test_a_database_error_keeps_the_batch_and_the_next_flush_writes_it(
     for _ in range(5):
         clicks_counter.add(links[0].pk)
     assert stats.flush() == {"test.clicks": 1}
-    assert "keeping 5 for the next try" in caplog.text
+    assert "writing statistics (kept in memory and retried) failed: OperationalError" in caplog.text
     clicks_counter.add(links[0].pk)  # arrives while the failed batch waits
     assert counts()[0] == 0
     assert stats.flush() == {}
     assert counts()[0] == 6
     assert stats.lost() == {}
+
+
+def test_an_outage_is_logged_once_not_every_flush_then_its_end(links, monkeypatch, caplog):
+    """Ten flushes of two kinds against a database that is away: one ERROR line (a
+    count a minute would follow), then one line when a flush writes again."""
+    clicks = stats.counter("test.clicks", ShortLink, fields=("click_count",))
+    hits = stats.counter("test.hits", ShortLink, fields=("unique_visitors",))
+    real_write = stats.Counter.write
+    down = [True]
+
+    def write(self, taken):
+        if down[0]:
+            raise OperationalError("connection refused")
+        real_write(self, taken)
+
+    monkeypatch.setattr(stats.Counter, "write", write)
+    with caplog.at_level(logging.INFO, "urlguard.runtime.stats"):
+        for _ in range(10):
+            clicks.add(links[0].pk)
+            hits.add(links[1].pk)
+            stats.flush()
+        down[0] = False
+        stats.flush()
+        stats.flush()
+    lines = [r for r in caplog.records if r.name == "urlguard.runtime.stats"]
+    assert [r.levelno for r in lines] == [logging.ERROR, logging.WARNING]
+    assert "connection refused" in lines[0].getMessage()
+    assert "works again" in lines[1].getMessage() and "20 failure(s)" in lines[1].getMessage()
+    assert counts()[:2] == [10, 0]
 
 
 def test_a_batch_that_can_never_be_written_is_dropped_and_counted(links, caplog):

@@ -294,14 +294,15 @@ def test_a_file_that_cannot_take_changes_degrades_the_node_until_a_sync_succeeds
         ):
             sync_filter()
     assert "cannot take the committed changes" in caplog.text
-    registry._next_check.clear()  # every process's once-a-second check is due
+    for state in registry._paths.values():  # every process's once-a-second check is due
+        state.next_check = 0.0
     assert "behind the change log" in registry.problem()
     verdict = get_guard().check(url)
     assert verdict.blocked and verdict.degraded  # the table answers: nothing listed passes
 
     sync_filter()  # space again
-    registry._next_check.clear()
-    registry._failures.clear()
+    for state in registry._paths.values():
+        state.next_check = state.retry_at = 0.0
     verdict = get_guard().check(url)
     assert verdict.blocked and not verdict.degraded
     assert not os.path.exists(str(filter_path) + registry.BEHIND_SUFFIX)

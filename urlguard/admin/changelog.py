@@ -10,7 +10,7 @@ from django.utils.html import format_html, format_html_join
 
 from urlguard.admin.pages import BatchAnnotatedChangeList
 from urlguard.models import ChangeEvent, NodeStatus
-from urlguard.templatetags.urlguard_format import duration, micros_date
+from urlguard.wording import duration, micros_date
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

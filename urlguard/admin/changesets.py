@@ -124,10 +124,8 @@ class ChangeSetAdmin(ReadOnlyAdmin):
 
     def _history(self, obj: ChangeSet) -> str:
         """What reverted this set, or what it reverts ("" for neither)."""
-        done = getattr(obj, "reverted_by_", None)
-        if done is None:
-            # all(), not first(): the prefetched reverts, no query per row.
-            done = next(iter(obj.reverted_by.all()), None)
+        # all(), not first(): the prefetched reverts, no query per row.
+        done = next(iter(obj.reverted_by.all()), None)
         if done is not None:
             return format_html(
                 '{} by <a href="{}">#{}</a>',

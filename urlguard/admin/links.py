@@ -14,7 +14,7 @@ from django.utils import formats, timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from urlguard import jobs
+from urlguard import jobs, shortlinks
 from urlguard.admin.forms import ShortLinkForm
 from urlguard.admin.pages import (
     BatchAnnotatedChangeList,
@@ -26,8 +26,7 @@ from urlguard.admin.pages import (
 )
 from urlguard.conf import conf
 from urlguard.hotpath.guard import get_guard
-from urlguard.models import AdminJob, Category, ShortLink, StatsLoss
-from urlguard.runtime import database
+from urlguard.models import AdminJob, Category, ShortLink, StatsLoss, database
 from urlguard.shortlinks.rescan import was_checked
 from urlguard.shortlinks.slugs import SlugError, create_short_link
 from urlguard.wording import counted
@@ -58,7 +57,7 @@ def disable_links(reasons: dict[int, str]) -> int:
     return changed
 
 
-# Registered by urlguard.shortlinks (short links are opt-in for a site).
+# Registered below, where the site runs short links (they are opt-in).
 class ShortLinkAdmin(admin.ModelAdmin):
     # Short enough to fit beside the filter sidebar at 1280 px: with separate click and
     # visitor columns, "disabled" was scrolled out of sight.
@@ -327,3 +326,8 @@ def rescan_disable_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> Ht
         messages.success(request, f"Disabled {counted(changed, 'short link')}.")
     target = reverse("admin:urlguard_shortlink_rescan")
     return HttpResponseRedirect(f"{target}?job={job.pk}" if job is not None else target)
+
+
+# Only a site that runs short links has their admin (and their URLs it links to).
+if shortlinks.installed():
+    admin.site.register(ShortLink, ShortLinkAdmin)

@@ -15,6 +15,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render
 from django.urls import path
 
+from urlguard.models import AdminJob
+
 # The largest primary key a database integer column holds; a bigger number in a query
 # string would make the database driver raise (OverflowError) instead of finding nothing.
 MAX_ID = 2**63 - 1
@@ -61,8 +63,6 @@ def render_tool(model_admin, request: HttpRequest, template: str, **context) -> 
 def report_job_outcome(request, job, queued: str) -> None:
     """The message after starting an AdminJob: in-process (no broker) it has already
     run, so say how it ended; on a worker it is only queued, so say that."""
-    from urlguard.models import AdminJob
-
     job.refresh_from_db()
     if job.state == AdminJob.State.DONE:
         messages.success(request, job.message)

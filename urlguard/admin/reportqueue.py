@@ -5,13 +5,11 @@ impact, and a warning when a feed will list it again), allowlist the host (a fee
 rule on a whole host), narrow it (the add form, prefilled, that replaces it) or
 dismiss the report. The change set an action makes carries the report as its reason,
 and the report links it. Acting needs the permission to change reports (and, for the
-rule, to delete or add rules, or to add allowlisted hosts); viewing changes nothing."""
+rule, to delete or add rules, or to add allowlisted hosts); viewing changes nothing.
+The actions' work is urlguard.reports.queue's; this module shows and asks."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -23,65 +21,17 @@ from django.utils.html import format_html, format_html_join
 
 from urlguard.admin.pages import http_methods, render_tool, tool_urls
 from urlguard.hotpath.canonical import split_expression
-from urlguard.models import (
-    Actor,
-    AllowedHost,
-    ChangeSet,
-    MistakeReport,
-    RuleSource,
-    Source,
-    SpamRule,
+from urlguard.models import AllowedHost, MistakeReport, SpamRule
+from urlguard.reports.queue import (
+    allowlist_host_of,
+    allowlist_reported_host,
+    dismiss,
+    listings,
+    remove_reported_rule,
 )
-from urlguard.writepath import changes
-from urlguard.writepath.allowlist import allow_host
 from urlguard.writepath.impact import impact_of_removing
 
 CHANGELIST = "admin:urlguard_mistakereport_changelist"
-
-
-def resolve(rule_or_report, status: str, user: Actor, change_set: ChangeSet | None = None) -> int:
-    """Close the open reports about the report's rule (or about `rule`), linking the
-    change set that acted on them."""
-    if isinstance(rule_or_report, MistakeReport):
-        reports = MistakeReport.objects.filter(pk=rule_or_report.pk)
-        if rule_or_report.rule_id is not None:
-            reports = MistakeReport.objects.filter(rule_id=rule_or_report.rule_id)
-    else:
-        reports = MistakeReport.objects.filter(rule=rule_or_report)
-    return reports.filter(status=MistakeReport.Status.OPEN).update(
-        status=status, resolved_by=user, resolved_at=timezone.now(), change_set=change_set
-    )
-
-
-def reason_of(report: MistakeReport) -> str:
-    """What a change set made for `report` says as its reason."""
-    text = f"mistake report #{report.pk} about {report.destination[:300]}"
-    if report.comment:
-        text += f": “{report.comment[:300]}”"
-    return text
-
-
-@contextmanager
-def acting_on(report_id: Any, user: Actor) -> Iterator[ChangeSet | None]:
-    """A change set for the writes inside, carrying the report (given by its id, as
-    the narrow form passes it) as its reason; None (no set) for no such report."""
-    report = MistakeReport.objects.filter(pk=int(report_id)).first() if report_id else None
-    if report is None:
-        yield None
-        return
-    with changes.change_set(kind=ChangeSet.Kind.ADMIN, actor=user, reason=reason_of(report)) as cs:
-        try:
-            yield cs
-        except BaseException:
-            if not ChangeSet.objects.filter(pk=cs.pk, events__isnull=False).exists():
-                cs.delete()  # refused before anything was written: no empty set stays
-            raise
-
-
-def listings(rule: SpamRule) -> list[RuleSource]:
-    """Who lists `rule` and since when, feeds first."""
-    rows = RuleSource.objects.filter(rule=rule).select_related("source")
-    return sorted(rows, key=lambda row: (not row.source.is_feed, row.source.name))
 
 
 def provenance(rule: SpamRule) -> str:
@@ -102,17 +52,6 @@ def provenance(rule: SpamRule) -> str:
             for row in rows
         ),
     )
-
-
-def allowlist_host_of(rule: SpamRule) -> str | None:
-    """The host to allowlist against `rule`: a rule on a whole host that a feed lists
-    (the allowlist refuses only such rules, and only from feeds)."""
-    host, path = split_expression(rule.expression)
-    if path != "/":
-        return None
-    if not RuleSource.objects.filter(rule=rule, source__kind=Source.Kind.FEED).exists():
-        return None
-    return host
 
 
 @admin.register(MistakeReport)
@@ -269,12 +208,7 @@ def remove_view(model_admin, request: HttpRequest, report_id: int) -> HttpRespon
     feeds = [row.source for row in listings(rule) if row.source.is_feed]
     if request.method == "POST" and request.POST.get("confirm"):
         impact = impact_of_removing([rule.expression])
-        with changes.change_set(
-            kind=ChangeSet.Kind.ADMIN, actor=request.user, reason=reason_of(report)
-        ) as cs:
-            # Closed first: removing the rule unlinks its reports (SET_NULL).
-            closed = resolve(report, MistakeReport.Status.REMOVED, request.user, cs)
-            changes.remove_rule(rule, user=request.user, source="admin", change_set=cs)
+        cs, closed = remove_reported_rule(report, rule, request.user)
         messages.success(
             request,
             f"Removed the rule {rule.expression} ({closed} report{'s' if closed != 1 else ''} "
@@ -323,19 +257,7 @@ def allowlist_view(model_admin, request: HttpRequest, report_id: int) -> HttpRes
             request, "Only a feed's rule on a whole host can be lifted by the allowlist."
         )
         return HttpResponseRedirect(reverse(CHANGELIST))
-    # Read first: withdrawing the rule unlinks its reports (SET_NULL).
-    about = list(
-        MistakeReport.objects.filter(rule=rule, status=MistakeReport.Status.OPEN).values_list(
-            "pk", flat=True
-        )
-    )
-    result = allow_host(host, note=reason_of(report)[:200], user=request.user)
-    closed = MistakeReport.objects.filter(pk__in=about, status=MistakeReport.Status.OPEN).update(
-        status=MistakeReport.Status.ALLOWLISTED,
-        resolved_by=request.user,
-        resolved_at=timezone.now(),
-        change_set=result.change_set,
-    )
+    result, closed = allowlist_reported_host(report, rule, host, request.user)
     messages.success(
         request,
         f"Allowlisted {host}: {'; '.join(result.lines(left=False)) or 'no feed listing changed'} "
@@ -355,9 +277,7 @@ def dismiss_view(model_admin, request: HttpRequest, report_id: int) -> HttpRespo
     if not model_admin.has_change_permission(request):
         raise PermissionDenied
     report = _report(report_id)
-    MistakeReport.objects.filter(pk=report.pk, status=MistakeReport.Status.OPEN).update(
-        status=MistakeReport.Status.DISMISSED, resolved_by=request.user, resolved_at=timezone.now()
-    )
+    dismiss(report, request.user)
     messages.success(request, f"Dismissed report #{report.pk}; the rule stays.")
     return HttpResponseRedirect(reverse(CHANGELIST))
 

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html
 
-from urlguard.admin import bulk, checkurl, dashboard, imports, reportqueue
+from urlguard.admin import bulk, checkurl, dashboard, imports
 from urlguard.admin.forms import SpamRuleAddForm, SpamRuleChangeForm, proposed_expression
 from urlguard.admin.pages import (
     BatchAnnotatedChangeList,
@@ -29,7 +29,8 @@ from urlguard.hotpath.canonical import expressions
 from urlguard.hotpath.rollup import rule_level
 from urlguard.models import MistakeReport, SpamRule
 from urlguard.nodesync import nudge
-from urlguard.templatetags.urlguard_format import breakable_expression, micros_date
+from urlguard.reports import queue
+from urlguard.wording import breakable_expression, micros_date
 from urlguard.writepath import allowlist, changes
 from urlguard.writepath.impact import impact_of_removing
 from urlguard.writepath.rules import RuleError
@@ -256,7 +257,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
                 )
                 try:
                     # Narrowing from a mistake report: one change set, the report its reason.
-                    with reportqueue.acting_on(parse_id(report_id), request.user) as cs:
+                    with queue.acting_on(parse_id(report_id), request.user) as cs:
                         rule = changes.add_rule(
                             form.cleaned_data["expression"],
                             category=form.cleaned_data["category"],
@@ -330,7 +331,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
         if old is None or old.pk == rule.pk or not self.has_delete_permission(request):
             return
         # Closed first: removing the rule unlinks its reports (SET_NULL).
-        closed = reportqueue.resolve(old, MistakeReport.Status.NARROWED, request.user, change_set)
+        closed = queue.resolve(old, MistakeReport.Status.NARROWED, request.user, change_set)
         changes.remove_rule(old, user=request.user, source="admin", change_set=change_set)
         self.message_user(
             request,

@@ -1,8 +1,8 @@
 """Sources admin: feeds, allowlists and the manual sources with their health at a
-glance, add/edit/disable, "refresh now" as an AdminJob with progress, accepting a
-held shrink, each source's refresh history and allowlisted hosts; plus what the
-rules admin and the dashboard show of sources (a rule's sources, the rules-list
-filter by source, the dashboard's feed health panel)."""
+glance, add/edit/disable, "refresh now" as an AdminJob with progress (started by
+urlguard.feeds.adminjobs), accepting a held shrink, each source's refresh history and
+allowlisted hosts; plus what the rules admin and the dashboard show of sources (a
+rule's sources, the rules-list filter by source, the dashboard's feed health panel)."""
 
 from __future__ import annotations
 
@@ -24,13 +24,14 @@ from django.utils.html import format_html, format_html_join
 from urlguard.admin.pages import http_methods, render_tool, tool_urls
 from urlguard.conf import conf
 from urlguard.feeds import holds
+from urlguard.feeds.adminjobs import start_refresh, start_test_fetch
 from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import file_feed_path
 from urlguard.feeds.formats import NAMES
 from urlguard.feeds.health import HEALTH_LABELS, health, in_words, refresh_state
 from urlguard.feeds.interval import MAX_INTERVAL, MIN_INTERVAL, human_interval, parse_interval
 from urlguard.feeds.refresh import held_for_impact
-from urlguard.models import Actor, AdminJob, AllowedHost, FeedHold, FeedRefresh, Source, row_user
+from urlguard.models import AdminJob, AllowedHost, FeedHold, FeedRefresh, Source
 from urlguard.wording import counted
 from urlguard.writepath import changes
 
@@ -446,51 +447,6 @@ def _why(refresh: FeedRefresh) -> str:
         return refresh.error[:300]
     samples = "; ".join(f"line {n}: {reason[:120]}" for n, _, reason in refresh.refusals[:3])
     return samples
-
-
-def start_refresh(
-    source: Source, *, user: Actor, accept_shrink: bool = False, accept_impact: bool = False
-) -> AdminJob:
-    """Queue a refresh of `source` as an AdminJob (a worker, or this process's runner
-    thread: never inside the request, which a first load of a big feed would outlast)."""
-    from urlguard.feeds.tasks import refresh_feed_job
-    from urlguard.jobs.dispatch import dispatch
-
-    job = AdminJob.objects.create(
-        kind=AdminJob.Kind.REFRESH,
-        created_by=row_user(user),
-        params={
-            "source": source.pk,
-            "name": source.name,
-            "accept_shrink": accept_shrink,
-            "accept_impact": accept_impact,
-        },
-        message="Waiting for a worker.",
-    )
-    dispatch(refresh_feed_job, job.pk)
-    return job
-
-
-def start_test_fetch(data: dict[str, Any], *, user: Actor) -> AdminJob:
-    """Queue a test fetch of the subscribe form's feed (a worker, or this process's
-    runner thread: never inside the request)."""
-    from urlguard.feeds.tasks import test_fetch_job
-    from urlguard.jobs.dispatch import dispatch
-
-    job = AdminJob.objects.create(
-        kind=AdminJob.Kind.TEST_FETCH,
-        created_by=row_user(user),
-        params={
-            "name": data.get("name", ""),
-            "url": data["url"].strip(),
-            "format": data.get("format") or "auto",
-            "category": data.get("category") or "spam",
-            "interval": data.get("interval") or 3600,
-        },
-        message="Waiting for a worker.",
-    )
-    dispatch(test_fetch_job, job.pk)
-    return job
 
 
 def _form_query(data: Any) -> str:

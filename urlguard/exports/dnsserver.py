@@ -66,6 +66,14 @@ TCP_PER_CLIENT = 4
 #: Kept for DNS_TRANSFER_NETWORKS beyond MAX_TCP_CLIENTS: their AXFR/IXFR get through
 #: whoever holds the others.
 TCP_TRANSFER_SLOTS = 8
+#: With every shared slot taken, a new client takes the slot of the connection that has
+#: waited longest for its next message, once it waited this many seconds (RFC 7766
+#: section 6.2.3: a busy server may close idle connections). Else a question every few
+#: seconds, or one dripped within TCP_DEADLINE, would keep a slot for ever.
+TCP_RECLAIM_AFTER = 1.0
+#: A database failure that took this long, seconds, is a host that drops packets (a
+#: refused connection fails in milliseconds): lookups stop waiting on it.
+DATABASE_HANG = 1.0
 #: Client networks the UDP rate limiter keeps buckets for (~260 bytes each: 4 MB).
 RATE_LIMIT_NETWORKS = 16_384
 _HEADER = struct.Struct("!HHHHHH")
@@ -83,6 +91,7 @@ class DnsConfig:
     tcp_per_client: int = TCP_PER_CLIENT
     tcp_transfer_slots: int = TCP_TRANSFER_SLOTS
     tcp_deadline: float = TCP_DEADLINE
+    tcp_reclaim_after: float = TCP_RECLAIM_AFTER
 
     @classmethod
     def from_settings(cls, address: str) -> DnsConfig:
@@ -174,13 +183,15 @@ class DnsServer:
         self.seq = -1
         self.notified_seq = -1
         self.database = OutageLog(logger, "serve_dns: reading the database")
+        # The failure of a database that hung (DATABASE_HANG), until the NOTIFY loop's
+        # thread reads from it again: meanwhile no lookup waits on it.
+        self._database_hung: DatabaseError | None = None
         self._soas: dict[tuple[dns.name.Name, int], dns.rrset.RRset] = {}
         self._addresses: dict[str, dns.rdata.Rdata] = {}
         self._soa_wires: dict[int, bytes] = {}
         self._uribl_labels = tuple(x.lower() for x in self.uribl.labels[:-1])
         self._tcp_lock = threading.Lock()
-        self._tcp_open = {"shared": 0, "transfer": 0}
-        self._tcp_per_client: dict[int, int] = {}
+        self._tcp_slots: list[_TcpSlot] = []
         # A zone has NS at its apex: BIND refuses a transfer without ("bad zone").
         self._rpz_ns = dns.rrset.from_text(
             self.rpz, TTL, "IN", "NS", dns.name.from_text("ns", self.rpz).to_text()
@@ -414,6 +425,13 @@ class DnsServer:
         """uribl.lookup, once more on a new connection when the database dropped this
         thread's (a restart of PostgreSQL: the first query after it is answered too)."""
         for attempt in (1, 2):
+            hung = self._database_hung
+            if hung is not None:
+                # Else every listed name's lookup waits out the database, and the SOA
+                # (the health check) queues behind them on the UDP thread.
+                self.database.failed(hung)
+                raise LookupFailed from hung
+            started = time.monotonic()
             try:
                 listing = uribl.lookup(relative)
             except uribl.Unchecked as exc:
@@ -421,6 +439,8 @@ class DnsServer:
             except DatabaseError as exc:
                 if attempt == 1 and _drop_dead_connection():
                     continue
+                if time.monotonic() - started >= DATABASE_HANG:
+                    self._database_hung = exc
                 self.database.failed(exc)
                 raise LookupFailed from exc
             except Exception as exc:
@@ -579,6 +599,7 @@ class DnsServer:
         except Exception:
             logger.exception("serve_dns: reading the change log for NOTIFY failed")
         else:
+            self._database_hung = None
             self.database.recovered()
 
     # -- sockets -----------------------------------------------------------------
@@ -704,19 +725,21 @@ class DnsServer:
         udp.sendto(response.to_wire(), peer)
 
     def _serve_tcp(self, sock: socket.socket, client: str) -> None:
-        admitted = self._admit_tcp(client)
-        if admitted is None:
+        slot = self._admit_tcp(sock, client)
+        if slot is None:
             metrics.dns_dropped("tcp_busy")
             return
         try:
             while not self._stop.is_set():
-                deadline = time.monotonic() + self.config.tcp_deadline
+                slot.waiting_since = time.monotonic()
+                deadline = slot.waiting_since + self.config.tcp_deadline
                 head = _read_exactly(sock, 2, deadline)
                 if head is None:
                     return
                 wire = _read_exactly(sock, struct.unpack("!H", head)[0], deadline)
                 if wire is None:
                     return
+                slot.waiting_since = None  # answering: its slot is not taken meanwhile
                 for out in self.answer(wire, client, tcp=True):
                     # A client that stops reading is cut off as one that stops writing.
                     sock.settimeout(self.config.tcp_deadline)
@@ -728,37 +751,63 @@ class DnsServer:
         except Exception:
             logger.exception("serve_dns: answering %s over TCP failed", client)
         finally:
-            self._release_tcp(*admitted)
+            self._release_tcp(slot)
             connections.close_all()
 
-    def _admit_tcp(self, client: str) -> tuple[str, int] | None:
-        """Take a TCP slot for `client`: (pool, client key), or None when it holds
-        TCP_PER_CLIENT already or no slot is free to it (the transfer networks have
-        slots of their own once the shared ones are taken)."""
+    def _admit_tcp(self, sock: socket.socket, client: str) -> _TcpSlot | None:
+        """Take a TCP slot for `client`, or None when it holds TCP_PER_CLIENT already or
+        no slot is free to it (the transfer networks have slots of their own once the
+        shared ones are taken). With none free, the shared slot of the connection that
+        has waited longest for its next message, past tcp_reclaim_after, is taken."""
         key = _client_key(client)
         config = self.config
+        now = time.monotonic()
         with self._tcp_lock:
-            held = self._tcp_per_client.get(key, 0)
-            if held >= config.tcp_per_client:
+            live = [s for s in self._tcp_slots if not s.reclaimed]
+            if sum(s.key == key for s in live) >= config.tcp_per_client:
                 return None
-            if self._tcp_open["shared"] < config.tcp_clients:
+            shared = [s for s in live if s.pool == "shared"]
+            if len(shared) < config.tcp_clients:
                 pool = "shared"
-            elif self._tcp_open["transfer"] < config.tcp_transfer_slots and self._may_transfer(
-                client
+            elif sum(s.pool == "transfer" for s in live) < config.tcp_transfer_slots and (
+                self._may_transfer(client)
             ):
                 pool = "transfer"
             else:
-                return None
-            self._tcp_open[pool] += 1
-            self._tcp_per_client[key] = held + 1
-        return pool, key
+                waiting = [
+                    s
+                    for s in shared
+                    if s.waiting_since is not None
+                    and now - s.waiting_since >= config.tcp_reclaim_after
+                ]
+                if not waiting:
+                    return None
+                oldest = min(waiting, key=lambda s: s.waiting_since or now)
+                oldest.reclaimed = True
+                # Its thread, blocked reading, sees the connection end and lets go.
+                with contextlib.suppress(OSError):
+                    oldest.sock.shutdown(socket.SHUT_RDWR)
+                pool = "shared"
+            slot = _TcpSlot(sock, pool, key)
+            self._tcp_slots.append(slot)
+        return slot
 
-    def _release_tcp(self, pool: str, key: int) -> None:
+    def _release_tcp(self, slot: _TcpSlot) -> None:
         with self._tcp_lock:
-            self._tcp_open[pool] -= 1
-            held = self._tcp_per_client.pop(key) - 1
-            if held:
-                self._tcp_per_client[key] = held
+            self._tcp_slots.remove(slot)
+
+
+@dataclass(eq=False)
+class _TcpSlot:
+    """One TCP connection's slot: its pool ("shared" or "transfer"), its client's key
+    (_client_key), since when the server waits for its next message (None while it
+    answers), and whether a newcomer took it over."""
+
+    sock: socket.socket
+    pool: str
+    key: int
+    waiting_since: float | None = None
+    reclaimed: bool = False
 
 
 class LookupFailed(Exception):

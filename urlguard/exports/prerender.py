@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from django.db import connections
 
@@ -25,11 +26,16 @@ from urlguard.conf import conf
 from urlguard.exports.catalog import get_export
 from urlguard.exports.projection import current_position
 from urlguard.exports.render import RenderBusy, Rendered, rendered
+from urlguard.runtime.outage import OutageLog
 from urlguard.runtime.process import Daemon, PerProcess
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["after_changes", "render_all", "request", "wait"]
+__all__ = ["AFTER_RENDERS", "PrerenderFailed", "after_changes", "render_all", "request", "wait"]
+
+#: Other projections kept per position, prepared by each round after the exports
+#: (the Safe Browsing lists); registered by the app's ready().
+AFTER_RENDERS: list[Callable[[], object]] = []
 
 
 class _Rounds:
@@ -81,10 +87,13 @@ def _loop(stopped: threading.Event) -> None:
             continue
         try:
             render_all()
-        except Exception:
+        except Exception as exc:
             # The database away, a full disk: pollers are served the newest render
-            # kept meanwhile, and the next change or catch-up asks again.
-            logger.exception("pre-rendering the exports failed; the next change retries")
+            # kept meanwhile (their headers say how far behind), and the next change
+            # or catch-up asks again.
+            _outage.get().failed(exc)
+        else:
+            _outage.get().recovered()
         finally:
             # A thread's connections are its own; never leave one open between rounds.
             connections.close_all()
@@ -94,12 +103,23 @@ def _loop(stopped: threading.Event) -> None:
 
 
 _renderer = Daemon("urlguard-prerender", _loop)
+# Every round of an outage fails alike: logged once, then counted.
+_outage = PerProcess(
+    lambda: OutageLog(logger, "pre-rendering the exports"),
+    name="urlguard.exports.prerender outage",
+    remake_after_fork=True,
+)
+
+
+class PrerenderFailed(Exception):
+    """Exports of a round failed to render (the others were rendered)."""
 
 
 def render_all() -> list[Rendered]:
     """Render each export of EXPORTS_PRERENDER at the current position, unless it is
     rendered already: one round of the thread."""
     done = []
+    failed: list[tuple[str, Exception]] = []
     for name in conf.EXPORTS_PRERENDER:
         export = get_export(name)
         if export is None:
@@ -108,4 +128,19 @@ def render_all() -> list[Rendered]:
             done.append(rendered(export, current_position()))
         except RenderBusy as exc:
             logger.warning("pre-rendering %s: %s; the next change retries", name, exc)
+        except Exception as exc:
+            # One export's failure (the biggest meets a full disk first) is no reason
+            # to leave the others behind.
+            failed.append((name, exc))
+    for job in AFTER_RENDERS:
+        try:
+            job()
+        except RenderBusy as exc:
+            logger.warning("preparing %s: %s; the next change retries", job.__qualname__, exc)
+        except Exception as exc:
+            failed.append((job.__qualname__, exc))
+    if failed:
+        raise PrerenderFailed(
+            "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in failed)
+        ) from failed[0][1]
     return done

@@ -1,16 +1,23 @@
 """Renders an export to a file under <DATA_DIR>/exports/<name>/, named by the position
-it projects, and keeps the last EXPORT_KEEP_VERSIONS of them: a thousand consumers
-polling one position cost one render, each served by streaming the file. A render
-is written aside and renamed into place (a reader never sees half a file); one
-process renders a given export at a time (a lock file), the others wait for it. The
-temp files of a render or patch killed while writing (an RPZ render is tens of MB)
-are removed by the next render's prune once they are STALE_TEMP_AGE old."""
+it projects, and keeps the last EXPORT_KEEP_VERSIONS of them within EXPORT_KEEP_BYTES:
+a thousand consumers polling one position cost one render, each served by streaming
+the file. A render is written aside and renamed into place (a reader never sees half
+a file); one process renders a given export at a time (a lock file), the others wait
+for it. Old renders are pruned before a render as well as after it; a render short of
+room (for itself and a rebuild of the filter file on the same file system), or that
+the disk has no room for, prunes every list down to its newest (and in the second case
+tries once more), so a full data directory frees itself instead of failing every
+render, and the filter's rebuild, from then on. The temp files of a render or patch
+killed while writing (an RPZ render is tens of MB) and the sidecars of renders that
+never completed are removed by the next render's prune."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
+import logging
 import os
 import re
 import tempfile
@@ -24,8 +31,20 @@ from filterengine.atomicfile import remove_stale_temps_in, write_aside
 from urlguard.conf import conf
 from urlguard.exports.base import Export, RenderCounts
 from urlguard.exports.projection import Position, snapshot
+from urlguard.runtime.ratelimitedlog import RateLimitedLog
 
-__all__ = ["RenderBusy", "Rendered", "export_dir", "render", "rendered", "write_aside"]
+__all__ = [
+    "RenderBusy",
+    "Rendered",
+    "export_dir",
+    "newest",
+    "prune",
+    "render",
+    "render_kept",
+    "render_lock",
+    "rendered",
+    "write_aside",
+]
 
 #: A render waits this long for another process's render of the same export.
 LOCK_TIMEOUT = 600.0
@@ -38,6 +57,13 @@ ATTEMPTS = 5
 #: or patch keeps writing to its own (and renders are under the lock besides).
 STALE_TEMP_AGE = 600.0
 _NAME = re.compile(r"(\d+)-([0-9a-f]{8})\.txt")
+_SIDECAR = re.compile(r"(\d+-[0-9a-f]{8})\.json")
+#: A file system with no room (or a quota reached): pruning can help.
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+logger = logging.getLogger(__name__)
+# A full disk is met by every round of every export: said once a minute.
+_log = RateLimitedLog(logger, suppressed="more renders met it since the last such line")
 
 
 class RenderBusy(RuntimeError):
@@ -59,7 +85,7 @@ def rendered_path(name: str, key: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path, *, wait: bool) -> Iterator[bool]:
+def render_lock(directory: Path, *, wait: bool) -> Iterator[bool]:
     """Hold the export's render lock; yields False at once if another process holds
     it and `wait` is False."""
     fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -115,14 +141,83 @@ def rendered(
             if time.monotonic() >= deadline:
                 raise RenderBusy(f"the first render of {export.name} on this node is under way")
             time.sleep(0.05)
-    with _locked(directory, wait=ask_prerender is None or stale is None) as mine:
+    with render_lock(directory, wait=ask_prerender is None or stale is None) as mine:
         if not mine and stale is not None:
             return stale
         if path.exists():
             return Rendered(path, position)
+        try:
+            return render_kept(export, directory)
+        except OSError as exc:
+            if ask_prerender is None:
+                raise  # the pre-render's round: it reports the failure
+            # A request for a list rendered on demand: the render it would have
+            # waited for failed; the newest one kept says its own position.
+            if stale is None:
+                raise RenderBusy(f"rendering {export.name} failed: {exc}") from exc
+            _log(
+                "stale",
+                logging.WARNING,
+                "rendering %s failed (%s): serving its render at position %d",
+                export.name,
+                exc,
+                stale.position.seq,
+            )
+            return stale
+
+
+def render_kept(export: Export, directory: Path) -> Rendered:
+    """Render `export` within the bounds kept (the caller holds its lock): room made
+    first, and once more, down to each list's newest render, when the disk has none."""
+    keep, keep_bytes = conf.EXPORT_KEEP_VERSIONS, conf.EXPORT_KEEP_BYTES
+    newest_kept = newest(directory)
+    # The next render is about the size of the last one.
+    expected = _size(newest_kept.path) if newest_kept is not None else 0
+    prune(directory, keep=keep - 1, keep_bytes=keep_bytes - expected)
+    free, needed = _free_bytes(directory), _room_needed(directory, expected)
+    if free is not None and free < needed:
+        _log(
+            "room",
+            logging.WARNING,
+            "%d bytes free in %s, under the %d a render of %s and a rebuild of the filter "
+            "file need: keeping only the newest render of each list",
+            free,
+            directory,
+            needed,
+            export.name,
+        )
+        _keep_newest_only(directory)
+    try:
         result = render(export, directory)
-        prune(directory, keep=conf.EXPORT_KEEP_VERSIONS)
-        return result
+    except OSError as exc:
+        if exc.errno not in NO_ROOM:
+            raise
+        _log(
+            "full",
+            logging.WARNING,
+            "no room to render %s in %s (%s): keeping only the newest render of each list "
+            "and trying again",
+            export.name,
+            directory,
+            exc.strerror,
+        )
+        _keep_newest_only(directory)
+        result = render(export, directory)
+    prune(directory, keep=keep, keep_bytes=keep_bytes)
+    return result
+
+
+def _keep_newest_only(directory: Path) -> None:
+    """Prune `directory` (its lock held) and then every other list's renders beside it
+    down to their newest: the biggest list must not starve while the smaller ones
+    keep old renders. A list another process renders now is left alone (its lock)."""
+    prune(directory, keep=1, keep_bytes=0)
+    for other in sorted(directory.parent.iterdir()):
+        if other == directory or not other.is_dir():
+            continue
+        with render_lock(other, wait=False) as mine:
+            if mine:
+                prune(other, keep=1, keep_bytes=0)
 
 
 def newest(directory: Path) -> Rendered | None:
@@ -173,14 +268,22 @@ def render(export: Export, directory: Path) -> Rendered:
 def _write(target: Path, export: Export, position: Position, counts: RenderCounts, body) -> None:
     head = [*export.preamble(position), *export.header(position, counts)]
     meta = {"seq": position.seq, "time": position.time.isoformat(), "allowlist": position.allowlist}
-    write_aside(target.with_suffix(".json"), [json.dumps(meta).encode()])
+    sidecar = target.with_suffix(".json")
+    write_aside(sidecar, [json.dumps(meta).encode()])
 
     def chunks() -> Iterator[bytes]:
         yield "".join(line + "\n" for line in head).encode()
         body.seek(0)
         yield from iter(lambda: body.read(1 << 20), b"")
 
-    write_aside(target, chunks())
+    try:
+        write_aside(target, chunks())
+    except BaseException:
+        # A sidecar names a render; without one it is litter (a kill here leaves it
+        # to prune).
+        with contextlib.suppress(FileNotFoundError):
+            sidecar.unlink()
+        raise
 
 
 def kept_keys(directory: Path) -> list[str]:
@@ -194,16 +297,60 @@ def kept_keys(directory: Path) -> list[str]:
     return [key for _, _, key in sorted(found)]
 
 
-def prune(directory: Path, *, keep: int) -> None:
-    """Remove all but the newest `keep` renders, patches from removed ones (a reader
-    streaming one keeps its open file), and temp files of writes that died."""
+def _free_bytes(directory: Path) -> int | None:
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize
+
+
+def _room_needed(directory: Path, expected: int) -> int:
+    """Free bytes a render of about `expected` bytes should find: its body aside, then
+    the file; and, where the filter file shares the file system, room for a rebuild to
+    write its new one beside it (renders must not be what makes the filter fail)."""
+    needed = 2 * expected
+    try:
+        filter_file = os.stat(conf.FILTER_PATH)
+        if filter_file.st_dev == os.stat(directory).st_dev:
+            needed += filter_file.st_size
+    except OSError:
+        pass
+    return needed
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def prune(directory: Path, *, keep: int, keep_bytes: int) -> None:
+    """Keep the newest renders, at most `keep` of them and, beyond the newest (kept
+    whatever its size: it is what a poller is served), only as many as fit in
+    `keep_bytes` with it. Remove the rest, patches from removed ones (a reader
+    streaming one keeps its open file), sidecars whose render never completed, and
+    temp files of writes that died. Called under the export's render lock."""
     remove_stale_temps_in(directory, older_than=STALE_TEMP_AGE)
     keys = kept_keys(directory)
-    for key in keys[: max(0, len(keys) - keep)]:
+    kept: list[str] = []
+    used = 0
+    for key in reversed(keys):
+        size = _size(directory / f"{key}.txt") + _size(directory / f"{key}.json")
+        if kept and (len(kept) >= keep or used + size > keep_bytes):
+            break
+        kept.append(key)
+        used += size
+    for key in keys[: len(keys) - len(kept)]:
         for suffix in (".txt", ".json"):
             with contextlib.suppress(FileNotFoundError):
                 (directory / f"{key}{suffix}").unlink()
-    kept = set(keys[-keep:])
+    for sidecar in directory.glob("*.json"):
+        match = _SIDECAR.fullmatch(sidecar.name)
+        if match and not (directory / f"{match.group(1)}.txt").exists():
+            with contextlib.suppress(FileNotFoundError):
+                sidecar.unlink()
     for patch in directory.glob("*.patch"):
         if patch.name.split("_", 1)[0] not in kept:
             with contextlib.suppress(FileNotFoundError):

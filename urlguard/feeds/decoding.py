@@ -184,19 +184,19 @@ class StrictText(io.TextIOBase):
                 self._pending.append(text)
                 self._pending_size += len(text)
                 block = "" if data else self._take_pending()
-            if limit and self._pending_size > limit:
+            # For blocks(), a line keeps one character more than max_line + 1: a
+            # line's length does not count the CR of a CRLF end, and no more.
+            keep = limit + 1 if cut_lines else limit + 2
+            if limit and self._pending_size > keep - 1:
                 joined = "".join(self._pending)
-                kept = joined[: limit + 1]
-                if not cut_lines:
-                    # For blocks(), what the reader decides by stays: a line kept as
-                    # white space, or ending in CRs, keeps its next character that is
-                    # not (one line of max_line characters, then CRs, is not too long,
-                    # and one of white space only is blank).
-                    wanted = _NOT_SPACE if kept.isspace() else _NOT_CR if kept[-1] == "\r" else None
-                    found = wanted.search(joined, limit + 1) if wanted else None
+                kept = joined[:keep]
+                if not cut_lines and kept.isspace():
+                    # ... and a line of white space so far keeps its next character
+                    # that is not (one of white space only is blank however long).
+                    found = _NOT_SPACE.search(joined, keep)
                     if found is not None:
                         kept += found.group()
-                    self._wanted = wanted if found is None else None
+                    self._wanted = _NOT_SPACE if found is None else None
                 self._pending[:] = [kept]
                 self._pending_size = len(kept)
                 self._dropping = True
@@ -257,9 +257,10 @@ class StrictText(io.TextIOBase):
     def blocks(self, size: int = 1 << 20) -> Iterator[tuple[int, str]]:
         """(number of its first line, text) of the rest of the body a block of about
         `size` bytes at a time, each block whole lines (the last one may lack its
-        line end at the body's end). A line longer than max_line is cut to
-        max_line + 1 or 2 characters only where it spans blocks (so a block is at most
-        `size` bytes and one such line): the reader measures each line. Blank and
+        line end at the body's end). A line longer than max_line + 1 is cut to
+        max_line + 2 characters (3 if they are white space) only where it spans blocks
+        (so a block is at most `size` bytes and one such line): the reader measures
+        each line, a CR before its end not counted. Blank and
         comment lines are left in: the reader numbers and skips them."""
         if self._ready:
             first = self.lines_read + 1
@@ -306,7 +307,6 @@ class StrictText(io.TextIOBase):
 
 
 _NOT_SPACE = re.compile(r"\S")
-_NOT_CR = re.compile(r"[^\r]")
 
 
 @functools.cache

@@ -382,7 +382,7 @@ def file_feed_path(url: str, file_root: str | None, *, must_exist: bool = True) 
         # Resolved (symlinks followed) before the check: a link beneath the root that
         # points outside it is outside.
         path = named.resolve(strict=must_exist)
-    except (OSError, RuntimeError) as exc:
+    except (OSError, RuntimeError, ValueError) as exc:  # ValueError: a NUL (%00) in it
         raise FeedError(f"cannot read {named}: {getattr(exc, 'strerror', None) or exc}") from exc
     if not path.is_relative_to(root):
         raise FeedError(

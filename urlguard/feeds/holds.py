@@ -10,7 +10,7 @@ loses its hold."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 
@@ -18,6 +18,7 @@ import numpy as np
 from django.utils import timezone
 
 from urlguard.conf import conf
+from urlguard.feeds.staging import Staged
 from urlguard.models import Actor, FeedHold, Source, expression_key
 from urlguard.writepath.impact import impact_of_adding
 from urlguard.writepath.safety import Confirmation, confirmations_many
@@ -44,18 +45,15 @@ class Held:
         return "; ".join(c.reason for c in self.reasons)
 
 
-def screen(
-    source: Source, entries: Callable[..., Iterable[tuple[int, str, str]]], count: int
-) -> list[Held]:
-    """The entries of `entries()` ((index, expression, category) of each entry new to
-    `source`, `count` of them) that need an operator's yes and have not had it;
-    `entries(whole_hosts=True)`: only those whose expression is a whole host."""
+def screen(source: Source, staged: Staged, new: np.ndarray, count: int) -> list[Held]:
+    """Of the entries of `staged` that `new` marks (each new to `source`, `count` of
+    them), those that need an operator's yes and have not had it."""
     if not count:
         return []
     blocked: dict[str, int] = {}
     if conf.CONFIRM_IMPACT_LINKS:
         if count <= IMPACT_SCREEN_LIMIT:
-            impact = impact_of_adding(expression for _, expression, _ in entries())
+            impact = impact_of_adding(expression for _, expression, _ in staged.entries(new))
             if impact.exact:
                 blocked = impact.per_rule
         else:
@@ -74,7 +72,7 @@ def screen(
     held: list[Held] = []
     # Without a count of blocked links, only a whole-host rule can need a yes
     # (confirmations_many's host lists): the others are not even read.
-    iterator = iter(entries() if blocked else entries(whole_hosts=True))
+    iterator = iter(staged.entries(new, whole_hosts=not blocked))
     while chunk := list(islice(iterator, _CHUNK)):
         reasons = confirmations_many((e for _, e, _ in chunk), blocked_links=blocked)
         if not reasons:

@@ -16,9 +16,10 @@ import hashlib
 import os
 import re
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,29 +96,99 @@ class Memo:
 
     def merged_parts(
         self, kept: np.ndarray, high: np.ndarray, low: np.ndarray, keys: np.ndarray
-    ) -> tuple[Part, Part, Part]:
+    ) -> tuple[Merged, Merged, Merged]:
         """(high, low, keys), sorted, of this memo's entries at the positions `kept`
         and the entries (high, low, keys) besides them (in any order; one whose high
         word a kept entry has is left out): the next memo, without sorting the
-        entries that stay. Each is made by calling its part, so that a writer holds
-        one of the next memo's arrays at a time, not three."""
+        entries that stay. Each is a Merged, which write() writes a slice at a time:
+        no array of the next memo is ever made whole."""
         keep = np.zeros(len(self.high), dtype=bool)
         keep[kept] = True
-        old_high = self.high[keep]
         high, low, keys = _sorted_unique(high, low, keys)
-        if len(old_high):
-            at = search(old_high, high)
-            at[at == len(old_high)] = 0
-            new = old_high[at] != high
-            high, low, keys = high[new], low[new], keys[new]
-        where = np.searchsorted(old_high, high)
-        held = [old_high]  # given up by the part that needs it
-        del old_high
+        # Each new entry's place in this memo (the high words are sorted and distinct).
+        at = np.searchsorted(self.high, high)
+        if len(self.high):
+            near = np.minimum(at, len(self.high) - 1)
+            new = ~((self.high[near] == high) & keep[near])
+            high, low, keys, at = high[new], low[new], keys[new], at[new]
+        length = int(np.count_nonzero(keep)) + len(high)
         return (
-            lambda: np.insert(held.pop(), where, high),
-            lambda: np.insert(self.low[keep], where, low),
-            lambda: np.insert(self.keys[keep], where, keys),
+            Merged(self.high, keep, at, high, length),
+            Merged(self.low, keep, at, low, length),
+            Merged(self.keys, keep, at, keys, length),
         )
+
+
+class Sliced:
+    """An int64 array that write() writes a slice at a time, never made whole."""
+
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    def slices(self) -> Iterator[np.ndarray]:
+        raise NotImplementedError
+
+    def __call__(self) -> np.ndarray:
+        return np.concatenate(list(self.slices()))
+
+
+class Merged(Sliced):
+    """One array of a next memo: `old` where `keep` is set, with `values` inserted, each
+    before the old entry at its place in `at` (sorted; len(old): after them all), made
+    a slice of `old` at a time by slices(), or whole by a call."""
+
+    def __init__(
+        self, old: np.ndarray, keep: np.ndarray, at: np.ndarray, values: np.ndarray, length: int
+    ) -> None:
+        self.old, self.keep, self.at, self.values, self.length = old, keep, at, values, length
+
+    def slices(self) -> Iterator[np.ndarray]:
+        done = 0  # values given out
+        for start in range(0, len(self.old), _SLICE):
+            stop = min(start + _SLICE, len(self.old))
+            keep = self.keep[start:stop]
+            part = self.old[start:stop][keep]
+            upto = int(np.searchsorted(self.at, stop))  # the values placed in this slice
+            if upto > done:
+                before = np.zeros(len(keep) + 1, dtype=np.int64)  # kept entries before each
+                np.cumsum(keep, out=before[1:])
+                part = np.insert(part, before[self.at[done:upto] - start], self.values[done:upto])
+                done = upto
+            yield part
+        yield self.values[done:]
+
+
+class Gathered(Sliced):
+    """`values[order]` where `keep` (by place in `order`) is set, a slice at a time."""
+
+    def __init__(self, values: np.ndarray, order: np.ndarray, keep: np.ndarray) -> None:
+        self.values, self.order, self.keep = values, order, keep
+        self.length = int(np.count_nonzero(keep))
+
+    def slices(self) -> Iterator[np.ndarray]:
+        for start in range(0, len(self.order), _SLICE):
+            stop = start + _SLICE
+            yield self.values[self.order[start:stop][self.keep[start:stop]]]
+
+
+def _sorted_unique_parts(
+    high: np.ndarray, low: np.ndarray, keys: np.ndarray
+) -> tuple[Gathered, Gathered, Gathered]:
+    """_sorted_unique's arrays as Gathered: the order and a mask held, not the three
+    sorted copies (24 bytes an entry at a first load's save)."""
+    order = np.argsort(high)
+    keep = np.ones(len(order), dtype=bool)
+    last: int | None = None
+    for start in range(0, len(order), _SLICE):
+        part = high[order[start : start + _SLICE]]
+        np.not_equal(part[1:], part[:-1], out=keep[start + 1 : start + len(part)])
+        if last is not None and len(part):
+            keep[start] = part[0] != last
+        if len(part):
+            last = int(part[-1])
+    return Gathered(high, order, keep), Gathered(low, order, keep), Gathered(keys, order, keep)
 
 
 class Index:
@@ -234,26 +305,27 @@ def save(
     listed: str = "",
 ) -> None:
     """Replace the memo with these digests and keys (in any order)."""
-    write(source_id, the_stamp, *_sorted_unique(high, low, keys), listed=listed)
+    write(source_id, the_stamp, *_sorted_unique_parts(high, low, keys), listed=listed)
 
 
 def write(
     source_id: int,
     the_stamp: str,
-    high: np.ndarray | Part,
-    low: np.ndarray | Part,
-    keys: np.ndarray | Part,
+    high: np.ndarray | Part | Sliced,
+    low: np.ndarray | Part | Sliced,
+    keys: np.ndarray | Part | Sliced,
     *,
     listed: str = "",
 ) -> None:
     """Replace the memo with these digests (sorted, high words distinct) and keys
     (written aside, then renamed; the temp files of saves that died are removed
     first); `listed`: listed_digest() of a set of keys that holds all of `keys`.
-    Each array may be given as a Part, made when it is written and dropped after."""
+    Each array may be given as a Part, made when it is written and dropped after, or
+    a Sliced, written a slice at a time."""
     path = path_for(source_id)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     remove_stale_temps(path, older_than=STALE_TEMP_AGE)
-    arrays: list[tuple[str, np.ndarray | Part]] = [
+    arrays: list[tuple[str, np.ndarray | Part | Sliced]] = [
         ("stamp", np.array(the_stamp)),
         ("high", high),
         ("low", low),
@@ -267,10 +339,30 @@ def write(
     ):
         while arrays:
             name, value = arrays.pop(0)
-            array = np.asanyarray(value() if callable(value) else value)
             with zf.open(f"{name}.npy", mode="w", force_zip64=True) as member:
-                np.lib.format.write_array(member, array, allow_pickle=False)
-            del array, value
+                if isinstance(value, Sliced):
+                    _write_slices(member, value)
+                else:
+                    array = np.asanyarray(value() if callable(value) else value)
+                    np.lib.format.write_array(member, array, allow_pickle=False)
+                    del array
+            del value
+
+
+def _write_slices(out: Any, merged: Sliced) -> None:
+    """`merged` as np.save writes an int64 array, a slice at a time."""
+    header = {
+        "descr": np.lib.format.dtype_to_descr(np.dtype("<i8")),
+        "fortran_order": False,
+        "shape": (len(merged),),
+    }
+    np.lib.format.write_array_header_1_0(out, header)
+    written = 0
+    for part in merged.slices():
+        out.write(np.ascontiguousarray(part, dtype="<i8").tobytes())
+        written += len(part)
+    if written != len(merged):
+        raise ValueError(f"a merged memo array gave {written} entries, not {len(merged)}")
 
 
 _MEMO_NAME = re.compile(r"source-([0-9]+)\.memo\.npz\Z")

@@ -8,10 +8,12 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from urlguard.feeds.health import in_words
-from urlguard.models import Source
+from django.db import DatabaseError
 
-__all__ = ["MAX_REFUSALS_KEPT", "RefreshResult", "RefreshStatus", "refuse"]
+from urlguard.feeds.health import in_words
+from urlguard.models import ChangeSet, Source
+
+__all__ = ["MAX_REFUSALS_KEPT", "RefreshResult", "RefreshStatus", "refuse", "rules_left"]
 
 # Refused entries kept (with line and reason) for the history page; all are counted.
 MAX_REFUSALS_KEPT = 50
@@ -108,3 +110,30 @@ def refuse(result: RefreshResult, lineno: int, raw: str, reason: str) -> None:
     result.refused += 1
     if len(result.refusals) < MAX_REFUSALS_KEPT:
         result.refusals.append((lineno, raw.rstrip("\r\n")[:300], reason))
+
+
+def rules_left(result: RefreshResult) -> str:
+    """What a failed refresh left of its source's rules, in words. One that fails
+    mid-write (the database restarting mid-load) keeps the chunks it committed, which
+    its numbers, set when the writes end, never counted: its change set has them,
+    partial until the next refresh finishes it."""
+    again = f"`manage.py refresh_feeds {result.source}` again finishes it"
+    if result.change_set is None:
+        return "its rules are unchanged"
+    try:
+        row = (
+            ChangeSet.objects.filter(pk=result.change_set)
+            .values_list("added", "removed", "finished")
+            .first()
+        )
+    except DatabaseError:
+        return (
+            f"perhaps partial: change set #{result.change_set} may hold some of its rules "
+            f"(the database did not answer); {again}"
+        )
+    if row is None or row[:2] == (0, 0):
+        return "its rules are unchanged"
+    written = f"rules {in_words(row[0], row[1])}"
+    if row[2] is not None:
+        return f"its rules changed all the same: {written} in change set #{result.change_set}"
+    return f"partial: {written} committed in change set #{result.change_set}; {again}"

@@ -1,15 +1,17 @@
 """Refreshing a source: fetch, read its entries, diff them against what this source
 listed last time (RuleSource, as 64-bit keys, so a million entries diff as two numpy
-arrays), and apply only the difference through urlguard.writepath.changes in one change set:
-new entries become rules or gain this source, entries that left lose it, and a rule
-goes only when no source lists it any more.
+arrays), and apply only the difference in one change set: new entries become rules
+or gain this source, entries that left lose it, and a rule goes only when no source
+lists it any more.
 
-Reading is two passes. What the source lists and its memo (urlguard.feeds.memo)
-are read first; the body is then split into units (lines, or a structured format's
-entries) a block at a time, each unit's text looked up in the memo as it is read,
-and only the texts it does not know, or whose rule this source no longer lists,
-are kept for the second pass, which parses and normalizes them. So a refresh's cost
-is reading the body plus normalizing what changed.
+A refresh is a plan, then an apply. Reading is two passes. What the source lists
+and its memo (urlguard.feeds.memo) are read first; the body is then split into
+units (lines, or a structured format's entries) a block at a time, each unit's text
+looked up in the memo as it is read, and only the texts it does not know, or whose
+rule this source no longer lists, are kept for the second pass, which parses and
+normalizes them (urlguard.feeds.staging). urlguard.feeds.planning diffs and
+screens the result into a listing plan, data only, which
+urlguard.writepath.apply.apply_listing writes; the write path never calls back here.
 
 A broken upstream never removes protection: a failed fetch, a body that is cut
 short, undecodable or of the wrong kind, or zero entries changes nothing and is
@@ -19,34 +21,34 @@ second finds the source claimed and does nothing (and were both to apply, the wr
 are idempotent: an addition of a listed rule only adds a listing, a withdrawal of a
 listing that is gone does nothing).
 
-This module is the orchestration; reading the body and the memo is
-urlguard.feeds.staging's, reading what the source lists now urlguard.feeds.listing's,
-and how a refresh ended urlguard.feeds.outcome's."""
+This module is the orchestration; what the source lists now is
+urlguard.feeds.listing's, and how a refresh ended urlguard.feeds.outcome's."""
 
 from __future__ import annotations
 
 import ctypes
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
 from django.db import DatabaseError, router, transaction
-from django.db.models import F, Max
+from django.db.models import F
 from django.utils import timezone
 
 from urlguard.conf import conf
-from urlguard.feeds import holds, listing, memo
+from urlguard.feeds import holds, listing, memo, planning, staging
 from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
-from urlguard.feeds.outcome import MAX_REFUSALS_KEPT, RefreshResult, RefreshStatus, refuse
-from urlguard.feeds.staging import Staged, member, stage
+from urlguard.feeds.outcome import RefreshResult, RefreshStatus, refuse
+from urlguard.feeds.planning import IMPACT_HOLD
+from urlguard.feeds.staging import Staged
 from urlguard.models import Actor, AllowedHost, ChangeSet, FeedRefresh, Source
 from urlguard.runtime import ownership
 from urlguard.writepath import allowlist, changes
-from urlguard.writepath.impact import impact_of_listing
+from urlguard.writepath.apply import Applied, apply_listing
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +60,6 @@ __all__ = [
     "held_for_impact",
     "refresh_source",
 ]
-
-# The end of a change set's reason when the refresh applied a held shrink.
-SHRINK_ACCEPTED = " (shrink accepted)"
-# In a change set's reason (before SHRINK_ACCEPTED) when it applied an impact hold.
-IMPACT_ACCEPTED = " (impact accepted)"
-# In the held_reason of a refresh held for the short links it would block (not a shrink).
-IMPACT_HOLD = "CONFIRM_IMPACT_LINKS"
 
 
 def fetch_settings() -> FetchSettings:
@@ -138,23 +133,15 @@ def refresh_source(
                 _record(source, result)
             return result
         protected = allowlist.load() if not source.is_allowlist else allowlist.Allowlist({})
-        stamp = ""
-        remembered: memo.Memo | None = None
-        listed = np.zeros(0, dtype=np.int64)
-
-        def prepare(fmt: str) -> tuple[memo.Memo | None, np.ndarray]:
+        with fetched.body, staging.opened(fetched.body, source, result) as body:
             # The listing and the memo before the body: the units the memo knows
             # (and whose rules the source lists) are resolved as they are read.
-            nonlocal stamp, remembered, listed
             report("listing", 0, 0)
             listed = listing.listed_keys(source)
-            stamp = memo.stamp(fmt, protected.digest())
+            stamp = memo.stamp(body.format, protected.digest())
             remembered = None if source.is_allowlist else memo.load(source.pk, stamp)
             report("reading", 0, 0)
-            return remembered, listed
-
-        with fetched.body:
-            staged = stage(fetched.body, source, result, prepare)
+            staged = staging.stage(body, source, result, remembered, listed)
         _give_back_memory()  # the body's blocks, between the arrays of each step
         report("normalizing", staged.known, len(staged))
         staged.resolve(protected, result)
@@ -295,7 +282,7 @@ def _claim(source: Source, owner: str) -> str:
     if held is None:
         return "the source was deleted"
     since, holder, heartbeat = held
-    now = timezone.now()
+    now = ownership.database_now()
     gone = ""
     if since is not None:
         # A claim of no recorded owner (made before claims named one) waits out
@@ -325,7 +312,7 @@ def _claim(source: Source, owner: str) -> str:
 def _diff_and_apply(
     source: Source,
     staged: Staged,
-    old_keys: np.ndarray,
+    listed: np.ndarray,
     result: RefreshResult,
     *,
     dry_run: bool,
@@ -334,169 +321,32 @@ def _diff_and_apply(
     user: Actor,
     report: Callable[[str, int, int], None],
 ) -> None:
-    # The first entry of each key the source does not list yet: one resolve()
-    # normalized (a unit resolved from the memo is of a listed rule).
-    fresh = staged.known + np.flatnonzero(~member(staged.new_keys(), old_keys))
-    if len(staged.unique_keys) == len(staged.keys):  # no key twice: each is its first
-        first = np.arange(len(fresh))
-    else:
-        _, first = np.unique(staged.keys[fresh], return_index=True)
-    gone_mask = ~member(old_keys, staged.unique_keys)
-    picked = np.zeros(len(staged.keys), dtype=bool)
-    picked[fresh[first]] = True
-    report("screening", 0, len(first))
-    held = holds.screen(
+    """Plan the refresh (urlguard.feeds.planning), and unless it is held or a dry
+    run, hand the plan to the write path and keep the entries held from it."""
+    plan, held = planning.plan_listing(
         source,
-        lambda whole_hosts=False: staged.entries(picked, whole_hosts=whole_hosts),
-        len(first),
+        staged,
+        listed,
+        result,
+        dry_run=dry_run,
+        accept_shrink=accept_shrink,
+        accept_impact=accept_impact,
+        report=report,
     )
-    for entry in held:
-        picked[entry.index] = False
-    result.held = len(held)
-    result.holds = [(entry.expression, entry.reason) for entry in held[:MAX_REFUSALS_KEPT]]
-    result.added = len(first) - len(held)
-    result.removed = int(gone_mask.sum())
-    result.unchanged = staged.count() - len(first)
-    threshold = conf.FEED_SHRINK_THRESHOLD
-    high_water = _high_water(source, len(old_keys))
-    shrunk = len(old_keys) and result.removed > threshold * len(old_keys)
-    drained = high_water and staged.count() < (1 - threshold) * high_water
-    if (shrunk or drained) and not accept_shrink:
-        result.status = RefreshStatus.HELD
-        result.held_reason = (
-            f"it would remove {result.removed:,} of {len(old_keys):,} entries, more than "
-            f"FEED_SHRINK_THRESHOLD={threshold}"
-        )
-        if not dry_run:
-            logger.warning(
-                "feed %s: refresh held: it would remove %d of %d entries, leaving %d of "
-                "the %d it listed at most within FEED_SHRINK_WINDOW (FEED_SHRINK_THRESHOLD"
-                "=%s); accept it in the admin or with "
-                "`manage.py refresh_feeds %s --accept-shrink`",
-                source.name,
-                result.removed,
-                len(old_keys),
-                staged.count(),
-                high_water,
-                threshold,
-                source.name,
-            )
+    if plan is None:
         return
-    if result.added:
-        report("impact", 0, 0)
-        impact = impact_of_listing(expression for expression, _ in staged.lines(picked))
-        result.impact = impact.as_dict()
-        limit = conf.CONFIRM_IMPACT_LINKS
-        if limit and impact.exact and impact.changed > limit and not accept_impact:
-            result.status = RefreshStatus.HELD
-            result.held_reason = (
-                f"it would block {impact.changed:,} short links, more than {IMPACT_HOLD}={limit:,}"
-            )
-            if not dry_run:
-                logger.warning(
-                    "feed %s: refresh held: %s; accept it in the admin or with "
-                    "`manage.py refresh_feeds %s --accept-impact`",
-                    source.name,
-                    result.held_reason,
-                    source.name,
-                )
-            return
-    if dry_run:
-        return
-    total = result.added + result.removed
-    partial = changes.interrupted(kind=ChangeSet.Kind.REFRESH, source=source)
-    if partial is not None:
-        logger.warning(
-            "feed %s: finishing %s, a refresh interrupted after %d added, %d removed",
-            source.name,
-            partial,
-            partial.added,
-            partial.removed,
-        )
-    with changes.change_set(
-        kind=ChangeSet.Kind.REFRESH,
-        actor=user,
-        source=source,
-        reason=(
-            f"refresh of {source.url}"
-            + (IMPACT_ACCEPTED if accept_impact else "")
-            + (SHRINK_ACCEPTED if accept_shrink else "")
-        ),
-        resume=partial,
-    ) as cs:
-        result.change_set = cs.pk
-        if result.added:
-            report("writing", 0, total)
-            bulk = changes.add_listed(
-                _still_allowed(staged, picked, result),
-                source=source,
-                user=user,
-                change_set=cs,
-                progress=lambda done: report("adding", done, total),
-            )
-            result.rules_added = bulk.added_count
-        if result.removed:
-            report("removing", result.added, total)
-            gone = listing.rule_ids(source, old_keys[gone_mask], len(old_keys))
-            report("withdrawing", result.added, total)
-            withdrawn = changes.withdraw_rules(source, gone, user=user, change_set=cs)
-            result.rules_removed = withdrawn.removed
-        changes.record_refused(cs, result.refused)
+    applied = Applied()
+    try:
+        apply_listing(plan, user=user, progress=report, applied=applied)
+    finally:
+        result.change_set = applied.change_set  # a partial set too, for the record
+    result.rules_added, result.rules_removed = applied.rules_added, applied.rules_removed
+    for expression, category, reason in applied.refused:
+        refuse(result, 0, expression, reason)
+        staged.allowlisted[expression] = category
     holds.record(source, held, staged.unique_keys)
+    total = result.added + result.removed
     report("done", total, total)
-
-
-def _high_water(source: Source, listed_now: int) -> int:
-    """The most entries `source` listed within FEED_SHRINK_WINDOW (since its last
-    accepted shrink, which sets a new mark), so that a feed drained a little at a
-    time is held as one drained at once."""
-    window = conf.FEED_SHRINK_WINDOW
-    if not window:
-        return listed_now
-    refreshes = FeedRefresh.objects.filter(
-        source=source,
-        status=Source.Status.OK,
-        at__gte=timezone.now() - timedelta(seconds=window),
-    )
-    accepted = (
-        refreshes.filter(change_set__reason__endswith=SHRINK_ACCEPTED)
-        .order_by("-at")
-        .values_list("at", flat=True)
-        .first()
-    )
-    if accepted is not None:
-        refreshes = refreshes.filter(at__gte=accepted)
-    most = refreshes.aggregate(most=Max("entries"))["most"] or 0
-    return max(listed_now, most)
-
-
-def _still_allowed(
-    staged: Staged, picked: np.ndarray, result: RefreshResult
-) -> Iterator[tuple[str, str, int]]:
-    """(expression, category, key) of the entries to add, less any a host allowlisted
-    since this refresh read the allowlist now refuses (the allowlist acts at once,
-    also on a refresh under way). The allowlist is read here, before the rows are:
-    they are consumed during a COPY, when the connection can run no other query."""
-    protected = allowlist.load()
-    rows = staged.rows(picked)
-    if protected.digest() == staged.allowlist_digest:
-        return ((expression, category, key) for _, expression, category, key in rows)
-    return _allowed(rows, protected, staged, result)
-
-
-def _allowed(
-    rows: Iterator[tuple[int, str, str, int]],
-    protected: allowlist.Allowlist,
-    staged: Staged,
-    result: RefreshResult,
-) -> Iterator[tuple[str, str, int]]:
-    for _, expression, category, key in rows:
-        reason = protected.refusal(expression)
-        if reason is None:
-            yield expression, category, key
-        else:
-            refuse(result, 0, expression, reason)
-            staged.allowlisted[expression] = category
 
 
 def _apply_allowlist(

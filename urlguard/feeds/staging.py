@@ -10,6 +10,8 @@ from __future__ import annotations
 import tempfile
 from array import array
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import mmh3
@@ -21,14 +23,26 @@ from urlguard.feeds.decoding import FeedError, line_blocks, line_start, open_tex
 from urlguard.feeds.outcome import RefreshResult, refuse
 from urlguard.models import Source
 from urlguard.writepath import allowlist
+from urlguard.writepath.plan import Additions, entry_lines, read_entries
 from urlguard.writepath.rulelists import pending_entry
 from urlguard.writepath.rules import RuleError, normalize_rule, plain_expressions
 
-__all__ = ["Staged", "member", "sorted_unique", "stage"]
+__all__ = ["Diff", "Opened", "Staged", "member", "opened", "sorted_unique", "stage"]
 
 # Units read from the spool together, and the most bytes such a read may span.
 _SPAN_UNITS = 1 << 14
 _SPAN_BYTES = 1 << 23
+
+
+@dataclass
+class Diff:
+    """A body against what its source lists: `new` marks the entries to list (one
+    per key the source lacks), `count` of them; `gone`: the listed keys the body no
+    longer has, sorted."""
+
+    new: np.ndarray
+    count: int
+    gone: np.ndarray
 
 
 class Staged:
@@ -141,7 +155,7 @@ class Staged:
             position = start
             stop = block.find("\n", start)
             line = block[start : stop if stop >= 0 else len(block)]
-            if max_line and len(line.rstrip("\r")) > max_line:
+            if max_line and len(line.removesuffix("\r")) > max_line:
                 refuse(lineno, line[:300], _too_long(max_line))
                 continue
             lines.append(line.encode("utf-8", "surrogatepass"))
@@ -164,7 +178,7 @@ class Staged:
         linenos: list[int] = []
         for lineno, line in lines:
             line = line.rstrip("\n")
-            if max_line and len(line.rstrip("\r")) > max_line:
+            if max_line and len(line.removesuffix("\r")) > max_line:
                 refuse(lineno, line[:300], _too_long(max_line))
                 continue
             texts.append(line.encode("utf-8", "surrogatepass"))
@@ -241,8 +255,16 @@ class Staged:
             self._known = []
             self._known_count = len(self.known_at)
         if self._todo:
-            parts = list(zip(*self._todo, strict=True))
-            self.high, self.low, self.linenos, self.ends = (np.concatenate(part) for part in parts)
+            # A column at a time, its blocks let go once joined: all four joined at
+            # once held every unit twice (32 bytes a unit more at the peak).
+            columns = [list(column) for column in zip(*self._todo, strict=True)]
+            self._todo = []
+            joined = []
+            while columns:
+                blocks = columns.pop(0)
+                joined.append(np.concatenate(blocks))
+                del blocks
+            self.high, self.low, self.linenos, self.ends = joined
         self._known, self._todo = [], []
 
     def _texts(self, indices: np.ndarray, ends: np.ndarray) -> Iterator[tuple[int, str]]:
@@ -296,7 +318,6 @@ class Staged:
         unit_of = array("q")
         keys: list[np.ndarray] = []
         refused_units = array("q")  # never remembered: their refusals count each time
-        number = self.known  # the next entry's number
         screened = len(protected) > 0
         plain_lines = self.format == "urls"
         self.units.flush()
@@ -349,29 +370,19 @@ class Staged:
                     expressions.append(expression)
                     categories.append(category or self.source_category)
                     unit_of.append(index)
-            self.expressions.write(
-                "".join(
-                    [
-                        f"{n}\t{category}\t{expression}\n"
-                        for n, category, expression in zip(
-                            range(number, number + len(expressions)),
-                            categories,
-                            expressions,
-                            strict=True,
-                        )
-                    ]
-                )
-            )
-            number += len(expressions)
+            self.expressions.write(entry_lines(categories, expressions))
             keys.append(expression_keys(expressions))
         normalized = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
         del keys
-        # One array of every key, the known ones gathered straight into its head.
-        self.keys = np.empty(self.known + len(normalized), dtype=np.int64)
+        # One array of every key, the known ones gathered straight into its head (none
+        # known, as in a first load: the normalized keys are that array, not copied).
         if self.known:
             assert self._memo is not None  # units are known only from a memo
+            self.keys = np.empty(self.known + len(normalized), dtype=np.int64)
             np.take(self._memo.keys, self.known_at, out=self.keys[: self.known], mode="clip")
-        self.keys[self.known :] = normalized
+            self.keys[self.known :] = normalized
+        else:
+            self.keys = normalized
         del normalized
         # The memo and the listing are the caller's from here (the memo's arrays are
         # most of a big refresh's memory: its caller drops them after saving the next).
@@ -384,6 +395,20 @@ class Staged:
     def new_keys(self) -> np.ndarray:
         """The keys of the entries resolve() normalized (numbered from `known`)."""
         return self.keys[self.known :]
+
+    def diff(self, listed: np.ndarray) -> Diff:
+        """The entries new to a source that lists `listed` (keys, sorted), and the
+        keys it lists that this body no longer has. After resolve()."""
+        # The first entry of each key the source does not list yet: one resolve()
+        # normalized (a unit resolved from the memo is of a listed rule).
+        fresh = self.known + np.flatnonzero(~member(self.new_keys(), listed))
+        if len(self.unique_keys) == len(self.keys):  # no key twice: each is its first
+            first = np.arange(len(fresh))
+        else:
+            _, first = np.unique(self.keys[fresh], return_index=True)
+        new = np.zeros(len(self.keys), dtype=bool)
+        new[fresh[first]] = True
+        return Diff(new, len(first), listed[~member(listed, self.unique_keys)])
 
     def remember(self, source_id: int, stamp: str, remembered: memo.Memo | None) -> None:
         """Save, as the source's memo, the key of every unit that gave one entry: the
@@ -430,24 +455,16 @@ class Staged:
         self, picked: np.ndarray, *, whole_hosts: bool = False
     ) -> Iterator[tuple[int, str, str, int]]:
         """(index, expression, category, key) of the entries `picked` marks (see
-        lines): the spool read a chunk of lines at a time, only the lines picked
-        split (its lines are the entries `known`, `known` + 1, ... in order)."""
-        self.expressions.flush()
-        self.expressions.seek(0)
-        number = self.known
-        while lines := self.expressions.readlines(_SPAN_BYTES):
-            chosen = np.flatnonzero(picked[number : number + len(lines)])
-            if whole_hosts:  # a whole-host expression ends its line with its only "/"
-                ends = [lines[at].endswith("/\n") for at in chosen.tolist()]
-                chosen = chosen[np.array(ends, dtype=bool)] if ends else chosen
-            if len(chosen):
-                keys = self.keys[number + chosen].tolist()
-                for at, key in zip(chosen.tolist(), keys, strict=True):
-                    index, category, expression = lines[at].rstrip("\n").split("\t", 2)
-                    if whole_hosts and expression.find("/") != len(expression) - 1:
-                        continue
-                    yield int(index), expression, category, key
-            number += len(lines)
+        lines): the spool, an entry file (urlguard.writepath.plan), read a chunk of
+        lines at a time, only the lines picked split."""
+        return read_entries(
+            self.expressions, self.known, self.keys, picked, whole_hosts=whole_hosts
+        )
+
+    def additions(self, picked: np.ndarray) -> Additions:
+        """The entries `picked` marks as a plan's additions: this spool and these keys,
+        not a copy (valid until close())."""
+        return Additions(self.expressions, self.known, self.keys, picked)
 
     def close(self) -> None:
         self.units.close()
@@ -484,45 +501,64 @@ def _too_long(max_line: int) -> str:
 _COMMENTS = {"urls": "#", "hosts": "#", "adblock": "!"}
 
 
-def stage(
-    body: Any,
-    source: Source,
-    result: RefreshResult,
-    prepare: Callable[[str], tuple[memo.Memo | None, np.ndarray]] | None = None,
-) -> Staged:
-    """Read `body` into a Staged. `prepare(format)`, called once the format is known
-    and before any entry is read, gives the source's memo (None: none usable) and
-    the keys it lists now (sorted): the units these resolve are resolved as read."""
-    max_line, max_units = conf.FEED_MAX_LINE, conf.FEED_MAX_ENTRIES
-    with open_text(body, limit=conf.FEED_MAX_BYTES, max_line=max_line) as text:
+@dataclass
+class Opened:
+    """A body opened for reading: its format (sniffed, or the source's) and its text."""
+
+    format: str
+    text: Any
+
+
+@contextmanager
+def opened(body: Any, source: Source, result: RefreshResult) -> Iterator[Opened]:
+    """`body` decoded (bounded by FEED_MAX_BYTES and FEED_MAX_LINE) and its format
+    known, before any entry is read: the format says which memo to read."""
+    with open_text(body, limit=conf.FEED_MAX_BYTES, max_line=conf.FEED_MAX_LINE) as text:
         fmt, stream = formats.sniff(text, source.format)  # type: ignore[arg-type]
         result.format = fmt
-        remembered, listed = prepare(fmt) if prepare is not None else (None, None)
-        staged = Staged(fmt, source.category, remembered, listed)
-        try:
-            if staged.by_line:
-                comments = _COMMENTS.get(fmt, "")
-                for first, block in line_blocks(stream, _BLOCK):
-                    staged.add_block(
-                        first,
-                        block,
-                        comments=comments,
-                        max_line=max_line,
-                        max_units=max_units,
-                        refuse=lambda lineno, raw, reason: refuse(result, lineno, raw, reason),
-                    )
-            else:
-                _, entries = formats.parse(stream, fmt, source.category, make=pending_entry)  # type: ignore[arg-type]
-                for parsed in entries:
-                    if parsed.error is not None:
-                        refuse(result, parsed.lineno, parsed.raw, parsed.error)
-                    elif parsed.token is not None:
-                        category = parsed.category or source.category
-                        staged.add_entry(parsed.token, category, parsed.lineno, max_units=max_units)
-            staged.finish()
-        except BaseException:
-            staged.close()
-            raise
+        yield Opened(fmt, stream)
+
+
+def stage(
+    body: Opened | Any,
+    source: Source,
+    result: RefreshResult,
+    remembered: memo.Memo | None = None,
+    listed: np.ndarray | None = None,
+) -> Staged:
+    """Read `body` (Opened, or a body not opened yet) into a Staged. `remembered`:
+    the source's memo (None: none usable) and `listed`: the keys it lists now
+    (sorted): the units these resolve are resolved as they are read."""
+    if not isinstance(body, Opened):
+        with opened(body, source, result) as text:
+            return stage(text, source, result, remembered, listed)
+    max_line, max_units = conf.FEED_MAX_LINE, conf.FEED_MAX_ENTRIES
+    fmt, stream = body.format, body.text
+    staged = Staged(fmt, source.category, remembered, listed)
+    try:
+        if staged.by_line:
+            comments = _COMMENTS.get(fmt, "")
+            for first, block in line_blocks(stream, _BLOCK):
+                staged.add_block(
+                    first,
+                    block,
+                    comments=comments,
+                    max_line=max_line,
+                    max_units=max_units,
+                    refuse=lambda lineno, raw, reason: refuse(result, lineno, raw, reason),
+                )
+        else:
+            _, entries = formats.parse(stream, fmt, source.category, make=pending_entry)
+            for parsed in entries:
+                if parsed.error is not None:
+                    refuse(result, parsed.lineno, parsed.raw, parsed.error)
+                elif parsed.token is not None:
+                    category = parsed.category or source.category
+                    staged.add_entry(parsed.token, category, parsed.lineno, max_units=max_units)
+        staged.finish()
+    except BaseException:
+        staged.close()
+        raise
     return staged
 
 

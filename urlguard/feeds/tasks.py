@@ -84,7 +84,7 @@ def _refresh(
             )
         return None
     if job_id is not None:
-        now = timezone.now()
+        now = ownership.database_now()  # the clock its heartbeat's age is judged on
         AdminJob.objects.filter(pk=job_id).update(
             state=AdminJob.State.RUNNING,
             started=now,

@@ -27,14 +27,15 @@ from django.utils import timezone
 
 from urlguard.celery import PRUNE_HIT_LOG_INTERVAL, PRUNE_HIT_LOG_TASK, shared_task
 from urlguard.conf import conf
-from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule
-from urlguard.runtime import database, stats
+from urlguard.models import HitEvent, HostHitDay, RuleHitDay, RuleHitTotal, SpamRule, database
+from urlguard.runtime import stats
 from urlguard.runtime.firstrequest import FirstRequest
 from urlguard.runtime.process import Daemon
 
 __all__ = [
     "api_blocked",
     "continued",
+    "full_hash_matched",
     "install",
     "prune",
     "prune_hit_log",
@@ -101,6 +102,9 @@ def _write_events(events: list[HitEvent]) -> None:
         for event in events:
             if not event.expression and event.rule_id in known:
                 event.expression, event.category = known[event.rule_id]
+                if event.action == HitEvent.Action.FULL_HASH and not event.host:
+                    # The browser sends no URL: the rule's host is what it was warned of.
+                    event.host = event.expression.split("/", 1)[0][:255]
     created = HitEvent.objects.bulk_create(events)
     newest = max((e.pk for e in created if e.pk is not None), default=None)
     if newest is None:
@@ -170,6 +174,17 @@ def _blocked_event(verdict: Any, action: str, where: str) -> None:
     )
 
 
+def full_hash_matched(rule_id: int, *, where: str) -> None:
+    """A Safe Browsing client was answered the full hash of rule `rule_id` (a browser
+    about to show its own warning; only the hash is sent, never the URL). The flush
+    names the rule's expression and category."""
+    HIT_EVENTS.append(
+        HitEvent(
+            at=timezone.now(), action=HitEvent.Action.FULL_HASH, where=where[:200], rule_id=rule_id
+        )
+    )
+
+
 def continued(rule_id: int, *, destination: str = "", host: str = "") -> None:
     """A visitor followed "continue anyway" past `rule_id`'s warning."""
     now = timezone.now()
@@ -233,8 +248,6 @@ def _since(days: int) -> dt.date:
 
 def top_rules(days: int = 7, limit: int = 10) -> list[dict]:
     """[{rule_id, expression, hits, continued}] most hits first, over `days` days."""
-    from urlguard.models import SpamRule
-
     rows = list(
         RuleHitDay.objects.filter(day__gte=_since(days))
         .values("rule_id")

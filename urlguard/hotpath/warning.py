@@ -23,8 +23,7 @@ from urlguard.conf import conf
 from urlguard.hotpath import hitlog
 from urlguard.hotpath.guard import Verdict
 from urlguard.hotpath.rollup import rule_level
-from urlguard.models import Category
-from urlguard.reports.views import report_form_url
+from urlguard.models import Category, SpamRule
 from urlguard.runtime import metrics
 from urlguard.runtime.visitors import visitor_id
 
@@ -33,12 +32,15 @@ __all__ = [
     "CONFIRMED_ATTR",
     "CONTINUE_SALT",
     "LEVEL_WORDS",
+    "REPORT_SALT",
     "WEB_SCHEMES",
     "continue_signer",
     "continue_token",
     "mark_confirmed",
     "protect_page",
+    "report_form_url",
     "report_mistake_url",
+    "report_token",
     "scheme_and_host",
     "warning_response",
 ]
@@ -50,6 +52,8 @@ WEB_SCHEMES = frozenset({"http", "https"})
 CONFIRMED_ATTR = "urlguard_confirmed"
 
 CONTINUE_SALT = "urlguard.continue"
+# Signs the report form's link (urlguard.reports.views checks it), on any node.
+REPORT_SALT = "urlguard.report"
 
 # Plain words for the warning page: people do not know what "phishing" means.
 CATEGORY_WORDS: dict[str, str] = {
@@ -131,6 +135,26 @@ def continue_token(destination: str, visitor: str, rule_id: int | None = None) -
     if rule_id is not None:
         data["r"] = rule_id  # the hit log counts "continue anyway" per rule
     return continue_signer().sign_object(data, compress=True)
+
+
+def report_token(destination: str, rule: SpamRule | None, visitor: str) -> str:
+    """What the report form's link carries, signed: the destination and the rule the
+    warning named, for the warned visitor only."""
+    return signing.TimestampSigner(salt=REPORT_SALT).sign_object(
+        {
+            "u": destination,
+            "r": rule.pk if rule is not None else None,
+            "e": rule.expression if rule is not None else "",
+            "v": visitor,
+        },
+        compress=True,
+    )
+
+
+def report_form_url(destination: str, rule: SpamRule | None, visitor: str) -> str:
+    """This service's report form for one warning (urlguard.reports.views)."""
+    token = report_token(destination, rule, visitor)
+    return reverse("urlguard:report") + "?" + urlencode({"token": token})
 
 
 def report_mistake_url(destination: str, rule: Any = None, visitor: str = "") -> str:

@@ -21,8 +21,15 @@ from urlguard.jobs.dispatch import (
     writes_into,
     written_before,
 )
-from urlguard.models import Actor, AdminJob, AdminJobChunk, ChangeSet, SpamRule, row_user
-from urlguard.runtime import database
+from urlguard.models import (
+    Actor,
+    AdminJob,
+    AdminJobChunk,
+    ChangeSet,
+    SpamRule,
+    database,
+    row_user,
+)
 from urlguard.wording import counted
 from urlguard.writepath import changes
 from urlguard.writepath.impact import impact_of_removing

@@ -20,8 +20,8 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from urlguard.models import AdminJob, AdminJobChunk, ChangeSet
-from urlguard.runtime import database, ownership
+from urlguard.models import AdminJob, AdminJobChunk, ChangeSet, database
+from urlguard.runtime import ownership
 from urlguard.runtime.process import Daemon
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def dispatch(task, job_id: int) -> None:
     """Run the Celery task `task` for the job: on a worker (after the commit, so the
     worker finds the row), else on this process's runner thread, else (an in-memory
     test database, invisible to other threads) right here."""
-    from urlguard.celery import in_process
+    from urlguard.celery import in_process  # per call: tests patch urlguard.celery's
 
     if not in_process():
         transaction.on_commit(lambda: task.delay(job_id))
@@ -162,7 +162,8 @@ def begin(job_id: int, kind: str, state: str = AdminJob.State.RUNNING) -> AdminJ
         logger.warning("admin job %s (%s) no longer exists; nothing to do", job_id, kind)
         return None
     job.state = state
-    job.started = job.heartbeat = timezone.now()
+    # On the database's clock, as every heartbeat: hosts' own clocks may disagree.
+    job.started = job.heartbeat = ownership.database_now()
     job.message = ""
     # Its owner's heartbeat tells a job that runs from one whose runner died.
     job.owner = str(ownership.me())

@@ -11,6 +11,7 @@ from urlguard import shortlinks
 from urlguard.celery import shared_task
 from urlguard.jobs.dispatch import Progress, begin, dispatch, fail
 from urlguard.models import Actor, AdminJob, row_user
+from urlguard.nodesync import sync
 from urlguard.shortlinks.rescan import rescan_links
 from urlguard.wording import counted
 from urlguard.writepath.impact import build_link_index
@@ -48,8 +49,6 @@ def rescan_links_job(job_id: int) -> dict | None:
     # bring this node's filter up to the change log first, or just-listed rules
     # would be missed by the scan.
     try:
-        from urlguard.nodesync import sync
-
         sync.sync()
     except Exception:
         logger.warning("rescan: could not bring the filter up to date first", exc_info=True)

@@ -16,8 +16,9 @@ from urlguard.jobs.dispatch import (
     previewed,
     start_commit,
 )
-from urlguard.models import Actor, AdminJob, ChangeSet, row_user
+from urlguard.models import Actor, AdminJob, ChangeEvent, ChangeSet, row_user
 from urlguard.wording import counted
+from urlguard.writepath import revert
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,6 @@ def create_revert(change_set, *, user: Actor) -> AdminJob:
 def preview_revert_job(job_id: int) -> dict | None:
     """What reverting would do: rules removed again, rules brought back, and the
     impact of both on the short links. Writes only the AdminJob row."""
-    from urlguard.writepath import revert
-
     job = begin(job_id, AdminJob.Kind.REVERT, AdminJob.State.PREVIEWING)
     if job is None:
         return None
@@ -73,8 +72,6 @@ def start_revert(job: AdminJob, *, reason: str = "") -> bool:
 
 @shared_task(name="urlguard.admin.revert_job")
 def revert_job(job_id: int) -> dict | None:
-    from urlguard.models import ChangeEvent
-    from urlguard.writepath import revert
 
     job = begin(job_id, AdminJob.Kind.REVERT)
     if job is None:

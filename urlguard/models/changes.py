@@ -12,9 +12,9 @@ from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
 
+from urlguard.models import database
 from urlguard.models.feeds import Source
 from urlguard.models.rules import Category
-from urlguard.runtime import database
 
 if TYPE_CHECKING:
     # User: the model settings.AUTH_USER_MODEL names, as django-stubs resolves the

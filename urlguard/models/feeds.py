@@ -168,7 +168,7 @@ class RuleSource(models.Model):
     writepath.changes.dangling_references counts any row that dangles: a listing is
     written only under the change-log lock, for a rule read or written in that
     transaction and a source seen to exist under the lock (writepath.changes); a rule
-    is deleted only under that lock, with its listings (runtime.database.delete_by_pk,
+    is deleted only under that lock, with its listings (models.database.delete_by_pk,
     and the ORM's cascade); a source is deleted through the ORM, whose cascade deletes
     its listings, and its deletion takes the lock first (models.changes), so no
     listing of it commits after."""

@@ -94,6 +94,9 @@ class SpamRule(models.Model):
     expression = models.CharField(max_length=2000, unique=True)
     category = models.CharField(max_length=16, choices=Category.choices, default=Category.SPAM)
     # The filter id (dablooms): routes the addition and later the removal to one stage.
+    # From the adding host's clock: one an hour ahead puts ids an hour in the future and
+    # later rules (any host) at newest + 1, so ids stay unique and rising; stages fill by
+    # count and a removal finds its stage by range, then key: only "added" times run ahead.
     added_at = models.BigIntegerField(unique=True, default=now_micros)
     source = models.CharField(max_length=200, blank=True, default="admin")
     note = models.TextField(blank=True, default="")

@@ -85,6 +85,7 @@ class HitEvent(models.Model):
         CONTINUED = "continued", "Continued anyway"
         API = "api", "Blocked (API answer)"
         TEXT = "text", "Blocked (posted text)"
+        FULL_HASH = "fullhash", "Full hash (Safe Browsing)"
 
     at = models.DateTimeField(db_index=True)
     action = models.CharField(max_length=10, choices=Action.choices, default=Action.WARNED)

@@ -23,22 +23,26 @@ in) is a warning.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from filterengine import (
     FilterFileError,
     FilterLockedError,
     ScalingCountingBloomFilter,
+    acquire_lock,
     file_status,
+    release_lock,
     writer_active,
 )
 from urlguard.conf import conf
+from urlguard.models import ChangeEvent
 from urlguard.runtime.process import on_reset
 
 logger = logging.getLogger(__name__)
@@ -49,6 +53,7 @@ __all__ = [
     "forget",
     "clear_behind",
     "get_filter",
+    "mapped",
     "mark_behind",
     "open_writer",
     "problem",
@@ -68,27 +73,102 @@ CHECK_SECONDS = 1.0
 # could not take (see mark_behind).
 BEHIND_SUFFIX = ".behind"
 
+Identity = tuple[int, int]  # (st_dev, st_ino) of a file
+Position = tuple[int, int]  # (generation, applied_seq) of a file
+
+
+class Behind(NamedTuple):
+    """A mapping found behind the change log: it answers as soon as this node's
+    writer has brought it to `head`."""
+
+    filt: ScalingCountingBloomFilter
+    head: int
+    identity: Identity  # of the file it maps, at the time
+    went_back: bool  # older than what this process saw at the path (a backup)
+
+
+@dataclass(slots=True, eq=False)
+class PathState:
+    """All this process knows of the filter file at one path. Made by the first
+    get_filter() (open), updated by the once-a-second checks (check), removed whole
+    by forget() and reset(): nothing of a path outlives its record."""
+
+    #: The mapping checks are answered from; None while the file cannot answer.
+    mapping: ScalingCountingBloomFilter | None = None
+    #: The file the mapping was opened on.
+    identity: Identity | None = None
+    #: Monotonic time of the mapping's next identity check.
+    next_check: float = 0.0
+    #: Mapped at start-up, before the database may be asked: its first check
+    #: compares it with the log.
+    unverified: bool = False
+    #: Why the file cannot answer now (None: it can, or it was never tried), and the
+    #: monotonic time of the next attempt.
+    failure: str | None = None
+    retry_at: float = 0.0
+    behind: Behind | None = None
+    #: The mapping's position at its last check: an older applied_seq or another
+    #: generation in the same inode is a file copied over it.
+    last_seen: Position | None = None
+    #: The newest position seen at the path, kept across remaps: a file mapped anew
+    #: below it went back (a backup), and does not merely lag.
+    newest_seen: Position | None = None
+    #: Files found dirty with no writer alive: they stay dirty until a rebuild
+    #: replaces them, even while the writer repairing them holds the lock.
+    dirty: set[Identity] = field(default_factory=set)
+
+    def unmap(self) -> None:
+        """Stop answering from the mapping without closing it: another thread may be
+        answering from it right now; it is unmapped when the last reference goes."""
+        self.mapping = None
+        self.identity = None
+        self.next_check = 0.0
+        self.last_seen = None
+
+    def trust(self, filt: ScalingCountingBloomFilter, identity: Identity | None) -> None:
+        """Answer checks from `filt`."""
+        self.mapping = filt
+        if identity is not None:
+            self.identity = identity
+        self.next_check = time.monotonic() + CHECK_SECONDS
+        self.failure = None
+        self.remember(filt)
+
+    def remember(self, filt: ScalingCountingBloomFilter) -> None:
+        with contextlib.suppress(Exception):
+            seen = (int(filt.generation), int(filt.applied_seq))
+            self.last_seen = seen
+            newest = self.newest_seen or seen
+            self.newest_seen = (max(newest[0], seen[0]), max(newest[1], seen[1]))
+
+    def failed(self, path: str, reason: str, *, level: int = logging.WARNING) -> None:
+        """The file cannot answer for `reason`: said once (again when the reason
+        changes), retried after RETRY_SECONDS."""
+        if self.failure != reason:
+            logger.log(
+                level,
+                "filter file %s is %s; checks follow ON_FILTER_ERROR=%r",
+                path,
+                reason,
+                conf.ON_FILTER_ERROR,
+            )
+        self.failure = reason
+        self.retry_at = time.monotonic() + RETRY_SECONDS
+
+
+# Guards every PathState's changes; get_filter() reads them without it.
 _lock = threading.Lock()
-_filters: dict[str, ScalingCountingBloomFilter] = {}
-# path -> monotonic time of the mapping's next identity check
-_next_check: dict[str, float] = {}
-# path -> (monotonic time of the next attempt, reason of the last failure)
-_failures: dict[str, tuple[float, str]] = {}
-# path -> (a mapping found behind the change log, the log's head then, (dev, ino)
-# of its file, whether it went back): it answers as soon as this node's writer has
-# brought it to that head.
-_pending: dict[str, tuple[ScalingCountingBloomFilter, int, tuple[int, int], bool]] = {}
-# Paths mapped at start-up, before the database may be asked: their first check
-# compares them with the log.
-_unverified: set[str] = set()
-# path -> (generation, applied_seq) of the mapping at its last check: an older
-# applied_seq or another generation in the same inode is a file copied over it.
-_last_seen: dict[str, tuple[int, int]] = {}
-# path -> the newest (generation, applied_seq) this process has seen there, kept
-# across remaps: a file mapped anew below it went back (a backup), not merely lags.
-_newest_seen: dict[str, tuple[int, int]] = {}
+_paths: dict[str, PathState] = {}
 # Called with the path when a mapping is found behind the log (see when_behind).
 _behind_callbacks: list[Callable[[str], None]] = []
+
+
+def _state(path: str) -> PathState:
+    """The record of `path`, made on first use (under _lock)."""
+    state = _paths.get(path)
+    if state is None:
+        state = _paths[path] = PathState()
+    return state
 
 
 class WriterBusy(FilterLockedError):
@@ -107,21 +187,29 @@ def get_filter(path: str | None = None) -> ScalingCountingBloomFilter | None:
     it is missing or unreadable (logged once per condition; never raises)."""
     if path is None:
         path = conf.FILTER_PATH
-    filt = _filters.get(path)
+    state = _paths.get(path)
+    if state is None:
+        return _open(path)
+    filt = state.mapping
     if filt is not None:
-        if time.monotonic() < _next_check.get(path, 0.0):
+        if time.monotonic() < state.next_check:
             return filt
         return _recheck(path, filt)
-    failure = _failures.get(path)
-    if failure is not None and path in _pending:
+    if state.failure is None:
+        return _open(path)
+    if state.behind is not None:
         caught_up = _caught_up(path)
         if caught_up is not None:
             return caught_up
-    if failure is not None and time.monotonic() < failure[0]:
-        return None
-    if failure is not None and _still_pending(path):
+    if time.monotonic() < state.retry_at or _still_behind(path):
         return None
     return _open(path)
+
+
+def mapped(path: str | None = None) -> ScalingCountingBloomFilter | None:
+    """The mapping checks of `path` are answered from now, without checking it."""
+    state = _paths.get(conf.FILTER_PATH if path is None else path)
+    return state.mapping if state is not None else None
 
 
 def when_behind(callback: Callable[[str], None]) -> None:
@@ -132,62 +220,46 @@ def when_behind(callback: Callable[[str], None]) -> None:
 
 
 def _caught_up(path: str) -> ScalingCountingBloomFilter | None:
-    """The pending mapping of `path` once its writer has brought it to the head it
-    was compared with (read from the mapping: no query); None while it is behind."""
+    """The mapping found behind once its writer has brought it to the head it was
+    compared with (read from the mapping: no query); None while it is behind."""
     with _lock:
-        pending = _pending.get(path)
-        if pending is None:
-            return _filters.get(path)
-        filt, head, _, went_back = pending
+        state = _state(path)
+        behind = state.behind
+        if behind is None:
+            return state.mapping
         try:
-            ready = filt.applied_seq >= head and not _unusable(path, filt)
+            ready = behind.filt.applied_seq >= behind.head and not _unusable(
+                state, path, behind.filt
+            )
         except Exception:
             ready = False
         if not ready:
             return None
-        del _pending[path]
-        _trust(path, filt, _mapped_identity(filt))
+        state.behind = None
+        state.trust(behind.filt, _mapped_identity(behind.filt))
         logger.log(
-            logging.INFO if went_back else logging.DEBUG,
+            logging.INFO if behind.went_back else logging.DEBUG,
             "filter file %s has caught up with the change log (#%d)",
             path,
-            head,
+            behind.head,
         )
-        return filt
+        return behind.filt
 
 
-def _still_pending(path: str) -> bool:
+def _still_behind(path: str) -> bool:
     """Is the file at `path` still the one found behind the log? Then it is not
     mapped and compared again (the writer is at it): one `stat` a second."""
     with _lock:
-        pending = _pending.get(path)
-        if pending is None:
+        state = _state(path)
+        if state.behind is None:
             return False
         try:
-            same = _identity(os.stat(path)) == pending[2]
+            same = _identity(os.stat(path)) == state.behind.identity
         except OSError:
             same = False
         if same:
-            _failures[path] = (time.monotonic() + RETRY_SECONDS, _failures[path][1])
+            state.retry_at = time.monotonic() + RETRY_SECONDS
         return same
-
-
-def _trust(path: str, filt: ScalingCountingBloomFilter, identity: tuple[int, int] | None) -> None:
-    """Answer checks of `path` from `filt` (under _lock)."""
-    _filters[path] = filt
-    if identity is not None:
-        _identities[path] = identity
-    _next_check[path] = time.monotonic() + CHECK_SECONDS
-    _failures.pop(path, None)
-    _remember(path, filt)
-
-
-def _remember(path: str, filt: ScalingCountingBloomFilter) -> None:
-    with contextlib.suppress(Exception):
-        seen = (int(filt.generation), int(filt.applied_seq))
-        _last_seen[path] = seen
-        newest = _newest_seen.get(path, seen)
-        _newest_seen[path] = (max(newest[0], seen[0]), max(newest[1], seen[1]))
 
 
 def _behind_log(path: str, filt: ScalingCountingBloomFilter) -> tuple[str, int, bool]:
@@ -195,8 +267,6 @@ def _behind_log(path: str, filt: ScalingCountingBloomFilter) -> tuple[str, int, 
     went back from what this process saw at `path`) with one query; ("", 0, False)
     when it is current, or when the database cannot say (then the file is trusted
     as before: a node without its database answers from the file)."""
-    from urlguard.models import ChangeEvent  # the models import nothing of ours back
-
     try:
         head = ChangeEvent.objects.head()
         applied = int(filt.applied_seq)
@@ -206,7 +276,8 @@ def _behind_log(path: str, filt: ScalingCountingBloomFilter) -> tuple[str, int, 
         return "", 0, False
     if applied >= head:
         return "", 0, False
-    newest = _newest_seen.get(path)
+    state = _paths.get(path)
+    newest = state.newest_seen if state is not None else None
     if newest is not None and (generation < newest[0] or applied < newest[1]):
         return (
             f"behind the change log (mapped anew at change #{applied}, the log is at #{head}, "
@@ -230,8 +301,9 @@ def problem(path: str | None = None) -> str:
         path = conf.FILTER_PATH
     if get_filter(path) is not None:
         return ""
-    failure = _failures.get(path)
-    return failure[1] if failure is not None else "not opened yet"
+    state = _paths.get(path)
+    failure = state.failure if state is not None else None
+    return failure if failure is not None else "not opened yet"
 
 
 _MISSING = "missing (run `manage.py rebuild_filter`, or let a worker catch up)"
@@ -239,35 +311,35 @@ _MISSING = "missing (run `manage.py rebuild_filter`, or let a worker catch up)"
 
 def _open(path: str, *, check_log: bool = True) -> ScalingCountingBloomFilter | None:
     with _lock:
-        current = _filters.get(path)
-        if current is not None:
-            return current
-        stale = _pending.pop(path, None)
+        state = _state(path)
+        if state.mapping is not None:
+            return state.mapping
+        stale, state.behind = state.behind, None
         if stale is not None:
-            _close_quietly(path, stale[0])
-        previous = _failures.get(path)
-        filt, identity, reason = _map(path)
+            _close_quietly(stale.filt)
+        previous = state.failure
+        filt, identity, reason = _map(state, path)
         if filt is None:
-            _failed(path, reason, previous)
+            state.failed(path, reason)
             return None
     # The query outside the lock: other threads keep answering meanwhile.
     behind, head, went_back = _behind_log(path, filt) if check_log else ("", 0, False)
     with _lock:
-        current = _filters.get(path)
-        if current is not None:  # another thread mapped it meanwhile
-            _close_quietly(path, filt)
-            return current
+        state = _state(path)  # forget() may have removed it meanwhile
+        if state.mapping is not None:  # another thread mapped it meanwhile
+            _close_quietly(filt)
+            return state.mapping
         if not behind:
-            _trust(path, filt, _mapped_identity(filt) or identity)
+            state.trust(filt, _mapped_identity(filt) or identity)
             if not check_log:
-                _unverified.add(path)
-                _next_check[path] = 0.0  # the first lookup compares it
+                state.unverified = True
+                state.next_check = 0.0  # the first lookup compares it
             if previous is not None:
                 logger.info("filter file %s is readable again", path)
             return filt
-        _pending[path] = (filt, head, identity, went_back)
+        state.behind = Behind(filt, head, identity, went_back)
         # Lag is normal (a write another process committed a moment ago): not news.
-        _failed(path, behind, previous, level=logging.WARNING if went_back else logging.DEBUG)
+        state.failed(path, behind, level=logging.WARNING if went_back else logging.DEBUG)
     for callback in list(_behind_callbacks):
         try:
             callback(path)
@@ -276,7 +348,7 @@ def _open(path: str, *, check_log: bool = True) -> ScalingCountingBloomFilter | 
     return None
 
 
-def _map(path: str) -> tuple[ScalingCountingBloomFilter | None, tuple[int, int], str]:
+def _map(state: PathState, path: str) -> tuple[ScalingCountingBloomFilter | None, Identity, str]:
     """(mapping, identity, "") of a usable file at `path`, else (None, _, why not)."""
     try:
         # The identity first: if the file is replaced between the stat and the
@@ -290,39 +362,18 @@ def _map(path: str) -> tuple[ScalingCountingBloomFilter | None, tuple[int, int],
         return None, (0, 0), f"unreadable: {exc}"
     except Exception as exc:  # never let a request die on the filter
         return None, (0, 0), f"unreadable ({type(exc).__name__}): {exc}"
-    reason = _unusable(path, filt)
+    reason = _unusable(state, path, filt)
     if reason:
-        _close_quietly(path, filt)
+        _close_quietly(filt)
         return None, identity, reason
     return filt, identity, ""
 
 
-def _failed(
-    path: str, reason: str, previous: tuple[float, str] | None, *, level: int = logging.WARNING
-) -> None:
-    if previous is None or previous[1] != reason:
-        logger.log(
-            level,
-            "filter file %s is %s; checks follow ON_FILTER_ERROR=%r",
-            path,
-            reason,
-            conf.ON_FILTER_ERROR,
-        )
-    _failures[path] = (time.monotonic() + RETRY_SECONDS, reason)
-
-
-# path -> (st_dev, st_ino) of the file the mapping was opened on
-_identities: dict[str, tuple[int, int]] = {}
-# (st_dev, st_ino) of files found dirty with no writer alive: they stay dirty until a
-# rebuild replaces them, even while the writer repairing them holds the lock.
-_dirty: set[tuple[int, int]] = set()
-
-
-def _identity(st: os.stat_result) -> tuple[int, int]:
+def _identity(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino)
 
 
-def _mapped_identity(filt: ScalingCountingBloomFilter) -> tuple[int, int] | None:
+def _mapped_identity(filt: ScalingCountingBloomFilter) -> Identity | None:
     """(device, inode) of the file `filt` maps now, after following a rebuild (which
     replaces the inode at the path): None if it cannot say (closed)."""
     try:
@@ -332,17 +383,20 @@ def _mapped_identity(filt: ScalingCountingBloomFilter) -> tuple[int, int] | None
     return (identity.dev, identity.ino)
 
 
+_NOT_COMPARED = "not compared with the change log yet"
+
+
 def _recheck(path: str, filt: ScalingCountingBloomFilter) -> ScalingCountingBloomFilter | None:
     """Once a second: is `filt` still the file at `path`, and clean? Remap a replaced
     file; drop a removed or dirty one (None: checks follow ON_FILTER_ERROR)."""
     with _lock:
-        if _filters.get(path) is not filt:
-            current = _filters.get(path)
-            if current is not None:
-                return current
-        elif time.monotonic() < _next_check.get(path, 0.0):
+        state = _state(path)
+        if state.mapping is not filt:
+            if state.mapping is not None:
+                return state.mapping
+        elif time.monotonic() < state.next_check:
             return filt  # another thread checked meanwhile
-        _next_check[path] = time.monotonic() + CHECK_SECONDS
+        state.next_check = time.monotonic() + CHECK_SECONDS
         try:
             at_path = _identity(os.stat(path))
         except FileNotFoundError:
@@ -350,18 +404,18 @@ def _recheck(path: str, filt: ScalingCountingBloomFilter) -> ScalingCountingBloo
         except OSError as exc:
             reason = f"unreadable: {exc}"
         else:
-            mapped = _mapped_identity(filt) or _identities.get(path)
+            mapped = _mapped_identity(filt) or state.identity
             reason = "" if mapped == at_path else "replaced"
             if not reason:
-                reason = _copied_over(path, filt) or _unusable(path, filt)
-                if not reason and path in _unverified:
-                    _unverified.discard(path)
-                    reason = "not compared with the change log yet"
+                reason = _copied_over(state, path, filt) or _unusable(state, path, filt)
+                if not reason and state.unverified:
+                    state.unverified = False
+                    reason = _NOT_COMPARED
                 if not reason:
-                    _remember(path, filt)
+                    state.remember(filt)
                     return filt
-        _drop(path)
-    if reason == "not compared with the change log yet":
+        state.unmap()
+    if reason == _NOT_COMPARED:
         return _open(path)
     if reason in ("replaced", _COPIED_OVER):
         # Removed and rebuilt, or another file moved or copied over it: the file at
@@ -371,18 +425,20 @@ def _recheck(path: str, filt: ScalingCountingBloomFilter) -> ScalingCountingBloo
         )
         return _open(path)
     with _lock:
-        _failed(path, reason, None)
+        state = _state(path)
+        state.failure = None  # said again: it stopped answering just now
+        state.failed(path, reason)
     return None
 
 
 _COPIED_OVER = "copied over in place"
 
 
-def _copied_over(path: str, filt: ScalingCountingBloomFilter) -> str:
+def _copied_over(state: PathState, path: str, filt: ScalingCountingBloomFilter) -> str:
     """The same inode, but another file's contents (a `cp` onto the path): another
     generation, or an applied_seq older than this mapping has seen. Our writers only
     ever move applied_seq forward, and give a new generation only to a new inode."""
-    seen = _last_seen.get(path)
+    seen = state.last_seen
     try:
         generation = file_status(path).generation
         mapped = int(filt.generation)  # the header parsed when it was mapped
@@ -394,16 +450,7 @@ def _copied_over(path: str, filt: ScalingCountingBloomFilter) -> str:
     return ""
 
 
-def _drop(path: str) -> None:
-    """Forget the mapping without closing it: another thread may be answering from it
-    right now; it is unmapped when the last reference goes."""
-    _filters.pop(path, None)
-    _next_check.pop(path, None)
-    _identities.pop(path, None)
-    _last_seen.pop(path, None)
-
-
-def _unusable(path: str, filt: ScalingCountingBloomFilter) -> str:
+def _unusable(state: PathState, path: str, filt: ScalingCountingBloomFilter) -> str:
     """Why an open mapping must not answer checks ("" if it may)."""
     behind = _behind(path)
     if behind:
@@ -415,9 +462,9 @@ def _unusable(path: str, filt: ScalingCountingBloomFilter) -> str:
         return f"unreadable: {exc}"
     # Not clean: a writer is in the middle of a change (normal), or one died there.
     identity = _mapped_identity(filt)
-    if identity in _dirty or _torn(path) or not writer_active(path):
+    if identity in state.dirty or _torn(path) or not writer_active(path):
         if identity is not None:
-            _dirty.add(identity)
+            state.dirty.add(identity)
         return (
             "dirty (a writer died in the middle of a change, so counters may be "
             "missing; the next catch-up rebuilds it)"
@@ -451,7 +498,9 @@ def mark_behind(path: str, why: str) -> None:
         except OSError:
             logger.exception("could not mark filter %s as behind the change log", path)
     with _lock:
-        _next_check.pop(path, None)
+        state = _paths.get(path)
+        if state is not None:
+            state.next_check = 0.0
 
 
 def clear_behind(path: str) -> None:
@@ -469,7 +518,7 @@ def _torn(path: str) -> bool:
         return False
 
 
-def _close_quietly(path: str, filt: ScalingCountingBloomFilter) -> None:
+def _close_quietly(filt: ScalingCountingBloomFilter) -> None:
     with contextlib.suppress(Exception):
         filt.close()
 
@@ -490,41 +539,34 @@ def file_written(path: str) -> None:
     """This process just (re)wrote `path`: a remembered failure to open it is stale,
     so the next get_filter() tries again at once instead of after RETRY_SECONDS."""
     with _lock:
-        _failures.pop(path, None)
+        state = _paths.get(path)
+        if state is not None:
+            state.failure = None
 
 
 def forget(path: str | None = None) -> None:
-    """Drop this process's mapping of `path` (e.g. after it raised), so that the next
-    get_filter() opens the file afresh."""
+    """Drop all this process knows of `path` (e.g. after its mapping raised), so that
+    the next get_filter() opens the file afresh."""
     if path is None:
         path = conf.FILTER_PATH
     with _lock:
-        filt = _filters.pop(path, None)
-        _next_check.pop(path, None)
-        _identities.pop(path, None)
-        _failures.pop(path, None)
-        _last_seen.pop(path, None)
-        _unverified.discard(path)
-        pending = _pending.pop(path, None)
-    if pending is not None:
-        _close_quietly(path, pending[0])
-    if filt is not None:
+        state = _paths.pop(path, None)
+    if state is None:
+        return
+    if state.behind is not None:
+        _close_quietly(state.behind.filt)
+    if state.mapping is not None:
         try:
-            filt.close()
+            state.mapping.close()
         except Exception:
             logger.debug("closing %s failed", path, exc_info=True)
 
 
 @on_reset
 def reset() -> None:
-    """Forget every mapping (tests; settings changes)."""
-    for path in {*_filters, *_pending}:
+    """Forget every path (tests; settings changes)."""
+    for path in list(_paths):
         forget(path)
-    with _lock:
-        _failures.clear()
-        _unverified.clear()
-        _last_seen.clear()
-        _newest_seen.clear()
 
 
 def open_writer(
@@ -573,23 +615,13 @@ def sync_lock(path: str | None = None, *, timeout: float | None = None) -> Itera
         timeout = conf.WRITER_LOCK_TIMEOUT
     lock_path = path + ".sync.lock"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fd = acquire_lock(lock_path, timeout)
+    if fd is None:
+        raise WriterBusy(
+            f"{path}: another process is syncing this filter (its lock {lock_path} is held; "
+            f"waited {timeout:g} s; if no rebuild is running, look for a stuck worker)"
+        )
     try:
-        deadline = time.monotonic() + timeout
-        delay = 0.002
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise WriterBusy(
-                        f"{path}: another process is syncing this filter (its lock {lock_path} "
-                        f"is held; waited {timeout:g} s; if no rebuild is running, look for a "
-                        "stuck worker)"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
         yield
     finally:
-        os.close(fd)  # releases the lock
+        release_lock(fd)

@@ -31,9 +31,9 @@ from filterengine import (
     ScalingCountingBloomFilter,
 )
 from urlguard.conf import conf
-from urlguard.models import ChangeEvent, SpamRule
+from urlguard.models import ChangeEvent, SpamRule, database
 from urlguard.nodesync import nodestatus, registry
-from urlguard.runtime import database, metrics
+from urlguard.runtime import metrics
 
 logger = logging.getLogger(__name__)
 

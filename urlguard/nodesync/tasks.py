@@ -41,7 +41,7 @@ def _run(
             # In-process mode runs inside a web request: no sleeping retries there;
             # the next change or `manage.py sync_filter` picks the work up.
             raise
-        from celery.utils.time import get_exponential_backoff_interval
+        from celery.utils.time import get_exponential_backoff_interval  # only a worker retries
 
         countdown = get_exponential_backoff_interval(
             factor=1, retries=task.request.retries, maximum=60, full_jitter=True

@@ -212,14 +212,24 @@ def _json_body(request: HttpRequest, shape: str) -> Any:
         return json_error(f"the body is nested too deeply; send {shape}", 400)
 
 
-def _urls_of(request: HttpRequest) -> list[Any] | JsonResponse:
-    """The "urls" list of the request body, or the refusal to send instead."""
-    data = _json_body(request, '{"urls": [...]}')
+def _body_entry(request: HttpRequest, name: str, example: str, kind: type, what: str) -> Any:
+    """The `name` entry of the request body's JSON object, a `kind` ("a `what`"), or
+    the refusal (a JsonResponse) to send instead; `example` is its value in the error."""
+    shape = f'{{"{name}": {example}}}'
+    data = _json_body(request, shape)
     if isinstance(data, JsonResponse):
         return data
-    urls = data.get("urls") if isinstance(data, dict) else None
-    if not isinstance(urls, list):
-        return json_error('the body must be a JSON object {"urls": [...]} with a list', 400)
+    value = data.get(name) if isinstance(data, dict) else None
+    if not isinstance(value, kind):
+        return json_error(f"the body must be a JSON object {shape} with {what}", 400)
+    return value
+
+
+def _urls_of(request: HttpRequest) -> list[Any] | JsonResponse:
+    """The "urls" list of the request body, or the refusal to send instead."""
+    urls = _body_entry(request, "urls", "[...]", list, "a list")
+    if isinstance(urls, JsonResponse):
+        return urls
     most = conf.API_MAX_URLS
     if len(urls) > most:
         return json_error(f"{len(urls)} URLs in one request; at most {most} are allowed", 413)
@@ -323,12 +333,9 @@ def check_text(request: HttpRequest) -> HttpResponse:
     key = _api_key(request)
     if isinstance(key, JsonResponse):
         return key
-    data = _json_body(request, '{"text": "..."}')
-    if isinstance(data, JsonResponse):
-        return data
-    text = data.get("text") if isinstance(data, dict) else None
-    if not isinstance(text, str):
-        return json_error('the body must be a JSON object {"text": "..."} with a string', 400)
+    text = _body_entry(request, "text", '"..."', str, "a string")
+    if isinstance(text, JsonResponse):
+        return text
     try:
         verdicts = content.check_text(text, where=f"API key {key.name}")
     except content.TextTooLong as exc:

@@ -36,17 +36,34 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProbeMiddleware", "ReadyCollector", "healthz", "metrics_view", "readiness", "readyz"]
+__all__ = [
+    "DEGRADING_CHECKS",
+    "ProbeMiddleware",
+    "ReadyCollector",
+    "healthz",
+    "metrics_view",
+    "readiness",
+    "readyz",
+]
 
-# The previous readiness of this process (None: not asked yet), so that only a
-# change is logged.
+# The previous readiness of this process (None: not asked yet) and what was degraded,
+# so that only a change is logged.
 _was_ready: bool | None = None
+_was_degraded: list[str] = []
+
+#: Conditions that make this node degraded, not unready: /readyz still answers 200
+#: (the redirect guard answers right; a load balancer draining every node for them
+#: would turn one fault into an outage) but names them under "degraded", and
+#: urlguard_ready_check says which. Registered by the app's ready() (the exports'
+#: lag: urlguard.exports, above this package, cannot be imported here).
+DEGRADING_CHECKS: dict[str, Callable[[], dict[str, Any]]] = {}
 
 
 @on_reset
 def _forget_readiness() -> None:
-    global _was_ready
+    global _was_ready, _was_degraded
     _was_ready = None
+    _was_degraded = []
 
 
 def _json(data: dict[str, Any], status: int = 200) -> JsonResponse:
@@ -135,7 +152,21 @@ def readiness() -> dict[str, Any]:
     if not checks["lag"]["ok"] and "changes" in checks["lag"]:
         _excuse_a_broker_outage(checks)
     failed = [name for name, check in checks.items() if not check["ok"] and name != "broker"]
-    return {"ready": not failed, "node": conf.NODE_NAME, "failed": failed, "checks": checks}
+    degraded = []
+    for name, degrading in DEGRADING_CHECKS.items():
+        try:
+            checks[name] = degrading()
+        except Exception as exc:
+            checks[name] = {"ok": False, "error": f"unknown: {type(exc).__name__}: {exc}"}
+        if not checks[name]["ok"]:
+            degraded.append(name)
+    return {
+        "ready": not failed,
+        "node": conf.NODE_NAME,
+        "failed": failed,
+        "degraded": degraded,
+        "checks": checks,
+    }
 
 
 class ReadyCollector:
@@ -158,9 +189,14 @@ class ReadyCollector:
         yield checks
 
 
+#: Collectors of packages above this one, registered by the app's ready() (the
+#: exports' lag and sizes).
+EXTRA_COLLECTORS: list[Any] = []
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """`GET /metrics` with this node's readiness among the figures."""
-    return metricsview.metrics_view(request, extra=[ReadyCollector()])
+    return metricsview.metrics_view(request, extra=[ReadyCollector(), *EXTRA_COLLECTORS])
 
 
 def _excuse_a_broker_outage(checks: dict[str, dict[str, Any]]) -> None:
@@ -181,8 +217,9 @@ def _excuse_a_broker_outage(checks: dict[str, dict[str, Any]]) -> None:
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
-    """200 when this node is ready to answer checks correctly, else 503 naming why."""
-    global _was_ready
+    """200 when this node is ready to answer checks correctly, else 503 naming why;
+    either way naming what is degraded."""
+    global _was_ready, _was_degraded
     refused = _refuse_method(request)
     if refused is not None:
         return refused
@@ -195,10 +232,19 @@ def readyz(request: HttpRequest) -> JsonResponse:
         elif _was_ready is not None:
             logger.info("node %s is ready again", state["node"])
         _was_ready = ready
+    if state["degraded"] != _was_degraded:
+        if state["degraded"]:
+            reasons = "; ".join(
+                f"{n}: {state['checks'][n].get('error')}" for n in state["degraded"]
+            )
+            logger.warning("node %s is degraded: %s", state["node"], reasons)
+        else:
+            logger.info("node %s is no longer degraded", state["node"])
+        _was_degraded = state["degraded"]
     shown = (
         state
         if metricsview.may_see_internals(request)
-        else {"ready": ready, "failed": state["failed"]}
+        else {"ready": ready, "failed": state["failed"], "degraded": state["degraded"]}
     )
     response = _json(shown, 200 if ready else 503)
     if not ready:

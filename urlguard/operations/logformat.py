@@ -20,7 +20,7 @@ __all__ = ["Formatter"]
 def _json_wanted() -> tuple[bool, str]:
     """(LOG_JSON, NODE_NAME), or (False, "") when settings cannot be read."""
     try:
-        from urlguard.conf import conf
+        from urlguard.conf import conf  # here: LOGGING loads this module before settings exist
 
         return conf.LOG_JSON, conf.NODE_NAME
     except Exception:

@@ -1,2 +1,3 @@
-"""Mistake reports: the warning page's "Report a mistake" form and the mail that tells a person
-reports arrived. The admin's report queue (urlguard.admin.reportqueue) works them."""
+"""Mistake reports: the warning page's "Report a mistake" form, the mail that tells a
+person reports arrived, and the queue's work on them (urlguard.reports.queue; the
+admin's report queue, urlguard.admin.reportqueue, shows it)."""

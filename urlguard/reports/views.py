@@ -11,43 +11,24 @@ the queue."""
 from __future__ import annotations
 
 import time
-from urllib.parse import urlencode
 
 from django import forms
 from django.core import signing
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from urlguard.conf import conf
+from urlguard.hotpath.warning import REPORT_SALT
 from urlguard.models import MistakeReport, SpamRule
 from urlguard.reports.mail import report_arrived
 from urlguard.runtime.clientaddress import client_network
 from urlguard.runtime.visitors import visitor_id
 
-__all__ = ["REPORT_SALT", "report_form_url", "report_token", "report_view"]
+__all__ = ["report_view"]
 
-REPORT_SALT = "urlguard.report"
 RATE_WINDOW = 3600
-
-
-def report_token(destination: str, rule: SpamRule | None, visitor: str) -> str:
-    return signing.TimestampSigner(salt=REPORT_SALT).sign_object(
-        {
-            "u": destination,
-            "r": rule.pk if rule is not None else None,
-            "e": rule.expression if rule is not None else "",
-            "v": visitor,
-        },
-        compress=True,
-    )
-
-
-def report_form_url(destination: str, rule: SpamRule | None, visitor: str) -> str:
-    token = report_token(destination, rule, visitor)
-    return reverse("urlguard:report") + "?" + urlencode({"token": token})
 
 
 class MistakeReportForm(forms.Form):

@@ -50,6 +50,7 @@ __all__ = [
     "prepare",
     "rebuilt",
     "responded",
+    "safebrowsing_request",
     "timed_check",
     "warned",
 ]
@@ -142,6 +143,11 @@ class _Metrics:
         )
         self.dns_notifies = Counter(
             "urlguard_dns_notifies_total", "NOTIFY messages sent, by result", ["result"]
+        )
+        self.safebrowsing = Counter(
+            "urlguard_safebrowsing_requests_total",
+            "Safe Browsing API requests: update, fullhash, lists; by client id and status",
+            ["method", "client", "code"],
         )
 
 
@@ -354,6 +360,22 @@ def dns_transfer(kind: str) -> None:
 
 def dns_notified(result: str) -> None:
     registered.get().dns_notifies.labels(result=result).inc()
+
+
+#: Client ids counted by name per process; later ones count as "other" (the id is
+#: the client's to choose, and every label value is a series).
+SAFEBROWSING_CLIENTS = 20
+_clients_seen: set[str] = set()
+
+
+def safebrowsing_request(method: str, client: str, status: int) -> None:
+    """A Safe Browsing request of `method` from `client` (its client id) was answered."""
+    if client and client not in _clients_seen:
+        if len(_clients_seen) >= SAFEBROWSING_CLIENTS:
+            client = "other"
+        else:
+            _clients_seen.add(client)
+    registered.get().safebrowsing.labels(method=method, client=client, code=str(status)).inc()
 
 
 def changes_applied(n: int) -> None:

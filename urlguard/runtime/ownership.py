@@ -4,7 +4,11 @@ start time, plus the Celery task id on a worker) and a heartbeat that one thread
 process writes while the process owns anything. An owner on this host is gone as
 soon as its process is dead; one elsewhere when its heartbeat is older than
 HEARTBEAT_TIMEOUT. Work whose owner is gone is taken over (a claim, a change set) or
-marked failed to be run again (a job, by recover_orphans)."""
+marked failed to be run again (a job, by recover_orphans).
+
+Heartbeats are written, and their ages judged, on one clock, the database's
+(database_now): hosts' own clocks may disagree by an hour, and one ahead would hold
+its dead claims for that hour, one behind have its live ones taken over at once."""
 
 from __future__ import annotations
 
@@ -15,11 +19,14 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Q
+from django.db.models.functions import Now
+from django.db.models.sql import Query
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from urlguard.conf import conf
 from urlguard.models import AdminJob, ChangeSet, Source
@@ -27,7 +34,14 @@ from urlguard.runtime.process import on_reset
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Owner", "beat_while_owned", "gone_reason", "me", "recover_orphans"]
+__all__ = [
+    "Owner",
+    "beat_while_owned",
+    "database_now",
+    "gone_reason",
+    "me",
+    "recover_orphans",
+]
 
 # What a job whose runner died says, for the page and the log.
 ORPHANED_JOB = "The worker stopped; run it again to finish."
@@ -110,7 +124,7 @@ def me() -> Owner:
     found = _start_ticks(pid)
     task = ""
     try:
-        from celery import current_task
+        from celery import current_task  # Celery is optional: ImportError lands below
 
         request = getattr(current_task, "request", None)
         if request is not None and request.id and not request.is_eager:
@@ -120,15 +134,37 @@ def me() -> Owner:
     return Owner(this_host(), pid, found[1] if found else "", task)
 
 
+def database_now(using: str = DEFAULT_DB_ALIAS) -> datetime:
+    """The database's clock (Django's Now(): PostgreSQL's statement_timestamp(); on
+    SQLite, embedded on one host, that host's clock as SQLite reads it), the one every
+    host stamps claims and heartbeats with and judges their ages by."""
+    connection = connections[using]
+    sql, params = Query(None).get_compiler(connection=connection).compile(Now())
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {sql}", params)
+        value = cursor.fetchone()[0]
+    if isinstance(value, str):  # SQLite: naive UTC text
+        value = parse_datetime(value)
+    if value is None:
+        raise ValueError(f"the database's clock read as {value!r}")
+    return timezone.make_aware(value, UTC) if timezone.is_naive(value) else value
+
+
 def describe(owner: str) -> str:
     parsed = Owner.parse(owner)
     return parsed.describe() if parsed is not None else (owner or "an unknown process")
 
 
-def gone_reason(owner: str, heartbeat: datetime | None, since: datetime | None) -> str:
+def gone_reason(
+    owner: str,
+    heartbeat: datetime | None,
+    since: datetime | None,
+    now: datetime | None = None,
+) -> str:
     """Why the owner of a claim, job or change set is gone ("" while it may still be
     working): nobody owns it, its process is dead (an owner on this host), or no
-    heartbeat for over HEARTBEAT_TIMEOUT (an owner elsewhere)."""
+    heartbeat for over HEARTBEAT_TIMEOUT (an owner elsewhere), judged at `now` of the
+    database's clock (read here if not given)."""
     if not owner:
         return "nobody owns it"
     parsed = Owner.parse(owner)
@@ -138,7 +174,7 @@ def gone_reason(owner: str, heartbeat: datetime | None, since: datetime | None) 
         return "" if parsed.alive() else f"{parsed.describe()} is dead"
     last = heartbeat or since
     timeout = conf.HEARTBEAT_TIMEOUT
-    age = (timezone.now() - last).total_seconds() if last is not None else math.inf
+    age = math.inf if last is None else ((now or database_now()) - last).total_seconds()
     if age > timeout:
         return (
             f"no heartbeat from {describe(owner)} for {age:.0f} s (HEARTBEAT_TIMEOUT={timeout:g})"
@@ -216,7 +252,7 @@ def _owned_by(field: str, process: str) -> Q:
 
 def beat(process: str) -> int:
     """Write the heartbeat of everything `process` owns; returns how many rows."""
-    now = timezone.now()
+    now = database_now()
     return (
         Source.objects.filter(
             _owned_by("refresh_owner", process), refreshing_since__isnull=False
@@ -248,13 +284,13 @@ def recover_orphans() -> dict[str, int]:
     finish), release every feed claim whose owner is gone, and let go of every
     unfinished change set whose writer is gone (it is partial: the work run again
     finishes it). Cheap: it reads only rows that are running."""
-    now = timezone.now()
+    now = database_now()
     stale = now - timedelta(seconds=conf.HEARTBEAT_TIMEOUT)
     jobs = claims = sets = 0
     for job in AdminJob.objects.filter(state__in=ACTIVE_JOB_STATES).only(
         "pk", "kind", "state", "owner", "heartbeat", "started", "created", "message"
     ):
-        reason = gone_reason(job.owner, job.heartbeat, job.started)
+        reason = gone_reason(job.owner, job.heartbeat, job.started, now)
         if not job.owner and (job.started or job.created) > stale:
             reason = ""  # started before jobs named their runner: given the heartbeat's time
         if not reason:
@@ -271,7 +307,7 @@ def recover_orphans() -> dict[str, int]:
         "pk", "name", "refreshing_since", "refresh_owner", "refresh_heartbeat"
     ):
         reason = gone_reason(
-            source.refresh_owner, source.refresh_heartbeat, source.refreshing_since
+            source.refresh_owner, source.refresh_heartbeat, source.refreshing_since, now
         )
         since = source.refreshing_since
         if not source.refresh_owner and since is not None and since > unowned_stale:
@@ -295,7 +331,7 @@ def recover_orphans() -> dict[str, int]:
         .exclude(owner="")
         .only("pk", "kind", "owner", "heartbeat", "created")
     ):
-        reason = gone_reason(cs.owner, cs.heartbeat, cs.created)
+        reason = gone_reason(cs.owner, cs.heartbeat, cs.created, now)
         if reason:
             sets += ChangeSet.objects.filter(
                 pk=cs.pk, owner=cs.owner, heartbeat=cs.heartbeat

@@ -59,7 +59,8 @@ from django.db import (
 
 from urlguard.conf import conf
 from urlguard.runtime import database, metrics
-from urlguard.runtime.process import Daemon, on_reset
+from urlguard.runtime.outage import OutageLog
+from urlguard.runtime.process import Daemon, PerProcess, on_reset
 
 __all__ = [
     "Batch",
@@ -378,6 +379,7 @@ def flush() -> dict[str, int]:
         _report_losses()
         bound = conf.STATS_BUFFER_MAX
         left = {}
+        wrote = False
         for kind in list(_kinds.values()):
             with _lock:
                 kind.bound = bound
@@ -388,6 +390,7 @@ def flush() -> dict[str, int]:
                 with transaction.atomic(using=kind.using()):
                     kind.write(taken)
                 metrics.stats_written(kind.name, kind.count(taken))
+                wrote = True
             except (IntegrityError, DataError):
                 n = kind.count(taken)
                 log.exception(
@@ -397,12 +400,9 @@ def flush() -> dict[str, int]:
                     _drop(kind, n)
             except DatabaseError as exc:
                 metrics.stats_failed(kind.name)
-                log.warning(
-                    "statistics %r: flush failed (%s); keeping %d for the next try",
-                    kind.name,
-                    exc,
-                    kind.count(taken),
-                )
+                # Every tick of an outage fails alike: logged once, then counted (the
+                # metric counts each kind's).
+                _outage.get().failed(exc)
                 with _lock:
                     kind.give_back(taken)
                     left[kind.name] = kind.size()
@@ -412,6 +412,8 @@ def flush() -> dict[str, int]:
                 if not connection.in_atomic_block:
                     with contextlib.suppress(Exception):
                         connection.close()
+        if wrote and not left:
+            _outage.get().recovered()
         return left
 
 
@@ -423,13 +425,18 @@ def _loop(stopped: threading.Event) -> None:
                 break
             try:
                 flush()
-            except Exception:
-                log.exception("statistics flush failed; retrying")
+            except Exception as exc:
+                _outage.get().failed(exc)
     finally:
         connections.close_all()
 
 
 _flusher = Daemon("urlguard-stats", _loop)
+_outage = PerProcess(
+    lambda: OutageLog(log, "writing statistics (kept in memory and retried)"),
+    name="urlguard.runtime.stats outage",
+    remake_after_fork=True,
+)
 
 
 def _started() -> None:

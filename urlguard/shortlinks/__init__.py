@@ -11,6 +11,6 @@ in a site that has no short links."""
 
 def installed() -> bool:
     """Whether this site runs short links (has "urlguard.shortlinks" installed)."""
-    from django.apps import apps
+    from django.apps import apps  # here: `apps` at the top is our apps.py once it loads
 
     return apps.is_installed("urlguard.shortlinks")

@@ -1,4 +1,5 @@
-"""The AppConfig of the opt-in short links (its admin registers on autodiscovery)."""
+"""The AppConfig of the opt-in short links (urlguard.admin.links registers their admin
+where this app is installed)."""
 
 from django.apps import AppConfig
 

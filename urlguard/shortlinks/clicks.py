@@ -39,8 +39,8 @@ from typing import Any, NamedTuple
 from django.http import HttpRequest
 
 from filterengine import OppositeBloomFilter, RotatingBloomFilter
-from urlguard.models import Click, ShortLink
-from urlguard.runtime import database, stats
+from urlguard.models import Click, ShortLink, database
+from urlguard.runtime import stats
 from urlguard.runtime.process import PerProcess
 from urlguard.runtime.visitors import visitor_id
 

@@ -35,8 +35,7 @@ from typing import NamedTuple
 from django.db import DatabaseError, connections
 
 from urlguard.conf import conf
-from urlguard.models import ShortLink, ShortLinkGeneration
-from urlguard.runtime import database
+from urlguard.models import ShortLink, ShortLinkGeneration, database
 from urlguard.runtime.process import Daemon, on_reset
 
 __all__ = ["CachedLink", "LinkUnavailable", "get", "poll", "poller", "refresh_due", "reset"]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 
+from django.conf import settings
 from django.db import connections, router
 from django.db.models import Max, Min
 
@@ -77,6 +78,7 @@ def was_checked(verdict, guard) -> bool:
 
 
 def _links(include_disabled: bool):
+    # Here: a pool process imports this module before Django is set up.
     from urlguard.models import ShortLink
 
     links = ShortLink.objects.all()
@@ -91,6 +93,7 @@ def scan_range(
     progress: Callable[[int], None] | None = None,
 ) -> RescanResult:
     """Check the links with low < pk <= high (high None: no upper bound)."""
+    # Here: a pool process imports this module before Django is set up.
     from urlguard.hotpath.guard import get_guard
 
     guard = get_guard()
@@ -152,8 +155,8 @@ def _pool_size(total: int) -> int:
     # A Celery prefork child is a daemon process, which may not start children.
     if multiprocessing.current_process().daemon:
         return 1
-    from urlguard.models import ShortLink
-    from urlguard.runtime import database
+    # Here: a pool process imports this module before Django is set up.
+    from urlguard.models import ShortLink, database
 
     if database.in_memory_sqlite(connections[router.db_for_read(ShortLink)]):
         return 1  # other processes cannot see an in-memory database (tests)
@@ -166,7 +169,6 @@ def _init_worker(databases: dict, urlguard: dict) -> None:
     # then takes the parent's database and URLGUARD settings, which may have been
     # changed at run time (override_settings, a management command's options).
     import django
-    from django.conf import settings
 
     settings.DATABASES = databases
     settings.URLGUARD = urlguard
@@ -184,8 +186,6 @@ def rescan_links(
     is called as chunks finish. Keyset pagination on the primary key keeps each query
     an index range scan however far into the table it is. `processes`: None picks one
     per CPU for a large table, one for a small one."""
-    from django.conf import settings
-
     started = time.perf_counter()
     links = _links(include_disabled)
     total = links.count()

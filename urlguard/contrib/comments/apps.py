@@ -12,6 +12,7 @@ class CommentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # In ready(): the comments app and our models are loaded only now.
         import django_comments
         from django.db.models.signals import post_delete, post_save, pre_save
 

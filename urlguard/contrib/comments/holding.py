@@ -1,7 +1,8 @@
-"""The hold: before a new public comment is saved, its text is checked
-(urlguard.content.check_text); one with a listed link, or one that could not be
-checked, is saved not public, and after the save the reason is recorded
-(HeldComment). Posting never fails for it: at worst the comment waits for a moderator."""
+"""The hold: before a public comment is saved, new or with its text changed, its text
+and the commenter's website are checked (urlguard.content.check_text); one with a
+listed link, or one that could not be checked, is saved not public, and after the
+save the reason is recorded (HeldComment). Posting never fails for it: at worst the
+comment waits for a moderator."""
 
 from __future__ import annotations
 
@@ -42,14 +43,27 @@ def hold_reason(text: str, *, where: str) -> str:
     return "; ".join(reasons)
 
 
+def _linked_text(comment: Any) -> str:
+    """What of a comment a page shows as links: its text, and the commenter's website
+    (the form's "url", which most sites link the name to)."""
+    return "\n".join(str(getattr(comment, name, "") or "") for name in ("comment", "user_url"))
+
+
 def hold_if_listed(sender: type[models.Model], instance: Any, raw: bool = False, **kwargs: Any):
-    """pre_save of the comment model: a new public comment with a listed link is held."""
-    if raw or not instance._state.adding or not getattr(instance, "is_public", False):
+    """pre_save of the comment model: a public comment with a listed link is held when
+    it is new or its text changed (an edit after publication); one a moderator
+    approved as it stands is not held again."""
+    if raw or not getattr(instance, "is_public", False):
         return
+    text = _linked_text(instance)
+    if not instance._state.adding:
+        saved = sender._default_manager.filter(pk=instance.pk).first()
+        if saved is not None and _linked_text(saved) == text:
+            return
     on = (
         ContentType.objects.get_for_id(instance.content_type_id) if instance.content_type_id else ""
     )
-    reason = hold_reason(instance.comment or "", where=f"comment on {on} {instance.object_pk}")
+    reason = hold_reason(text, where=f"comment on {on} {instance.object_pk}")
     if reason:
         instance.is_public = False
         setattr(instance, _REASON, reason)
@@ -58,7 +72,7 @@ def hold_if_listed(sender: type[models.Model], instance: Any, raw: bool = False,
 def record_hold(sender: type[models.Model], instance: Any, created: bool = False, **kwargs: Any):
     """post_save of the comment model: the reason of a hold, kept for the admin."""
     reason = getattr(instance, _REASON, "")
-    if not created or not reason:
+    if not reason:
         return
     delattr(instance, _REASON)
     HeldComment.objects.update_or_create(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from urlguard.feeds import holds
+from urlguard.feeds.outcome import rules_left
 from urlguard.feeds.refresh import RefreshStatus, held_for_impact, refresh_source
 from urlguard.jobs.dispatch import runner
 from urlguard.models import AdminJob, Source
@@ -111,11 +112,12 @@ class Command(BaseCommand):
             if result.rescan_job is not None:
                 rescans.append(result.rescan_job)
             if result.status == RefreshStatus.FAILED:
-                failed.append(source.name)
+                left = rules_left(result)
+                self.stdout.write(f"  {left}")
+                failed.append(f"{source.name}: {left}")
         for job_id in rescans:
             self.stdout.write(_rescan_outcome(job_id))
         if failed:
             raise CommandError(
-                f"{len(failed)} of {len(sources)} refresh(es) failed ({', '.join(failed)}); "
-                "their rules are unchanged"
+                f"{len(failed)} of {len(sources)} refresh(es) failed: {'; '.join(failed)}"
             )

@@ -19,9 +19,9 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 
 from urlguard.conf import conf
-from urlguard.models import ShortLink, SpamRule
+from urlguard.hotpath.guard import get_guard
+from urlguard.models import ShortLink, SpamRule, database
 from urlguard.nodesync import sync
-from urlguard.runtime import database
 from urlguard.shortlinks.slugs import create_short_link
 from urlguard.writepath.changes import RuleExists, add_rule
 from urlguard.writepath.rules import normalize_rule
@@ -109,8 +109,6 @@ class Command(BaseCommand):
 
         if not no_superuser:
             self._superuser()
-
-        from urlguard.hotpath.guard import get_guard
 
         guard = get_guard()
         base = base_url.rstrip("/")

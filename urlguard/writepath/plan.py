@@ -1,0 +1,112 @@
+"""A listing plan: what one source should list after a refresh, handed to the write
+path as data only. The entries to list (an entry file on disk and arrays, never a
+feed-sized list in memory), the keys of the listings to withdraw, the figures the change set counts,
+and the allowlist the entries were screened against. Whoever made the plan
+(urlguard.feeds) has already diffed, screened and held what needed holding;
+urlguard.writepath.apply writes it."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import IO
+
+import numpy as np
+
+from urlguard.models import ChangeSet, Source
+
+__all__ = ["Additions", "ListingPlan", "entry_lines", "read_entries"]
+
+# What a read of an entry file takes at once (bytes).
+_READ = 1 << 23
+
+
+def entry_lines(categories: Iterable[str], expressions: Iterable[str]) -> str:
+    """Entries as an entry file holds them: "category<TAB>expression<LF>" each (a
+    canonical expression and a category hold no tab or line end)."""
+    return "".join([f"{c}\t{e}\n" for c, e in zip(categories, expressions, strict=True)])
+
+
+def read_entries(
+    file: IO[str], first: int, keys: np.ndarray, picked: np.ndarray, *, whole_hosts: bool = False
+) -> Iterator[tuple[int, str, str, int]]:
+    """(number, expression, category, key) of the entries of an entry `file` (its
+    lines the entries numbered `first`, `first` + 1, ...) that `picked` marks (by
+    number), their keys from `keys` (by number): read a block of lines at a time,
+    only the lines picked split. `whole_hosts`: only whole-host expressions ("host/")."""
+    file.flush()
+    file.seek(0)
+    number = first
+    while lines := file.readlines(_READ):
+        chosen = np.flatnonzero(picked[number : number + len(lines)])
+        if whole_hosts:  # a whole-host expression ends its line with its only "/"
+            ends = [lines[at].endswith("/\n") for at in chosen.tolist()]
+            chosen = chosen[np.array(ends, dtype=bool)] if ends else chosen
+        if len(chosen):
+            chosen_keys = keys[number + chosen].tolist()
+            for at, key in zip(chosen.tolist(), chosen_keys, strict=True):
+                category, expression = lines[at].rstrip("\n").split("\t", 1)
+                if whole_hosts and expression.find("/") != len(expression) - 1:
+                    continue
+                yield number + at, expression, category, key
+        number += len(lines)
+
+
+@dataclass
+class Additions:
+    """The entries to list: those `picked` marks of an entry file (entry_lines; its
+    lines the entries numbered `first` on), with their keys, `keys` (by number).
+    Distinct normalized rule expressions, none of which the source lists yet."""
+
+    file: IO[str]
+    first: int
+    keys: np.ndarray
+    picked: np.ndarray
+    count: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.count = int(np.count_nonzero(self.picked))
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, str, int]]) -> Additions:
+        """An entry file of its own holding `rows` ((expression, category, key) each),
+        all of them picked."""
+        file = tempfile.TemporaryFile("w+", encoding="utf-8", prefix="urlguard-additions-")  # noqa: SIM115
+        keys: list[int] = []
+        iterator = iter(rows)
+        while block := list(islice(iterator, 1 << 14)):
+            file.write(entry_lines((c for _, c, _ in block), (e for e, _, _ in block)))
+            keys.extend(key for _, _, key in block)
+        picked = np.ones(len(keys), dtype=bool)
+        return cls(file, 0, np.array(keys, dtype=np.int64), picked)
+
+    def rows(self) -> Iterator[tuple[str, str, int]]:
+        """(expression, category, key) of each entry to list, in number order."""
+        for _, expression, category, key in read_entries(
+            self.file, self.first, self.keys, self.picked
+        ):
+            yield expression, category, key
+
+    def close(self) -> None:
+        self.file.close()
+
+
+@dataclass
+class ListingPlan:
+    """What `source` lists after the apply: it gains `additions` and loses its
+    listings of `withdrawals` (keys, sorted); a rule goes only when no source lists
+    it any more. `listed`: how many it listed when the plan was made; `refused`: the
+    entries refused while planning (the change set counts them); `allowlist_digest`:
+    the allowlist the additions were screened against (a host allowlisted since is
+    refused by the apply)."""
+
+    source: Source
+    reason: str
+    additions: Additions
+    withdrawals: np.ndarray
+    listed: int
+    refused: int = 0
+    allowlist_digest: str = ""
+    kind: str = ChangeSet.Kind.REFRESH
