@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install bench-install run test test-live bench lint typecheck
+.PHONY: install bench-install run test test-fast test-live bench lint typecheck
 
 # The service's exact versions (constraints.txt) within the app's ranges (pyproject.toml).
 EXTRAS := dev,server,postgres,celery,redis,metrics,dns,comments
@@ -38,13 +38,21 @@ run: install
 
 # Lint, format and type checks first, then two passes of the suite with the deterministic
 # Hypothesis profile `ci` (tests/conftest.py): the same answer on every run.
-# Pass one: everything on the embedded defaults (SQLite, Celery in-process).
+# Pass one: everything on the embedded defaults (SQLite, Celery in-process), on two
+# processes; `--dist load` hands each its tests in collection order, which keeps
+# pytest-django's order (transactional tests last) within each process.
 # Pass two: the `live` tests against real PostgreSQL, Redis and a Celery worker.
 test: lint typecheck
-	$(PY) -m pytest -q --hypothesis-profile=ci
+	$(PY) -m pytest -q --hypothesis-profile=ci -n 2 --dist load
 	# -o: `test` already depends on install; without it the sub-make re-runs install
 	# whenever pyproject.toml is newer than the stamp (a fresh worktree checkout).
 	$(MAKE) --no-print-directory -o install -o $(STAMP) test-live
+
+# The inner loop: pass one without the browser tests and the `slow` ones (each starts a
+# server or a program of its own: gunicorn, manage.py, BIND, a wheel build), on two
+# processes; no lint, no types, no live services. `make test` before a commit.
+test-fast: install
+	$(PY) -m pytest -q --hypothesis-profile=ci -n 2 --dist load -m "not live and not browser and not slow"
 
 test-live: install
 	DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/urlguard} \

@@ -115,6 +115,13 @@ def filter_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
 
 
 @pytest.fixture(autouse=True)
+def _fast_password_hasher(settings: Any) -> None:
+    """Passwords hashed with MD5 in tests: the default PBKDF2 costs ~0.5 s a hash, and
+    each browser test hashes twice (its user, its login). Subprocesses keep the real one."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def _empty_cache(filter_path: Path) -> None:
     """Each test starts with an empty cache: rate-limit counts (the check API's) of
     earlier tests must not refuse its requests."""

@@ -134,3 +134,11 @@ def test_make_run_takes_a_port_and_stops_on_a_busy_one_before_migrating():
         busy.close()
     assert done.returncode != 0
     assert f"port {port} is busy" in done.stderr and "migrate" not in done.stdout
+
+
+def test_make_test_fast_is_pass_one_without_browser_slow_and_live_tests():
+    lines = _make_n("test-fast")
+    (run,) = [line for line in lines if "-m pytest" in line]
+    assert "--hypothesis-profile=ci" in run
+    assert '-m "not live and not browser and not slow"' in run
+    assert not [line for line in lines if "ruff" in line or "mypy" in line]

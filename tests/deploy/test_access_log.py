@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.deploy.test_entrypoint import entrypoint, environment, free_port, web_role
+from tests.deploy.test_entrypoint import environment, free_port, web_role
 
 KEY_AS_USER = "ugk_user7e1d0c9b8a"
 KEY_AS_PASSWORD = "ugk_pass4b3a2918f7"
@@ -41,9 +41,8 @@ def _send(base: str, path: str, method: str = "GET", **headers: str) -> int:
         return exc.code
 
 
-def test_no_credential_reaches_the_access_log(tmp_path: Path):
-    env = environment(tmp_path / "var")
-    assert entrypoint("migrate", env=env).returncode == 0
+def test_no_credential_reaches_the_access_log(tmp_path: Path, migrated: Path):
+    env = environment(migrated)
     bind = f"127.0.0.1:{free_port()}"
     env.update(URLGUARD_BIND=bind, WEB_CONCURRENCY="1")
     base = f"http://{bind}"

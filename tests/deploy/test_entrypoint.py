@@ -124,9 +124,8 @@ def web_role(env: dict[str, str], log: Path, *args: str) -> Iterator[None]:
             web.wait(timeout=30)
 
 
-def test_web_serves_and_its_healthcheck_says_so(tmp_path):
-    env = environment(tmp_path / "var")
-    assert entrypoint("migrate", env=env).returncode == 0
+def test_web_serves_and_its_healthcheck_says_so(tmp_path, migrated):
+    env = environment(migrated)
     bind = f"127.0.0.1:{free_port()}"
     env.update(URLGUARD_BIND=bind, WEB_CONCURRENCY="1")
     assert entrypoint("healthcheck", env=env).returncode != 0  # nothing listens yet
@@ -154,13 +153,12 @@ def free_dns_port() -> int:
     raise AssertionError("no free port in 18250-18299")
 
 
-def test_dns_serves_and_its_healthcheck_says_so(tmp_path):
+def test_dns_serves_and_its_healthcheck_says_so(tmp_path, migrated):
     import dns.message
     import dns.query
 
-    var = tmp_path / "var"
+    var = migrated
     env = environment(var)
-    assert entrypoint("migrate", env=env).returncode == 0
     port = free_dns_port()
     env.update(URLGUARD_DNS_BIND=f"127.0.0.1:{port}", URLGUARD_DNS_RPZ_ZONE="rpz.example.net.")
     assert entrypoint("healthcheck", "dns", env=env, timeout=30).returncode != 0  # not yet

@@ -110,8 +110,9 @@ def _compose_requires(variable: str) -> None:
     assert uses and set(uses) == {":?"}, (variable, uses)
 
 
-def refuse(tmp_path: Path, variable: str, value: str) -> None:
-    """Shows that the service refuses `value` for `variable`."""
+def refuse(tmp_path: Path, variable: str, value: str, migrated: Path) -> None:
+    """Shows that the service refuses `value` for `variable` (`migrated`: a var
+    directory with a migrated database, tests/deploy/conftest.py)."""
     if variable == "DJANGO_SECRET_KEY":
         _refused_by_check(tmp_path, "urlguard.E100", DJANGO_SECRET_KEY=value)
     elif variable == "URLGUARD_METRICS_TOKEN":
@@ -125,8 +126,7 @@ def refuse(tmp_path: Path, variable: str, value: str) -> None:
             url = f"postgres://urlguard:{value}@postgres:5432/urlguard"
             _refused_by_check(tmp_path, "urlguard.E101", DATABASE_URL=url)
     elif variable == "DJANGO_SUPERUSER_PASSWORD":
-        env = environment(tmp_path / "var")
-        assert entrypoint("migrate", env=env).returncode == 0
+        env = environment(migrated)
         admin = {"DJANGO_SUPERUSER_USERNAME": "root", "DJANGO_SUPERUSER_PASSWORD": value}
         done = entrypoint("createsuperuser", env={**env, **admin})
         assert done.returncode != 0 and "DJANGO_SUPERUSER_PASSWORD" in done.stderr, done.stderr
@@ -136,8 +136,8 @@ def refuse(tmp_path: Path, variable: str, value: str) -> None:
 
 
 @pytest.mark.parametrize(("file", "variable", "value"), SHIPPED)
-def test_a_shipped_placeholder_is_refused(tmp_path, file, variable, value):
-    refuse(tmp_path, variable, value)
+def test_a_shipped_placeholder_is_refused(tmp_path, migrated, file, variable, value):
+    refuse(tmp_path, variable, value, migrated)
 
 
 def test_real_values_pass(tmp_path):

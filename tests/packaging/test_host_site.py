@@ -22,11 +22,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("build") is None,
-    reason="the wheel is built with `python -m build`, which is not installed "
-    "(pip install build, or make install)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("build") is None,
+        reason="the wheel is built with `python -m build`, which is not installed "
+        "(pip install build, or make install)",
+    ),
+    pytest.mark.slow,
+]
 
 # What the copy the wheel is built from leaves out (caches, the checkout's own state).
 NOT_IN_THE_WHEEL = (

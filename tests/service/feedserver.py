@@ -93,7 +93,8 @@ def feed_server() -> Iterator[FeedServer]:
     server.daemon_threads = True
     feeds = FeedServer(server)
     holder["server"] = feeds
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for the loop's next look at its flag (0.5 s by default).
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield feeds

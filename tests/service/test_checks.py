@@ -414,6 +414,7 @@ def _boot(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry_point", ["urlguard_service.wsgi", "urlguard_service.asgi"])
 def test_wsgi_and_asgi_boot_stop_on_a_wrong_value(tmp_path, entry_point):
     """What gunicorn (or an ASGI server) does first: import the application."""
@@ -422,6 +423,7 @@ def test_wsgi_and_asgi_boot_stop_on_a_wrong_value(tmp_path, entry_point):
     assert "urlguard.E014" in done.stderr and "'90s'" in done.stderr
 
 
+@pytest.mark.slow
 def test_runserver_stops_on_a_wrong_value(tmp_path):
     done = _boot(tmp_path, "manage.py", "runserver", "--noreload", "127.0.0.1:18401")
     assert done.returncode != 0

@@ -353,6 +353,7 @@ def _status(url: str) -> int:
         return exc.code
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_gunicorn_sigterm_writes_every_buffered_click(tmp_path):
     """Two real workers: an edit reaches both caches, SIGTERM writes every click, and

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# manage.py in a subprocess, but for the health paths' test.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "k3J9-xQ7_p" * 6
 

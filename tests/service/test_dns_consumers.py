@@ -20,7 +20,7 @@ from tests.service.unbound import UNBOUND, free_port, start_unbound
 from urlguard.models import SpamRule
 from urlguard.writepath.changes import add_rule, remove_rule
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 RPZ = "rpz.urlguard."
 URIBL = "uribl.urlguard."

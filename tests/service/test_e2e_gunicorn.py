@@ -23,6 +23,8 @@ import pytest
 from tests.listening import wait_until_listening
 from urlguard.templatetags.urlguard_format import unbroken_host
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).with_name("gunicorn")
 

@@ -290,6 +290,26 @@ def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):
     assert signal.getsignal(signal.SIGTERM) == before  # the caller's handler is back
 
 
+@pytest.mark.parametrize("address", ["127.0.0.1", "0.0.0.0"])
+def test_stop_wakes_the_udp_thread_rather_than_waiting_for_its_poll(monkeypatch, address):
+    """SIGTERM ends serve_dns at once (a test's server in milliseconds), and the
+    wake-up is not counted as a dropped packet."""
+    import time
+
+    from urlguard.exports import dnsserver
+
+    monkeypatch.setattr(dnsserver, "UDP_POLL", 30.0)  # not woken, stop() waits out a poll
+    dropped = []
+    monkeypatch.setattr(metrics, "dns_dropped", dropped.append)
+    server = dnsserver.DnsServer(dnsserver.DnsConfig(rpz_zone=RPZ, uribl_zone=URIBL))
+    server.start(address, 0)
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < 10
+    assert not any(thread.is_alive() for thread in server._threads)
+    assert dropped == []
+
+
 @pytest.mark.parametrize("taken", [socket.SOCK_DGRAM, socket.SOCK_STREAM], ids=["udp", "tcp"])
 def test_the_command_on_a_port_in_use_says_so_and_exits_non_zero(build_filter, capsys, taken):
     from urlguard.management.commands.serve_dns import Command

@@ -98,6 +98,7 @@ SHOW_KEY = (
 )
 
 
+@pytest.mark.slow
 def test_the_embedded_demo_makes_its_key_and_var_dir_private(tmp_path):
     first = _django(tmp_path, SHOW_KEY)
     assert first.returncode == 0, first.stderr
@@ -111,12 +112,14 @@ def test_the_embedded_demo_makes_its_key_and_var_dir_private(tmp_path):
     assert _django(tmp_path, SHOW_KEY).stdout.strip() == key  # kept across restarts
 
 
+@pytest.mark.slow
 def test_an_environment_key_wins_and_nothing_is_written(tmp_path):
     done = _django(tmp_path, SHOW_KEY, DJANGO_SECRET_KEY="from-the-environment")
     assert done.stdout.strip() == "from-the-environment"
     assert not (tmp_path / "demo" / "var" / "secret_key").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["check", "wsgi"])
 def test_a_real_database_without_a_key_does_not_start(tmp_path, entry):
     """DATABASE_URL set (not the demo), no DJANGO_SECRET_KEY, DEBUG off: `check` and

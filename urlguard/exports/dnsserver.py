@@ -55,8 +55,11 @@ NOTIFY_TRIES = 5
 #: Each TCP message, its length included, must arrive within this many seconds of the
 #: server starting to wait for it (a client dripping a byte at a time is cut off).
 TCP_DEADLINE = 10.0
-#: How often the UDP thread looks whether it should stop, seconds.
+#: How often the UDP thread looks whether it should stop, seconds (stop() wakes it at once).
 UDP_POLL = 0.5
+#: How often the TCP listener looks whether it should stop, seconds: socketserver has
+#: no way to wake it, and stop() waits for it.
+TCP_STOP_POLL = 0.05
 MAX_TCP_CLIENTS = 32
 #: Connections one client (an IPv4 address, an IPv6 /64) may hold at once.
 TCP_PER_CLIENT = 4
@@ -637,7 +640,7 @@ class DnsServer:
         except DatabaseError as exc:
             _drop_dead_connection()
             self.database.failed(exc)
-        for target in (self._serve_udp, tcp.serve_forever, self._notify_loop):
+        for target in (self._serve_udp, self._serve_tcp_listener, self._notify_loop):
             thread = threading.Thread(target=target, daemon=True, name=f"dns-{target.__name__}")
             thread.start()
             self._threads.append(thread)
@@ -645,6 +648,7 @@ class DnsServer:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake_udp()
         if self._tcp is not None:
             self._tcp.shutdown()
             self._tcp.server_close()
@@ -652,6 +656,25 @@ class DnsServer:
         # its descriptor could be reused by another socket the thread then reads.
         for thread in self._threads:
             thread.join(timeout=2 * UDP_POLL)
+
+    def _wake_udp(self) -> None:
+        """An empty datagram to the UDP socket, so its thread sees the stop now rather
+        than at its next poll."""
+        udp = self._udp
+        if udp is None:
+            return
+        try:
+            host, *rest = udp.getsockname()
+        except OSError:  # closed already: its thread has ended
+            return
+        if ipaddress.ip_address(host.split("%", 1)[0]).is_unspecified:
+            host = "::1" if udp.family == socket.AF_INET6 else "127.0.0.1"
+        with socket.socket(udp.family, socket.SOCK_DGRAM) as poke, contextlib.suppress(OSError):
+            poke.sendto(b"", (host, *rest))
+
+    def _serve_tcp_listener(self) -> None:
+        assert self._tcp is not None
+        self._tcp.serve_forever(poll_interval=TCP_STOP_POLL)
 
     def _serve_udp(self) -> None:
         assert self._udp is not None
@@ -670,6 +693,8 @@ class DnsServer:
             except TimeoutError:
                 continue
             except OSError:
+                return
+            if self._stop.is_set():  # stop()'s wake-up, or a query that came too late
                 return
             try:
                 verdict = self.limiter.allow(peer[0])
