@@ -249,9 +249,10 @@ def test_open_is_constant_time(tmp_path):
     def best(path):
         times = []
         for _ in range(15):
-            t = time.perf_counter()
+            # CPU time of this thread (system time included): not another process's.
+            t = time.thread_time()
             S.open(path, readonly=True).close()
-            times.append(time.perf_counter() - t)
+            times.append(time.thread_time() - t)
         return min(times)
 
     assert best(big) < 0.005

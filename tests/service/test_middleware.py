@@ -278,9 +278,10 @@ def test_a_hostile_location_is_read_in_linear_time(rf):
     def best(location):
         timings = []
         for _ in range(3):
-            started = time.perf_counter()
+            # CPU time of this thread: a busy machine slows neither reading.
+            started = time.thread_time()
             resolve_location(request, location)
-            timings.append(time.perf_counter() - started)
+            timings.append(time.thread_time() - started)
         return min(timings)
 
     n = 20_000
