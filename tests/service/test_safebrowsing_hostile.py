@@ -126,9 +126,10 @@ def test_too_many_lists_or_hashes_in_one_request_are_refused_quickly(key):
         ("threatListUpdates:fetch", many_lists.SerializeToString()),
         ("fullHashes:find", many_hashes),
     ):
-        started = time.monotonic()
+        # CPU of this thread (the test client serves in it): refused before the work.
+        started = time.thread_time()
         assert_refused(get_proto(Client(), key, path, data), status=413)
-        assert time.monotonic() - started < 2.0
+        assert time.thread_time() - started < 2.0
 
 
 def test_one_list_asked_for_again_and_again_in_one_request_is_400(key):
