@@ -13,7 +13,10 @@ was built are matched directly from the table.
 
 Index layout (DATA_DIR/link-index/): `keys.npy`, one sorted uint64 per (link,
 expression): the expression's 64-bit hash with its low `row_bits` replaced by the
-link's row number; `links.npy`, the link primary key of each row; `meta.json`."""
+link's row number; `links.npy`, the link primary key of each row; `meta.json`.
+
+It lives in the write path, not in urlguard.shortlinks: the write path (a revert's
+figures) and the feeds need it, and neither may import shortlinks."""
 
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from pathlib import Path
 
 import mmh3
 import numpy as np
-from django.db.models import Count, Max
+from django.db.models import Count
 from django.utils import timezone
 
 from urlguard.conf import conf
@@ -486,21 +489,3 @@ def impact_of_listing(rule_expressions: Iterable[str], *, chunk: int = 100_000) 
     impact.changed_clicks = _clicks([m[0] for m in enabled if not any(e in others for e in m[4])])
     impact.seconds = time.perf_counter() - started
     return impact
-
-
-def index_status() -> dict:
-    """For the dashboard: how current the index is."""
-    from urlguard.models import ShortLink
-
-    index = link_index()
-    newest = ShortLink.objects.aggregate(m=Max("pk"))["m"] or 0
-    if index is None:
-        return {"built": False, "building": _building.is_set()}
-    return {
-        "built": True,
-        "building": _building.is_set(),
-        "links": index.link_count,
-        "entries": len(index.keys),
-        "built_at": index.built_at,
-        "newer_links": max(newest - index.max_pk, 0),
-    }
