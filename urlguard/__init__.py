@@ -31,8 +31,8 @@ __all__ = ["guarded_url"]
 
 
 def __getattr__(name: str) -> object:
-    # Lazily: the shim needs Django's URL resolver, which `import urlguard` must not.
     if name == "guarded_url":
+        # Lazily: the shim needs Django's URL resolver, which `import urlguard` must not.
         from urlguard.hotpath.linkshim import guarded_url
 
         return guarded_url

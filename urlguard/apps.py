@@ -11,6 +11,7 @@ class UrlguardConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # In ready(): these import the models, which the app registry loads only now.
         # checks register on import; the task modules register the Celery tasks (the
         # site's Celery app finds them, and urlguard.writepath.changes nudges them by name).
         from urlguard import celery, checks, tasks  # noqa: F401
@@ -23,6 +24,7 @@ class UrlguardConfig(AppConfig):
             sync.AFTER_CHANGES.append(prerender.after_changes)
         if prepared.prepare_round not in prerender.AFTER_RENDERS:
             prerender.AFTER_RENDERS.append(prepared.prepare_round)
+        # Here, not at the top: they import the models too.
         from urlguard.exports import lag
         from urlguard.operations import health
 
@@ -50,10 +52,10 @@ class UrlguardConfig(AppConfig):
         if celery.in_process() and catch_up:
             embedded.install()
         if celery.in_process():
-            from urlguard.hotpath import hitlog
+            from urlguard.hotpath import hitlog  # imports the models: only in ready()
 
             hitlog.install()
         if celery.in_process() and conf.FEED_EMBEDDED_REFRESH:
-            from urlguard.feeds import runner
+            from urlguard.feeds import runner  # imports the models: only in ready()
 
             runner.install()

@@ -32,6 +32,7 @@ class NoListedLinksValidator:
     code = "listed_link"
 
     def __init__(self, categories: Iterable[str] | None = None, message: str | None = None):
+        # A site's models.py imports this module before the app registry is ready.
         from urlguard.models.rules import Category
 
         if isinstance(categories, str):
@@ -48,6 +49,7 @@ class NoListedLinksValidator:
     def __call__(self, value: Any) -> None:
         if value is None:
             return
+        # The guard and the models: not importable while a site's models.py loads.
         from urlguard.content import TextTooLong, check_text
 
         try:

@@ -28,6 +28,7 @@ import html
 import re
 from pathlib import Path
 
+import publicsuffixlist
 from linkify_it import LinkifyIt
 
 from urlguard.conf import conf
@@ -99,7 +100,6 @@ class TextTooLong(ValueError):
 def top_level_domains() -> list[str]:
     """Every top-level domain of the bundled public suffix list, as written there
     (Unicode for an IDN one) and in its xn-- form."""
-    import publicsuffixlist
 
     data = Path(publicsuffixlist.__file__).with_name("public_suffix_list.dat")
     found: set[str] = set()

@@ -32,6 +32,7 @@ import dns.rdatatype
 import dns.rrset
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, close_old_connections, connections
 
+from urlguard.conf import conf
 from urlguard.exports import uribl
 from urlguard.exports.projection import snapshot
 from urlguard.exports.rpz import SERIAL_HALF, TTL, serial_behind, soa_rdata
@@ -95,7 +96,6 @@ class DnsConfig:
 
     @classmethod
     def from_settings(cls, address: str) -> DnsConfig:
-        from urlguard.conf import conf
 
         return cls(
             rpz_zone=conf.DNS_RPZ_ZONE.lower(),

@@ -130,6 +130,7 @@ class ExportLagCollector:
     """Each pre-rendered export's lag and the bytes its renders take, when scraped."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        # prometheus_client is the optional [metrics] extra: only a scrape gets here.
         from prometheus_client.core import GaugeMetricFamily
 
         changes = GaugeMetricFamily(

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import idna
 import numpy as np
+import publicsuffixlist
 
 from filterengine.atomicfile import remove_stale_temps, replacing
 from urlguard.conf import conf
@@ -59,8 +61,6 @@ def normalizer_data() -> str:
     """The public suffix list normalize_rule refuses rules by (a digest of the file
     this process's PublicSuffixList parsed: the package can update it in place) and
     the version of idna, which converts international names."""
-    import idna
-    import publicsuffixlist
 
     data = Path(publicsuffixlist.__file__).with_name("public_suffix_list.dat").read_bytes()
     digest = hashlib.blake2b(data, digest_size=8).hexdigest()

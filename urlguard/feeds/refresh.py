@@ -45,6 +45,7 @@ from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.feeds.outcome import RefreshResult, RefreshStatus, refuse
 from urlguard.feeds.planning import IMPACT_HOLD
 from urlguard.feeds.staging import Staged
+from urlguard.jobs.rescans import rescan_after_adding
 from urlguard.models import Actor, AllowedHost, ChangeSet, FeedRefresh, Source
 from urlguard.runtime import ownership
 from urlguard.writepath import allowlist, changes
@@ -238,7 +239,6 @@ def _may_block_links(impact: dict[str, Any] | None) -> bool:
 
 def _start_rescan(user: Actor) -> int | None:
     """The rescan of the short links an import runs too, where the site has them."""
-    from urlguard.jobs.rescans import rescan_after_adding
 
     person = user if getattr(user, "is_authenticated", False) else None
     job = rescan_after_adding(user=person)

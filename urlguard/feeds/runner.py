@@ -12,6 +12,8 @@ import threading
 from django.db import connections
 
 from urlguard.conf import conf
+from urlguard.feeds.refresh import due_sources, refresh_source
+from urlguard.runtime import ownership
 from urlguard.runtime.firstrequest import FirstRequest
 from urlguard.runtime.process import Daemon
 
@@ -25,8 +27,6 @@ def install() -> None:
 def run_once() -> list[str]:
     """Refresh every due source now, in this thread; returns their names. First marks
     admin jobs whose runner died failed and releases claims whose owner is gone."""
-    from urlguard.feeds.refresh import due_sources, refresh_source
-    from urlguard.runtime import ownership
 
     ownership.recover_orphans()
     names = []

@@ -13,6 +13,7 @@ from django.utils import timezone
 from urlguard.celery import shared_task
 from urlguard.conf import conf
 from urlguard.feeds.refresh import RefreshStatus, due_sources, refresh_source
+from urlguard.feeds.trial import test_fetch
 from urlguard.models import AdminJob, Source
 from urlguard.runtime import ownership
 
@@ -116,6 +117,7 @@ def _refresh(
     request = task.request
     on_worker = not (request.is_eager or getattr(request, "called_directly", False))
     if result.transient and on_worker and request.retries < retries:
+        # celery is the optional [celery] extra; only a worker's run gets here.
         from celery.utils.time import get_exponential_backoff_interval
 
         countdown = get_exponential_backoff_interval(
@@ -139,7 +141,6 @@ def _refresh(
 @shared_task(name=TEST_FETCH_TASK, ignore_result=True)
 def test_fetch_job(job_id: int) -> None:
     """A subscribe form's "test fetch", as an AdminJob: its result is the page."""
-    from urlguard.feeds.trial import test_fetch
 
     job = AdminJob.objects.filter(pk=job_id, kind=AdminJob.Kind.TEST_FETCH).first()
     if job is None:

@@ -78,6 +78,7 @@ class _Metrics:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiprocess_dir()
         except OSError as exc:
             logger.error("metrics: no directory for metric files (%s); counting per process", exc)
+        # After PROMETHEUS_MULTIPROC_DIR is set (read at import); [metrics] is optional.
         from prometheus_client import Counter, Histogram, values
 
         # prometheus_client picks its value class from the environment when first

@@ -58,7 +58,7 @@ from django.db import (
 )
 
 from urlguard.conf import conf
-from urlguard.models import database
+from urlguard.models import StatsLoss, database
 from urlguard.runtime import metrics
 from urlguard.runtime.outage import OutageLog
 from urlguard.runtime.process import Daemon, PerProcess, on_reset
@@ -360,8 +360,6 @@ def _report_losses() -> None:
 
 
 def _loss_counter() -> Counter:
-    from urlguard.models import StatsLoss
-
     kind = _kinds.get("stats.lost")
     if not isinstance(kind, Counter):
         kind = counter(

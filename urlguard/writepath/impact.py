@@ -33,12 +33,13 @@ from pathlib import Path
 
 import mmh3
 import numpy as np
+from django.db import connections
 from django.db.models import Count
 from django.utils import timezone
 
 from urlguard.conf import conf
 from urlguard.hotpath.canonical import expressions
-from urlguard.models import database
+from urlguard.models import Click, ShortLink, SpamRule, database
 from urlguard.runtime.process import on_reset
 
 logger = logging.getLogger(__name__)
@@ -168,7 +169,6 @@ def build_link_index(
     """Hash every short link's roll-up expressions into a new index and put it in place
     (written aside, then renamed: readers keep their old mapping until they look again)
     in `directory` (None: this node's)."""
-    from urlguard.models import ShortLink
 
     started = time.time()
     total = ShortLink.objects.count()
@@ -253,7 +253,6 @@ def build_in_background() -> bool:
     directory = _index_dir()
 
     def run() -> None:
-        from django.db import connections
 
         try:
             build_link_index(directory=directory)
@@ -314,7 +313,6 @@ class Impact:
 def _candidate_links(rule_expressions: list[str]) -> tuple[set[int], bool, str]:
     """(link pks that may match, exact?, note): from the index plus the links created
     after it; or the whole table when it is small and not indexed yet."""
-    from urlguard.models import ShortLink
 
     index = link_index()
     if index is None:
@@ -341,7 +339,6 @@ def _match(
     rule_set: set[str], pks: set[int], action: str
 ) -> tuple[Impact, list[tuple[int, str, str, bool, list[str]]]]:
     """Read the candidate links again and match them exactly."""
-    from urlguard.models import ShortLink
 
     impact = Impact(action=action, rules=len(rule_set))
     matched: list[tuple[int, str, str, bool, list[str]]] = []  # pk, slug, dest, disabled, exprs
@@ -366,7 +363,6 @@ def _match(
 def _other_rules(matched: list, exclude: set[str]) -> dict[str, str]:
     """expression -> itself for every listed rule (not in `exclude`) that covers one of
     the matched links."""
-    from urlguard.models import SpamRule
 
     wanted = sorted({e for *_, exprs in matched for e in exprs} - exclude)
     listed: dict[str, str] = {}
@@ -381,7 +377,6 @@ def _other_rules(matched: list, exclude: set[str]) -> dict[str, str]:
 
 
 def _clicks(pks: list[int]) -> int:
-    from urlguard.models import Click
 
     since = timezone.now() - CLICK_WINDOW
     total = 0
@@ -458,7 +453,6 @@ def impact_of_listing(rule_expressions: Iterable[str], *, chunk: int = 100_000) 
     """What listing `rule_expressions` would newly block, before they are written (a
     feed refresh's new entries, however many): read a chunk at a time, a link counted
     once, and `covered` are the links a rule already in the table blocks."""
-    from urlguard.models import ShortLink
 
     started = time.perf_counter()
     impact = Impact(action="add")

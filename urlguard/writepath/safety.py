@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import publicsuffixlist
 from django.conf import settings
 
 from urlguard.conf import conf
@@ -162,7 +163,6 @@ def _platform_parents() -> frozenset[str]:
     """Registrable domains that have shared-hosting suffixes under them (the private
     section of the public suffix list): `amazonaws.com` holds `s3.amazonaws.com`, so
     a rule on it blocks every customer's site at once."""
-    import publicsuffixlist
 
     data = Path(publicsuffixlist.__file__).with_name("public_suffix_list.dat")
     parents: set[str] = set()

@@ -17,6 +17,7 @@ from urlguard.feeds.interval import (
     human_interval,
     parse_interval,
 )
+from urlguard.feeds.refresh import RefreshStatus, refresh_source
 from urlguard.models import Category, Source
 
 
@@ -89,8 +90,6 @@ class Command(BaseCommand):
             f"every {human_interval(interval)})."
         )
         if refresh:
-            from urlguard.feeds.refresh import RefreshStatus, refresh_source
-
             result = refresh_source(source)
             self.stdout.write(result.summary())
             if result.status == RefreshStatus.FAILED:

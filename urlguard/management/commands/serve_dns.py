@@ -25,6 +25,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, address: str, port: int, **options):
         try:
+            # dnspython is the optional [dns] extra: without it, a clear error.
             from urlguard.exports.dnsserver import DnsConfig, DnsServer
         except ImportError as exc:  # the `dns` extra
             raise CommandError(
