@@ -360,7 +360,7 @@ def notify_to_secondary(port: int, server, var: Path, add_rule, listed: str) -> 
     import dns.query
     import dns.rcode
 
-    from tests.service.unbound import free_port, start_unbound
+    from tests.support.unbound import free_port, start_unbound
 
     uport = free_port()
     server.config = dataclasses.replace(server.config, notify=(("127.0.0.1", uport),))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser.conftest import PASSWORD, login
-from tests.service.feedserver import admit_loopback, feed_server
+from tests.support.feedserver import admit_loopback, feed_server
 from urlguard.hotpath.guard import reset_guard
 from urlguard.models import AllowedHost, MistakeReport, ShortLink, Source, SpamRule
 from urlguard.nodesync import sync

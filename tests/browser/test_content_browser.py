@@ -11,8 +11,8 @@ import pytest
 from django.utils.html import urlize
 
 from tests.browser.pages import serve_page
-from tests.service.test_content import BROWSER_MAPPED_HOSTS
-from tests.service.test_content_html import OUTBOUND
+from tests.content.test_content import BROWSER_MAPPED_HOSTS
+from tests.content.test_content_html import OUTBOUND
 from urlguard.content import find_links
 from urlguard.content.html import guard_links
 from urlguard.hotpath.canonical import browser_url

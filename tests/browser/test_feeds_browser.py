@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser.conftest import PASSWORD, login
-from tests.service.feedserver import admit_loopback, feed_server
+from tests.support.feedserver import admit_loopback, feed_server
 from urlguard.models import Source, SpamRule
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -21,7 +21,7 @@ import pytest
 from django.http import HttpResponse
 from django.test import RequestFactory
 
-from tests.service.webfakes import SetFilter
+from tests.support.webfakes import SetFilter
 from urlguard.hotpath.canonical import canonicalize
 from urlguard.hotpath.guard import Guard
 from urlguard.hotpath.middleware import RedirectGuardMiddleware

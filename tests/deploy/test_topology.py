@@ -163,7 +163,7 @@ def deployment(tmp_path):
             if not k.startswith(("URLGUARD_", "PROMETHEUS_", "DJANGO_"))
         },
         # The project's settings with the catch-up interval from the environment.
-        "DJANGO_SETTINGS_MODULE": "tests.service.services_settings",
+        "DJANGO_SETTINGS_MODULE": "tests.support.services_settings",
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "DJANGO_SECRET_KEY": _WORKER_SECRET_KEY,

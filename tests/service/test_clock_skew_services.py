@@ -84,7 +84,7 @@ def node(tmp_path, settings):
             pk = 0
         env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.service.services_settings",
+            "DJANGO_SETTINGS_MODULE": "tests.support.services_settings",
             "DATABASE_URL": url,  # the test database
             "PYTHONPATH": str(ROOT),
             "PYTHONDONTWRITEBYTECODE": "1",

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Runs steps (a management command, or Python code) one after another in one process,
 # each output after a "=== step" line, with chunks of CHUNK rules; with KILL_AFTER set
-# it SIGKILLs itself right after that many chunks committed (tests.service.killhook).
+# it SIGKILLs itself right after that many chunks committed (tests.support.killhook).
 CHILD = textwrap.dedent("""
     import io, json, os, sys
     import django
@@ -30,7 +30,7 @@ CHILD = textwrap.dedent("""
     from django.conf import settings
     # The feeds these steps subscribe to are files of the test's own directory.
     settings.URLGUARD = {**settings.URLGUARD, "FEED_FILE_ROOT": os.environ["TEST_FEED_ROOT"]}
-    import tests.service.killhook  # noqa: F401  (the kill, from the environment)
+    import tests.support.killhook  # noqa: F401  (the kill, from the environment)
     from django.core.management import CommandError, call_command
 
     for step in json.loads(sys.argv[1]):

@@ -25,7 +25,7 @@ CHUNK = 500
 def killing(after: int, feed_root: str) -> dict[str, str]:
     return {
         "URLGUARD_TEST_FEED_ROOT": feed_root,
-        "DJANGO_SETTINGS_MODULE": "tests.service.kill_settings",
+        "DJANGO_SETTINGS_MODULE": "tests.support.kill_settings",
         "URLGUARD_TEST_KILL_AFTER": str(after),
         "URLGUARD_TEST_CHUNK": str(CHUNK),
     }

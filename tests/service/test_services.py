@@ -111,7 +111,7 @@ class Worker:
         self.log = log
         environment = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.service.services_settings",
+            "DJANGO_SETTINGS_MODULE": "tests.support.services_settings",
             "DATABASE_URL": (
                 f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
             ),  # the test database

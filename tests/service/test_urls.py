@@ -12,7 +12,7 @@ from django.http import HttpResponse
 from django.urls import Resolver404, include, path, resolve, reverse
 
 import urlguard.urls
-from tests.service.webfakes import SetFilter
+from tests.support.webfakes import SetFilter
 from urlguard.hotpath.guard import Guard
 from urlguard.models import ShortLink
 from urlguard.writepath.changes import add_rule

@@ -223,7 +223,7 @@ class CheckTally:
             if n:
                 m.by_verdict[label].inc(n)
         # Histogram.observe() one by one is what this avoids; these are its own values
-        # (prometheus_client pinned; tests/service/test_metrics.py reads them back).
+        # (prometheus_client pinned; tests/operations/test_metrics.py reads them back).
         for value, n in zip(m.check_seconds._buckets, buckets, strict=True):
             if n:
                 value.inc(n)
