@@ -2,7 +2,8 @@
 the URIBL zone answered live (category bitmask, TXT, RFC 5782 test points, never
 127.0.0.1), the RPZ zone transferred (AXFR, IXFR from the change log, a full zone past
 the journal window) only to allowed networks, NOTIFY after a change, malformed
-packets dropped and counted, rate limiting."""
+packets dropped and counted, rate limiting (its buckets: test_dnsratelimit.py),
+TCP slots (their bookkeeping: test_dnstcpslots.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ import pytest
 
 from tests.support.dnsclient import ask, transfer
 from urlguard.exports.categories import CATEGORY_TABLE, uribl_address
-from urlguard.exports.dnsserver import RateLimiter
 from urlguard.models import ChangeEvent, SpamRule
 from urlguard.runtime import metrics
 from urlguard.writepath.changes import add_rule, remove_rule
@@ -229,32 +229,6 @@ def test_notify_reaches_a_secondary_after_a_change(dns_server, listed):
     secondary.close()
     assert got and got[-1].opcode() == dns.opcode.NOTIFY
     assert got[-1].answer[0][0].serial == ChangeEvent.objects.head()
-
-
-def test_rate_limiter_truncates_every_second_answer_beyond_the_rate():
-    now = [0.0]
-    limiter = RateLimiter(3, clock=lambda: now[0])
-    seen = [limiter.allow("192.0.2.1") for _ in range(7)]
-    assert seen == ["answer"] * 3 + ["slip", "drop", "slip", "drop"]
-    assert limiter.allow("192.0.2.200") != "answer"  # the same /24 shares the bucket
-    assert limiter.allow("198.51.100.1") == "answer"
-    now[0] = 1.0
-    assert limiter.allow("192.0.2.1") == "answer"
-
-
-def test_the_rate_limiter_keeps_a_bounded_number_of_networks_the_least_recent_going_first():
-    now = [0.0]
-    limiter = RateLimiter(2, clock=lambda: now[0], capacity=3)
-    assert [limiter.allow("192.0.2.1") for _ in range(3)] == ["answer", "answer", "slip"]
-    for n in range(100_000):  # a flood claiming a new network a packet
-        assert limiter.allow(f"{10 + (n >> 16)}.{(n >> 8) & 255}.{n & 255}.1") == "answer"
-        if n % 2:
-            assert limiter.allow("192.0.2.9") != "answer"  # the busy one stays limited
-    assert len(limiter._buckets) == 3
-    assert limiter.allow("::ffff:192.0.2.77") != "answer"  # mapped: the same /24
-    assert limiter.allow("2001:db8:0:ff::1") == "answer"
-    assert limiter.allow("2001:db8:0:ff:ffff::2") == "answer"
-    assert limiter.allow("2001:db8:0:ff:1::3") != "answer"  # the same /56
 
 
 def test_the_command_serves_until_sigterm(build_filter, fresh_guard, settings):

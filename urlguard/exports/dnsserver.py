@@ -2,7 +2,8 @@
 for any other name, never recursion). The RPZ zone is transferred (AXFR, and IXFR from
 the change log) to DNS_TRANSFER_NETWORKS, with NOTIFY to DNS_NOTIFY after every
 change; the URIBL zone is answered live from the guard. UDP answers are rate-limited
-per client network, and malformed packets are dropped and counted."""
+per client network (urlguard.exports.dnsratelimit), TCP connections hold slots
+(urlguard.exports.dnstcpslots), and malformed packets are dropped and counted."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ import socketserver
 import struct
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import dns.exception
 import dns.flags
@@ -34,6 +34,14 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, close_old_connections, co
 
 from urlguard.conf import conf
 from urlguard.exports import uribl
+from urlguard.exports.dnsratelimit import RateLimiter
+from urlguard.exports.dnstcpslots import (
+    MAX_TCP_CLIENTS,
+    TCP_PER_CLIENT,
+    TCP_RECLAIM_AFTER,
+    TCP_TRANSFER_SLOTS,
+    TcpSlots,
+)
 from urlguard.exports.projection import snapshot
 from urlguard.exports.rpz import SERIAL_HALF, TTL, serial_behind, soa_rdata
 from urlguard.exports.rpzjournal import Record, delta, zone_records
@@ -61,22 +69,9 @@ UDP_POLL = 0.5
 #: How often the TCP listener looks whether it should stop, seconds: socketserver has
 #: no way to wake it, and stop() waits for it.
 TCP_STOP_POLL = 0.05
-MAX_TCP_CLIENTS = 32
-#: Connections one client (an IPv4 address, an IPv6 /64) may hold at once.
-TCP_PER_CLIENT = 4
-#: Kept for DNS_TRANSFER_NETWORKS beyond MAX_TCP_CLIENTS: their AXFR/IXFR get through
-#: whoever holds the others.
-TCP_TRANSFER_SLOTS = 8
-#: With every shared slot taken, a new client takes the slot of the connection that has
-#: waited longest for its next message, once it waited this many seconds (RFC 7766
-#: section 6.2.3: a busy server may close idle connections). Else a question every few
-#: seconds, or one dripped within TCP_DEADLINE, would keep a slot for ever.
-TCP_RECLAIM_AFTER = 1.0
 #: A database failure that took this long, seconds, is a host that drops packets (a
 #: refused connection fails in milliseconds): lookups stop waiting on it.
 DATABASE_HANG = 1.0
-#: Client networks the UDP rate limiter keeps buckets for (~260 bytes each: 4 MB).
-RATE_LIMIT_NETWORKS = 16_384
 _HEADER = struct.Struct("!HHHHHH")
 
 
@@ -107,67 +102,6 @@ class DnsConfig:
         )
 
 
-@dataclass
-class RateLimiter:
-    """Token buckets per client network (/24, /56): `rate` answers a second, as many
-    in a burst. Beyond it, every second answer is sent truncated (a real client
-    retries over TCP, which cannot be spoofed) and the others dropped. At most
-    `capacity` networks are kept, the one seen least recently making room: O(1) a
-    packet, bounded memory whatever addresses a flood claims."""
-
-    rate: int
-    clock: Callable[[], float] = time.monotonic
-    capacity: int = RATE_LIMIT_NETWORKS
-    _buckets: OrderedDict[int, tuple[float, float]] = field(default_factory=OrderedDict)
-    _slip: int = 0
-
-    def allow(self, address: str) -> str:
-        """'answer', 'slip' (send truncated) or 'drop'."""
-        key = _network_key(address)
-        now = self.clock()
-        buckets = self._buckets
-        entry = buckets.get(key)
-        if entry is None:
-            tokens = float(self.rate)
-            if len(buckets) >= self.capacity:
-                # Seen least recently: its bucket is the likeliest to be full anyway.
-                buckets.popitem(last=False)
-        else:
-            tokens = min(float(self.rate), entry[0] + (now - entry[1]) * self.rate)
-            buckets.move_to_end(key)
-        if tokens >= 1:
-            buckets[key] = (tokens - 1, now)
-            return "answer"
-        buckets[key] = (tokens, now)
-        self._slip += 1
-        return "slip" if self._slip % 2 else "drop"
-
-
-def _client_key(address: str) -> int:
-    """One TCP client as one int: an IPv4 address (an IPv4-mapped one too), or an
-    IPv6 /64, the network a subscriber picks addresses in at will, marked above it."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return -1
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is None:
-            return (1 << 64) | (int(ip) >> 64)
-        ip = ip.ipv4_mapped
-    return int(ip)
-
-
-def _network_key(address: str) -> int:
-    """The client's network as one int: an IPv4 /24 (an IPv4-mapped address too), or
-    an IPv6 /56 marked above any /24."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is None:
-            return (1 << 60) | (int(ip) >> 72)
-        ip = ip.ipv4_mapped
-    return int(ip) >> 8
-
-
 class DnsServer:
     def __init__(self, config: DnsConfig) -> None:
         self.config = config
@@ -190,8 +124,13 @@ class DnsServer:
         self._addresses: dict[str, dns.rdata.Rdata] = {}
         self._soa_wires: dict[int, bytes] = {}
         self._uribl_labels = tuple(x.lower() for x in self.uribl.labels[:-1])
-        self._tcp_lock = threading.Lock()
-        self._tcp_slots: list[_TcpSlot] = []
+        self.tcp_slots = TcpSlots(
+            may_transfer=self._may_transfer,
+            clients=config.tcp_clients,
+            per_client=config.tcp_per_client,
+            transfer_slots=config.tcp_transfer_slots,
+            reclaim_after=config.tcp_reclaim_after,
+        )
         # A zone has NS at its apex: BIND refuses a transfer without ("bad zone").
         self._rpz_ns = dns.rrset.from_text(
             self.rpz, TTL, "IN", "NS", dns.name.from_text("ns", self.rpz).to_text()
@@ -725,7 +664,7 @@ class DnsServer:
         udp.sendto(response.to_wire(), peer)
 
     def _serve_tcp(self, sock: socket.socket, client: str) -> None:
-        slot = self._admit_tcp(sock, client)
+        slot = self.tcp_slots.admit(sock, client)
         if slot is None:
             metrics.dns_dropped("tcp_busy")
             return
@@ -751,63 +690,8 @@ class DnsServer:
         except Exception:
             logger.exception("serve_dns: answering %s over TCP failed", client)
         finally:
-            self._release_tcp(slot)
+            self.tcp_slots.release(slot)
             connections.close_all()
-
-    def _admit_tcp(self, sock: socket.socket, client: str) -> _TcpSlot | None:
-        """Take a TCP slot for `client`, or None when it holds TCP_PER_CLIENT already or
-        no slot is free to it (the transfer networks have slots of their own once the
-        shared ones are taken). With none free, the shared slot of the connection that
-        has waited longest for its next message, past tcp_reclaim_after, is taken."""
-        key = _client_key(client)
-        config = self.config
-        now = time.monotonic()
-        with self._tcp_lock:
-            live = [s for s in self._tcp_slots if not s.reclaimed]
-            if sum(s.key == key for s in live) >= config.tcp_per_client:
-                return None
-            shared = [s for s in live if s.pool == "shared"]
-            if len(shared) < config.tcp_clients:
-                pool = "shared"
-            elif sum(s.pool == "transfer" for s in live) < config.tcp_transfer_slots and (
-                self._may_transfer(client)
-            ):
-                pool = "transfer"
-            else:
-                waiting = [
-                    s
-                    for s in shared
-                    if s.waiting_since is not None
-                    and now - s.waiting_since >= config.tcp_reclaim_after
-                ]
-                if not waiting:
-                    return None
-                oldest = min(waiting, key=lambda s: s.waiting_since or now)
-                oldest.reclaimed = True
-                # Its thread, blocked reading, sees the connection end and lets go.
-                with contextlib.suppress(OSError):
-                    oldest.sock.shutdown(socket.SHUT_RDWR)
-                pool = "shared"
-            slot = _TcpSlot(sock, pool, key)
-            self._tcp_slots.append(slot)
-        return slot
-
-    def _release_tcp(self, slot: _TcpSlot) -> None:
-        with self._tcp_lock:
-            self._tcp_slots.remove(slot)
-
-
-@dataclass(eq=False)
-class _TcpSlot:
-    """One TCP connection's slot: its pool ("shared" or "transfer"), its client's key
-    (_client_key), since when the server waits for its next message (None while it
-    answers), and whether a newcomer took it over."""
-
-    sock: socket.socket
-    pool: str
-    key: int
-    waiting_since: float | None = None
-    reclaimed: bool = False
 
 
 class LookupFailed(Exception):
