@@ -320,3 +320,54 @@ def test_the_write_path_never_imports_the_feeds():
         if name.startswith("urlguard.writepath")
     }
     assert not {name: found for name, found in reaching.items() if found}
+
+
+def _test_module_imports(root: Path) -> list[str]:
+    """Each import of a test module (tests/**/test_*.py) by another file of tests/."""
+    tests = root / "tests"
+    modules = {
+        ".".join(path.relative_to(root).with_suffix("").parts): path for path in tests.rglob("*.py")
+    }
+    test_modules = {name for name, path in modules.items() if path.name.startswith("test_")}
+    found = []
+    for name, path in sorted(modules.items()):
+        package = name.split(".")[: -1 if path.name != "__init__.py" else None]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package[: len(package) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = {base} | {f"{base}.{alias.name}" for alias in node.names}
+            else:
+                continue
+            for target in sorted(targets & test_modules - {name}):
+                found.append(f"{path.relative_to(root)} imports {target}")
+    return found
+
+
+def test_no_file_of_the_tests_imports_a_test_module():
+    """Shared helpers and fixtures live in tests/support (fixtures reach a folder through
+    its conftest.py): a test module imported by another runs its module-level code
+    twice over and ties the two files' fates."""
+    assert not _test_module_imports(Path(__file__).resolve().parent.parent)
+
+
+def test_an_import_of_a_test_module_is_reported(tmp_path):
+    (tmp_path / "tests" / "a").mkdir(parents=True)
+    (tmp_path / "tests" / "support").mkdir()
+    (tmp_path / "tests" / "a" / "test_one.py").write_text("X = 1\n")
+    (tmp_path / "tests" / "a" / "test_two.py").write_text(
+        "from tests.a.test_one import X\nfrom . import test_one\nimport tests.a.test_one\n"
+        "from tests.support.helpers import test_data\n"
+    )
+    (tmp_path / "tests" / "support" / "helpers.py").write_text("def test_data(): ...\n")
+    (tmp_path / "tests" / "a" / "conftest.py").write_text("from .test_one import X\n")
+    assert _test_module_imports(tmp_path) == [
+        "tests/a/conftest.py imports tests.a.test_one",
+        "tests/a/test_two.py imports tests.a.test_one",
+        "tests/a/test_two.py imports tests.a.test_one",
+        "tests/a/test_two.py imports tests.a.test_one",
+    ]

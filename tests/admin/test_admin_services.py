@@ -4,22 +4,17 @@ page follows their progress. Run by `make test-live`."""
 
 from __future__ import annotations
 
-import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from tests.service.test_services import (  # noqa: F401  (fixtures)
-    services_available,
-    start_worker,
-    wait_for,
-)
+from tests.support.services import LIVE, wait_for
 from urlguard.models import AdminJob, ShortLink, SpamRule
 from urlguard.nodesync import sync
 
-pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
+pytestmark = LIVE
 
 
-def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_staff):  # noqa: F811
+def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_staff):
     sync.rebuild(str(filter_path))
     ShortLink.objects.create(slug="bad", destination="https://www.worker-spam.example.com/x")
     worker = start_worker()
@@ -64,7 +59,7 @@ def test_import_and_rescan_run_on_the_worker(start_worker, filter_path, make_sta
     assert "1 link points to spam" in page.content.decode()
 
 
-def test_refresh_now_runs_on_the_worker(start_worker, filter_path, make_staff):  # noqa: F811
+def test_refresh_now_runs_on_the_worker(start_worker, filter_path, make_staff):
     from tests.support.feedserver import feed_server
     from urlguard.models import Source
 
@@ -122,7 +117,7 @@ def test_parallel_rescan_matches_the_single_process_one(filter_path, monkeypatch
 
 
 def test_dashboard_sync_and_rebuild_go_to_the_worker(
-    start_worker,  # noqa: F811
+    start_worker,
     filter_path,
     make_staff,
 ):

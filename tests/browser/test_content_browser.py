@@ -11,8 +11,7 @@ import pytest
 from django.utils.html import urlize
 
 from tests.browser.pages import serve_page
-from tests.content.test_content import BROWSER_MAPPED_HOSTS
-from tests.content.test_content_html import OUTBOUND
+from tests.support.spellings import BROWSER_MAPPED_HOSTS, OUTBOUND
 from urlguard.content import find_links
 from urlguard.content.html import guard_links
 from urlguard.hotpath.canonical import browser_url

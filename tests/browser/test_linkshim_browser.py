@@ -16,7 +16,7 @@ import pytest
 
 import urlguard
 from tests.browser.pages import browser_resolves, click_on_page
-from tests.browser.test_location_differential import location_spellings
+from tests.support.spellings import location_spellings
 from urlguard.hotpath.guard import reset_guard
 from urlguard.hotpath.hrefs import where_href_goes
 from urlguard.writepath.changes import add_rule

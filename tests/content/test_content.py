@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from linkify_it import LinkifyIt
 
+from tests.support.spellings import BROWSER_MAPPED_HOSTS
 from urlguard.content import TextTooLong, check_text, find_links, listed_links
 from urlguard.content.links import prefix_tree_pattern, top_level_domains
 from urlguard.hotpath.canonical import browser_url
@@ -55,25 +56,6 @@ def test_find_links(text, links):
         links = [w.strip(",;.") for w in text.split() if "." in w and "/" in w]
         links = [link if "://" in link else f"http://{link}" for link in links]
     assert found == links
-
-
-# Hosts spelled with what the browser's URL parser maps away (IDNA's other full stops,
-# code points it ignores, full-width letters): Django's urlize links each of these, and
-# Chromium follows its href to that host (tests/browser/test_content_browser.py).
-BROWSER_MAPPED_HOSTS = [
-    "http://evil\u3002top/x",
-    "http://evil\uff0etop/x",
-    "http://evil\uff61top/x",
-    "www.evil\u3002top/x",
-    "http://ev\u200bil.top/x",
-    "http://evil\u200b.top/x",
-    "evil\u200b.com/x",
-    "www.evil\u00ad.top",
-    "see http://\uff45\uff56\uff49\uff4c\uff0e\uff54\uff4f\uff50/x now",
-    "http://e%76il.top/x",
-    "www.e%76il.top/x",
-    "http://evil%E3%80%82top/x",
-]
 
 
 @pytest.mark.parametrize("text", BROWSER_MAPPED_HOSTS, ids=ascii)

@@ -10,28 +10,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from django.template import Context, Template
 
+from tests.support.spellings import OUTBOUND
 from urlguard.content.html import guard_links
 from urlguard.hotpath.hrefs import where_href_goes
 
 pytestmark = pytest.mark.django_db
 
-OUTBOUND = [
-    "https://evil.example/x",
-    "HTTPS://EVIL.EXAMPLE/x",
-    "//evil.example/x",
-    "\\\\evil.example/x",
-    "/\\evil.example/x",
-    "\\/evil.example/x",
-    "\x01//evil.example/x",
-    " //evil.example/x",
-    "/\t/evil.example/x",
-    "/\n/evil.example/x",
-    "https:evil.example/x",
-    "http:\\\\evil.example/x",
-    "&#x2F;&#x2F;evil.example/x",
-    "&#47;\\evil.example/x",
-    "https://evil.example/" + "a" * 9000,
-]
 LOCAL = ["/about/", "#comments", "?page=2", "reply.html", "../up", "mailto:a@b.example"]
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for tests/deploy: a var directory whose embedded database is migrated. Every
+"""Fixtures for tests/deploy: a var directory whose embedded database is migrated, and
+an nginx prefix (a certificate and a config that includes site.conf). Every
 test here runs the deploy files' own programs (entrypoint.sh, gunicorn, nginx, the
 linters): all are `slow`, left out of `make test-fast`."""
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.test_entrypoint import entrypoint, environment
+from tests.support.deploy import entrypoint, environment, run, tool
+from tests.support.services import services_available  # noqa: F401  (LIVE's fixture)
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,3 +41,20 @@ def migrated(_migrated_databases: list[Path], tmp_path: Path) -> Path:
     for database in _migrated_databases:
         shutil.copy2(database, var / database.name)
     return var
+
+
+@pytest.fixture
+def nginx_prefix(tmp_path) -> Path:
+    nginx = tool("nginx", "Debian nginx-light")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = run(
+        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        "-subj", "/CN=links.example.org", "-keyout", key, "-out", cert,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "nginx.conf").write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
+        f"http {{\n    access_log off;\n    include {tmp_path}/site.conf;\n}}\n"
+    )
+    tmp_path.joinpath("nginx").symlink_to(nginx)
+    return tmp_path

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.deploy.test_entrypoint import environment, free_port, web_role
+from tests.support.deploy import environment, free_port, web_role
 
 KEY_AS_USER = "ugk_user7e1d0c9b8a"
 KEY_AS_PASSWORD = "ugk_pass4b3a2918f7"

@@ -14,30 +14,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
-BIN = Path(sys.executable).parent
-
-
-def tool(name: str, package: str) -> str:
-    found = shutil.which(name, path=f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin")
-    if found is None:
-        pytest.skip(f"`{name}` is not installed ({package}; .ci/run installs it)")
-    return found
-
-
-def run(*argv: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=120
-    )
+from tests.support.deploy import DEPLOY, ROOT, run, tool
 
 
 def test_the_dockerfile_passes_hadolint():
@@ -332,23 +315,6 @@ def test_every_metric_the_alerts_and_dashboard_name_is_exported(client, build_fi
     assert not missing, f"named in deploy/ but not exported by /metrics: {sorted(missing)}"
     # Exact sample names: a counter's family name without `_total` would be missing.
     assert "urlguard_checks" not in exported
-
-
-@pytest.fixture
-def nginx_prefix(tmp_path) -> Path:
-    nginx = tool("nginx", "Debian nginx-light")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    made = run(
-        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        "-subj", "/CN=links.example.org", "-keyout", key, "-out", cert,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    (tmp_path / "nginx.conf").write_text(
-        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
-        f"http {{\n    access_log off;\n    include {tmp_path}/site.conf;\n}}\n"
-    )
-    tmp_path.joinpath("nginx").symlink_to(nginx)
-    return tmp_path
 
 
 def nginx_t(prefix: Path, site: str) -> subprocess.CompletedProcess[str]:

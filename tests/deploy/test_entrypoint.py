@@ -5,35 +5,15 @@ run on PostgreSQL and Redis is tests/deploy/test_topology.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-ENTRYPOINT = ROOT / "deploy" / "entrypoint.sh"
-
-
-def environment(var: Path, **extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DJANGO_", "URLGUARD_", "DATABASE_URL", "CELERY_", "PROMETHEUS_"))
-    }
-    return {**env, "URLGUARD_PYTHON": sys.executable, "URLGUARD_VAR_DIR": str(var), **extra}
-
-
-def entrypoint(*args: str, env: dict[str, str], script: Path = ENTRYPOINT, timeout: float = 120):
-    return subprocess.run(
-        ["sh", str(script), *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
+from tests.support.deploy import ENTRYPOINT, entrypoint, environment, free_port, web_role
 
 
 def test_the_settings_module_is_manage_pys_default(tmp_path):
@@ -94,34 +74,6 @@ def test_migrate_then_the_first_admin_from_the_environment(tmp_path):
     )
     done = entrypoint("manage", "shell", "--verbosity", "0", "-c", probe, env=env)
     assert done.stdout.strip() == "True", done.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def web_role(env: dict[str, str], log: Path, *args: str) -> Iterator[None]:
-    """`entrypoint.sh web ARGS` with `env` (URLGUARD_BIND set) for the block, entered
-    once its healthcheck passes; its whole process group is stopped after, its output
-    is in `log`."""
-    with log.open("w") as out:
-        web = subprocess.Popen(
-            ["sh", str(ENTRYPOINT), "web", *args], env=env, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 30
-            while entrypoint("healthcheck", env=env, timeout=30).returncode != 0:
-                assert web.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.2)
-            yield
-        finally:
-            os.killpg(web.pid, signal.SIGTERM)
-            web.wait(timeout=30)
 
 
 def test_web_serves_and_its_healthcheck_says_so(tmp_path, migrated):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.test_artifacts import DEPLOY, nginx_prefix  # noqa: F401 (a fixture)
 from tests.listening import wait_until_listening
+from tests.support.deploy import DEPLOY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,7 +78,7 @@ def _nginx(prefix: Path, site: str, port: int) -> Iterator[None]:
 
 
 @pytest.fixture
-def front(nginx_prefix, live_server) -> Iterator[int]:  # noqa: F811
+def front(nginx_prefix, live_server) -> Iterator[int]:
     """nginx in the foreground with the shipped site before the live server; its port."""
     port, redirect_port = _free_port(), _free_port()
     upstream = live_server.url.removeprefix("http://").replace("localhost", "127.0.0.1")
@@ -198,7 +198,7 @@ def _site_before(name: str, prefix: Path, port: int, upstream: str) -> str:
 
 
 @pytest.mark.parametrize("name", ["urlguard.conf", "compose.conf"])
-def test_the_fronts_never_pass_metrics_on(nginx_prefix, name):  # noqa: F811
+def test_the_fronts_never_pass_metrics_on(nginx_prefix, name):
     port = _free_port()
     with _recording_upstream() as (upstream, seen):
         site = _site_before(name, nginx_prefix, port, upstream)

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from tests.deploy.test_entrypoint import entrypoint, environment
+from tests.support.deploy import entrypoint, environment
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,31 +23,13 @@ from django.conf import settings as django_settings
 from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.service.test_services import (
-    _MUST_RUN,
-    _SKIP,
-    _WORKER_SECRET_KEY,
-    services_available,  # noqa: F401 (autouse: skips, or fails under CI)
-    wait_for,
-)
+from tests.support.deploy import ENTRYPOINT, ROOT, free_port
+from tests.support.services import LIVE, WORKER_SECRET_KEY, wait_for
 from urlguard.models import SpamRule
 from urlguard.nodesync import sync
 from urlguard.writepath import changes
 
-ROOT = Path(__file__).resolve().parents[2]
-ENTRYPOINT = ROOT / "deploy" / "entrypoint.sh"
-
-pytestmark = [
-    pytest.mark.live,
-    pytest.mark.skipif(bool(_SKIP) and not _MUST_RUN, reason=_SKIP),
-    pytest.mark.django_db(transaction=True),
-]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = LIVE
 
 
 class Role:
@@ -166,7 +147,7 @@ def deployment(tmp_path):
         "DJANGO_SETTINGS_MODULE": "tests.support.services_settings",
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
-        "DJANGO_SECRET_KEY": _WORKER_SECRET_KEY,
+        "DJANGO_SECRET_KEY": WORKER_SECRET_KEY,
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
         "URLGUARD_PYTHON": sys.executable,
         "URLGUARD_CATCHUP_INTERVAL": "2",

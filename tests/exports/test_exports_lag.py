@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.fullfs import fill, small_filesystem  # noqa: F401  (a fixture)
-from tests.operations.test_metrics import scrape, value
+from tests.support.metrics import scrape, value
 from urlguard.exports import prerender, render
 from urlguard.models import ChangeEvent
 from urlguard.operations import apikeys

@@ -9,12 +9,14 @@ import threading
 from django.db import connections
 from django.test import Client
 
-from tests.service.test_services import pytestmark, services_available  # noqa: F401
+from tests.support.services import LIVE
 from urlguard.exports import prerender
 from urlguard.exports.domains import DomainsExport
 from urlguard.models import ChangeEvent
 from urlguard.operations import apikeys
 from urlguard.writepath.changes import add_rule
+
+pytestmark = LIVE
 
 
 def test_a_change_committed_during_a_render_is_in_the_next_position(monkeypatch, prerender_inline):

@@ -9,10 +9,12 @@ import logging
 import dns.rcode
 from django.db import connection
 
-from tests.service.test_services import pytestmark, services_available  # noqa: F401
 from tests.support.dnsclient import ask
+from tests.support.services import LIVE
 from urlguard.models import ChangeEvent
 from urlguard.writepath.changes import add_rule
+
+pytestmark = LIVE
 
 RPZ = "rpz.urlguard."
 URIBL = "uribl.urlguard."

@@ -9,21 +9,18 @@ import pytest
 from django.db import connection
 
 from tests.faults import fail_on_call
-from tests.service.test_services import (  # noqa: F401  (fixtures)
-    pytestmark,
-    services_available,
-    start_worker,
-    wait_for,
-)
 from tests.support.feedserver import feed_server
+from tests.support.services import LIVE, wait_for
 from urlguard.feeds import listing
 from urlguard.feeds.tasks import refresh_feed
 from urlguard.models import RuleSource, Source, SpamRule
 from urlguard.nodesync import registry
 from urlguard.writepath import bulkload, changes, listings, withdrawals
 
+pytestmark = LIVE
 
-def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):  # noqa: F811
+
+def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):
     paths = [tmp_path / "node-a" / "filter.bin", tmp_path / "node-b" / "filter.bin"]
     workers = [start_worker(path) for path in paths]
     for path, worker in zip(paths, workers, strict=True):
@@ -52,7 +49,7 @@ def test_a_refresh_through_a_worker_reaches_two_nodes(start_worker, tmp_path):  
     assert source.last_status == "ok" and source.last_removed == 1
 
 
-def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_available, nudges):  # noqa: F811
+def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_available, nudges):
     assert connection.vendor == "postgresql"
     source = Source.objects.create(name="copy", kind=Source.Kind.FEED, url="file:///dev/null")
     keys, ids = listing.listed_now(source)
@@ -66,7 +63,7 @@ def test_the_listing_read_as_two_aggregates_is_what_the_orm_reads(services_avail
 
 
 @pytest.mark.parametrize("share", [0.01, 0.5])  # keys looked up, or the listing read
-def test_the_rule_ids_of_keys_are_what_the_orm_reads(services_available, nudges, share):  # noqa: F811
+def test_the_rule_ids_of_keys_are_what_the_orm_reads(services_available, nudges, share):
     source = Source.objects.create(name="ids", kind=Source.Kind.FEED, url="file:///dev/null")
     changes.add_rules([f"h{i}.example" for i in range(400)], source=source)
     changes.add_rules(["other.example"], source="admin")
@@ -78,7 +75,7 @@ def test_the_rule_ids_of_keys_are_what_the_orm_reads(services_available, nudges,
     assert listing.rule_ids(source, np.zeros(0, dtype=np.int64), len(keys)) == []
 
 
-def test_withdrawn_and_deleted_rules_take_their_references_along(services_available, nudges):  # noqa: F811
+def test_withdrawn_and_deleted_rules_take_their_references_along(services_available, nudges):
     # The PostgreSQL statements of changes._withdraw_part and _delete_rules: listings
     # go, a mistake report keeps its text but loses the rule, hit totals stay.
     from urlguard.models import MistakeReport, RuleHitTotal
@@ -102,7 +99,7 @@ def test_withdrawn_and_deleted_rules_take_their_references_along(services_availa
     assert not SpamRule.objects.exists() and not RuleSource.objects.exists()
 
 
-def test_withdrawn_keys_on_postgresql_are_what_withdraw_rules_does(services_available, monkeypatch):  # noqa: F811
+def test_withdrawn_keys_on_postgresql_are_what_withdraw_rules_does(services_available, monkeypatch):
     # withdrawals.withdraw_keys, a plan's withdrawals set-based: the listings of the
     # keys go, a rule another source lists stays, an orphan is removed and logged,
     # its mistake report loses the rule and its hit total stays.
@@ -140,7 +137,7 @@ def test_withdrawn_keys_on_postgresql_are_what_withdraw_rules_does(services_avai
 
 
 def test_add_listed_on_postgresql_writes_rules_listings_and_log_set_based(
-    services_available,  # noqa: F811
+    services_available,
     monkeypatch,
 ):
     from urlguard.models import ChangeEvent, ChangeSet, expression_key
@@ -174,7 +171,7 @@ def test_add_listed_on_postgresql_writes_rules_listings_and_log_set_based(
 
 
 def test_add_listed_reads_rows_in_a_thread_and_stops_it_on_any_error(
-    services_available,  # noqa: F811
+    services_available,
     nudges,
     monkeypatch,
 ):
@@ -220,7 +217,7 @@ def test_add_listed_reads_rows_in_a_thread_and_stops_it_on_any_error(
 
 
 def test_a_source_deletion_takes_the_change_log_lock_before_its_listings_go(
-    services_available,  # noqa: F811
+    services_available,
     nudges,
 ):
     # A writer of listings holds the lock from its check that the source exists to
@@ -242,7 +239,7 @@ def test_a_source_deletion_takes_the_change_log_lock_before_its_listings_go(
 
 
 def test_a_change_set_deletion_waits_for_a_writer_of_its_rows(
-    services_available,  # noqa: F811
+    services_available,
     nudges,
 ):
     # A change-log row refers to its set without a database constraint: a set deleted
@@ -277,7 +274,7 @@ def test_a_change_set_deletion_waits_for_a_writer_of_its_rows(
     assert changes.dangling_references() == {k: 0 for k in changes.dangling_references()}
 
 
-def test_the_rule_ids_of_many_keys_are_one_statement(services_available, nudges, monkeypatch):  # noqa: F811
+def test_the_rule_ids_of_many_keys_are_one_statement(services_available, nudges, monkeypatch):
     # No index finds a listing by its key (migration 0019): each statement scans the
     # source's listings, so the keys go in one statement, not one per batch.
     from django.db import connection

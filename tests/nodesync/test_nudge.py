@@ -3,40 +3,17 @@ the admin says what is true when the nodes could not be told."""
 
 from __future__ import annotations
 
-import socket
 import time
-from contextlib import contextmanager
 
 import pytest
 from django.urls import reverse
 
+from tests.support.broker import broker
 from urlguard.models import SpamRule
 from urlguard.nodesync import embedded, nudge, registry, sync
 from urlguard.writepath import changes
-from urlguard_service.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def silent_broker():
-    """A broker that takes connections and never answers: the listening socket's
-    backlog completes every handshake, and nothing ever reads or writes."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    yield listener.getsockname()[1]
-    listener.close()
-
-
-@contextmanager
-def broker(url):
-    saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
-    celery_app.conf.update(task_always_eager=False, broker_url=url)
-    try:
-        yield
-    finally:
-        celery_app.conf.update(saved)
 
 
 @pytest.mark.parametrize("scheme", ["redis", "amqp"])

@@ -12,7 +12,7 @@ import pytest
 from django.db import OperationalError, connections
 from django.utils import timezone
 
-from tests.nodesync.test_nudge import broker, silent_broker  # noqa: F401  (a fixture)
+from tests.support.broker import broker
 from urlguard.models import ChangeEvent
 from urlguard.nodesync import nudge, registry
 from urlguard.writepath.changes import add_rule
@@ -216,7 +216,7 @@ def test_lag_while_the_shared_broker_is_down_does_not_drain_the_node(
     how,
     client,
     lagging_node,
-    silent_broker,  # noqa: F811  (the imported fixture)
+    silent_broker,
 ):
     port = 1 if how == "refused" else silent_broker
     started = time.monotonic()

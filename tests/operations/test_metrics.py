@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.db import OperationalError
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.metrics import scrape, value
 from tests.support.webfakes import SetFilter
 from urlguard.hotpath.guard import Guard
 from urlguard.models import ShortLink, SpamRule
@@ -24,22 +24,6 @@ from urlguard.writepath.changes import add_rule, remove_rule
 from urlguard_service import gunicornconf
 
 pytestmark = pytest.mark.django_db
-
-
-def scrape(client, **extra) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    response = client.get("/metrics", **extra)
-    assert response.status_code == 200, response.content
-    assert response["Content-Type"].startswith("text/plain; version=")
-    assert response["Cache-Control"] == "no-store"
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(response.content.decode())
-        for sample in family.samples
-    }
-
-
-def value(samples, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from django.test import Client
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.safebrowsing.test_safebrowsing import (
+from tests.support.safebrowsing import (
     BASE,
     PHISHING,
     apply,
@@ -35,11 +35,6 @@ from urlguard.safebrowsing.prefixes import store_dir
 from urlguard.writepath.changes import add_rule, remove_rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prerender_inline")]
-
-
-@pytest.fixture
-def key(db):
-    return apikeys.create_api_key("browsers")[1]
 
 
 def get_proto(client, key, path, data: bytes):

@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from tests.service.test_services import pytestmark, services_available, unavailable  # noqa: F401
+from tests.support.services import LIVE, unavailable
 from urlguard.feeds import refresh
 from urlguard.models import AdminJob, ChangeSet, Source
 from urlguard.runtime import ownership
 from urlguard.writepath import changes
+
+pytestmark = LIVE
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")

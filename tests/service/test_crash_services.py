@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import signal
 
-from tests.service.test_services import (  # noqa: F401  (fixtures)
-    Worker,
-    pytestmark,
-    services_available,
-    start_worker,
-    wait_for,
-)
+from tests.support.services import LIVE, Worker, wait_for
 from urlguard import jobs
 from urlguard.feeds.tasks import refresh_feed
 from urlguard.models import AdminJob, ChangeSet, Source, SpamRule
+
+pytestmark = LIVE
 
 RULES = 3000
 CHUNK = 500
@@ -36,7 +32,7 @@ def died(worker: Worker) -> None:
     assert code == -signal.SIGKILL, worker.log.read_text()[-3000:]
 
 
-def test_a_worker_killed_mid_refresh_then_mid_revert_finishes_both(start_worker, tmp_path):  # noqa: F811
+def test_a_worker_killed_mid_refresh_then_mid_revert_finishes_both(start_worker, tmp_path):
     body = tmp_path / "feed.txt"
     body.write_text("".join(f"svc-crash{i}.example.net\n" for i in range(RULES)))
     source = Source.objects.create(name="crash", kind="feed", url=f"file://{body}")

@@ -2,15 +2,19 @@
 tests/engine, the library without Django, does not): staff users with chosen
 permissions, logged-in clients, a way to run on-commit work (the change-log nudge, the
 import and rescan jobs) as the embedded default does, a fresh guard, a feed server, a
-DNS server, and the exports' pre-render recorded instead of started."""
+DNS server, the exports' pre-render recorded instead of started, a broker that never
+answers, and the live services' checks and worker (tests/support/services.py)."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
+
+from tests.support.services import services_available, start_worker
 
 # `import *` in each folder's conftest.py: the autouse fixtures start with "_" too.
 __all__ = [
@@ -29,6 +33,9 @@ __all__ = [
     "dns_server",
     "prerender_requests",
     "prerender_inline",
+    "services_available",
+    "start_worker",
+    "silent_broker",
 ]
 
 
@@ -194,3 +201,14 @@ def prerender_inline(monkeypatch) -> None:
     from urlguard.exports import prerender
 
     monkeypatch.setattr(prerender, "request", prerender.render_all)
+
+
+@pytest.fixture
+def silent_broker():
+    """A broker that takes connections and never answers: the listening socket's
+    backlog completes every handshake, and nothing ever reads or writes."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    yield listener.getsockname()[1]
+    listener.close()
