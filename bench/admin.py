@@ -263,7 +263,7 @@ def bench_revert(n: int) -> dict:
     change_set = ChangeSet.objects.filter(kind="import").order_by("-pk").first()
     before = SpamRule.objects.count()
     t0 = time.perf_counter()
-    revert.revert_change_set(change_set, user=None)
+    revert.revert_change_set(change_set, actor=None)
     seconds = time.perf_counter() - t0
     removed = before - SpamRule.objects.count()
     assert removed == n, (removed, n)

@@ -827,7 +827,7 @@ def _killed_revert(
     job_ids: list[int] = []
 
     def start() -> None:
-        job = jobs.create_revert(refresh, user=None)
+        job = jobs.create_revert(refresh, actor=None)
         previewed = until(
             lambda: AdminJob.objects.filter(pk=job.pk, state="previewed").exists(), 300
         )

@@ -16,9 +16,9 @@ EVENTS = reverse("admin:urlguard_changeevent_changelist")
 
 def test_events_list_who_what_when_and_where_applied(superuser, django_assert_max_num_queries):
     for i in range(5):
-        changes.add_rule(f"r{i}.example.com/", category="spam", user=superuser.user)
+        changes.add_rule(f"r{i}.example.com/", category="spam", actor=superuser.user)
     rule = changes.add_rule("gone.example.com/", category="malware")
-    changes.remove_rule(rule, user=superuser.user)
+    changes.remove_rule(rule, actor=superuser.user)
     NodeStatus.objects.create(node="node-a", filter_path="/x", applied_seq=7)
     NodeStatus.objects.create(node="node-b", filter_path="/x", applied_seq=3)
     # One NodeStatus query per page, not one per row.

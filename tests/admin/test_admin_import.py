@@ -348,7 +348,7 @@ def test_an_import_survives_another_connection_writing_between_its_chunks(monkey
     monkeypatch.setattr(dispatch, "CHUNK_CHARS", 40)
     monkeypatch.setattr(imports, "IMPORT_CHUNK", 2)
     lines = [f"chunked{i}.example.com\n" for i in range(8)]
-    job = jobs.create_import(lines, default_category="spam", filename="x.txt", user=None)
+    job = jobs.create_import(lines, default_category="spam", filename="x.txt", actor=None)
     assert job.chunks.count() > 2
     imports.preview_import_job(job.pk)
     other = sqlite3.connect(connection.settings_dict["NAME"], timeout=5)
@@ -366,7 +366,7 @@ def test_an_import_survives_another_connection_writing_between_its_chunks(monkey
 
     monkeypatch.setattr(changes, "add_rules", another_writer_between)
     try:
-        assert jobs.start_import(AdminJob.objects.get(pk=job.pk), user=None)
+        assert jobs.start_import(AdminJob.objects.get(pk=job.pk), actor=None)
     finally:
         other.close()
     job.refresh_from_db()

@@ -23,7 +23,7 @@ def world(db):
     rule = changes.add_rule("perm-spam.example.com", category="spam")
     link = ShortLink.objects.create(slug="p1", destination="https://perm-spam.example.com/x")
     imported = jobs.preview_import(
-        "new-one.example.org\n", default_category="spam", filename="f.txt", user=None
+        "new-one.example.org\n", default_category="spam", filename="f.txt", actor=None
     )
     rescan = AdminJob.objects.create(
         kind=AdminJob.Kind.RESCAN,
@@ -41,7 +41,7 @@ def world(db):
             ]
         },
     )
-    deleting = jobs.create_delete([rule.pk], user=None)
+    deleting = jobs.create_delete([rule.pk], actor=None)
     return {"rule": rule, "link": link, "import": imported, "rescan": rescan, "delete": deleting}
 
 

@@ -25,7 +25,7 @@ def _queries(client, url: str) -> int:
 def _add_rules(n: int, start: int, users) -> None:
     # Rules by several users, so a per-row lookup of added_by would show.
     for i in range(start, start + n):
-        changes.add_rule(f"q{i}.example.com", category="spam", user=users[i % len(users)])
+        changes.add_rule(f"q{i}.example.com", category="spam", actor=users[i % len(users)])
 
 
 def _same_cost_for_more_rules(client, make_staff, url, assert_max) -> str:

@@ -25,7 +25,7 @@ def _domain(text: str) -> str:
 
 
 def test_changelist_columns_search_and_filters(editor):
-    changes.add_rule("evil-example.com/", category="phishing", user=editor.user)
+    changes.add_rule("evil-example.com/", category="phishing", actor=editor.user)
     changes.add_rule("other.org/path/", category="spam", source="feed")
     page = editor.get(CHANGELIST)
     assert page.status_code == 200

@@ -109,7 +109,7 @@ def test_the_upload_request_only_stores_and_queues(editor, monkeypatch):
 def test_a_bulk_delete_of_many_rules_is_a_summary_then_a_job(editor):
     changes.add_rules([f"r{i}.example.net" for i in range(60)], source="test")
     ShortLink.objects.create(slug="s", destination="https://r3.example.net/x")
-    job = jobs.create_delete(SpamRule.objects.all(), user=editor.user)
+    job = jobs.create_delete(SpamRule.objects.all(), actor=editor.user)
     job.refresh_from_db()
     assert job.state == "previewed" and job.total == 60
     assert len(job.result["samples"]) == deletes.DELETE_SAMPLES
@@ -131,7 +131,7 @@ def test_a_bulk_delete_of_many_rules_is_a_summary_then_a_job(editor):
 
 def test_bulk_delete_needs_delete_permission(make_staff, editor):
     changes.add_rule("x.example.net", category="spam")
-    job = jobs.create_delete(SpamRule.objects.all(), user=editor.user)
+    job = jobs.create_delete(SpamRule.objects.all(), actor=editor.user)
     adder = make_staff("view_spamrule", "add_spamrule", "change_spamrule")
     for method, name in (("get", "delete_job"), ("post", "delete_commit"), ("get", "job_status")):
         url = reverse(f"admin:urlguard_spamrule_{name}", args=[job.pk])

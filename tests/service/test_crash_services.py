@@ -66,7 +66,7 @@ def test_a_worker_killed_mid_refresh_then_mid_revert_finishes_both(start_worker,
 
     # The admin's revert of that refresh, killed after two chunks.
     worker = start_worker(env=killing(2, str(tmp_path)))
-    job = jobs.create_revert(refresh, user=None)
+    job = jobs.create_revert(refresh, actor=None)
     wait_for(
         lambda: AdminJob.objects.get(pk=job.pk).state == "previewed",
         timeout=60,
@@ -84,7 +84,7 @@ def test_a_worker_killed_mid_refresh_then_mid_revert_finishes_both(start_worker,
         log=worker.log,
     )
     assert AdminJob.objects.get(pk=job.pk).message == "The worker stopped; run it again to finish."
-    again = jobs.create_revert(refresh, user=None)
+    again = jobs.create_revert(refresh, actor=None)
     wait_for(
         lambda: AdminJob.objects.get(pk=again.pk).state == "previewed",
         timeout=60,

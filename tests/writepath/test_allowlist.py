@@ -48,7 +48,9 @@ def hosts_feed(server) -> Source:
 
 
 def test_allowing_withdraws_the_feed_listing_at_once(hosts_feed, admin_user):
-    result = allow_host("https://code-host.example/some/page", note="feed mistake", user=admin_user)
+    result = allow_host(
+        "https://code-host.example/some/page", note="feed mistake", actor=admin_user
+    )
     assert result.host == "code-host.example" and result.created
     assert rules() == {"evil.example/", "docs.code-host.example/"}  # a child host is narrower
     assert result.withdrawn == [("code-host.example/", "hosts")] and result.rules_removed == 1

@@ -25,7 +25,7 @@ def allowlist_rows(after: int = 0) -> list[tuple[str, str]]:
 
 
 def test_allowing_and_unallowing_a_host_are_rows_of_its_change_set(admin_user):
-    allowed = allow_host("partner.example", user=admin_user)
+    allowed = allow_host("partner.example", actor=admin_user)
     assert allowlist_rows() == [("allow", "partner.example")]
     event = allowed.change_set.events.get()
     assert (event.actor, event.source, event.category) == (admin_user, "allowlist", "")

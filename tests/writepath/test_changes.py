@@ -344,11 +344,11 @@ def test_deleting_a_rule_a_source_a_change_set_or_a_user_leaves_nothing_dangling
     user = django_user_model.objects.create_user("editor")
     feed = Source.objects.create(name="feed", kind=Source.Kind.FEED, url="file:///dev/null")
     other = Source.objects.create(name="other", kind=Source.Kind.FEED, url="file:///dev/null")
-    changes.add_rules(["a.example", "b.example", "c.example"], source=feed, user=user)
-    changes.add_rules(["b.example", "d.example"], source=other, user=user)
+    changes.add_rules(["a.example", "b.example", "c.example"], source=feed, actor=user)
+    changes.add_rules(["b.example", "d.example"], source=other, actor=user)
     a, b = (SpamRule.objects.get(expression=f"{x}.example/") for x in "ab")
-    changes.remove_rule(a, user=user)
-    changes.withdraw_rules(other, [b.pk], user=user)
+    changes.remove_rule(a, actor=user)
+    changes.withdraw_rules(other, [b.pk], actor=user)
     assert not RuleSource.objects.filter(rule_id=a.pk).exists()
     assert changes.dangling_references() == _NO_DANGLING
 

@@ -44,7 +44,7 @@ def feed():
 
 def test_add_rule_makes_a_one_off_admin_set_with_the_note(django_user_model):
     user = django_user_model.objects.create_user("ann")
-    rule = changes.add_rule("evil.example/", category="spam", note="seen in mail", user=user)
+    rule = changes.add_rule("evil.example/", category="spam", note="seen in mail", actor=user)
     event = ChangeEvent.objects.get()
     cs = event.change_set
     assert (cs.kind, cs.actor, cs.added, cs.removed, cs.note) == (
@@ -72,9 +72,9 @@ def test_writes_inside_change_set_share_it_and_count(django_user_model):
     user = django_user_model.objects.create_user("bob")
     first = changes.add_rule("keep.example/", category="spam")
     with changes.change_set(kind="revert", actor=user, note="n", reason="mistake") as cs:
-        changes.add_rule("one.example/", category="spam", user=user)
+        changes.add_rule("one.example/", category="spam", actor=user)
         changes.add_rules(["two.example", "three.example", "com"], source="import:x.txt")
-        changes.remove_rule(first, user=user)
+        changes.remove_rule(first, actor=user)
     assert (cs.added, cs.removed, cs.refused) == (3, 1, 1)
     assert set(ChangeEvent.objects.filter(change_set=cs).values_list("expression", flat=True)) == {
         "one.example/",

@@ -82,7 +82,7 @@ def test_an_import_is_a_change_set_and_its_revert_removes_what_it_added(editor):
 def test_a_bulk_delete_is_reverted_with_categories_and_notes(editor):
     a = changes.add_rule("del-a.example.net", category="phishing", note="reported by CERT")
     b = changes.add_rule("del-b.example.net", category="malware")
-    deleting = jobs.create_delete(SpamRule.objects.filter(pk__in=[a.pk, b.pk]), user=editor.user)
+    deleting = jobs.create_delete(SpamRule.objects.filter(pk__in=[a.pk, b.pk]), actor=editor.user)
     jobs.start_delete(AdminJob.objects.get(pk=deleting.pk), reason="false positives?")
     deleting.refresh_from_db()
     change_set = ChangeSet.objects.get(pk=deleting.result["change_set"])
@@ -126,7 +126,7 @@ def test_view_only_staff_cannot_revert(viewer, editor, make_staff):
         looker.post(reverse("admin:urlguard_changeset_revert", args=[change_set.pk])).status_code
         == 403
     )
-    job = jobs.create_revert(change_set, user=editor.user)
+    job = jobs.create_revert(change_set, actor=editor.user)
     for method, name in (("get", "revert_job"), ("post", "revert_commit")):
         url = reverse(f"admin:urlguard_changeset_{name}", args=[job.pk])
         assert getattr(looker, method)(url).status_code == 403
@@ -262,7 +262,7 @@ def test_a_revert_survives_another_connection_writing_between_its_batches(monkey
 
 def test_a_bulk_delete_that_stopped_runs_again_to_the_end_in_one_change_set(editor, monkeypatch):
     rules = [changes.add_rule(f"bulk{i}.example.net", category="spam") for i in range(5)]
-    job = jobs.create_delete(SpamRule.objects.filter(pk__in=[r.pk for r in rules]), user=None)
+    job = jobs.create_delete(SpamRule.objects.filter(pk__in=[r.pk for r in rules]), actor=None)
     monkeypatch.setattr(deletes, "DELETE_CHUNK", 2)
     fail_on_call(monkeypatch, changes, "remove_rules", 2, OSError("the worker's disk went away"))
     jobs.start_delete(AdminJob.objects.get(pk=job.pk), reason="cleanup")

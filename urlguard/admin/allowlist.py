@@ -97,15 +97,15 @@ class AllowedHostAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        result = allow_host(obj.host, note=obj.note, user=request.user)
+        result = allow_host(obj.host, note=obj.note, actor=request.user)
         entry = result.entry
         assert entry is not None
-        obj.pk, obj.created, obj.added_by = entry.pk, entry.created, entry.added_by
+        obj.pk, obj.created, obj.actor = entry.pk, entry.created, entry.actor
         obj._state.adding = False
         _report(request, result, f"Allowlisted {result.host}.")
 
     def delete_model(self, request: HttpRequest, obj: AllowedHost) -> None:
-        result = unallow_host(obj.host, user=request.user)
+        result = unallow_host(obj.host, actor=request.user)
         _report(request, result, f"Took {result.host} off the allowlist.")
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:

@@ -32,7 +32,7 @@ def _delete_job(job_id: int) -> AdminJob:
 
 def start_from_action(model_admin, request: HttpRequest, queryset) -> HttpResponse:
     """The "delete selected" action: a job for the selection, and its summary page."""
-    job = jobs.create_delete(queryset, user=request.user)
+    job = jobs.create_delete(queryset, actor=request.user)
     return HttpResponseRedirect(job_url(job))
 
 

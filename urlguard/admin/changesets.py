@@ -256,7 +256,7 @@ def revert_start_view(model_admin, request: HttpRequest, change_set_id: int) -> 
         return HttpResponseRedirect(
             reverse("admin:urlguard_changeset_change", args=[change_set.pk])
         )
-    job = jobs.create_revert(change_set, user=request.user)
+    job = jobs.create_revert(change_set, actor=request.user)
     return HttpResponseRedirect(reverse("admin:urlguard_changeset_revert_job", args=[job.pk]))
 
 

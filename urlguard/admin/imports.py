@@ -36,7 +36,7 @@ def upload_view(model_admin, request: HttpRequest) -> HttpResponse:
                 decoded(upload),
                 default_category=form.cleaned_data["default_category"],
                 filename=upload.name,
-                user=request.user,
+                actor=request.user,
             )
             jobs.start_preview(job)
             return HttpResponseRedirect(
@@ -90,7 +90,7 @@ def commit_view(model_admin, request: HttpRequest, job_id: int) -> HttpResponse:
         )
     elif job.total == 0:
         messages.info(request, "Nothing to import: every line is already present or refused.")
-    elif jobs.start_import(job, user=request.user):
+    elif jobs.start_import(job, actor=request.user):
         report_job_outcome(
             request, job, f"Import #{job.number} is queued; this page shows its progress."
         )

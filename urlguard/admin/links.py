@@ -258,7 +258,7 @@ def rescan_view(model_admin: ShortLinkAdmin, request: HttpRequest) -> HttpRespon
         # file and then writes its findings, so viewing is not enough.
         if not model_admin.has_change_permission(request):
             raise PermissionDenied
-        started = jobs.start_rescan(user=request.user)
+        started = jobs.start_rescan(actor=request.user)
         report_job_outcome(request, started, "Rescan queued; this page shows its progress.")
         return HttpResponseRedirect(
             reverse("admin:urlguard_shortlink_rescan") + f"?job={started.pk}"

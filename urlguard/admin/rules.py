@@ -93,9 +93,9 @@ class SpamRuleAdmin(admin.ModelAdmin):
     @admin.display(description="added", ordering="added_at")
     def added(self, obj: SpamRule) -> str:
         when = formats.date_format(timezone.localtime(obj.created), "Y-m-d H:i")
-        if obj.added_by is None:
+        if obj.actor is None:
             return when
-        return format_html('{}<br><span class="help">by {}</span>', when, obj.added_by)
+        return format_html('{}<br><span class="help">by {}</span>', when, obj.actor)
 
     @admin.display(description="added at (filter id)")
     def added_at_text(self, obj: SpamRule) -> str:
@@ -206,7 +206,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
                 obj.expression,
                 category=obj.category,
                 note=obj.note,
-                user=request.user,
+                actor=request.user,
                 source="admin",
             )
             obj.pk, obj.added_at = saved.pk, saved.added_at
@@ -232,10 +232,10 @@ class SpamRuleAdmin(admin.ModelAdmin):
         return super().delete_view(request, object_id, extra_context)
 
     def delete_model(self, request, obj):
-        changes.remove_rule(obj, user=request.user, source="admin")
+        changes.remove_rule(obj, actor=request.user, source="admin")
 
     def delete_queryset(self, request, queryset):
-        changes.remove_rules(queryset, user=request.user, source="admin")
+        changes.remove_rules(queryset, actor=request.user, source="admin")
 
     # --- the add page: paste, pick a level, preview, save ----------------------------
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context=None):
@@ -262,7 +262,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
                             form.cleaned_data["expression"],
                             category=form.cleaned_data["category"],
                             note=form.cleaned_data["note"],
-                            user=request.user,
+                            actor=request.user,
                             source="admin",
                             change_set=cs,
                         )
@@ -332,7 +332,7 @@ class SpamRuleAdmin(admin.ModelAdmin):
             return
         # Closed first: removing the rule unlinks its reports (SET_NULL).
         closed = queue.resolve(old, MistakeReport.Status.NARROWED, request.user, change_set)
-        changes.remove_rule(old, user=request.user, source="admin", change_set=change_set)
+        changes.remove_rule(old, actor=request.user, source="admin", change_set=change_set)
         self.message_user(
             request,
             f"It replaces {old.expression}, now removed ({closed} mistake report"

@@ -337,7 +337,7 @@ class SourceAdmin(admin.ModelAdmin):
     @admin.action(description="Refresh selected feeds now", permissions=["change"])
     def refresh_now(self, request, queryset):
         feeds = [s for s in queryset if s.is_feed]
-        jobs = [start_refresh(s, user=request.user) for s in feeds]
+        jobs = [start_refresh(s, actor=request.user) for s in feeds]
         if len(jobs) == 1:
             return HttpResponseRedirect(
                 reverse("admin:urlguard_source_refresh_job", args=[feeds[0].pk, jobs[0].pk])
@@ -355,7 +355,7 @@ class SourceAdmin(admin.ModelAdmin):
         jobs = [
             start_refresh(
                 s,
-                user=request.user,
+                actor=request.user,
                 accept_shrink=not held_for_impact(s.held_reason),
                 accept_impact=held_for_impact(s.held_reason),
             )
@@ -406,13 +406,13 @@ class SourceAdmin(admin.ModelAdmin):
         )
 
 
-def _set_enabled(queryset: Any, enabled: bool, user: Any) -> int:
+def _set_enabled(queryset: Any, enabled: bool, actor: Any) -> int:
     # The selection's keys are read first: a changelist filtered on `enabled` would
     # select nothing once the update has run.
     with transaction.atomic(using=router.db_for_write(Source)):
         pks = list(queryset.values_list("pk", flat=True))
         n = Source.objects.filter(pk__in=pks).update(enabled=enabled)
-        _log_allowlist(pks, user)
+        _log_allowlist(pks, actor)
     return n
 
 
@@ -421,14 +421,14 @@ def _allowlisted_hosts(source_pks: list[int]) -> list[str]:
     return list(hosts.values_list("host", flat=True).distinct())
 
 
-def _log_allowlist(source_pks: list[int], user: Any) -> None:
+def _log_allowlist(source_pks: list[int], actor: Any) -> None:
     """The hosts of sources just enabled, disabled or made (no longer) an allowlist
     entered or left the allowlist: into the change log with them, in the same
     transaction (the exports' positions carry it). record_allowlist writes rows only
     for hosts whose standing changed."""
     names = _allowlisted_hosts(source_pks)
     if names:
-        changes.record_allowlist(names, user=user)
+        changes.record_allowlist(names, actor=actor)
 
 
 def _links_blocked(refresh: FeedRefresh) -> str:
@@ -472,7 +472,7 @@ def test_fetch_start_view(model_admin: SourceAdmin, request: HttpRequest) -> Htt
     if form.cleaned_data.get("kind") != Source.Kind.FEED:
         messages.error(request, "Only a feed has something to fetch.")
         return HttpResponseRedirect(back)
-    job = start_test_fetch(form.cleaned_data, user=request.user)
+    job = start_test_fetch(form.cleaned_data, actor=request.user)
     return HttpResponseRedirect(reverse("admin:urlguard_source_test_fetch", args=[job.pk]))
 
 
@@ -523,7 +523,7 @@ def refresh_view(model_admin: SourceAdmin, request: HttpRequest, source_id: int)
         return HttpResponseRedirect(reverse("admin:urlguard_source_change", args=[source.pk]))
     job = start_refresh(
         source,
-        user=request.user,
+        actor=request.user,
         accept_shrink="accept_shrink" in request.POST,
         accept_impact="accept_impact" in request.POST,
     )
@@ -618,10 +618,10 @@ class FeedHoldAdmin(admin.ModelAdmin):
         for source in sources:
             accepted += holds.accept(
                 source,
-                user=request.user,
+                actor=request.user,
                 expressions=queryset.filter(source=source).values_list("expression", flat=True),
             )
-            start_refresh(source, user=request.user)
+            start_refresh(source, actor=request.user)
         self.message_user(
             request,
             f"Accepted {counted(accepted, 'held entry')}; refreshing "

@@ -15,13 +15,13 @@ __all__ = ["start_refresh", "start_test_fetch"]
 
 
 def start_refresh(
-    source: Source, *, user: Actor, accept_shrink: bool = False, accept_impact: bool = False
+    source: Source, *, actor: Actor, accept_shrink: bool = False, accept_impact: bool = False
 ) -> AdminJob:
     """Queue a refresh of `source` as an AdminJob (a worker, or this process's runner
     thread: never inside the request, which a first load of a big feed would outlast)."""
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REFRESH,
-        created_by=row_user(user),
+        created_by=row_user(actor),
         params={
             "source": source.pk,
             "name": source.name,
@@ -34,12 +34,12 @@ def start_refresh(
     return job
 
 
-def start_test_fetch(data: dict[str, Any], *, user: Actor) -> AdminJob:
+def start_test_fetch(data: dict[str, Any], *, actor: Actor) -> AdminJob:
     """Queue a test fetch of the subscribe form's feed (a worker, or this process's
     runner thread: never inside the request)."""
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.TEST_FETCH,
-        created_by=row_user(user),
+        created_by=row_user(actor),
         params={
             "name": data.get("name", ""),
             "url": data["url"].strip(),

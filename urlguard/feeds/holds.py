@@ -114,14 +114,14 @@ def record(source: Source, held: list[Held], listed: np.ndarray) -> None:
         )
 
 
-def accept(source: Source, *, user: Actor = None, expressions: Iterable[str] | None = None) -> int:
+def accept(source: Source, *, actor: Actor = None, expressions: Iterable[str] | None = None) -> int:
     """Accept the held entries of `source` (all, or those of `expressions`): the next
     refresh applies them (it fetches the body again: an unchanged one would otherwise
     answer "not modified"). Returns how many were accepted."""
     pending = FeedHold.objects.filter(source=source, accepted_at__isnull=True)
     if expressions is not None:
         pending = pending.filter(key__in=[expression_key(e) for e in expressions])
-    by = user if getattr(user, "is_authenticated", False) else None
+    by = actor if getattr(actor, "is_authenticated", False) else None
     accepted = pending.update(accepted_at=timezone.now(), accepted_by=by)
     if accepted:
         Source.objects.filter(pk=source.pk).update(etag="", last_modified="")

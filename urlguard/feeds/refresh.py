@@ -95,7 +95,7 @@ def refresh_source(
     dry_run: bool = False,
     accept_shrink: bool = False,
     accept_impact: bool = False,
-    user: Actor = None,
+    actor: Actor = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> RefreshResult:
     """Refresh `source` once. Never raises for the feed's own faults: they come back
@@ -158,7 +158,7 @@ def refresh_source(
                 "list is never taken for a source that listed nothing"
             )
         if source.is_allowlist:
-            _apply_allowlist(source, staged, result, dry_run=dry_run, user=user)
+            _apply_allowlist(source, staged, result, dry_run=dry_run, actor=actor)
         else:
             _diff_and_apply(
                 source,
@@ -168,7 +168,7 @@ def refresh_source(
                 dry_run=dry_run,
                 accept_shrink=accept_shrink,
                 accept_impact=accept_impact,
-                user=user,
+                actor=actor,
                 report=report,
             )
         if dry_run and result.status == RefreshStatus.OK:
@@ -182,7 +182,7 @@ def refresh_source(
             result.duration = time.perf_counter() - started
             _record(source, result)
             if result.rules_added and _may_block_links(result.impact):
-                result.rescan_job = _start_rescan(user)
+                result.rescan_job = _start_rescan(actor)
     except FeedError as exc:
         result.status, result.error = RefreshStatus.FAILED, str(exc)
         result.transient = isinstance(exc, TransientFeedError)
@@ -237,11 +237,11 @@ def _may_block_links(impact: dict[str, Any] | None) -> bool:
     return impact is None or not impact["exact"] or impact["changed"] > 0
 
 
-def _start_rescan(user: Actor) -> int | None:
+def _start_rescan(actor: Actor) -> int | None:
     """The rescan of the short links an import runs too, where the site has them."""
 
-    person = user if getattr(user, "is_authenticated", False) else None
-    job = rescan_after_adding(user=person)
+    person = actor if getattr(actor, "is_authenticated", False) else None
+    job = rescan_after_adding(actor=person)
     return job.pk if job else None
 
 
@@ -261,13 +261,13 @@ def held_for_impact(held_reason: str) -> bool:
     return IMPACT_HOLD in held_reason
 
 
-def accept_held(source: Source, *, user: Actor = None) -> RefreshResult:
+def accept_held(source: Source, *, actor: Actor = None) -> RefreshResult:
     """Apply the held refresh of `source`: a refresh that accepts what it was held
     for (its shrink, or its impact on the short links), nothing else (fetched again,
     so what is applied is the source as it is now, with its numbers recorded)."""
     if held_for_impact(source.held_reason):
-        return refresh_source(source, accept_impact=True, user=user)
-    return refresh_source(source, accept_shrink=True, user=user)
+        return refresh_source(source, accept_impact=True, actor=actor)
+    return refresh_source(source, accept_shrink=True, actor=actor)
 
 
 def _claim(source: Source, owner: str) -> str:
@@ -318,7 +318,7 @@ def _diff_and_apply(
     dry_run: bool,
     accept_shrink: bool,
     accept_impact: bool,
-    user: Actor,
+    actor: Actor,
     report: Callable[[str, int, int], None],
 ) -> None:
     """Plan the refresh (urlguard.feeds.planning), and unless it is held or a dry
@@ -337,7 +337,7 @@ def _diff_and_apply(
         return
     applied = Applied()
     try:
-        apply_listing(plan, user=user, progress=report, applied=applied)
+        apply_listing(plan, actor=actor, progress=report, applied=applied)
     finally:
         result.change_set = applied.change_set  # a partial set too, for the record
     result.rules_added, result.rules_removed = applied.rules_added, applied.rules_removed
@@ -350,7 +350,7 @@ def _diff_and_apply(
 
 
 def _apply_allowlist(
-    source: Source, staged: Staged, result: RefreshResult, *, dry_run: bool, user: Actor = None
+    source: Source, staged: Staged, result: RefreshResult, *, dry_run: bool, actor: Actor = None
 ) -> None:
     """An allowlist's entries are hosts, never rules: replace its AllowedHost rows, and
     act on the hosts that came and went as a person's allowlisting does."""
@@ -367,7 +367,7 @@ def _apply_allowlist(
         transaction.atomic(using=router.db_for_write(AllowedHost)),
         changes.change_set(
             kind=ChangeSet.Kind.ALLOWLIST,
-            actor=user,
+            actor=actor,
             source=source,
             reason=f"refresh of {source.url}",
         ) as cs,
@@ -377,10 +377,10 @@ def _apply_allowlist(
             [AllowedHost(source=source, host=host) for host in sorted(hosts - present)],
             ignore_conflicts=True,
         )
-        changes.record_allowlist(sorted(hosts ^ present), change_set=cs, user=user)
+        changes.record_allowlist(sorted(hosts ^ present), change_set=cs, actor=actor)
         if source.enabled:
-            allowlist.release(sorted(present - hosts), change_set=cs, user=user)
-            allowlist.enforce(sorted(hosts - present), change_set=cs, user=user)
+            allowlist.release(sorted(present - hosts), change_set=cs, actor=actor)
+            allowlist.enforce(sorted(hosts - present), change_set=cs, actor=actor)
     if cs.added or cs.removed or cs.events.exists():
         result.change_set = cs.pk
     else:

@@ -42,7 +42,7 @@ DELETE_CHUNK = changes.CHUNK_SIZE
 DELETE_SAMPLES = 20
 
 
-def create_delete(rules, *, user: Actor) -> AdminJob:
+def create_delete(rules, *, actor: Actor) -> AdminJob:
     """A bulk-delete job for the rules (a QuerySet or primary keys), waiting for its
     summary. Only the keys are read here: a million of them is a few megabytes."""
     pks = (
@@ -53,7 +53,7 @@ def create_delete(rules, *, user: Actor) -> AdminJob:
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.DELETE,
         state=AdminJob.State.QUEUED,
-        created_by=row_user(user),
+        created_by=row_user(actor),
         params={"phase": "preview"},
         message="Waiting for the summary to start.",
     )
@@ -130,7 +130,7 @@ def delete_rules_job(job_id: int) -> dict | None:
     try:
         with changes.change_set(
             kind=ChangeSet.Kind.BULK_DELETE,
-            actor=job.created_by,
+            actor=job.actor,
             reason=job.params.get("reason", ""),
             note=f"bulk delete #{job.number}",
             resume=written_before(job),
@@ -139,7 +139,7 @@ def delete_rules_job(job_id: int) -> dict | None:
             removed = change_set.removed  # by a first run that stopped
             for batch in _job_pks(job):
                 removed += changes.remove_rules(
-                    batch, user=job.created_by, source="admin", change_set=change_set
+                    batch, actor=job.actor, source="admin", change_set=change_set
                 )
                 handled += len(batch)
                 progress(handled, job.total)

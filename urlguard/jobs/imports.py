@@ -42,13 +42,13 @@ MAX_REFUSED_SHOWN = 1_000
 
 
 def create_import(
-    texts: Iterable[str], *, default_category: str, filename: str, user: Actor
+    texts: Iterable[str], *, default_category: str, filename: str, actor: Actor
 ) -> AdminJob:
     """An import job holding the uploaded text, waiting for its dry run."""
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.IMPORT,
         state=AdminJob.State.QUEUED,
-        created_by=row_user(user),
+        created_by=row_user(actor),
         params={"filename": filename, "default_category": default_category, "phase": "preview"},
         message="Waiting for the dry run to start.",
     )
@@ -61,9 +61,9 @@ def start_preview(job: AdminJob) -> None:
     dispatch(preview_import_job, job.pk)
 
 
-def preview_import(text: str, *, default_category: str, filename: str, user: Actor) -> AdminJob:
+def preview_import(text: str, *, default_category: str, filename: str, actor: Actor) -> AdminJob:
     """create_import and its dry run, here and now (commands and tests)."""
-    job = create_import([text], default_category=default_category, filename=filename, user=user)
+    job = create_import([text], default_category=default_category, filename=filename, actor=actor)
     preview_import_job(job.pk)
     job.refresh_from_db()
     return job
@@ -147,12 +147,12 @@ def preview_import_job(job_id: int) -> dict | None:
     return {"new": len(new)}
 
 
-def start_import(job: AdminJob, *, user: Actor) -> bool:
+def start_import(job: AdminJob, *, actor: Actor) -> bool:
     """Queue a previewed import (once: a second click finds it no longer previewed).
-    `user`, who commits it, is its actor from here on (the rules, the change log and
+    `actor`, who commits it, is its actor from here on (the rules, the change log and
     the rescan are theirs), not whoever uploaded the file; the uploader stays in
     params["uploaded_by"]."""
-    uploader = job.created_by
+    uploader = job.actor
     params = {
         **job.params,
         "phase": "commit",
@@ -162,11 +162,11 @@ def start_import(job: AdminJob, *, user: Actor) -> bool:
         state=AdminJob.State.QUEUED,
         message="Waiting for a worker.",
         done=0,
-        created_by=row_user(user),
+        created_by=row_user(actor),
         params=params,
     )
     if claimed:
-        job.created_by, job.params = row_user(user), params
+        job.actor, job.params = row_user(actor), params
         dispatch(import_rules_job, job.pk)
     return bool(claimed)
 
@@ -190,7 +190,7 @@ def import_rules_job(job_id: int) -> dict | None:
     try:
         with changes.change_set(
             kind=ChangeSet.Kind.IMPORT,
-            actor=job.created_by,
+            actor=job.actor,
             note=f"import #{job.number}: {job.params.get('filename', '')}"[:1000],
             source=source,
             resume=written_before(job),
@@ -199,7 +199,7 @@ def import_rules_job(job_id: int) -> dict | None:
             bulk = changes.add_rules(
                 entries,
                 source=source,
-                user=job.created_by,
+                actor=job.actor,
                 chunk_size=IMPORT_CHUNK,
                 progress=lambda handled: progress(handled, lines),
                 change_set=change_set,
@@ -217,7 +217,7 @@ def import_rules_job(job_id: int) -> dict | None:
     added = change_set.added
     skipped = len(bulk.skipped) - int(job.result.get("repeated", 0)) - earlier
     refused = [str(r) for r in bulk.refused]
-    rescan = rescan_after_adding(user=job.created_by, after_import=job.pk)
+    rescan = rescan_after_adding(actor=job.actor, after_import=job.pk)
     job.state = AdminJob.State.DONE
     job.finished = timezone.now()
     job.done = job.total = added + max(skipped, 0)

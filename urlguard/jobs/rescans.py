@@ -19,11 +19,11 @@ from urlguard.writepath.impact import build_link_index
 logger = logging.getLogger(__name__)
 
 
-def start_rescan(*, user: Actor, after_import: int | None = None) -> AdminJob:
+def start_rescan(*, actor: Actor, after_import: int | None = None) -> AdminJob:
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.RESCAN,
         state=AdminJob.State.QUEUED,
-        created_by=row_user(user),
+        created_by=row_user(actor),
         params={"after_import": after_import} if after_import else {},
         message="Waiting for a worker.",
     )
@@ -31,13 +31,13 @@ def start_rescan(*, user: Actor, after_import: int | None = None) -> AdminJob:
     return job
 
 
-def rescan_after_adding(*, user: Actor, after_import: int | None = None) -> AdminJob | None:
+def rescan_after_adding(*, actor: Actor, after_import: int | None = None) -> AdminJob | None:
     """New rules may block existing short links: queue their rescan (which also brings
     the impact index up to date), where the site has short links; None where it has
     none (an import and a feed refresh both end with this)."""
     if not shortlinks.installed():
         return None
-    return start_rescan(user=user, after_import=after_import)
+    return start_rescan(actor=actor, after_import=after_import)
 
 
 @shared_task(name="urlguard.admin.rescan_links_job")

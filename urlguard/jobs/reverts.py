@@ -23,12 +23,12 @@ from urlguard.writepath import revert
 logger = logging.getLogger(__name__)
 
 
-def create_revert(change_set, *, user: Actor) -> AdminJob:
+def create_revert(change_set, *, actor: Actor) -> AdminJob:
     """A revert job for `change_set`, waiting for its summary."""
     job = AdminJob.objects.create(
         kind=AdminJob.Kind.REVERT,
         state=AdminJob.State.QUEUED,
-        created_by=row_user(user),
+        created_by=row_user(actor),
         params={"phase": "preview", "change_set": change_set.pk},
         message="Waiting for the summary to start.",
     )
@@ -83,7 +83,7 @@ def revert_job(job_id: int) -> dict | None:
         events = ChangeEvent.objects.filter(change_set=change_set).count()
         done = revert.revert_change_set(
             change_set,
-            user=job.created_by,
+            actor=job.actor,
             reason=job.params.get("reason", ""),
             progress=lambda n: progress(n, events),
         )

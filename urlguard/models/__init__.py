@@ -1,6 +1,11 @@
 """The app's models, one module per domain; every model keeps the `urlguard` app label
 and its table, so the split moved no data."""
 
+from urlguard.models.actors import (
+    Actor,
+    UserOrNone,
+    row_user,
+)
 from urlguard.models.allowlist import (
     AllowedHost,
     AllowlistRefusal,
@@ -10,12 +15,9 @@ from urlguard.models.apikeys import (
 )
 from urlguard.models.changes import (
     CHANGE_LOG_LOCK,
-    Actor,
     ChangeEvent,
     ChangeEventManager,
     ChangeSet,
-    UserOrNone,
-    row_user,
 )
 from urlguard.models.feeds import (
     FeedHold,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from urlguard.models.actors import actor_alias
 from urlguard.models.feeds import Source
 from urlguard.models.rules import Category
 
@@ -42,6 +43,7 @@ class AllowedHost(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    actor = actor_alias("added_by")
     created = models.DateTimeField(auto_now_add=True)
 
     objects = AllowedHostQuerySet.as_manager()

@@ -3,8 +3,6 @@ sets (one action's worth, revertible)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias, cast
-
 from django.conf import settings
 from django.db import connections, models
 from django.db.models import Max
@@ -15,25 +13,6 @@ from django.utils import timezone
 from urlguard.models import database
 from urlguard.models.feeds import Source
 from urlguard.models.rules import Category
-
-if TYPE_CHECKING:
-    # User: the model settings.AUTH_USER_MODEL names, as django-stubs resolves the
-    # foreign keys to it under the settings mypy runs with.
-    from django.contrib.auth.models import AnonymousUser, User
-
-#: A user a row refers to (ChangeSet.actor, AdminJob.created_by, ...), or None.
-UserOrNone: TypeAlias = "User | None"
-#: Who acts, as callers of the write path name them: a user, request.user of a request
-#: nobody logged into (AnonymousUser), or None (a task, a command). Only a logged-in
-#: user becomes a row's actor.
-Actor: TypeAlias = "User | AnonymousUser | None"
-
-
-def row_user(actor: Actor) -> UserOrNone:
-    """The user a row may name for `actor`: a logged-in user, else None."""
-    if actor is None or not getattr(actor, "is_authenticated", False):
-        return None
-    return cast(UserOrNone, actor)  # AnonymousUser is never authenticated
 
 
 class ChangeSet(models.Model):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from urlguard.models.actors import actor_alias
+
 
 class AdminJob(models.Model):
     """A long admin operation (an import, a rescan) and its progress and result, so a
@@ -37,6 +39,7 @@ class AdminJob(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    actor = actor_alias("created_by")
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)

@@ -12,6 +12,8 @@ import mmh3
 from django.conf import settings
 from django.db import models
 
+from urlguard.models.actors import actor_alias
+
 
 def now_micros() -> int:
     return time.time_ns() // 1000
@@ -110,6 +112,7 @@ class SpamRule(models.Model):
         related_name="+",
         db_index=False,
     )
+    actor = actor_alias("added_by")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

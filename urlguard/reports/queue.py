@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-def resolve(rule_or_report, status: str, user: Actor, change_set: ChangeSet | None = None) -> int:
+def resolve(rule_or_report, status: str, actor: Actor, change_set: ChangeSet | None = None) -> int:
     """Close the open reports about the report's rule (or about `rule`), linking the
     change set that acted on them."""
     if isinstance(rule_or_report, MistakeReport):
@@ -39,7 +39,7 @@ def resolve(rule_or_report, status: str, user: Actor, change_set: ChangeSet | No
     else:
         reports = MistakeReport.objects.filter(rule=rule_or_report)
     return reports.filter(status=MistakeReport.Status.OPEN).update(
-        status=status, resolved_by=user, resolved_at=timezone.now(), change_set=change_set
+        status=status, resolved_by=actor, resolved_at=timezone.now(), change_set=change_set
     )
 
 
@@ -52,14 +52,14 @@ def reason_of(report: MistakeReport) -> str:
 
 
 @contextmanager
-def acting_on(report_id: Any, user: Actor) -> Iterator[ChangeSet | None]:
+def acting_on(report_id: Any, actor: Actor) -> Iterator[ChangeSet | None]:
     """A change set for the writes inside, carrying the report (given by its id, as
     the narrow form passes it) as its reason; None (no set) for no such report."""
     report = MistakeReport.objects.filter(pk=int(report_id)).first() if report_id else None
     if report is None:
         yield None
         return
-    with changes.change_set(kind=ChangeSet.Kind.ADMIN, actor=user, reason=reason_of(report)) as cs:
+    with changes.change_set(kind=ChangeSet.Kind.ADMIN, actor=actor, reason=reason_of(report)) as cs:
         try:
             yield cs
         except BaseException:
@@ -86,19 +86,19 @@ def allowlist_host_of(rule: SpamRule) -> str | None:
 
 
 def remove_reported_rule(
-    report: MistakeReport, rule: SpamRule, user: Actor
+    report: MistakeReport, rule: SpamRule, actor: Actor
 ) -> tuple[ChangeSet, int]:
     """Remove the report's rule in a change set whose reason is the report, closing the
     open reports about it: (the change set, how many reports it closed)."""
-    with changes.change_set(kind=ChangeSet.Kind.ADMIN, actor=user, reason=reason_of(report)) as cs:
+    with changes.change_set(kind=ChangeSet.Kind.ADMIN, actor=actor, reason=reason_of(report)) as cs:
         # Closed first: removing the rule unlinks its reports (SET_NULL).
-        closed = resolve(report, MistakeReport.Status.REMOVED, user, cs)
-        changes.remove_rule(rule, user=user, source="admin", change_set=cs)
+        closed = resolve(report, MistakeReport.Status.REMOVED, actor, cs)
+        changes.remove_rule(rule, actor=actor, source="admin", change_set=cs)
     return cs, closed
 
 
 def allowlist_reported_host(
-    report: MistakeReport, rule: SpamRule, host: str, user: Actor
+    report: MistakeReport, rule: SpamRule, host: str, actor: Actor
 ) -> tuple[AllowResult, int]:
     """Allowlist `host`, which the feeds' `rule` blocks whole: their listings are
     withdrawn at once and stay out at their next refreshes; the open reports about the
@@ -109,18 +109,18 @@ def allowlist_reported_host(
             "pk", flat=True
         )
     )
-    result = allow_host(host, note=reason_of(report)[:200], user=user)
+    result = allow_host(host, note=reason_of(report)[:200], actor=actor)
     closed = MistakeReport.objects.filter(pk__in=about, status=MistakeReport.Status.OPEN).update(
         status=MistakeReport.Status.ALLOWLISTED,
-        resolved_by=user,
+        resolved_by=actor,
         resolved_at=timezone.now(),
         change_set=result.change_set,
     )
     return result, closed
 
 
-def dismiss(report: MistakeReport, user: Actor) -> None:
+def dismiss(report: MistakeReport, actor: Actor) -> None:
     """Close `report`; its rule stays."""
     MistakeReport.objects.filter(pk=report.pk, status=MistakeReport.Status.OPEN).update(
-        status=MistakeReport.Status.DISMISSED, resolved_by=user, resolved_at=timezone.now()
+        status=MistakeReport.Status.DISMISSED, resolved_by=actor, resolved_at=timezone.now()
     )

@@ -190,7 +190,7 @@ def _feed_listings(expressions: list[str]) -> dict[Source, list[SpamRule]]:
     return per_source
 
 
-def enforce(hosts: Iterable[str], *, change_set: ChangeSet, user: Actor = None) -> AllowResult:
+def enforce(hosts: Iterable[str], *, change_set: ChangeSet, actor: Actor = None) -> AllowResult:
     """Withdraw every feed listing the allowlist (as it is now) refuses because of
     `hosts`, recording each as an AllowlistRefusal of its feed. Inside a transaction."""
     protected = load()
@@ -210,7 +210,7 @@ def enforce(hosts: Iterable[str], *, change_set: ChangeSet, user: Actor = None) 
         )
         result.withdrawn.extend((rule.expression, source.name) for rule in rules)
         withdrawn = changes.withdraw_rules(
-            source, [rule.pk for rule in rules], user=user, change_set=change_set
+            source, [rule.pk for rule in rules], actor=actor, change_set=change_set
         )
         result.rules_removed += withdrawn.removed
     if len(hosts) == 1:  # a person's allowlisting: show what still blocks the host
@@ -220,7 +220,7 @@ def enforce(hosts: Iterable[str], *, change_set: ChangeSet, user: Actor = None) 
     return result
 
 
-def release(hosts: Iterable[str], *, change_set: ChangeSet, user: Actor = None) -> AllowResult:
+def release(hosts: Iterable[str], *, change_set: ChangeSet, actor: Actor = None) -> AllowResult:
     """List again every feed listing kept out because of `hosts` that the allowlist
     (as it is now, without them) no longer refuses. Inside a transaction."""
     protected = load()
@@ -237,7 +237,7 @@ def release(hosts: Iterable[str], *, change_set: ChangeSet, user: Actor = None) 
         added = changes.add_rules(
             [(row.expression, row.category) for row in rows],
             source=source,
-            user=user,
+            actor=actor,
             change_set=change_set,
             normalized=True,
             keep_names=False,
@@ -253,7 +253,7 @@ def _list(hosts: Iterable[str]) -> list[str]:
     return [hosts] if isinstance(hosts, str) else list(hosts)
 
 
-def allow_host(text: str, *, note: str = "", user: Actor = None) -> AllowResult:
+def allow_host(text: str, *, note: str = "", actor: Actor = None) -> AllowResult:
     """Put a host on the allowlist (or update its note) and withdraw at once the feed
     listings it refuses, in one change set. RuleError for a text that is no host."""
     host = host_of(text)
@@ -262,24 +262,24 @@ def allow_host(text: str, *, note: str = "", user: Actor = None) -> AllowResult:
         entry, created = AllowedHost.objects.get_or_create(
             source=None,
             host=host,
-            defaults={"note": note[:200], "added_by": row_user(user)},
+            defaults={"note": note[:200], "added_by": row_user(actor)},
         )
         if not created and note and note != entry.note:
             entry.note = note[:200]
             entry.save(update_fields=["note"])
         with changes.change_set(
             kind=ChangeSet.Kind.ALLOWLIST,
-            actor=user,
+            actor=actor,
             reason=f"allowlisted {host}" + (f": {note}" if note else ""),
         ) as cs:
-            changes.record_allowlist([host], change_set=cs, user=user)
-            result = enforce([host], change_set=cs, user=user)
+            changes.record_allowlist([host], change_set=cs, actor=actor)
+            result = enforce([host], change_set=cs, actor=actor)
         result.host, result.entry, result.created = host, entry, created
         result.change_set = _kept(cs)
     return result
 
 
-def unallow_host(text: str, *, user: Actor = None) -> AllowResult:
+def unallow_host(text: str, *, actor: Actor = None) -> AllowResult:
     """Take a host off the allowlist and list again, at once, the feed listings it
     kept out. LookupError if no person allowlisted it."""
     host = host_of(text)
@@ -293,10 +293,10 @@ def unallow_host(text: str, *, user: Actor = None) -> AllowResult:
             also = f" (the allowlist feed(s) {', '.join(feeds)} list it)" if feeds else ""
             raise LookupError(f"{host} is not on the allowlist{also}")
         with changes.change_set(
-            kind=ChangeSet.Kind.ALLOWLIST, actor=user, reason=f"removed {host} from the allowlist"
+            kind=ChangeSet.Kind.ALLOWLIST, actor=actor, reason=f"removed {host} from the allowlist"
         ) as cs:
-            changes.record_allowlist([host], change_set=cs, user=user)
-            result = release([host], change_set=cs, user=user)
+            changes.record_allowlist([host], change_set=cs, actor=actor)
+            result = release([host], change_set=cs, actor=actor)
         result.host = host
         result.change_set = _kept(cs)
     return result

@@ -37,7 +37,7 @@ class Applied:
 def apply_listing(
     plan: ListingPlan,
     *,
-    user: Actor = None,
+    actor: Actor = None,
     progress: Callable[[str, int, int], None] | None = None,
     applied: Applied | None = None,
 ) -> Applied:
@@ -62,7 +62,7 @@ def apply_listing(
             partial.removed,
         )
     with changesets.change_set(
-        kind=plan.kind, actor=user, source=source, reason=plan.reason, resume=partial
+        kind=plan.kind, actor=actor, source=source, reason=plan.reason, resume=partial
     ) as cs:
         applied.change_set = cs.pk
         if additions.count:
@@ -70,7 +70,7 @@ def apply_listing(
             bulk = changes.add_listed(
                 _still_allowed(plan, applied),
                 source=source,
-                user=user,
+                actor=actor,
                 change_set=cs,
                 progress=lambda done: report("adding", done, total),
             )
@@ -80,12 +80,12 @@ def apply_listing(
             if database.postgresql(connections[router.db_for_write(SpamRule)]):
                 report("withdrawing", additions.count, total)
                 withdrawn = withdrawals.withdraw_keys(
-                    source, plan.withdrawals, user=user, change_set=cs
+                    source, plan.withdrawals, actor=actor, change_set=cs
                 )
             else:
                 gone = listings.rule_ids(source, plan.withdrawals, plan.listed)
                 report("withdrawing", additions.count, total)
-                withdrawn = changes.withdraw_rules(source, gone, user=user, change_set=cs)
+                withdrawn = changes.withdraw_rules(source, gone, actor=actor, change_set=cs)
             applied.rules_removed = withdrawn.removed
         changesets.record_refused(cs, plan.refused + len(applied.refused))
     return applied

@@ -159,7 +159,7 @@ def add_rule(
     category: str,
     source: str | Source = "admin",
     note: str = "",
-    user: Actor = None,
+    actor: Actor = None,
     change_set: ChangeSet | None = None,
 ) -> SpamRule:
     """Normalize `text` (URL, host or expression) and list it under `source`. Raises
@@ -180,7 +180,7 @@ def add_rule(
         cs = _one_off(
             change_set,
             kind=_kind_for(label, ChangeSet.Kind.OTHER),
-            user=user,
+            actor=actor,
             source=lister,
             note=note,
         )
@@ -190,7 +190,7 @@ def add_rule(
             added_at=_next_added_at(),
             source=label,
             note=note,
-            added_by=row_user(user),
+            added_by=row_user(actor),
         )
         rule.save(force_insert=True, using=using)
         RuleSource.objects.create(rule=rule, source=lister, key=expression_key(expression))
@@ -199,7 +199,7 @@ def add_rule(
             expression=expression,
             added_at=rule.added_at,
             category=category,
-            actor=row_user(user),
+            actor=row_user(actor),
             source=label,
             change_set=cs,
             note=note,
@@ -266,7 +266,7 @@ def _add_chunk(
     *,
     source: Source,
     label: str,
-    user: Actor,
+    actor: Actor,
     dry_run: bool,
     cs: ChangeSet | None,
     keep_names: bool = True,
@@ -296,7 +296,7 @@ def _add_chunk(
         if not new:
             return
         first_id = _next_added_at()
-        actor = row_user(user)
+        actor = row_user(actor)
         actor_id = actor.pk if actor is not None else None
         ids = [first_id + i for i in range(len(new))]
         database.insert_rows(
@@ -353,7 +353,7 @@ def add_rules(
     items: Iterable[Any],
     *,
     source: str | Source,
-    user: Actor = None,
+    actor: Actor = None,
     category: str = Category.SPAM,
     dry_run: bool = False,
     chunk_size: int = CHUNK_SIZE,
@@ -385,7 +385,7 @@ def add_rules(
     if not dry_run:
         lister = source_for(source)
         cs = _one_off(
-            change_set, kind=_kind_for(label, ChangeSet.Kind.OTHER), user=user, source=lister
+            change_set, kind=_kind_for(label, ChangeSet.Kind.OTHER), actor=actor, source=lister
         )
         result.change_set = cs
 
@@ -397,7 +397,7 @@ def add_rules(
                 result,
                 source=lister,  # type: ignore[arg-type]  # None only with dry_run
                 label=label,
-                user=user,
+                actor=actor,
                 dry_run=dry_run,
                 cs=cs,
                 keep_names=keep_names,
@@ -447,7 +447,7 @@ def add_listed(
     rows: Iterable[tuple[str, str, int]],
     *,
     source: Source,
-    user: Actor = None,
+    actor: Actor = None,
     change_set: ChangeSet | None = None,
     chunk_size: int = bulkload.LISTED_CHUNK_SIZE,
     progress: Callable[[int], None] | None = None,
@@ -465,18 +465,18 @@ def add_listed(
         return add_rules(
             ((expression, category) for expression, category, _ in rows),
             source=source,
-            user=user,
+            actor=actor,
             change_set=change_set,
             chunk_size=chunk_size,
             progress=progress,
             normalized=True,
             keep_names=False,
         )
-    cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, user=user, source=source)
+    cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, actor=actor, source=source)
     loaded = bulkload.copy_listed(
         rows,
         source=source,
-        actor=row_user(user),
+        actor=row_user(actor),
         change_set=cs,
         chunk_size=chunk_size,
         progress=progress,

@@ -227,7 +227,7 @@ def _one_off(
     change_set: ChangeSet | None,
     *,
     kind: str,
-    user: Actor,
+    actor: Actor,
     source: Source | None,
     note: str = "",
     reason: str = "",
@@ -239,7 +239,7 @@ def _one_off(
     if current is not None:
         return current
     return ChangeSet.objects.create(
-        kind=kind, actor=row_user(user), source=source, note=note, reason=reason
+        kind=kind, actor=row_user(actor), source=source, note=note, reason=reason
     )
 
 
@@ -273,7 +273,7 @@ def record_allowlist(
     hosts: Iterable[str] | None = None,
     *,
     change_set: ChangeSet | None = None,
-    user: Actor = None,
+    actor: Actor = None,
 ) -> int:
     """Log what the allowlist did to `hosts` (None: every host it ever named): an
     `allow` row for a host now in force whose latest allowlist row is not one, an
@@ -304,11 +304,11 @@ def record_allowlist(
                     events.append((host, _UNALLOW if allowed else _ALLOW))
         if not events:
             return 0
-        cs = _one_off(change_set, kind=ChangeSet.Kind.ALLOWLIST, user=user, source=None)
+        cs = _one_off(change_set, kind=ChangeSet.Kind.ALLOWLIST, actor=actor, source=None)
         if not ChangeSet.objects.using(using).filter(pk=cs.pk).exists():
             # As _count's check: the rows refer to their set without a constraint.
             raise ChangeSet.DoesNotExist(f"change set #{cs.pk} was deleted")
-        actor = row_user(user)
+        actor = row_user(actor)
         now = _db_value(using, ChangeEvent, "created", timezone.now())
         added_at = now_micros()
         _insert_events(

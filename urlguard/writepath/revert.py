@@ -148,7 +148,7 @@ def impact_of_reverting(change_set: ChangeSet) -> tuple[Impact, Impact]:
 def revert_change_set(
     change_set: ChangeSet,
     *,
-    user: Actor = None,
+    actor: Actor = None,
     reason: str = "",
     progress: Callable[[int], None] | None = None,
 ) -> ChangeSet:
@@ -167,7 +167,7 @@ def revert_change_set(
             revert = stack.enter_context(
                 changes.change_set(
                     kind=ChangeSet.Kind.REVERT,
-                    actor=user,
+                    actor=actor,
                     reverts=change_set,
                     reason=reason,
                     note=f"revert of {change_set}",
@@ -189,10 +189,10 @@ def revert_change_set(
                     # The set's source withdraws what it listed: a rule that another
                     # source lists too stays (it was not this set's alone).
                     changes.withdraw_rules(
-                        change_set.source, list(still), user=user, change_set=revert
+                        change_set.source, list(still), actor=actor, change_set=revert
                     )
                 else:
-                    changes.remove_rules(list(still), user=user, change_set=revert)
+                    changes.remove_rules(list(still), actor=actor, change_set=revert)
             handled += len(batch)
             if progress is not None:
                 progress(handled)
@@ -204,7 +204,7 @@ def revert_change_set(
                 )
             for label, items in by_label.items():
                 changes.add_rules(
-                    items, source=label, user=user, change_set=revert, normalized=True
+                    items, source=label, actor=actor, change_set=revert, normalized=True
                 )
             handled += len(batch)
             if progress is not None:

@@ -63,7 +63,7 @@ class WithdrawResult:
 def remove_rule(
     rule: SpamRule,
     *,
-    user: Actor = None,
+    actor: Actor = None,
     source: str | Source = "admin",
     change_set: ChangeSet | None = None,
     reason: str = "",
@@ -87,11 +87,11 @@ def remove_rule(
         cs = _one_off(
             change_set,
             kind=_kind_for(label, ChangeSet.Kind.OTHER),
-            user=user,
+            actor=actor,
             source=source_for(source),
             reason=reason,
         )
-        _remove_rows(using, rows, cs=cs, user=user, label=label)
+        _remove_rows(using, rows, cs=cs, actor=actor, label=label)
 
 
 def _pks(rules: Iterable[Any]) -> Iterator[int]:
@@ -102,7 +102,7 @@ def _pks(rules: Iterable[Any]) -> Iterator[int]:
         yield rule if isinstance(rule, int) else rule.pk
 
 
-def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Actor, label: str) -> int:
+def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, actor: Actor, label: str) -> int:
     """Delete these (pk, expression, added_at, category, note) rules and log their
     removals in `cs`, inside the caller's locked transaction. Their listings go with
     them (RuleSource rows cascade)."""
@@ -110,7 +110,7 @@ def _remove_rows(using: str, rows: list[tuple], *, cs: ChangeSet, user: Actor, l
         return 0
     rows = sorted(rows, key=lambda r: r[2])
     database.delete_by_pk(using, SpamRule, [r[0] for r in rows])
-    actor = row_user(user)
+    actor = row_user(actor)
     now = _db_value(using, ChangeEvent, "created", timezone.now())
     # The removal carries the rule's own added_at: it routes to the stage that took
     # the addition, however long ago that was; the note lets a revert bring it back.
@@ -142,7 +142,7 @@ def _withdraw_part(using: str, lister: Source, pks: list[int]) -> tuple[int, lis
 def remove_rules(
     rules: Iterable[Any],
     *,
-    user: Actor = None,
+    actor: Actor = None,
     source: str | Source = "admin",
     chunk_size: int = CHUNK_SIZE,
     change_set: ChangeSet | None = None,
@@ -157,7 +157,7 @@ def remove_rules(
     cs = _one_off(
         change_set,
         kind=ChangeSet.Kind.BULK_DELETE,
-        user=user,
+        actor=actor,
         source=source_for(source),
         reason=reason,
     )
@@ -168,7 +168,7 @@ def remove_rules(
             rows: list[tuple] = []
             for batch in in_batches(part):
                 rows.extend(SpamRule.objects.filter(pk__in=batch).values_list(*_ROW))
-            removed += _remove_rows(using, rows, cs=cs, user=user, label=label)
+            removed += _remove_rows(using, rows, cs=cs, actor=actor, label=label)
     return removed
 
 
@@ -176,7 +176,7 @@ def withdraw_rules(
     source: str | Source,
     rules: Iterable[Any],
     *,
-    user: Actor = None,
+    actor: Actor = None,
     chunk_size: int = CHUNK_SIZE,
     change_set: ChangeSet | None = None,
     reason: str = "",
@@ -190,14 +190,14 @@ def withdraw_rules(
     label = _label(source)
     pks = list(_pks(rules))
     using = router.db_for_write(SpamRule)
-    cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, user=user, source=lister, reason=reason)
+    cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, actor=actor, source=lister, reason=reason)
     result = WithdrawResult(change_set=cs)
     for part in in_batches(pks, chunk_size):
         with transaction.atomic(using=using), rule_writes_allowed():
             _lock_change_log(using)
             withdrawn, orphans = _withdraw_part(using, lister, part)
             result.withdrawn += withdrawn
-            result.removed += _remove_rows(using, orphans, cs=cs, user=user, label=label)
+            result.removed += _remove_rows(using, orphans, cs=cs, actor=actor, label=label)
     return result
 
 
@@ -205,7 +205,7 @@ def withdraw_keys(
     source: Source,
     keys: np.ndarray,
     *,
-    user: Actor = None,
+    actor: Actor = None,
     change_set: ChangeSet,
     chunk_size: int = KEYS_CHUNK_SIZE,
 ) -> WithdrawResult:
@@ -219,7 +219,7 @@ def withdraw_keys(
     qn = connection.ops.quote_name
     rules, listings = qn(SpamRule._meta.db_table), qn(RuleSource._meta.db_table)
     events = qn(ChangeEvent._meta.db_table)
-    actor = row_user(user)
+    actor = row_user(actor)
     result = WithdrawResult(change_set=change_set)
     for start in range(0, len(keys), chunk_size):
         part = keys[start : start + chunk_size].tolist()
