@@ -8,7 +8,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from tests.faults import fail_on_call
+from tests.support.faults import fail_on_call
 from tests.support.fixtures import RULE_EDITOR
 from urlguard.models import AdminJob, ChangeEvent, ShortLink, SpamRule
 from urlguard.writepath import changes

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.listening import wait_until_listening
 from tests.support.deploy import DEPLOY
+from tests.support.listening import wait_until_listening
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

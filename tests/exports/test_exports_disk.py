@@ -11,8 +11,8 @@ import os
 import pytest
 from django.test import Client
 
-from tests.faults import fail_on_call
-from tests.fullfs import fill, small_filesystem  # noqa: F401  (a fixture)
+from tests.support.faults import fail_on_call
+from tests.support.fullfs import fill, small_filesystem  # noqa: F401  (a fixture)
 from urlguard.exports import prerender, render
 from urlguard.exports.projection import current_position
 from urlguard.nodesync import sync

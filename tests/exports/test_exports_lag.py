@@ -14,7 +14,7 @@ from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 
-from tests.fullfs import fill, small_filesystem  # noqa: F401  (a fixture)
+from tests.support.fullfs import fill, small_filesystem  # noqa: F401  (a fixture)
 from tests.support.metrics import scrape, value
 from urlguard.exports import prerender, render
 from urlguard.models import ChangeEvent

@@ -15,7 +15,7 @@ from django.db import OperationalError, connection
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.faults import fail_on_call
+from tests.support.faults import fail_on_call
 from tests.support.feedserver import fixture
 from urlguard.feeds import runner, tasks
 from urlguard.feeds.interval import human_interval

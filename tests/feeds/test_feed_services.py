@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from django.db import connection
 
-from tests.faults import fail_on_call
+from tests.support.faults import fail_on_call
 from tests.support.feedserver import feed_server
 from tests.support.services import LIVE, wait_for
 from urlguard.feeds import listing

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.listening import wait_until_listening
+from tests.support.listening import wait_until_listening
 from urlguard.templatetags.urlguard_format import unbroken_host
 
 pytestmark = pytest.mark.slow

@@ -28,7 +28,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from filterengine import OppositeBloomFilter, RotatingBloomFilter
-from tests.listening import wait_until_listening
+from tests.support.listening import wait_until_listening
 from urlguard.models import Click, ShortLink
 from urlguard.runtime import stats
 from urlguard.runtime.visitors import visitor_id

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.faults import fail_on_call
+from tests.support.faults import fail_on_call
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import (
     AllowedHost,

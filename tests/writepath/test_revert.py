@@ -11,7 +11,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from tests.faults import fail_on_call
+from tests.support.faults import fail_on_call
 from urlguard import jobs
 from urlguard.jobs import deletes
 from urlguard.models import AdminJob, ChangeEvent, ChangeSet, ShortLink, SpamRule
