@@ -201,7 +201,7 @@ ADMIN_REVERT = """
 from urlguard import jobs
 from urlguard.jobs import dispatch
 from urlguard.models import ChangeSet
-job = jobs.create_revert(ChangeSet.objects.get(kind="import"), user=None)
+job = jobs.create_revert(ChangeSet.objects.get(kind="import"), actor=None)
 dispatch.runner.join()
 job.refresh_from_db()
 assert job.state == "previewed", (job.state, job.message)
