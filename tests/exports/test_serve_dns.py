@@ -668,6 +668,15 @@ def test_tcp_slots_are_capped_per_client_and_kept_for_the_transfer_networks(dns_
         raise AssertionError("no TCP slot came back")
 
 
+def _until_waiting(server, count: int) -> None:
+    """Until `count` of the server's TCP connections wait for their next message."""
+    for _ in range(500):
+        if sum(s.waiting_since is not None for s in server.tcp_slots._slots) >= count:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"fewer than {count} TCP connections waiting after 5 s")
+
+
 def test_connections_asking_now_and_then_yield_their_slots_to_newcomers(dns_server, listed):
     """A valid question every few seconds (or one dripped within the deadline) kept a
     connection for ever, so a client with a few addresses held every slot for ever.
@@ -684,7 +693,11 @@ def test_connections_asking_now_and_then_yield_their_slots_to_newcomers(dns_serv
     newcomers = []
     try:
         assert tcp_ask(first, f"test.{URIBL}").answer
+        # The client reads its answer before the server's thread marks the wait begun:
+        # the order of the two waits is made, not left to the scheduler.
+        _until_waiting(server, 1)
         assert tcp_ask(second, f"test.{URIBL}").answer
+        _until_waiting(server, 2)
         second.sendall(b"\x00")  # the next message begun, and left dripping
         threading.Event().wait(0.7)
         newcomers.append(tcp_client(server.port, "127.0.0.4"))
