@@ -1,8 +1,10 @@
 """Reading uploaded rule lists: one URL or host per line, hosts files
 ("0.0.0.0 evil.example"), and CSV with a header naming a URL column and
-optionally a category (and note) column. Pure parsing, no database: the
-import_rules command and the admin import page pass what this yields to
-urlguard.writepath.changes.add_rules.
+optionally a category (and note) column. Parsing, and planning, no database: the
+import_rules command and the admin import page hand what plan_import makes of the
+parsed lines (a ChangePlan: its entries in a file on disk) to
+urlguard.writepath.apply, which lists them in one change set (on PostgreSQL by
+the bulk loader). A dry run counts through urlguard.writepath.changes.add_rules.
 
 The format is detected from the first line that is not blank or a comment: a
 header with a url/expression/host/domain column makes the file CSV; otherwise
@@ -17,8 +19,9 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
+from typing import TYPE_CHECKING
 
 from urlguard.writepath.rulelists import (
     HOSTS_FILE_SELF_NAMES,
@@ -29,11 +32,17 @@ from urlguard.writepath.rulelists import (
     without_comment,
 )
 
+if TYPE_CHECKING:
+    from urlguard.writepath.changes import Refusal
+    from urlguard.writepath.plan import ChangePlan
+
 __all__ = [
     "CSV_CATEGORY_COLUMNS",
     "CSV_NOTE_COLUMNS",
     "CSV_URL_COLUMNS",
+    "PlannedImport",
     "parse_rules",
+    "plan_import",
 ]
 
 # Header names (case-insensitive) recognised in a CSV file, first match wins.
@@ -81,6 +90,41 @@ def parse_rules(lines: Iterable[str], *, default_category: str) -> Iterator[Pars
             if first != parsed.lineno:
                 parsed.duplicate_of = first
         yield parsed
+
+
+@dataclass
+class PlannedImport:
+    """An import as a plan: its entries (the first line of each expression) to list
+    under its label, the lines refused with their reasons, and how many lines
+    repeated an expression of an earlier one."""
+
+    plan: ChangePlan
+    refusals: list[Refusal] = field(default_factory=list)
+    repeated: int = 0
+
+
+def plan_import(parsed: Iterable[ParsedLine], *, label: str, reason: str = "") -> PlannedImport:
+    """What importing `parsed` (parse_rules' lines) under `label` writes, as data:
+    read once, its entries written to a file on disk (close the plan when done)."""
+    # Imported here so that parsing stays importable before Django's apps are.
+    from urlguard.models import ChangeSet
+    from urlguard.writepath.changes import Refusal
+    from urlguard.writepath.plan import ChangePlan, Entries
+
+    planned = PlannedImport(ChangePlan(kind=ChangeSet.Kind.IMPORT, reason=reason))
+
+    def entries() -> Iterator[tuple[str, str, str]]:
+        for line in parsed:
+            if line.error is not None:
+                planned.refusals.append(Refusal(line.raw or "", line.error, line.lineno))
+            elif line.duplicate_of is not None:
+                planned.repeated += 1
+            elif line.expression is not None:
+                yield line.expression, line.category, line.note or ""
+
+    planned.plan.additions.append(Entries.of(label, entries()))
+    planned.plan.refused = len(planned.refusals)
+    return planned
 
 
 # -- plain lists and hosts files -----------------------------------------------------
