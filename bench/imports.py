@@ -12,7 +12,8 @@ Each is printed as a ratio of the floor, with the change-log rows it wrote.
     .venv/bin/python bench/imports.py [--rules 100000] [--db NAME] [--profile FILE]
 
 --db names the database to create and drop (default urlguard_bench_imports_<pid>);
---profile FILE writes a cProfile of the import (pstats format).
+--profile FILE writes a cProfile of the import, --profile-revert FILE one of its
+revert (pstats format).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--db", default="", help="database to create (dropped at the end)")
     parser.add_argument("--profile", default="", help="cProfile the import into this file")
+    parser.add_argument("--profile-revert", default="", help="cProfile the revert into this file")
     args = parser.parse_args()
     import psycopg
 
@@ -98,7 +100,13 @@ def main() -> None:
             profiler.dump_stats(args.profile)
         imported = ChangeSet.objects.get(kind=ChangeSet.Kind.IMPORT)
         assert imported.added == n == SpamRule.objects.count(), (imported.added, n)
+        profiler = cProfile.Profile() if args.profile_revert else None
+        if profiler is not None:
+            profiler.enable()
         reverted, revert_s, revert_rows = timed(revert.revert_change_set, imported)
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile_revert)
         assert reverted.removed == n and SpamRule.objects.count() == 0, reverted
         restored, restore_s, restore_rows = timed(revert.revert_change_set, reverted)
         assert restored.added == n == SpamRule.objects.count(), restored

@@ -18,7 +18,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
-from django.db import router, transaction
+from django.db import connections, router, transaction
+from django.db.models import Exists, OuterRef
 
 from urlguard.models import Actor, ChangeEvent, ChangeSet, SpamRule, database
 from urlguard.runtime import ownership
@@ -163,31 +164,53 @@ def change_plan(change_set: ChangeSet) -> ChangePlan:
     that are still the same rules (withdrawn from its source, or removed if it had
     none), and per label the rules it removed that nothing lists now (restored with
     their category and note). What an interrupted revert undid already is no longer
-    either. Read a batch at a time, written to arrays and entry files on disk."""
-    ids = [
-        np.fromiter(_still_added(batch), dtype=np.int64)
-        for batch in _events(change_set, ChangeEvent.Action.ADD)
-    ]
+    either. Each is one query, read to an array or to entry files on disk, and
+    finished before the apply writes (see _events)."""
     plan = ChangePlan(
         kind=ChangeSet.Kind.REVERT,
-        withdrawals=np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64),
+        withdrawals=_still_added_ids(change_set),
         withdraw_from=change_set.source,
     )
     try:
         removed = ChangeEvent.objects.filter(
             change_set=change_set, action=ChangeEvent.Action.REMOVE
         )
+        unlisted = removed.exclude(
+            Exists(SpamRule.objects.filter(expression=OuterRef("expression")))
+        )
         for label in sorted(set(removed.values_list("source", flat=True).distinct())):
             rows = (
-                (event.expression, event.category or "spam", event.note)
-                for batch in _events(change_set, ChangeEvent.Action.REMOVE, label=label)
-                for event in _not_listed(batch)
+                unlisted.filter(source=label)
+                .order_by("seq")
+                .values_list("expression", "category", "note")
+                .iterator(chunk_size=BATCH)
             )
-            plan.additions.append(Entries.of(label or "admin", rows))
+            plan.additions.append(
+                Entries.of(label or "admin", ((e, c or "spam", n) for e, c, n in rows))
+            )
     except BaseException:
         plan.close()
         raise
     return plan
+
+
+def _still_added_ids(change_set: ChangeSet) -> np.ndarray:
+    """The ids of the rules `change_set` added that are still there (the same
+    expression and added_at), in the order it added them."""
+    connection = connections[router.db_for_read(ChangeEvent)]
+    qn = connection.ops.quote_name
+    events, rules = qn(ChangeEvent._meta.db_table), qn(SpamRule._meta.db_table)
+    parts = []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT r.id FROM {events} e JOIN {rules} r ON r.expression = e.expression "
+            "AND r.added_at = e.added_at WHERE e.change_set_id = %s AND e.action = %s "
+            "ORDER BY e.seq",
+            [change_set.pk, str(ChangeEvent.Action.ADD)],
+        )
+        while rows := cursor.fetchmany(BATCH):
+            parts.append(np.array([row[0] for row in rows], dtype=np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def revert_change_set(
