@@ -192,3 +192,15 @@ def test_an_apply_writes_its_progress_to_the_job_row_chunk_by_chunk(nudges, monk
     assert seen == [(done, 10, "Adding…") for done in (0, 3, 6, 9)]
     job.refresh_from_db()
     assert (job.done, job.total, job.message) == (10, 10, "Written…")
+
+
+def test_a_refresh_job_shows_the_apply_writing_on_its_row(server, nudges, monkeypatch):
+    """The job's id crosses the seam as data; the apply writes the bar's figures."""
+    url = server.serve("/l", "".join(f"j{i}.example\n" for i in range(30)).encode())
+    feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url=url)
+    job = AdminJob.objects.create(kind=AdminJob.Kind.REFRESH, state=AdminJob.State.RUNNING)
+    real = changes.add_listed
+    monkeypatch.setattr(changes, "add_listed", lambda *a, **kw: real(*a, **kw, chunk_size=10))
+    assert refresh_source(feed, job=job.pk).status == "ok"
+    job.refresh_from_db()
+    assert (job.done, job.total, job.message) == (30, 30, "Adding…")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from django.utils import timezone
 
@@ -31,6 +31,7 @@ from urlguard.writepath import changes
 from urlguard.writepath.apply import apply_listing
 from urlguard.writepath.impact import impact_of_adding
 from urlguard.writepath.importing import parse_rules, plan_import
+from urlguard.writepath.rulelists import ParsedLine
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +175,17 @@ def start_import(job: AdminJob, *, user: Actor) -> bool:
     return bool(claimed)
 
 
+def _read(job: AdminJob) -> Iterator[ParsedLine]:
+    """The job's lines the dry run did not refuse, the lines read shown on its row."""
+    progress = Progress(job)
+    lines = int(job.result.get("lines", 0))
+    parsed_lines = parse_rules(iter_lines(job), default_category=job.params["default_category"])
+    for read, parsed in enumerate(parsed_lines, start=1):
+        progress(read, lines, message="Reading the file…")
+        if parsed.error is None:
+            yield parsed
+
+
 @shared_task(name="urlguard.admin.import_rules_job")
 def import_rules_job(job_id: int) -> dict | None:
     job = begin(job_id, AdminJob.Kind.IMPORT)
@@ -185,16 +197,7 @@ def import_rules_job(job_id: int) -> dict | None:
     # refused now was refused at commit time (the rules changed between).
     planned = None
     try:
-        planned = plan_import(
-            (
-                parsed
-                for parsed in parse_rules(
-                    iter_lines(job), default_category=job.params["default_category"]
-                )
-                if parsed.error is None
-            ),
-            label=source,
-        )
+        planned = plan_import(_read(job), label=source)
         planned.plan.chunk_size = IMPORT_CHUNK
         with changes.change_set(
             kind=ChangeSet.Kind.IMPORT,

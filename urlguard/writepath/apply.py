@@ -5,7 +5,14 @@ the chunked writes), the change set the plan's writes belong to (finishing one a
 killed run left partial), the allowlist's last word on a refresh (an entry whose
 host was allowlisted after the plan was made is refused here, as the allowlist acts
 at once), and the progress an admin job shows: written to the job's row after each
-chunk, by the apply itself, so nothing but data crosses into it."""
+chunk, by the apply itself, so nothing but data crosses into it.
+
+What does not come here: a write of a rule or a few (the admin's add, edit and
+delete, an allowlisting's withdrawals and releases), which must commit inside the
+caller's own transaction with what else it changes, where the apply's transaction
+per chunk (and the bulk loader's staging table) cannot be; the bulk delete, a
+selection of ids the admin removes in chunks of its own job (changes.remove_rules);
+and an import's dry run, which writes nothing."""
 
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ Every rule is listed by one or more sources (RuleSource): an addition of a rule
 already listed only adds the source; `withdraw_rules` takes a source's listing away
 and removes the rule only when no source lists it any more; `remove_rule(s)` (the
 admin's delete) removes the rule outright, whoever lists it. Many new listings of
-one source at once go through `add_listed`, which on PostgreSQL is the bulk loader
-(urlguard.writepath.bulkload).
+one source at once (a refresh's, an import's, a revert's restorations, each
+through urlguard.writepath.apply) go through `add_listed`, which on PostgreSQL is
+the bulk loader (urlguard.writepath.bulkload).
 """
 
 from __future__ import annotations
