@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, islice
 from typing import TYPE_CHECKING
 
 from urlguard.writepath.rulelists import (
@@ -28,9 +28,11 @@ from urlguard.writepath.rulelists import (
     ParsedLine,
     csv_rows,
     entry,
+    entry_text,
     is_ip_address,
     without_comment,
 )
+from urlguard.writepath.rules import plain_expressions
 
 if TYPE_CHECKING:
     from urlguard.writepath.changes import Refusal
@@ -50,6 +52,8 @@ CSV_URL_COLUMNS = ("url", "expression", "rule", "host", "hostname", "domain", "p
 CSV_CATEGORY_COLUMNS = ("category", "type", "threat", "threat_type", "kind")
 CSV_NOTE_COLUMNS = ("note", "notes", "comment", "description", "reason")
 _CSV_DELIMITERS = (",", ";", "\t", "|")
+# Lines of a plain list read at once, at most (see _line_entries).
+_BLOCK = 4096
 
 
 def parse_rules(lines: Iterable[str], *, default_category: str) -> Iterator[ParsedLine]:
@@ -131,30 +135,46 @@ def plan_import(parsed: Iterable[ParsedLine], *, label: str, reason: str = "") -
 
 
 def _line_entries(numbered: Iterable[tuple[int, str]], category: str) -> Iterator[ParsedLine]:
-    for lineno, text in numbered:
-        if _is_blank_or_comment(text):
-            continue
-        tokens = without_comment(text).split()
-        if not tokens:
-            continue
-        if len(tokens) > 1 and is_ip_address(tokens[0]):
-            # hosts file: "0.0.0.0 evil.example other.example"
-            for name in tokens[1:]:
-                if name.lower() in HOSTS_FILE_SELF_NAMES:
-                    continue
-                yield entry(lineno, text, name, category)
-        elif len(tokens) > 1:
-            yield ParsedLine(
-                lineno,
-                text,
-                None,
-                category,
-                error=f"expected one URL or host on the line, found {len(tokens)} "
-                "items separated by spaces (a URL cannot contain a space: escape it "
-                "as %20)",
-            )
-        else:
-            yield entry(lineno, text, tokens[0], category)
+    # Lines are read a block at a time (one, then twice as many each time, up to
+    # _BLOCK): a block's one-URL lines go through plain_expressions at once, the
+    # fast path of normalize_rule, and the first entry still comes after one line.
+    numbered = iter(numbered)
+    size = 1
+    while block := list(islice(numbered, size)):
+        size = min(2 * size, _BLOCK)
+        split = [
+            None if _is_blank_or_comment(text) else without_comment(text).split()
+            for _, text in block
+        ]
+        texts = [entry_text(tokens[0]) for tokens in split if tokens and len(tokens) == 1]
+        plain = iter(plain_expressions(texts))
+        for (lineno, text), tokens in zip(block, split, strict=True):
+            if tokens and len(tokens) == 1 and (expression := next(plain)) is not None:
+                yield ParsedLine(lineno, text, expression, category)
+            elif tokens:
+                yield from _line_entry(lineno, text, tokens, category)
+
+
+def _line_entry(lineno: int, text: str, tokens: list[str], category: str) -> Iterator[ParsedLine]:
+    """The entries of one line, `tokens` its words without the comment."""
+    if len(tokens) > 1 and is_ip_address(tokens[0]):
+        # hosts file: "0.0.0.0 evil.example other.example"
+        for name in tokens[1:]:
+            if name.lower() in HOSTS_FILE_SELF_NAMES:
+                continue
+            yield entry(lineno, text, name, category)
+    elif len(tokens) > 1:
+        yield ParsedLine(
+            lineno,
+            text,
+            None,
+            category,
+            error=f"expected one URL or host on the line, found {len(tokens)} "
+            "items separated by spaces (a URL cannot contain a space: escape it "
+            "as %20)",
+        )
+    else:
+        yield entry(lineno, text, tokens[0], category)
 
 
 # -- CSV -----------------------------------------------------------------------------
