@@ -3,6 +3,8 @@ the service built on it, its sub-packages import each other only in the directio
 below (README's "Layout" draws them), and no module imports one that imports it back."""
 
 import ast
+import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -371,3 +373,30 @@ def test_an_import_of_a_test_module_is_reported(tmp_path):
         "tests/a/test_two.py imports tests.a.test_one",
         "tests/a/test_two.py imports tests.a.test_one",
     ]
+
+
+def _carries_code(hint: str) -> bool:
+    """Whether a type hint, as written, names a callable, an iterator, a generator or
+    a thread anywhere inside it (Optional[...], a list of ..., a union)."""
+    return bool(re.search(r"\b(Callable|Iterator|Iterable|Generator|Thread|lambda)\b", hint))
+
+
+def test_only_data_crosses_into_the_apply():
+    """No callable, generator or thread crosses the seam: what the apply takes, and
+    every field of the plans it takes, is data (progress goes to the job's row)."""
+    import dataclasses
+
+    from urlguard.writepath import apply, plan
+
+    taken = {
+        f"apply.{name}({parameter.name})": str(parameter.annotation)
+        for name in apply.__all__
+        if inspect.isfunction(getattr(apply, name))
+        for parameter in inspect.signature(getattr(apply, name)).parameters.values()
+    }
+    assert taken["apply.apply_listing(plan)"] == "ListingPlan | ChangePlan"
+    for cls in (plan.ListingPlan, plan.ChangePlan, plan.Additions, plan.Entries):
+        taken.update({f"{cls.__name__}.{f.name}": str(f.type) for f in dataclasses.fields(cls)})
+    assert not {where: hint for where, hint in taken.items() if _carries_code(hint)}
+    assert _carries_code("Callable[[str, int, int], None] | None")
+    assert _carries_code("list[Iterator[int]]") and not _carries_code("list[Entries]")

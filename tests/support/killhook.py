@@ -43,3 +43,18 @@ if _chunk:
         return _real_add_listed(*args, **kwargs)
 
     changes.add_listed = _add_listed
+    # An import's and a revert's plan is applied in chunks of the same size.
+    from urlguard.writepath import withdrawals
+
+    def _sized(module, name):
+        real = getattr(module, name)
+
+        def sized(*args, **kwargs):
+            kwargs["chunk_size"] = _chunk
+            return real(*args, **kwargs)
+
+        setattr(module, name, sized)
+
+    _sized(changes, "withdraw_rules")
+    _sized(changes, "remove_rules")
+    _sized(withdrawals, "withdraw_ids")

@@ -249,3 +249,33 @@ def test_a_csv_row_short_of_the_url_column_says_so():
     assert line.expression is None
     assert "1 column(s)" in line.error and "'url' column is column 2" in line.error
     assert "category" not in line.error, "the host is not reported as an unknown category"
+
+
+def test_the_block_fast_path_parses_as_each_line_alone(monkeypatch):
+    """A plain list's one-URL lines go through plain_expressions a block at a time;
+    what comes out is what normalize_rule makes of each line on its own."""
+    from urlguard.writepath import importing
+
+    kinds = [
+        "host{i}.example.com",
+        "http://Host{i}.Example.com/a/b.html",
+        "https://host{i}.example.com/path/",
+        "*.wild{i}.example.com",
+        "||abp{i}.example^",
+        "co.uk",
+        "-bad{i}.example",
+        "xn--bcher-kva{i}.example",
+        "a{i}.example/x?q=1",
+        "two{i}.example three.example",
+        "0.0.0.0 hosts{i}.example localhost",
+        "# comment {i}",
+        "",
+        "host{i}.example.com  # trailing comment",
+        "http://[::1]/x{i}",
+        "dup.example",
+    ]
+    lines = [kinds[i % len(kinds)].format(i=i) for i in range(3 * 4096 + 17)]
+    fast = list(parse_rules(lines, default_category="malware"))
+    monkeypatch.setattr(importing, "plain_expressions", lambda texts: [None] * len(texts))
+    assert fast == list(parse_rules(lines, default_category="malware"))
+    assert sum(p.expression is not None for p in fast) > len(lines) // 2

@@ -11,6 +11,7 @@ import pytest
 from tests.support.faults import fail_on_call
 from urlguard.feeds.refresh import refresh_source
 from urlguard.models import (
+    AdminJob,
     AllowedHost,
     ChangeSet,
     FeedRefresh,
@@ -19,9 +20,9 @@ from urlguard.models import (
     SpamRule,
     expression_key,
 )
-from urlguard.writepath import bulkload, changes
+from urlguard.writepath import apply, bulkload, changes
 from urlguard.writepath.apply import apply_listing
-from urlguard.writepath.plan import Additions, ListingPlan
+from urlguard.writepath.plan import Additions, ChangePlan, Entries, ListingPlan
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +62,7 @@ def test_only_the_picked_entries_are_additions_numbered_from_the_first():
         spool.close()
 
 
-def test_a_plan_made_by_hand_is_applied_in_one_change_set(nudges):
+def test_a_plan_made_by_hand_is_applied_in_one_change_set(nudges, monkeypatch):
     feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url="file:///dev/null")
     changes.add_rules(["old.example", "kept.example"], source=feed)
     changes.add_rules(["old.example"], source="admin")
@@ -74,9 +75,17 @@ def test_a_plan_made_by_hand_is_applied_in_one_change_set(nudges):
         listed=2,
         refused=3,
     )
+    job = AdminJob.objects.create(kind=AdminJob.Kind.REFRESH, state=AdminJob.State.RUNNING)
     steps: list[str] = []
+    real = apply._record_progress
+
+    def seen(*args):
+        steps.append(args[1])
+        real(*args)
+
+    monkeypatch.setattr(apply, "_record_progress", seen)
     try:
-        applied = apply_listing(plan, progress=lambda step, done, total: steps.append(step))
+        applied = apply_listing(plan, job=job.pk)
     finally:
         spool.close()
     assert listed(feed) == {"kept.example/", "new.example/", "kept-too.example/"}
@@ -140,3 +149,58 @@ def test_a_refresh_whose_apply_fails_part_way_records_the_partial_change_set(
     again = refresh_source(feed)
     assert (again.status, again.change_set) == ("ok", partial.pk)
     assert len(listed(feed)) == 30
+
+
+def test_entries_keep_each_note_and_list_a_repeated_expression_once():
+    notes = ["", "tab\there", "two\nlines\r", "back\\slash \\n not a line end"]
+    rows = [(f"n{i}.example/", "malware", note) for i, note in enumerate(notes)]
+    entries = Entries.of("import:x", [*rows, ("n1.example/", "spam", "again")])
+    try:
+        assert entries.count == 4
+        assert list(entries.rows()) == [(e, c, expression_key(e), n) for e, c, n in rows]
+    finally:
+        entries.close()
+
+
+def test_an_apply_writes_its_progress_to_the_job_row_chunk_by_chunk(nudges, monkeypatch):
+    """The admin's bar reads the job's row: the apply writes it after each chunk, with
+    no callable handed in."""
+    job = AdminJob.objects.create(kind=AdminJob.Kind.IMPORT, state=AdminJob.State.RUNNING)
+    seen: list[tuple[int, int, str]] = []
+
+    def reading_the_row(module, name):
+        real = getattr(module, name)
+
+        def chunk(*args, **kwargs):
+            seen.append(AdminJob.objects.values_list("done", "total", "message").get(pk=job.pk))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, chunk)
+
+    reading_the_row(changes, "_add_chunk")
+    reading_the_row(bulkload, "_add_listed_chunk")
+    plan = ChangePlan(
+        kind=ChangeSet.Kind.IMPORT,
+        additions=[Entries.of("import:x", ((f"p{i}.example/", "spam", "") for i in range(10)))],
+        chunk_size=3,
+    )
+    try:
+        applied = apply_listing(plan, job=job.pk)
+    finally:
+        plan.close()
+    assert applied.rules_added == 10
+    assert seen == [(done, 10, "Adding…") for done in (0, 3, 6, 9)]
+    job.refresh_from_db()
+    assert (job.done, job.total, job.message) == (10, 10, "Written…")
+
+
+def test_a_refresh_job_shows_the_apply_writing_on_its_row(server, nudges, monkeypatch):
+    """The job's id crosses the seam as data; the apply writes the bar's figures."""
+    url = server.serve("/l", "".join(f"j{i}.example\n" for i in range(30)).encode())
+    feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url=url)
+    job = AdminJob.objects.create(kind=AdminJob.Kind.REFRESH, state=AdminJob.State.RUNNING)
+    real = changes.add_listed
+    monkeypatch.setattr(changes, "add_listed", lambda *a, **kw: real(*a, **kw, chunk_size=10))
+    assert refresh_source(feed, job=job.pk).status == "ok"
+    job.refresh_from_db()
+    assert (job.done, job.total, job.message) == (30, 30, "Adding…")

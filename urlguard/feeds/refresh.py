@@ -97,6 +97,7 @@ def refresh_source(
     accept_impact: bool = False,
     actor: Actor = None,
     progress: Callable[[str, int, int], None] | None = None,
+    job: int | None = None,
 ) -> RefreshResult:
     """Refresh `source` once. Never raises for the feed's own faults: they come back
     as a result with status "failed" (recorded on the source unless `dry_run`).
@@ -104,7 +105,8 @@ def refresh_source(
     A refresh is held whole for a shrink (more than FEED_SHRINK_THRESHOLD of the
     source's entries removed, or drained below its high-water mark) unless
     `accept_shrink`, and for its impact (more than CONFIRM_IMPACT_LINKS short links
-    blocked) unless `accept_impact`: each acceptance covers only its own hold."""
+    blocked) unless `accept_impact`: each acceptance covers only its own hold.
+    `job`: the AdminJob whose row the apply writes its progress to."""
     started = time.perf_counter()
     result = RefreshResult(source=source.name)
     if not source.is_feed or not source.url:
@@ -170,6 +172,7 @@ def refresh_source(
                 accept_impact=accept_impact,
                 actor=actor,
                 report=report,
+                job=job,
             )
         if dry_run and result.status == RefreshStatus.OK:
             result.status = RefreshStatus.DRY_RUN
@@ -320,6 +323,7 @@ def _diff_and_apply(
     accept_impact: bool,
     actor: Actor,
     report: Callable[[str, int, int], None],
+    job: int | None = None,
 ) -> None:
     """Plan the refresh (urlguard.feeds.planning), and unless it is held or a dry
     run, hand the plan to the write path and keep the entries held from it."""
@@ -337,7 +341,8 @@ def _diff_and_apply(
         return
     applied = Applied()
     try:
-        apply_listing(plan, actor=actor, progress=report, applied=applied)
+        report("writing", 0, plan.additions.count + len(plan.withdrawals))
+        apply_listing(plan, actor=actor, job=job, applied=applied)
     finally:
         result.change_set = applied.change_set  # a partial set too, for the record
     result.rules_added, result.rules_removed = applied.rules_added, applied.rules_removed

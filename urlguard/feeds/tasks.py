@@ -100,6 +100,7 @@ def _refresh(
             accept_shrink=accept_shrink,
             accept_impact=accept_impact,
             progress=_job_progress(job_id),
+            job=job_id,
         )
     except Exception as exc:
         # refresh_source records its own failures; this is what even that could not

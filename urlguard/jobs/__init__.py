@@ -1,7 +1,7 @@
 """Long operator work run off the request: a job is an AdminJob row that a thread (no
 broker) or a Celery task runs, records its progress and owner in, and finishes when run
-again after a crash. One module per kind: `imports` (a dry run, then the commit through
-urlguard.writepath.changes.add_rules), `deletes` (a summary with its impact, then
+again after a crash. One module per kind: `imports` (a dry run, then the commit, a plan
+applied by urlguard.writepath.apply), `deletes` (a summary with its impact, then
 remove_rules), `reverts` (the impact of undoing a change set, then the revert) and
 `rescans` (every short link checked again); `dispatch` says where they run."""
 

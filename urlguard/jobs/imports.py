@@ -1,13 +1,14 @@
 """The import job: a dry run of an uploaded rule list (what it would add, what it refuses,
-its impact on short links), then the commit through urlguard.writepath.changes.add_rules,
-chunk by chunk, resumable."""
+its impact on short links), then the commit: the list planned (importing.plan_import)
+and applied (urlguard.writepath.apply, the bulk loader on PostgreSQL), chunk by chunk,
+resumable; the apply writes its progress to the job's row."""
 
 from __future__ import annotations
 
 import io
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from django.utils import timezone
 
@@ -27,15 +28,18 @@ from urlguard.jobs.rescans import rescan_after_adding
 from urlguard.models import Actor, AdminJob, AdminJobChunk, ChangeSet, SpamRule, row_user
 from urlguard.wording import counted
 from urlguard.writepath import changes
+from urlguard.writepath.apply import apply_listing
 from urlguard.writepath.impact import impact_of_adding
-from urlguard.writepath.importing import parse_rules
+from urlguard.writepath.importing import parse_rules, plan_import
+from urlguard.writepath.rulelists import ParsedLine
 
 logger = logging.getLogger(__name__)
 
-# Rules handed to changes.add_rules per transaction. Each chunk is one transaction
-# and one filter update: big enough to amortise both, small enough that progress
-# moves every second or so and a failure loses at most one chunk's work.
-IMPORT_CHUNK = changes.CHUNK_SIZE
+# Expressions the dry run looks up at once.
+PREVIEW_BATCH = changes.CHUNK_SIZE
+# Rules per transaction of the commit; None: the apply's own (the bulk loader's on
+# PostgreSQL, where a transaction of 50,000 takes about a second).
+IMPORT_CHUNK: int | None = None
 # Refused lines kept for the preview page; the counts cover the whole file (and the
 # download holds every refused line).
 MAX_REFUSED_SHOWN = 1_000
@@ -113,7 +117,7 @@ def preview_import_job(job_id: int) -> dict | None:
                 repeated += 1
             elif parsed.expression is not None:
                 pending.append(parsed.expression)
-                if len(pending) >= IMPORT_CHUNK:
+                if len(pending) >= PREVIEW_BATCH:
                     check_pending()
                     progress(parsed.lineno, total_lines)
         check_pending()
@@ -171,23 +175,30 @@ def start_import(job: AdminJob, *, actor: Actor) -> bool:
     return bool(claimed)
 
 
+def _read(job: AdminJob) -> Iterator[ParsedLine]:
+    """The job's lines the dry run did not refuse, the lines read shown on its row."""
+    progress = Progress(job)
+    lines = int(job.result.get("lines", 0))
+    parsed_lines = parse_rules(iter_lines(job), default_category=job.params["default_category"])
+    for read, parsed in enumerate(parsed_lines, start=1):
+        progress(read, lines, message="Reading the file…")
+        if parsed.error is None:
+            yield parsed
+
+
 @shared_task(name="urlguard.admin.import_rules_job")
 def import_rules_job(job_id: int) -> dict | None:
     job = begin(job_id, AdminJob.Kind.IMPORT)
     if job is None:
         return None
-    progress = Progress(job)
-    lines = int(job.result.get("lines", 0))
     source = f"import:{job.params.get('filename', '')}"[:200]
     started = time.perf_counter()
     # Lines the dry run refused stay refused (they are in the download); anything
-    # add_rules refuses now was refused at commit time (the rules changed between).
-    entries = (
-        parsed
-        for parsed in parse_rules(iter_lines(job), default_category=job.params["default_category"])
-        if parsed.error is None
-    )
+    # refused now was refused at commit time (the rules changed between).
+    planned = None
     try:
+        planned = plan_import(_read(job), label=source)
+        planned.plan.chunk_size = IMPORT_CHUNK
         with changes.change_set(
             kind=ChangeSet.Kind.IMPORT,
             actor=job.actor,
@@ -196,27 +207,25 @@ def import_rules_job(job_id: int) -> dict | None:
             resume=written_before(job),
         ) as change_set:
             writes_into(job, change_set)
-            bulk = changes.add_rules(
-                entries,
-                source=source,
-                actor=job.actor,
-                chunk_size=IMPORT_CHUNK,
-                progress=lambda handled: progress(handled, lines),
-                change_set=change_set,
+            applied = apply_listing(
+                planned.plan, actor=job.actor, job=job.pk, change_set=change_set
             )
     except Exception as exc:
-        entries.close()  # and so the cursor over the job's input, while the database is open
         added = SpamRule.objects.filter(source=source, created__gte=job.started).count()
         job.result = {**job.result, "added": added}
         # Not re-raised: the job row carries the error to the page, and in-process
         # execution must not turn it into a traceback page.
         fail(job, exc, f"Stopped after {added} rules were added (those stay)")
         return None
+    finally:
+        if planned is not None:
+            planned.plan.close()
     # A job run again counts what its first run added too (those it now skipped).
-    earlier = change_set.added - len(bulk.added)
+    earlier = change_set.added - applied.rules_added
     added = change_set.added
-    skipped = len(bulk.skipped) - int(job.result.get("repeated", 0)) - earlier
-    refused = [str(r) for r in bulk.refused]
+    repeated = planned.repeated - int(job.result.get("repeated", 0))
+    skipped = applied.skipped + repeated - earlier
+    refused = [str(r) for r in planned.refusals]
     rescan = rescan_after_adding(actor=job.actor, after_import=job.pk)
     job.state = AdminJob.State.DONE
     job.finished = timezone.now()

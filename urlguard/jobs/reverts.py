@@ -9,14 +9,13 @@ from django.utils import timezone
 
 from urlguard.celery import shared_task
 from urlguard.jobs.dispatch import (
-    Progress,
     begin,
     dispatch,
     fail,
     previewed,
     start_commit,
 )
-from urlguard.models import Actor, AdminJob, ChangeEvent, ChangeSet, row_user
+from urlguard.models import Actor, AdminJob, ChangeSet, row_user
 from urlguard.wording import counted
 from urlguard.writepath import revert
 
@@ -76,16 +75,13 @@ def revert_job(job_id: int) -> dict | None:
     job = begin(job_id, AdminJob.Kind.REVERT)
     if job is None:
         return None
-    progress = Progress(job)
-    events = job.total
     try:
         change_set = ChangeSet.objects.get(pk=job.params["change_set"])
-        events = ChangeEvent.objects.filter(change_set=change_set).count()
         done = revert.revert_change_set(
             change_set,
             actor=job.actor,
             reason=job.params.get("reason", ""),
-            progress=lambda n: progress(n, events),
+            job=job.pk,
         )
     except Exception as exc:
         fail(job, exc, "The revert stopped (what it changed so far stays, in its change set)")

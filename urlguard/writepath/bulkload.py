@@ -59,20 +59,21 @@ class Loaded:
 
 
 def copy_listed(
-    rows: Iterable[tuple[str, str, int]],
+    rows: Iterable[tuple[str, str, int, str]],
     *,
     source: Source,
     actor: Any,
     change_set: ChangeSet,
+    label: str = "",
     chunk_size: int = LISTED_CHUNK_SIZE,
     progress: Callable[[int], None] | None = None,
 ) -> Loaded:
-    """`source` lists these (expression, category, expression_key) rows, in
-    `change_set`: distinct rule expressions already normalized, none of which it
-    lists yet. A new rule is written with its listing and its change-log row, one
-    already listed by another source gains the listing; one transaction (and one
-    nudge) per chunk. `rows` is read in a thread of its own: it must not query the
-    database. PostgreSQL only."""
+    """`source` lists these (expression, category, expression_key, note) rows, in
+    `change_set`: distinct rule expressions already normalized. A new rule is
+    written with its listing and its change-log row (both name `label`, by default
+    the source's name), one already listed gains the listing (if `source` did not
+    list it already); one transaction (and one nudge) per chunk. `rows` is read in a
+    thread of its own: it must not query the database. PostgreSQL only."""
     using = router.db_for_write(SpamRule)
     connection = connections[using]
     loaded = Loaded()
@@ -82,7 +83,7 @@ def copy_listed(
         cursor.execute(f"DROP TABLE IF EXISTS {stage}")
         cursor.execute(
             f"CREATE TEMPORARY TABLE {stage} (n bigint NOT NULL, expression text NOT NULL, "
-            "category text NOT NULL, key bigint NOT NULL)"
+            "category text NOT NULL, key bigint NOT NULL, note text NOT NULL)"
         )
         analyze_at = _ANALYZE_EVERY
         chunks = _Reader(rows, chunk_size)
@@ -96,7 +97,7 @@ def copy_listed(
                     _lock_change_log(using)
                     _check_lister(using, source)
                     gained, added, last_seq = _add_listed_chunk(
-                        cursor, stage, source, actor, change_set
+                        cursor, stage, source, actor, change_set, label or source.name
                     )
                     _count(change_set, added=added)
                     if last_seq is not None:
@@ -128,21 +129,21 @@ class _Chunk:
 
     first: int
     count: int
-    blocks: list[list[tuple[str, str, int]]]
+    blocks: list[list[tuple[str, str, int, str]]]
 
 
-def _encode(block: list[tuple[str, str, int]], first: int) -> str | list[tuple]:
+def _encode(block: list[tuple[str, str, int, str]], first: int) -> str | list[tuple]:
     """The rows as COPY text built by one join; rows whose text would need COPY's
     escapes (a backslash, or a tab or line end inside a field: canonical expressions
-    have none) stay rows, numbered, for psycopg, which escapes."""
+    have none, a note may) stay rows, numbered, for psycopg, which escapes."""
     text = "".join(
-        f"{n}\t{expression}\t{category}\t{key}\n"
-        for n, (expression, category, key) in enumerate(block, start=first)
+        f"{n}\t{expression}\t{category}\t{key}\t{note}\n"
+        for n, (expression, category, key, note) in enumerate(block, start=first)
     )
     if (
         "\\" in text
         or "\r" in text
-        or text.count("\t") != 3 * len(block)
+        or text.count("\t") != 4 * len(block)
         or text.count("\n") != len(block)
     ):
         return [(n, *row) for n, row in enumerate(block, start=first)]
@@ -154,7 +155,9 @@ def _copy_chunk(cursor: Any, stage: str, chunk: _Chunk) -> None:
     # allocator, which keeps what a thread freed in that thread's own arena (the
     # process's RSS grew by ~10 MB that way). Reading the rows is most of the work.
     first = chunk.first
-    with cursor.cursor.copy(f"COPY {stage} (n, expression, category, key) FROM STDIN") as copy:
+    with cursor.cursor.copy(
+        f"COPY {stage} (n, expression, category, key, note) FROM STDIN"
+    ) as copy:
         for block in chunk.blocks:
             encoded = _encode(block, first)
             if isinstance(encoded, str):
@@ -173,7 +176,7 @@ class _Reader:
     database. An error in `rows` is raised to the consumer; `close()` (a consumer
     done, or stopping on an error of its own) stops the thread and waits for it."""
 
-    def __init__(self, rows: Iterable[tuple[str, str, int]], chunk_size: int):
+    def __init__(self, rows: Iterable[tuple[str, str, int, str]], chunk_size: int):
         self._rows = iter(rows)
         self._chunk_size = chunk_size
         self._handoff: queue.Queue[_Chunk | BaseException | None] = queue.Queue()
@@ -228,7 +231,7 @@ class _Reader:
 
 
 def _add_listed_chunk(
-    cursor: Any, stage: str, source: Source, actor: Any, cs: ChangeSet
+    cursor: Any, stage: str, source: Source, actor: Any, cs: ChangeSet, label: str
 ) -> tuple[int, int, int | None]:
     """The rows of `stage`, inside the caller's locked transaction: (listings gained
     by rules already listed, rules added, the last change-log seq written)."""
@@ -244,7 +247,7 @@ def _add_listed_chunk(
     cursor.execute(
         f"""
         WITH chunk AS (
-            SELECT s.n, s.expression, s.category, s.key,
+            SELECT s.n, s.expression, s.category, s.key, s.note,
                    (SELECT r.id FROM {rules} r WHERE r.expression = s.expression) AS rule_id
             FROM {stage} s
         ), gained AS (
@@ -254,10 +257,10 @@ def _add_listed_chunk(
         ), fresh AS (
             INSERT INTO {rules} (expression, category, note, added_at, source, added_by_id,
                                  created, updated)
-            SELECT expression, category, '', %(base)s + row_number() OVER (ORDER BY n),
+            SELECT expression, category, note, %(base)s + row_number() OVER (ORDER BY n),
                    %(label)s, %(actor)s, %(now)s, %(now)s
             FROM chunk WHERE rule_id IS NULL ORDER BY n
-            RETURNING id, expression, added_at, category
+            RETURNING id, expression, added_at, category, note
         ), listed AS (
             INSERT INTO {listings} (rule_id, source_id, {qn("key")}, created)
             SELECT f.id, %(source)s, c.key, %(now)s
@@ -267,7 +270,7 @@ def _add_listed_chunk(
             INSERT INTO {events} (action, expression, added_at, category, actor_id, source,
                                   created, change_set_id, note)
             SELECT %(add)s, expression, added_at, category, %(actor)s, %(label)s, %(now)s,
-                   %(cs)s, ''
+                   %(cs)s, note
             FROM fresh ORDER BY added_at
             RETURNING seq
         )
@@ -278,7 +281,7 @@ def _add_listed_chunk(
             "source": source.pk,
             "now": now,
             "base": base,
-            "label": source.name,
+            "label": label,
             "actor": actor.pk if actor is not None else None,
             "add": _ADD,
             "cs": cs.pk,

@@ -6,8 +6,9 @@ Every rule is listed by one or more sources (RuleSource): an addition of a rule
 already listed only adds the source; `withdraw_rules` takes a source's listing away
 and removes the rule only when no source lists it any more; `remove_rule(s)` (the
 admin's delete) removes the rule outright, whoever lists it. Many new listings of
-one source at once go through `add_listed`, which on PostgreSQL is the bulk loader
-(urlguard.writepath.bulkload).
+one source at once (a refresh's, an import's, a revert's restorations, each
+through urlguard.writepath.apply) go through `add_listed`, which on PostgreSQL is
+the bulk loader (urlguard.writepath.bulkload).
 """
 
 from __future__ import annotations
@@ -444,26 +445,33 @@ def add_rules(
 
 
 def add_listed(
-    rows: Iterable[tuple[str, str, int]],
+    rows: Iterable[tuple[str, str, int]] | Iterable[tuple[str, str, int, str]],
     *,
-    source: Source,
+    source: str | Source,
     actor: Actor = None,
     change_set: ChangeSet | None = None,
     chunk_size: int = bulkload.LISTED_CHUNK_SIZE,
     progress: Callable[[int], None] | None = None,
+    noted: bool = False,
 ) -> BulkResult:
-    """`source` lists these (expression, category, expression_key) rows: distinct
-    rule expressions already normalized, none of which it lists yet (a feed
-    refresh's new entries). Like add_rules(normalized=True, keep_names=False): a new
-    rule is written with its listing and its change-log row, one already listed by
-    another source gains the listing, one transaction (and one nudge) per chunk.
+    """`source` lists these (expression, category, expression_key) rows, with
+    `noted` (expression, category, expression_key, note): distinct rule expressions
+    already normalized (a refresh's new entries, an import's, a revert's restored
+    rules). Like add_rules(normalized=True, keep_names=False): a new rule is written
+    with its listing and its change-log row, one already listed gains the listing
+    (one the source lists already is skipped), one transaction (and one nudge) per
+    chunk. A label `source` ("import:list.txt") names the rules and log rows; the
+    Source it finds (source_for) lists them.
 
     On PostgreSQL this is the bulk loader (bulkload.copy_listed: COPY and set-based
     INSERTs, `rows` read in a thread of its own, so it must not query the
     database); elsewhere add_rules."""
+    lister = source_for(source)
+    if not noted:
+        rows = ((e, c, k, "") for e, c, k in rows)  # type: ignore[misc]
     if not database.postgresql(connections[router.db_for_write(SpamRule)]):
         return add_rules(
-            ((expression, category) for expression, category, _ in rows),
+            ((expression, category, note) for expression, category, _, note in rows),  # type: ignore[misc]
             source=source,
             actor=actor,
             change_set=change_set,
@@ -472,12 +480,13 @@ def add_listed(
             normalized=True,
             keep_names=False,
         )
-    cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, actor=actor, source=source)
+    cs = _one_off(change_set, kind=ChangeSet.Kind.OTHER, actor=actor, source=lister)
     loaded = bulkload.copy_listed(
-        rows,
-        source=source,
+        rows,  # type: ignore[arg-type]
+        source=lister,
         actor=row_user(actor),
         change_set=cs,
+        label=_label(source),
         chunk_size=chunk_size,
         progress=progress,
     )

@@ -1,8 +1,10 @@
 """Reading uploaded rule lists: one URL or host per line, hosts files
 ("0.0.0.0 evil.example"), and CSV with a header naming a URL column and
-optionally a category (and note) column. Pure parsing, no database: the
-import_rules command and the admin import page pass what this yields to
-urlguard.writepath.changes.add_rules.
+optionally a category (and note) column. Parsing, and planning, no database: the
+import_rules command and the admin import page hand what plan_import makes of the
+parsed lines (a ChangePlan: its entries in a file on disk) to
+urlguard.writepath.apply, which lists them in one change set (on PostgreSQL by
+the bulk loader). A dry run counts through urlguard.writepath.changes.add_rules.
 
 The format is detected from the first line that is not blank or a comment: a
 header with a url/expression/host/domain column makes the file CSV; otherwise
@@ -17,23 +19,32 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from itertools import chain
+from dataclasses import dataclass, field
+from itertools import chain, islice
+from typing import TYPE_CHECKING
 
 from urlguard.writepath.rulelists import (
     HOSTS_FILE_SELF_NAMES,
     ParsedLine,
     csv_rows,
     entry,
+    entry_text,
     is_ip_address,
     without_comment,
 )
+from urlguard.writepath.rules import plain_expressions
+
+if TYPE_CHECKING:
+    from urlguard.writepath.changes import Refusal
+    from urlguard.writepath.plan import ChangePlan
 
 __all__ = [
     "CSV_CATEGORY_COLUMNS",
     "CSV_NOTE_COLUMNS",
     "CSV_URL_COLUMNS",
+    "PlannedImport",
     "parse_rules",
+    "plan_import",
 ]
 
 # Header names (case-insensitive) recognised in a CSV file, first match wins.
@@ -41,6 +52,8 @@ CSV_URL_COLUMNS = ("url", "expression", "rule", "host", "hostname", "domain", "p
 CSV_CATEGORY_COLUMNS = ("category", "type", "threat", "threat_type", "kind")
 CSV_NOTE_COLUMNS = ("note", "notes", "comment", "description", "reason")
 _CSV_DELIMITERS = (",", ";", "\t", "|")
+# Lines of a plain list read at once, at most (see _line_entries).
+_BLOCK = 4096
 
 
 def parse_rules(lines: Iterable[str], *, default_category: str) -> Iterator[ParsedLine]:
@@ -83,34 +96,85 @@ def parse_rules(lines: Iterable[str], *, default_category: str) -> Iterator[Pars
         yield parsed
 
 
+@dataclass
+class PlannedImport:
+    """An import as a plan: its entries (the first line of each expression) to list
+    under its label, the lines refused with their reasons, and how many lines
+    repeated an expression of an earlier one."""
+
+    plan: ChangePlan
+    refusals: list[Refusal] = field(default_factory=list)
+    repeated: int = 0
+
+
+def plan_import(parsed: Iterable[ParsedLine], *, label: str, reason: str = "") -> PlannedImport:
+    """What importing `parsed` (parse_rules' lines) under `label` writes, as data:
+    read once, its entries written to a file on disk (close the plan when done)."""
+    # Imported here so that parsing stays importable before Django's apps are.
+    from urlguard.models import ChangeSet
+    from urlguard.writepath.changes import Refusal
+    from urlguard.writepath.plan import ChangePlan, Entries
+
+    planned = PlannedImport(ChangePlan(kind=ChangeSet.Kind.IMPORT, reason=reason))
+
+    def entries() -> Iterator[tuple[str, str, str]]:
+        for line in parsed:
+            if line.error is not None:
+                planned.refusals.append(Refusal(line.raw or "", line.error, line.lineno))
+            elif line.duplicate_of is not None:
+                planned.repeated += 1
+            elif line.expression is not None:
+                yield line.expression, line.category, line.note or ""
+
+    planned.plan.additions.append(Entries.of(label, entries()))
+    planned.plan.refused = len(planned.refusals)
+    return planned
+
+
 # -- plain lists and hosts files -----------------------------------------------------
 
 
 def _line_entries(numbered: Iterable[tuple[int, str]], category: str) -> Iterator[ParsedLine]:
-    for lineno, text in numbered:
-        if _is_blank_or_comment(text):
-            continue
-        tokens = without_comment(text).split()
-        if not tokens:
-            continue
-        if len(tokens) > 1 and is_ip_address(tokens[0]):
-            # hosts file: "0.0.0.0 evil.example other.example"
-            for name in tokens[1:]:
-                if name.lower() in HOSTS_FILE_SELF_NAMES:
-                    continue
-                yield entry(lineno, text, name, category)
-        elif len(tokens) > 1:
-            yield ParsedLine(
-                lineno,
-                text,
-                None,
-                category,
-                error=f"expected one URL or host on the line, found {len(tokens)} "
-                "items separated by spaces (a URL cannot contain a space: escape it "
-                "as %20)",
-            )
-        else:
-            yield entry(lineno, text, tokens[0], category)
+    # Lines are read a block at a time (one, then twice as many each time, up to
+    # _BLOCK): a block's one-URL lines go through plain_expressions at once, the
+    # fast path of normalize_rule, and the first entry still comes after one line.
+    numbered = iter(numbered)
+    size = 1
+    while block := list(islice(numbered, size)):
+        size = min(2 * size, _BLOCK)
+        split = [
+            None if _is_blank_or_comment(text) else without_comment(text).split()
+            for _, text in block
+        ]
+        texts = [entry_text(tokens[0]) for tokens in split if tokens and len(tokens) == 1]
+        plain = iter(plain_expressions(texts))
+        for (lineno, text), tokens in zip(block, split, strict=True):
+            if tokens and len(tokens) == 1 and (expression := next(plain)) is not None:
+                yield ParsedLine(lineno, text, expression, category)
+            elif tokens:
+                yield from _line_entry(lineno, text, tokens, category)
+
+
+def _line_entry(lineno: int, text: str, tokens: list[str], category: str) -> Iterator[ParsedLine]:
+    """The entries of one line, `tokens` its words without the comment."""
+    if len(tokens) > 1 and is_ip_address(tokens[0]):
+        # hosts file: "0.0.0.0 evil.example other.example"
+        for name in tokens[1:]:
+            if name.lower() in HOSTS_FILE_SELF_NAMES:
+                continue
+            yield entry(lineno, text, name, category)
+    elif len(tokens) > 1:
+        yield ParsedLine(
+            lineno,
+            text,
+            None,
+            category,
+            error=f"expected one URL or host on the line, found {len(tokens)} "
+            "items separated by spaces (a URL cannot contain a space: escape it "
+            "as %20)",
+        )
+    else:
+        yield entry(lineno, text, tokens[0], category)
 
 
 # -- CSV -----------------------------------------------------------------------------

@@ -15,9 +15,9 @@ from typing import IO
 
 import numpy as np
 
-from urlguard.models import ChangeSet, Source
+from urlguard.models import ChangeSet, Source, expression_key
 
-__all__ = ["Additions", "ListingPlan", "entry_lines", "read_entries"]
+__all__ = ["Additions", "ChangePlan", "Entries", "ListingPlan", "entry_lines", "read_entries"]
 
 # What a read of an entry file takes at once (bytes).
 _READ = 1 << 23
@@ -110,3 +110,104 @@ class ListingPlan:
     refused: int = 0
     allowlist_digest: str = ""
     kind: str = ChangeSet.Kind.REFRESH
+
+
+# A note's characters that would end its field or line in an entry file, escaped.
+_NOTE_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_NOTE_UNESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+
+
+def _unescape(note: str) -> str:
+    if "\\" not in note:
+        return note
+    out, at = [], 0
+    while (slash := note.find("\\", at)) >= 0:
+        out.append(note[at:slash])
+        out.append(_NOTE_UNESCAPES.get(note[slash + 1 : slash + 2], ""))
+        at = slash + 2
+    out.append(note[at:])
+    return "".join(out)
+
+
+@dataclass
+class Entries:
+    """Rules to list with their provenance, written outside a refresh (an import's,
+    a revert's restorations): `label` names who lists them (the rule's and its log
+    row's source; the Source of that name, or the manual source its part before ':'
+    names, lists them), and each entry (expression, category, note) is a line of an
+    entry file on disk with its key, never a list in memory. `picked`: the first
+    entry of each key, so a normalized expression is listed once."""
+
+    label: str
+    file: IO[str]
+    keys: np.ndarray
+    picked: np.ndarray
+
+    @property
+    def count(self) -> int:
+        """How many entries are to be listed."""
+        return int(np.count_nonzero(self.picked))
+
+    @classmethod
+    def of(cls, label: str, rows: Iterable[tuple[str, str, str]]) -> Entries:
+        """`rows` ((expression, category, note) each, normalized expressions) in an
+        entry file of their own; an expression repeated is listed at its first row."""
+        file = tempfile.TemporaryFile("w+", encoding="utf-8", prefix="urlguard-entries-")  # noqa: SIM115
+        parts: list[np.ndarray] = []
+        iterator = iter(rows)
+        try:
+            while block := list(islice(iterator, 1 << 14)):
+                lines = [f"{c}\t{e}\t{n.translate(_NOTE_ESCAPES)}\n" for e, c, n in block]
+                file.write("".join(lines))
+                parts.append(np.array([expression_key(e) for e, _, _ in block], dtype=np.int64))
+        except BaseException:
+            file.close()
+            raise
+        keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        picked = np.zeros(len(keys), dtype=bool)
+        picked[np.unique(keys, return_index=True)[1]] = True
+        return cls(label, file, keys, picked)
+
+    def rows(self) -> Iterator[tuple[str, str, int, str]]:
+        """(expression, category, key, note) of each entry to list, in file order."""
+        self.file.flush()
+        self.file.seek(0)
+        number = 0
+        while lines := self.file.readlines(_READ):
+            chosen = np.flatnonzero(self.picked[number : number + len(lines)]).tolist()
+            keys = self.keys[number : number + len(lines)].tolist()
+            for at in chosen:
+                category, expression, note = lines[at].rstrip("\n").split("\t", 2)
+                yield expression, category, keys[at], _unescape(note)
+            number += len(lines)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+@dataclass
+class ChangePlan:
+    """Rules written outside a refresh, in one change set of `kind`: an import's
+    (entries to list) or a revert's (rules to take away, then entries to restore).
+    `withdrawals`: ids of rules `withdraw_from` no longer lists (removed when no
+    source lists them any more); with no `withdraw_from`, removed outright, logged
+    under `withdraw_label`. `refused`: the entries refused while planning (the
+    change set counts them). `chunk_size`: rules per transaction, if the caller
+    must have its own (otherwise the apply's, the bulk loader's on PostgreSQL)."""
+
+    kind: str
+    additions: list[Entries] = field(default_factory=list)
+    withdrawals: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    withdraw_from: Source | None = None
+    withdraw_label: str = "admin"
+    refused: int = 0
+    reason: str = ""
+    chunk_size: int | None = None
+
+    @property
+    def total(self) -> int:
+        return len(self.withdrawals) + sum(entries.count for entries in self.additions)
+
+    def close(self) -> None:
+        for entries in self.additions:
+            entries.close()

@@ -1,26 +1,34 @@
 """Undo: reverting a change set applies its inverse through the same write path
-(urlguard.writepath.changes), as a new change set of kind "revert" that names the one it
-reverts. Rules the set added are withdrawn again (removed unless another source
-lists them too, and only if they are still the same rule: not removed and re-added
-since); rules it removed come back with their category and note. A change set is
-reverted at most once."""
+(a ChangePlan handed to urlguard.writepath.apply, which takes the bulk loader's and
+the set-based withdrawals' path on PostgreSQL), as a new change set of kind
+"revert" that names the one it reverts. Rules the set added are withdrawn again
+(removed unless another source lists them too, and only if they are still the
+same rule: not removed and re-added since); rules it removed come back with their
+category and note. A change set is reverted at most once.
+
+An expression the set removed twice is restored once (the restorations are
+deduplicated by expression key: two distinct expressions of one 64-bit key, ~1e-8
+at a million, would restore one)."""
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from django.db import router, transaction
+import numpy as np
+from django.db import connections, router, transaction
+from django.db.models import Exists, OuterRef
 
 from urlguard.models import Actor, ChangeEvent, ChangeSet, SpamRule, database
 from urlguard.runtime import ownership
 from urlguard.writepath import changes
+from urlguard.writepath.apply import apply_listing
 from urlguard.writepath.impact import Impact, impact_of_adding, impact_of_removing
+from urlguard.writepath.plan import ChangePlan, Entries
 
-__all__ = ["RevertError", "RevertPlan", "plan_revert", "revert_change_set"]
+__all__ = ["RevertError", "RevertPlan", "change_plan", "plan_revert", "revert_change_set"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,15 +80,21 @@ def check_revertible(change_set: ChangeSet) -> ChangeSet | None:
     return None
 
 
-def _events(change_set: ChangeSet, action: str) -> Iterator[list[ChangeEvent]]:
-    """The set's events of `action` in seq order, a batch at a time, each batch read
+def _events(
+    change_set: ChangeSet, action: str, *, label: str | None = None
+) -> Iterator[list[ChangeEvent]]:
+    """The set's events of `action` (and of source `label`, if given) in seq order, a
+    batch at a time, each batch read
     whole: a cursor kept open across the revert's writes would hold an SQLite read
     snapshot, and the first write after another connection's (a heartbeat, a node's
     status) would fail at once with "database is locked"."""
     last = 0
+    events = ChangeEvent.objects.filter(change_set=change_set, action=action)
+    if label is not None:
+        events = events.filter(source=label)
     while True:
         batch = list(
-            ChangeEvent.objects.filter(change_set=change_set, action=action, seq__gt=last)
+            events.filter(seq__gt=last)
             .order_by("seq")
             .only("seq", "expression", "added_at", "category", "note", "source")[:BATCH]
         )
@@ -145,18 +159,72 @@ def impact_of_reverting(change_set: ChangeSet) -> tuple[Impact, Impact]:
     )
 
 
+def change_plan(change_set: ChangeSet) -> ChangePlan:
+    """Reverting `change_set` as data for the apply: the ids of the rules it added
+    that are still the same rules (withdrawn from its source, or removed if it had
+    none), and per label the rules it removed that nothing lists now (restored with
+    their category and note). What an interrupted revert undid already is no longer
+    either. Each is one query, read to an array or to entry files on disk, and
+    finished before the apply writes (see _events)."""
+    plan = ChangePlan(
+        kind=ChangeSet.Kind.REVERT,
+        withdrawals=_still_added_ids(change_set),
+        withdraw_from=change_set.source,
+    )
+    try:
+        removed = ChangeEvent.objects.filter(
+            change_set=change_set, action=ChangeEvent.Action.REMOVE
+        )
+        unlisted = removed.exclude(
+            Exists(SpamRule.objects.filter(expression=OuterRef("expression")))
+        )
+        for label in sorted(set(removed.values_list("source", flat=True).distinct())):
+            rows = (
+                unlisted.filter(source=label)
+                .order_by("seq")
+                .values_list("expression", "category", "note")
+                .iterator(chunk_size=BATCH)
+            )
+            plan.additions.append(
+                Entries.of(label or "admin", ((e, c or "spam", n) for e, c, n in rows))
+            )
+    except BaseException:
+        plan.close()
+        raise
+    return plan
+
+
+def _still_added_ids(change_set: ChangeSet) -> np.ndarray:
+    """The ids of the rules `change_set` added that are still there (the same
+    expression and added_at), in the order it added them."""
+    connection = connections[router.db_for_read(ChangeEvent)]
+    qn = connection.ops.quote_name
+    events, rules = qn(ChangeEvent._meta.db_table), qn(SpamRule._meta.db_table)
+    parts = []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT r.id FROM {events} e JOIN {rules} r ON r.expression = e.expression "
+            "AND r.added_at = e.added_at WHERE e.change_set_id = %s AND e.action = %s "
+            "ORDER BY e.seq",
+            [change_set.pk, str(ChangeEvent.Action.ADD)],
+        )
+        while rows := cursor.fetchmany(BATCH):
+            parts.append(np.array([row[0] for row in rows], dtype=np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
 def revert_change_set(
     change_set: ChangeSet,
     *,
     actor: Actor = None,
     reason: str = "",
-    progress: Callable[[int], None] | None = None,
+    job: int | None = None,
 ) -> ChangeSet:
-    """Apply the inverse of `change_set`; returns the new change set (kind "revert").
-    A revert of it that was interrupted is finished instead, in its own change set:
-    what it undid already is skipped (a rule it removed is no longer the set's rule
-    to remove, a rule it restored is listed)."""
-    handled = 0
+    """Apply the inverse of `change_set` (change_plan, through the apply); returns
+    the new change set (kind "revert"). A revert of it that was interrupted is
+    finished instead, in its own change set: what it undid already is skipped (a
+    rule it removed is no longer the set's rule to remove, a rule it restored is
+    listed). `job`: the AdminJob whose row shows the progress."""
     using = router.db_for_write(ChangeSet)
     with ExitStack() as stack:
         # Checked and claimed under the change-log lock: two reverts started at once
@@ -182,31 +250,7 @@ def revert_change_set(
                 partial.removed,
                 partial.added,
             )
-        for batch in _events(change_set, ChangeEvent.Action.ADD):
-            still = _still_added(batch)
-            if still:
-                if change_set.source is not None:
-                    # The set's source withdraws what it listed: a rule that another
-                    # source lists too stays (it was not this set's alone).
-                    changes.withdraw_rules(
-                        change_set.source, list(still), actor=actor, change_set=revert
-                    )
-                else:
-                    changes.remove_rules(list(still), actor=actor, change_set=revert)
-            handled += len(batch)
-            if progress is not None:
-                progress(handled)
-        for batch in _events(change_set, ChangeEvent.Action.REMOVE):
-            by_label: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
-            for event in _not_listed(batch):
-                by_label[event.source or "admin"].append(
-                    (event.expression, event.category or "spam", event.note)
-                )
-            for label, items in by_label.items():
-                changes.add_rules(
-                    items, source=label, actor=actor, change_set=revert, normalized=True
-                )
-            handled += len(batch)
-            if progress is not None:
-                progress(handled)
+        plan = change_plan(change_set)
+        stack.callback(plan.close)
+        apply_listing(plan, actor=actor, job=job, change_set=revert)
     return revert

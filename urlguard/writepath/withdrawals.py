@@ -6,7 +6,7 @@ chunk is one transaction under the change-log lock with its change-log rows."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -44,7 +44,14 @@ from urlguard.writepath.changesets import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WithdrawResult", "remove_rule", "remove_rules", "withdraw_keys", "withdraw_rules"]
+__all__ = [
+    "WithdrawResult",
+    "remove_rule",
+    "remove_rules",
+    "withdraw_ids",
+    "withdraw_keys",
+    "withdraw_rules",
+]
 
 # Keys per transaction of withdraw_keys: each is one statement reading the listings once.
 KEYS_CHUNK_SIZE = 50_000
@@ -208,39 +215,86 @@ def withdraw_keys(
     actor: Actor = None,
     change_set: ChangeSet,
     chunk_size: int = KEYS_CHUNK_SIZE,
+    progress: Callable[[int], None] | None = None,
 ) -> WithdrawResult:
     """PostgreSQL: withdraw_rules of the rules `source` lists under `keys` (a key it
     no longer lists has none), set-based: one statement a chunk takes the listings
     away, finds the rules no other source lists and logs their removals (sorted by
     added_at, as _remove_rows does), where the rule ids were read, then the
-    listings deleted and the orphans read back by three."""
+    listings deleted and the orphans read back by three. `progress(n)`: the keys
+    handled, after each chunk."""
+    return _set_based(source, "key", keys, actor, change_set, chunk_size, progress)
+
+
+def withdraw_ids(
+    source: Source | None,
+    ids: np.ndarray,
+    *,
+    actor: Actor = None,
+    change_set: ChangeSet,
+    label: str = "admin",
+    chunk_size: int = KEYS_CHUNK_SIZE,
+    progress: Callable[[int], None] | None = None,
+) -> WithdrawResult:
+    """PostgreSQL: withdraw_rules(source, ids) set-based, as withdraw_keys; with no
+    `source`, remove_rules(ids) (the rules go whoever lists them, their removals
+    logged under `label`). A rule already gone is not counted."""
+    if source is not None:
+        return _set_based(source, "rule_id", ids, actor, change_set, chunk_size, progress)
+    return _set_based(None, "id", ids, actor, change_set, chunk_size, progress, label=label)
+
+
+def _set_based(
+    source: Source | None,
+    column: str,
+    values: np.ndarray,
+    actor: Actor,
+    change_set: ChangeSet,
+    chunk_size: int,
+    progress: Callable[[int], None] | None,
+    *,
+    label: str = "",
+) -> WithdrawResult:
+    """The rules whose `source` listing's `column` ("key", "rule_id") is one of
+    `values` lose that listing, and go when no other source lists them; with no
+    `source`, the rules whose id is one of `values` go. A chunk a transaction."""
     using = router.db_for_write(SpamRule)
     connection = connections[using]
     qn = connection.ops.quote_name
     rules, listings = qn(SpamRule._meta.db_table), qn(RuleSource._meta.db_table)
     events = qn(ChangeEvent._meta.db_table)
+    if source is not None:
+        # The listing of a rule by this source is still seen by the NOT EXISTS (one
+        # snapshot per statement): only other sources' count.
+        gone = f"""gone AS (
+            DELETE FROM {listings}
+            WHERE source_id = %(source)s AND {qn(column)} = ANY(%(values)s::bigint[])
+            RETURNING rule_id
+        ), orphan AS (
+            SELECT r.id, r.expression, r.added_at, r.category, r.note
+            FROM {rules} r JOIN gone g ON r.id = g.rule_id
+            WHERE NOT EXISTS (SELECT 1 FROM {listings} o
+                              WHERE o.rule_id = r.id AND o.source_id <> %(source)s)
+        )"""
+        label = _label(source)
+    else:
+        gone = f"""gone AS (
+            SELECT id AS rule_id FROM {rules} WHERE id = ANY(%(values)s::bigint[])
+        ), orphan AS (
+            SELECT r.id, r.expression, r.added_at, r.category, r.note
+            FROM {rules} r JOIN gone g ON r.id = g.rule_id
+        )"""
     actor = row_user(actor)
     result = WithdrawResult(change_set=change_set)
-    for start in range(0, len(keys), chunk_size):
-        part = keys[start : start + chunk_size].tolist()
+    for start in range(0, len(values), chunk_size):
+        part = values[start : start + chunk_size].tolist()
         with transaction.atomic(using=using), rule_writes_allowed():
             _lock_change_log(using)
             now = _db_value(using, ChangeEvent, "created", timezone.now())
             with connection.cursor() as cursor:
-                # The listing of a rule by this source is still seen by the NOT
-                # EXISTS (one snapshot per statement): only other sources' count.
                 cursor.execute(
                     f"""
-                    WITH gone AS (
-                        DELETE FROM {listings}
-                        WHERE source_id = %(source)s AND {qn("key")} = ANY(%(keys)s::bigint[])
-                        RETURNING rule_id
-                    ), orphan AS (
-                        SELECT r.id, r.expression, r.added_at, r.category, r.note
-                        FROM {rules} r JOIN gone g ON r.id = g.rule_id
-                        WHERE NOT EXISTS (SELECT 1 FROM {listings} o
-                                          WHERE o.rule_id = r.id AND o.source_id <> %(source)s)
-                    ), logged AS (
+                    WITH {gone}, logged AS (
                         INSERT INTO {events} (action, expression, added_at, category, actor_id,
                                               source, created, change_set_id, note)
                         SELECT %(remove)s, expression, added_at, category, %(actor)s, %(label)s,
@@ -252,11 +306,11 @@ def withdraw_keys(
                            (SELECT max(seq) FROM logged)
                     """,
                     {
-                        "source": source.pk,
-                        "keys": part,
+                        "source": source.pk if source is not None else None,
+                        "values": part,
                         "remove": _REMOVE,
                         "actor": actor.pk if actor else None,
-                        "label": _label(source),
+                        "label": label,
                         "now": now,
                         "cs": change_set.pk,
                     },
@@ -269,4 +323,6 @@ def withdraw_keys(
                 transaction.on_commit(partial(_nudge, last_seq), using=using)
         result.withdrawn += int(withdrawn)
         result.removed += len(orphans or ())
+        if progress is not None:
+            progress(start + len(part))
     return result

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import io
 import sys
-from contextlib import nullcontext
+from collections.abc import Iterator
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 from urlguard.models import Category, ChangeSet
 from urlguard.writepath import changes
-from urlguard.writepath.importing import parse_rules
+from urlguard.writepath.apply import apply_listing
+from urlguard.writepath.importing import parse_rules, plan_import
+from urlguard.writepath.rulelists import ParsedLine
 
 from ._progress import Progress
 
@@ -81,28 +83,14 @@ class Command(BaseCommand):
         progress = Progress(self.stdout, "lines")
         label = source or f"import:{name}"[:200]
         note = f"import_rules {name}"[:1000]
-        writing = (
-            nullcontext(None)
-            if dry_run
-            else changes.change_set(
-                kind=ChangeSet.Kind.IMPORT,
-                source=label,
-                note=note,
-                # An import of this file killed half-way: rules it listed are skipped.
-                resume=changes.interrupted(kind=ChangeSet.Kind.IMPORT, note=note),
-            )
-        )
         try:
             lines = (line.rstrip("\r\n") for line in stream)
-            with writing as change_set:
-                result = changes.add_rules(
-                    parse_rules(lines, default_category=category),
-                    source=label,
-                    category=category,
-                    dry_run=dry_run,
-                    progress=progress,
-                    change_set=change_set,
-                )
+            parsed = _shown(parse_rules(lines, default_category=category), progress)
+            if dry_run:
+                result = changes.add_rules(parsed, source=label, category=category, dry_run=True)
+                added, skipped, refused = len(result.added), len(result.skipped), result.refused
+            else:
+                planned = plan_import(parsed, label=label)
         except UnicodeDecodeError as exc:
             what = "stdin" if file == "-" else file
             raise CommandError(f"{what} is not UTF-8 text ({exc}); re-save it as UTF-8.") from exc
@@ -112,10 +100,38 @@ class Command(BaseCommand):
                 stream.detach()  # leave sys.stdin open
             else:
                 stream.close()
-        for refusal in result.refused[:show]:
+        if not dry_run:
+            try:
+                with changes.change_set(
+                    kind=ChangeSet.Kind.IMPORT,
+                    source=label,
+                    note=note,
+                    # An import of this file killed half-way: rules it listed are skipped.
+                    resume=changes.interrupted(kind=ChangeSet.Kind.IMPORT, note=note),
+                ) as change_set:
+                    applied = apply_listing(planned.plan, change_set=change_set)
+            finally:
+                planned.plan.close()
+            added, refused = applied.rules_added, planned.refusals
+            skipped = applied.skipped + planned.repeated
+        for refusal in refused[:show]:
             self.stderr.write(f"  refused {refusal}")
-        if len(result.refused) > show:
-            self.stderr.write(f"  ... and {len(result.refused) - show:,} more refused")
-        style = self.style.SUCCESS if not result.refused else self.style.WARNING
+        if len(refused) > show:
+            self.stderr.write(f"  ... and {len(refused) - show:,} more refused")
+        style = self.style.SUCCESS if not refused else self.style.WARNING
         prefix = "Dry run: " if dry_run else ""
-        self.stdout.write(style(f"{prefix}{result.summary()}."))
+        verb = "would be added" if dry_run else "added"
+        self.stdout.write(
+            style(
+                f"{prefix}{added} {verb}, {skipped} skipped (already listed), "
+                f"{len(refused)} refused."
+            )
+        )
+
+
+def _shown(parsed: Iterator[ParsedLine], progress: Progress) -> Iterator[ParsedLine]:
+    """`parsed`, the lines read shown on a terminal as they go."""
+    for line in parsed:
+        if line.lineno % 5000 == 0:
+            progress(line.lineno)
+        yield line

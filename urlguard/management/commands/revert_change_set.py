@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from urlguard.models import ChangeEvent, ChangeSet
+from urlguard.models import ChangeSet
 from urlguard.writepath import revert
-
-from ._progress import Progress
 
 
 class Command(BaseCommand):
@@ -54,18 +52,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"Restoring: {blocks.text()}")
             self.stdout.write("Dry run: nothing was changed.")
             return
-        events = ChangeEvent.objects.filter(change_set=change_set).count()
-        progress = Progress(self.stdout, "changes undone")
         try:
-            done = revert.revert_change_set(
-                change_set,
-                reason=reason,
-                progress=lambda handled: progress(handled, events),
-            )
+            done = revert.revert_change_set(change_set, reason=reason)
         except revert.RevertError as exc:
             raise CommandError(str(exc)) from exc
-        finally:
-            progress.end()
         self.stdout.write(
             self.style.SUCCESS(
                 f"Reverted {change_set} in {done}: {done.removed:,} rule(s) removed, "
