@@ -584,6 +584,19 @@ def relation_blocks() -> str:
         return ", ".join(f"{name} {read:,}/{hit:,}" for name, read, hit in cursor.fetchall())
 
 
+def tenths(began: float | None, written: list[tuple[int, float]], n: int) -> str:
+    """From (rows written, when) marks after the write `began`: the seconds each tenth
+    of `n` rows took to write, so that a write slowing down as the tables grow shows."""
+    if began is None:
+        return "—"
+    times, tenth = [began], 1
+    for done, at in written:
+        while tenth <= 10 and done >= tenth * n / 10:
+            times.append(at)
+            tenth += 1
+    return ", ".join(f"{b - a:.1f}" for a, b in itertools.pairwise(times))
+
+
 def feed_ids(n: int, shuffled: bool) -> Iterator[int]:
     """The feed's line numbers 0..n-1, in order or in an order fixed by n."""
     if not shuffled:
@@ -626,10 +639,21 @@ def feed_child(n: int, tmp: Path, shuffled: bool) -> None:
         cursor.execute("SELECT pg_stat_reset()")
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # VmHWM from here on: the first load's own peak
+    stages: dict[str, float] = {}
+    written: list[tuple[int, float]] = []
+
+    def mark(stage: str, done: int, total: int) -> None:
+        stages.setdefault(stage, time.perf_counter())
+        if stage == "adding":
+            written.append((done, time.perf_counter()))
+
     started = time.perf_counter()
-    first = refresh_source(source)
+    first = refresh_source(source, progress=mark)
     seconds = time.perf_counter() - started
     assert first.status == "ok", first.error
+    print(f"first load by step: {feedbench.by_step(started, stages, started + seconds)}")
+    by_tenth = tenths(stages.get("writing"), written, n)
+    print(f"first load, seconds to write each tenth of the rows: {by_tenth}")
     print(f"first load's blocks per relation, read from outside shared buffers / found in "
           f"them: {relation_blocks()}", flush=True)  # fmt: skip
     result("first", seconds=seconds, rules=first.rules_added, peak_mb=feedbench.peak_rss_mb())
