@@ -39,8 +39,8 @@ load within 1.2x the sizes' ratio: 4.8x at 4M, 12x at 10M).
         [--part-timeout 1800] [--port 18500]
 
 Takes, on 2 cores at a load average of 2-3: 100k 0.5 min, 1M 2 min, 10M 3.5 min
-without the feeds (--skip-feeds); the feed part alone (--feeds-only) took 1.2, 6.7
-and 16 min at 1M, 4M and 10M at a load average of 3-10; docs/performance.md has the
+without the feeds (--skip-feeds); the feed part alone (--feeds-only) took 1.2-2, 7-9
+and 16-17 min at 1M, 4M and 10M at a load average of 3-13; docs/performance.md has the
 figures and the load of the last runs.
 """
 
