@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +59,7 @@ def by_step(started: float, stages: dict[str, float], ended: float) -> str:
     )
 
 
-def write_feed(path: Path, ids: range | list[int]) -> None:
+def write_feed(path: Path, ids: Iterable[int]) -> None:
     with path.open("w") as out:
         out.write("# bench feed\n")
         for i in ids:

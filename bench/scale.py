@@ -19,24 +19,29 @@ dropped: pass a database that is this bench's own):
    the filter file is resident in it (RSS) and its share of that (PSS): the file is
    one shared mapping, so PSS is about half of RSS with two workers;
 7. unless --skip-feeds, in a child process on a database of its own (<db>_feed):
-   a plain URL feed of the same size (bench/feeds.py's lines, read from file://)
-   through `refresh_source`: the first load, then a refresh with 1% churn (1% gone,
-   1% new), seconds and the child's peak RSS. The nodes are not nudged (as
+   a plain URL feed of the same size (bench/feeds.py's lines, read from file://):
+   its floor (bench/feeds.py's: `psql \\copy` of the same lines into a table with a
+   bigserial key, a unique index on the text and a timestamp), then through
+   `refresh_source` the first load and a refresh with 1% churn (1% gone, 1% new):
+   seconds, times the floor, and the child's peak RSS. The nodes are not nudged (as
    bench/feeds.py without --redis): the refresh's own work is measured.
+   --feeds-only: this part alone (1-6 skipped).
 
 Every part has a time limit (--part-timeout): past it, the part prints "timeout
 after N s" and the parts that need it are skipped. Costs should grow linearly with
 the rules (rebuild, verify, feed load) or stay flat (open, lookups): the ratios of
-consecutive sizes are printed beside the figures with their targets (10M
-lookups within 1.5x of 1M; rebuild and verify within 12x of 1M).
+consecutive sizes, and of each size to 1M, are printed beside the figures with
+their targets (lookups within 1.5x of 1M; rebuild, verify and the feed's first
+load within 1.2x the sizes' ratio: 4.8x at 4M, 12x at 10M).
 
-    .venv/bin/python bench/scale.py [--sizes 100k,1M,10M] [--skip-feeds]
+    .venv/bin/python bench/scale.py [--sizes 100k,1M,4M,10M] [--skip-feeds | --feeds-only]
         [--database-url postgres://postgres@127.0.0.1:5432/urlguard_bench_scale]
-        [--part-timeout 900] [--port 18500]
+        [--part-timeout 1800] [--port 18500]
 
-Takes, on 2 cores at a load average of 2-3: 100k 0.5 min, 1M 2 min, 10M 13 min,
-of which 10 min are the 10M feed load's time limit (--skip-feeds: 10M in 3.5 min);
-docs/performance.md has the figures and the load of the last runs.
+Takes, on 2 cores at a load average of 2-3: 100k 0.5 min, 1M 2 min, 10M 3.5 min
+without the feeds (--skip-feeds); the feed part alone (--feeds-only) took 1.2-2, 7-9
+and 16-17 min at 1M, 4M and 10M at a load average of 3-13; docs/performance.md has the
+figures and the load of the last runs.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import contextlib
 import http.client
 import importlib.util
 import io
+import itertools
 import json
 import os
 import queue
@@ -510,7 +516,7 @@ def measure_workers(
 
 
 def run_feed_child(
-    n: int, url: str, env: dict[str, str], tmp: Path, limit: float
+    n: int, url: str, env: dict[str, str], tmp: Path, limit: float, shuffled: bool
 ) -> dict[str, Any]:
     """The feed parts in a child process (killed at the time limit), on its own database."""
     recreate(url)
@@ -521,7 +527,7 @@ def run_feed_child(
     env = {**env, "DATABASE_URL": url, "URLGUARD_VAR_DIR": str(var)}
     child = subprocess.Popen(
         [sys.executable, __file__, "--feed-child", str(n), "--database-url", url,
-         "--var", str(tmp)],
+         "--var", str(tmp), *(["--shuffled-feed"] if shuffled else [])],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     lines: queue.Queue[str | None] = queue.Queue()
@@ -535,7 +541,7 @@ def run_feed_child(
     threading.Thread(target=pump, daemon=True).start()
     try:
         # Each part's clock starts when the one before it ended.
-        for part in ("ready", "first", "churn"):
+        for part in ("ready", "floor", "first", "churn"):
             started = time.monotonic()
             while True:
                 left = limit - (time.monotonic() - started)
@@ -563,7 +569,48 @@ def run_feed_child(
         recreate(url, drop_only=True)
 
 
-def feed_child(n: int, tmp: Path) -> None:
+def relation_blocks() -> str:
+    """The tables and indexes that read the most blocks from outside PostgreSQL's shared
+    buffers since the statistics were reset, with the blocks found in them: where a
+    load pays for pages that no longer fit the cache."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute(
+            "SELECT relname, heap_blks_read, heap_blks_hit FROM pg_statio_user_tables "
+            "UNION ALL SELECT indexrelname, idx_blks_read, idx_blks_hit "
+            "FROM pg_statio_user_indexes ORDER BY 2 DESC NULLS LAST LIMIT 8"
+        )
+        return ", ".join(f"{name} {read:,}/{hit:,}" for name, read, hit in cursor.fetchall())
+
+
+def tenths(began: float | None, written: list[tuple[int, float]], n: int) -> str:
+    """From (rows written, when) marks after the write `began`: the seconds each tenth
+    of `n` rows took to write, so that a write slowing down as the tables grow shows."""
+    if began is None:
+        return "—"
+    times, tenth = [began], 1
+    for done, at in written:
+        while tenth <= 10 and done >= tenth * n / 10:
+            times.append(at)
+            tenth += 1
+    return ", ".join(f"{b - a:.1f}" for a, b in itertools.pairwise(times))
+
+
+def feed_ids(n: int, shuffled: bool) -> Iterator[int]:
+    """The feed's line numbers 0..n-1, in order or in an order fixed by n."""
+    if not shuffled:
+        yield from range(n)
+        return
+    import numpy as np
+
+    order = np.random.default_rng(n).permutation(n)
+    for at in range(0, n, 100_000):
+        yield from order[at : at + 100_000].tolist()
+
+
+def feed_child(n: int, tmp: Path, shuffled: bool) -> None:
     """Runs in the child: migrate, write the feed (not measured), first load, churn."""
     import django
 
@@ -571,6 +618,8 @@ def feed_child(n: int, tmp: Path) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    from django.db import connection
+
     from urlguard.feeds.refresh import refresh_source
     from urlguard.models import Source
     from urlguard.nodesync import nudge
@@ -582,19 +631,38 @@ def feed_child(n: int, tmp: Path) -> None:
     silenced.__enter__()  # for the run: held, as one collected would be left
     feed = tmp / "feeds" / f"feed-{n}.txt"
     feed.parent.mkdir(exist_ok=True)
-    feedbench.write_feed(feed, range(n))
+    feedbench.write_feed(feed, feed_ids(n, shuffled))
     result("ready", bytes=feed.stat().st_size)
+    result("floor", seconds=feedbench.copy_floor(os.environ["DATABASE_URL"], feed))
 
     source = Source.objects.create(name="bench", kind="feed", url=f"file://{feed}")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_reset()")
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # VmHWM from here on: the first load's own peak
+    stages: dict[str, float] = {}
+    written: list[tuple[int, float]] = []
+
+    def mark(stage: str, done: int, total: int) -> None:
+        stages.setdefault(stage, time.perf_counter())
+        if stage == "adding":
+            written.append((done, time.perf_counter()))
+
     started = time.perf_counter()
-    first = refresh_source(source)
+    first = refresh_source(source, progress=mark)
     seconds = time.perf_counter() - started
     assert first.status == "ok", first.error
+    print(f"first load by step: {feedbench.by_step(started, stages, started + seconds)}")
+    by_tenth = tenths(stages.get("writing"), written, n)
+    print(f"first load, seconds to write each tenth of the rows: {by_tenth}")
+    print(f"first load's blocks per relation, read from outside shared buffers / found in "
+          f"them: {relation_blocks()}", flush=True)  # fmt: skip
     result("first", seconds=seconds, rules=first.rules_added, peak_mb=feedbench.peak_rss_mb())
 
     churn = n // 100
     os.utime(feed, (1, 1))
-    feedbench.write_feed(feed, [*range(churn, n), *range(n, n + churn)])
+    kept = (i for i in feed_ids(n, shuffled) if i >= churn)
+    feedbench.write_feed(feed, itertools.chain(kept, range(n, n + churn)))
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # VmHWM from here on: the churn refresh's own peak
     started = time.perf_counter()
@@ -631,6 +699,14 @@ def run_size(n: int, args: argparse.Namespace, env: dict[str, str], tmp: Path) -
     path = conf.FILTER_PATH
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+    if args.feeds_only:
+        results["load_end_of_lookups"] = results["load_start"]
+        results["feed"] = run_feed_child(
+            n, args.feed_database_url, env, tmp, limit, args.shuffled_feed
+        )
+        results["load_end"] = load()
+        results["wall"] = time.perf_counter() - wall
+        return results
     recreate(args.database_url)
     call_command("migrate", verbosity=0)
     started = time.perf_counter()
@@ -679,7 +755,7 @@ def run_size(n: int, args: argparse.Namespace, env: dict[str, str], tmp: Path) -
             results["workers"] = Timeout(f"timeout after {limit:.0f} s")
     results["load_end_of_lookups"] = load()
     if not args.skip_feeds:
-        feeds = run_feed_child(n, args.feed_database_url, env, tmp, limit)
+        feeds = run_feed_child(n, args.feed_database_url, env, tmp, limit, args.shuffled_feed)
         results["feed"] = feeds
     results["load_end"] = load()
     results["wall"] = time.perf_counter() - wall
@@ -706,16 +782,18 @@ def figure(results: dict[str, Any], key: str) -> Any:
     return value
 
 
-# (label, key, format, scale, how it should grow, the target for 10M/1M)
-ROWS: list[tuple[str, str, str, float, str, float | None]] = [
+# (label, key, format, scale, how it should grow, target): a linear row's target is
+# that many times the sizes' ratio (1.2: 10M within 12x of 1M, 4M within 4.8x), a
+# flat row's a ratio whatever the sizes, a text one is printed as it is.
+ROWS: list[tuple[str, str, str, float, str, float | str | None]] = [
     ("filter file, MiB", "bytes", "{:,.1f}", 1 / MiB, "linear", None),
     ("filter file, bytes per rule", "bytes_per_rule", "{:.2f}", 1, "flat", None),
     ("filter stages", "stages", "{:.0f}", 1, "flat", None),
     ("open the file (read-only), ms", "open", "{:.3f}", 1e3, "flat", None),
     ("Guard.check, clean URL, median µs", "check_median", "{:.1f}", 1, "flat", 1.5),
     ("Guard.check, clean URL, p99 µs", "check_p99", "{:.1f}", 1, "flat", 1.5),
-    ("rebuild_filter, s", "rebuild", "{:.1f}", 1, "linear", 12),
-    ("verify_filter, s", "verify", "{:.1f}", 1, "linear", 12),
+    ("rebuild_filter, s", "rebuild", "{:.1f}", 1, "linear", 1.2),
+    ("verify_filter, s", "verify", "{:.1f}", 1, "linear", 1.2),
     ("worker 1 after 10,000 checks: RSS, MiB", "workers.0.rss", "{:.0f}", 1, "", None),
     ("worker 1: PSS (shared pages split), MiB", "workers.0.pss", "{:.0f}", 1, "", None),
     ("worker 1: USS (private pages), MiB", "workers.0.uss", "{:.0f}", 1, "", None),
@@ -725,10 +803,13 @@ ROWS: list[tuple[str, str, str, float, str, float | None]] = [
     ("worker 2: PSS, MiB", "workers.1.pss", "{:.0f}", 1, "", None),
     ("worker 2: USS, MiB", "workers.1.uss", "{:.0f}", 1, "", None),
     ("worker 2: filter file PSS, MiB", "workers.1.filter_pss", "{:.1f}", 1, "", None),
-    ("feed first load, s", "feed.first.seconds", "{:.1f}", 1, "linear", None),
-    ("feed first load: peak RSS, MB", "feed.first.peak_mb", "{:.0f}", 1, "", None),
+    ("feed floor: psql \\copy of the lines, s", "feed.floor.seconds", "{:.1f}", 1, "linear", None),
+    ("feed first load, s", "feed.first.seconds", "{:.1f}", 1, "linear", 1.2),
+    ("feed first load, × floor", "feed.first.x_floor", "{:.2f}", 1, "flat", "≤ 4× (1M)"),
+    ("feed first load: peak RSS, MB", "feed.first.peak_mb", "{:.0f}", 1, "", "≤ 400"),
     ("feed 1% churn refresh, s", "feed.churn.seconds", "{:.2f}", 1, "linear", None),
-    ("feed 1% churn: peak RSS, MB", "feed.churn.peak_mb", "{:.0f}", 1, "", None),
+    ("feed 1% churn, × floor", "feed.churn.x_floor", "{:.3f}", 1, "flat", "≤ 0.25×"),
+    ("feed 1% churn: peak RSS, MB", "feed.churn.peak_mb", "{:.0f}", 1, "", "≤ 400"),
     ("wall time of the size (seeding included), s", "wall", "{:.0f}", 1, "", None),
 ]
 
@@ -741,14 +822,40 @@ def cell(value: Any, fmt: str, scale: float) -> str:
     return fmt.format(value * scale)
 
 
+def number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def derive(n: int, results: dict[str, Any]) -> None:
+    """The figures computed from others: bytes per rule, the feed's times per floor."""
+    if isinstance(results.get("bytes"), int):
+        results["bytes_per_rule"] = results["bytes"] / n
+    floor = figure(results, "feed.floor.seconds")
+    for part in ("first", "churn"):
+        seconds = figure(results, f"feed.{part}.seconds")
+        if number(floor) and number(seconds) and floor > 0:
+            results["feed"][part]["x_floor"] = seconds / floor
+
+
 def table(sizes: list[int], runs: list[dict[str, Any]]) -> str:
+    """Each figure per size, the ratios of consecutive sizes and of each size above
+    the reference (1M when measured, else the smallest) to it, and the targets."""
     for n, results in zip(sizes, runs, strict=True):
-        if isinstance(results.get("bytes"), int):
-            results["bytes_per_rule"] = results["bytes"] / n
+        derive(n, results)
     labels = [size_label(n) for n in sizes]
     steps = [(i - 1, i) for i in range(1, len(sizes))]
+    ref = sizes.index(1_000_000) if 1_000_000 in sizes else 0
+    to_ref = [(ref, i) for i in range(ref + 1, len(sizes))]
+    steps += [pair for pair in to_ref if pair not in steps]
     step_names = [f"{labels[b]}/{labels[a]}" for a, b in steps]
-    head = ["figure", *labels, *step_names, "should grow", "target (10M/1M)"]
+    ref_names = ", ".join(f"{labels[b]}/{labels[a]}" for a, b in to_ref)
+    head = [
+        "figure",
+        *labels,
+        *step_names,
+        "should grow",
+        f"target ({ref_names})" if to_ref else "target",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, key, fmt, scale, grows, target in ROWS:
         values = [figure(r, key) for r in runs]
@@ -757,15 +864,14 @@ def table(sizes: list[int], runs: list[dict[str, Any]]) -> str:
         ratios = []
         for a, b in steps:
             va, vb = values[a], values[b]
-            ok = isinstance(va, int | float) and isinstance(vb, int | float) and va > 0
-            ratios.append(f"{vb / va:.2f}×" if ok else "—")
-        if grows == "linear":
-            expected = "× size"
-        elif grows == "flat":
-            expected = "flat"
+            ratios.append(f"{vb / va:.2f}×" if number(va) and number(vb) and va > 0 else "—")
+        expected = {"linear": "× size", "flat": "flat"}.get(grows, "")
+        if isinstance(target, str):
+            goal = target
+        elif target and grows == "linear":
+            goal = " / ".join(f"≤ {target * sizes[b] / sizes[a]:.3g}×" for a, b in to_ref)
         else:
-            expected = ""
-        goal = f"≤ {target:g}×" if target else ""
+            goal = f"≤ {target:g}×" if target else ""
         lines.append(
             "| " + " | ".join([label, *(cell(v, fmt, scale) for v in values), *ratios, expected,
                                goal]) + " |"
@@ -802,13 +908,21 @@ def main() -> None:
     parser.add_argument("--sizes", default="100k,1M,10M", help="e.g. 100k,1M,10M")
     parser.add_argument("--skip-feeds", action="store_true", help="no feed first load and churn")
     parser.add_argument(
+        "--shuffled-feed",
+        action="store_true",
+        help="the feed's lines in a random order (fixed by the size), not by number",
+    )
+    parser.add_argument(
+        "--feeds-only", action="store_true", help="only the feed parts (no rules seeded, no file)"
+    )
+    parser.add_argument(
         "--database-url",
         default="postgres://postgres@127.0.0.1:5432/urlguard_bench_scale",
         help="a database of this bench's own: emptied for each size (created if "
         "missing; its tables dropped at the end); the feed parts use <name>_feed likewise",
     )
     parser.add_argument(
-        "--part-timeout", type=float, default=900, help="seconds each part may take"
+        "--part-timeout", type=float, default=1800, help="seconds each part may take"
     )
     parser.add_argument("--port", type=int, default=18500, help="first port to try for gunicorn")
     parser.add_argument("--feed-child", type=int, help=argparse.SUPPRESS)
@@ -816,7 +930,7 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.feed_child is not None:
-        feed_child(args.feed_child, Path(args.var))
+        feed_child(args.feed_child, Path(args.var), args.shuffled_feed)
         return
 
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]

@@ -91,3 +91,41 @@ def test_time_limit_interrupts_a_part(scale):
     assert str(results["verify"]).startswith("timeout after ")
     assert scale.timed_part(results, "rebuild", 5, lambda: 42) == 42
     assert "rebuild" not in results
+
+
+def test_ratios_to_1m_beside_consecutive_ones_with_targets_for_the_sizes(scale):
+    runs = [
+        {"feed": {"first": {"seconds": 10.0}}, "rebuild": 2.0},
+        {"feed": {"first": {"seconds": 45.0}}, "rebuild": 8.0},
+        {"feed": {"first": {"seconds": 130.0}}, "rebuild": 20.0},
+    ]
+    table = scale.table([1_000_000, 4_000_000, 10_000_000], runs)
+    assert (
+        "| 4M/1M | 10M/4M | 10M/1M | should grow | target (4M/1M, 10M/1M) |"
+        in (table.splitlines()[0])
+    )
+    rows = rows_of(table)
+    assert rows["feed first load, s"] == [
+        "10.0", "45.0", "130.0", "4.50×", "2.89×", "13.00×", "× size", "≤ 4.8× / ≤ 12×"
+    ]  # fmt: skip
+    assert rows["rebuild_filter, s"][3:6] == ["4.00×", "2.50×", "10.00×"]
+
+
+def test_feed_times_are_shown_per_floor_of_the_same_size(scale):
+    runs = [
+        {"feed": {"floor": {"seconds": 2.5}, "first": {"seconds": 10.0},
+                  "churn": {"seconds": 0.5}}},
+        {"feed": {"floor": scale.Timeout("timeout after 900 s")}},
+    ]  # fmt: skip
+    rows = rows_of(scale.table([1_000_000, 10_000_000], runs))
+    assert rows["feed floor: psql \\copy of the lines, s"][:2] == ["2.5", "timeout after 900 s"]
+    assert rows["feed first load, × floor"] == ["4.00", "—", "—", "flat", "≤ 4× (1M)"]
+    assert rows["feed 1% churn, × floor"] == ["0.200", "—", "—", "flat", "≤ 0.25×"]
+
+
+def test_a_shuffled_feed_holds_each_line_once_in_an_order_fixed_by_its_size(scale):
+    shuffled = list(scale.feed_ids(250_000, shuffled=True))
+    assert sorted(shuffled) == list(range(250_000))
+    assert shuffled != sorted(shuffled)
+    assert shuffled == list(scale.feed_ids(250_000, shuffled=True))
+    assert list(scale.feed_ids(5, shuffled=False)) == [0, 1, 2, 3, 4]
