@@ -71,6 +71,14 @@ LIVE = [
 ]
 
 
+
+def live(test):
+    """LIVE's marks on one test, in a module whose other tests need no services."""
+    for mark in LIVE:
+        test = mark(test)
+    return test
+
+
 def unavailable(reason: str) -> None:
     """Skip for `reason`, or under CI fail for it."""
     if MUST_RUN:

@@ -3,9 +3,7 @@ so the new rules' ids, added_at and change-log seq follow that order."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.service.test_services import _MUST_RUN, _SKIP, services_available  # noqa: F401
+from tests.support.services import live
 from urlguard.models import ChangeEvent, ChangeSet, Source, SpamRule, expression_key
 from urlguard.writepath import bulkload, changes
 
@@ -35,11 +33,8 @@ def test_the_reader_hands_out_each_chunk_sorted_by_expression_in_blocks(monkeypa
     ]
 
 
-@pytest.mark.live
-@pytest.mark.skipif(bool(_SKIP) and not _MUST_RUN, reason=_SKIP)
-@pytest.mark.django_db(transaction=True)
+@live
 def test_the_rules_of_a_chunk_are_written_in_expression_order(
-    services_available,  # noqa: F811
     nudges,
     monkeypatch,
 ):
@@ -47,7 +42,7 @@ def test_the_rules_of_a_chunk_are_written_in_expression_order(
     copy_chunk = bulkload._copy_chunk
 
     def spy(cursor, stage, chunk):
-        copied.append([expression for block in chunk.blocks for expression, _, _ in block])
+        copied.append([row[0] for block in chunk.blocks for row in block])
         copy_chunk(cursor, stage, chunk)
 
     monkeypatch.setattr(bulkload, "_copy_chunk", spy)
