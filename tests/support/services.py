@@ -71,7 +71,6 @@ LIVE = [
 ]
 
 
-
 def live(test):
     """LIVE's marks on one test, in a module whose other tests need no services."""
     for mark in LIVE:
