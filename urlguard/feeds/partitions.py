@@ -77,7 +77,12 @@ class Runs:
 
     def __init__(self, bits: int, width: int) -> None:
         self.bits, self.width = bits, width
-        self.files = [tempfile.TemporaryFile(prefix="urlguard-run-") for _ in range(1 << bits)]  # noqa: SIM115
+        # Unbuffered: each write is a partition's share of _GATHER records at once, and
+        # a buffer a file would be held a partition at a time.
+        self.files = [
+            tempfile.TemporaryFile(prefix="urlguard-run-", buffering=0)  # noqa: SIM115
+            for _ in range(1 << bits)
+        ]
         self._gathered: list[np.ndarray] = []
         self._count = 0
 
@@ -152,7 +157,7 @@ class Partitioned(Staged):
             self._memo_file.listed and self._memo_file.listed == memo.listed_digest(listed)
         )
         self._listing = tempfile.TemporaryFile(prefix="urlguard-listing-")  # noqa: SIM115
-        self._listing.write(np.ascontiguousarray(listed, dtype="<i8").tobytes())
+        self._listing.write(np.ascontiguousarray(listed, dtype="<i8").data)
         self._listing_bounds = _bounds(listed, self.bits)
         # Every unit in body order: its columns (_END ... _CATEGORY), 40 bytes each.
         self._columns = tempfile.TemporaryFile(prefix="urlguard-units-")  # noqa: SIM115

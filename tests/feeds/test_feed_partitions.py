@@ -1,0 +1,251 @@
+"""urlguard.feeds.partitions: a body staged in partitions on disk gives what Staged's
+whole arrays give (the known units, the diff, the entries to add, the refusals, the
+next memo), on generated bodies with duplicates, churn and rules deleted by hand; a
+memo save killed part way leaves the last memo whole; the refresh's own scenarios
+(diff, shrink holds, allowlist, holds, an interrupted apply, the memo's shortcuts)
+hold when every body is staged in partitions; and the memory a partitioned read
+holds does not grow with the feed as Staged's does."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from tests.feeds import test_feed_holds as holds_scenarios
+from tests.feeds import test_feed_refresh as refresh_scenarios
+from tests.feeds.test_feed_holds import feed  # noqa: F401 (a fixture of the holds' scenarios)
+from tests.feeds.test_feed_refresh import normalized, quiet  # noqa: F401 (their fixtures)
+from urlguard.feeds import memo, partitions, staging
+from urlguard.feeds.outcome import RefreshResult
+from urlguard.writepath import allowlist
+
+_POOL = ["a.example", "A.example", "b.example", "http://b.example/", "c.example/x", "com"]
+_POOL += ["d.example", "e.example/p?q=1", "two words.example", "", "# note"]
+_POOL += [f"h{i}.example" for i in range(30)]
+_BODY = st.lists(st.sampled_from(_POOL), max_size=40)
+_NOTHING = np.zeros(0, dtype=np.int64)
+
+
+def _read(fmt: str, body: list[str], bits: int | None, remembered, listed: np.ndarray):
+    """`body` staged and resolved, by Staged (bits None) or in 2**bits partitions."""
+    if bits is None:
+        staged = staging.Staged(fmt, "spam", remembered, listed)
+    else:
+        staged = partitions.Partitioned(fmt, "spam", 1 << bits, remembered, listed)
+    result = RefreshResult(source="x")
+    texts = (f"0.0.0.0 {line}" if fmt == "hosts" and line else line for line in body)
+    staged.add_lines((n, t) for n, t in enumerate(texts, start=1) if t and t[0] != "#")
+    staged.finish()
+    staged.resolve(allowlist.Allowlist({}), result)
+    return staged, result
+
+
+def _refresh(fmt: str, source_id: int, body: list[str], bits: int | None, listed: np.ndarray):
+    """What a refresh reads of `body` for a source listing `listed`, its memo saved."""
+    if bits is None:
+        remembered = memo.load(source_id, "stamp")
+    else:
+        remembered = memo.open_file(source_id, "stamp")  # type: ignore[assignment]
+    staged, result = _read(fmt, body, bits, remembered, listed)
+    try:
+        diff = staged.diff()
+        seen = {
+            "known": staged.known,
+            "count": staged.count(),
+            "new": diff.count,
+            "gone": diff.gone.tolist(),
+            "rows": [row[1:] for row in staged.rows(diff.new)],
+            "refusals": result.refusals,
+            "refused": result.refused,
+            "has": staged.has(np.array(listed.tolist() + [1, -1], dtype=np.int64)).tolist(),
+        }
+        keys = staged.sorted_keys() if bits is not None else staged.unique_keys.copy()
+        staged.remember(source_id, "stamp", remembered)
+        return seen, keys
+    finally:
+        staged.close()
+
+
+def _memo_arrays(source_id: int) -> tuple[list[int], list[int], list[int], str]:
+    saved = memo.load(source_id, "stamp")
+    assert saved is not None
+    return saved.high.tolist(), saved.low.tolist(), saved.keys.tolist(), saved.listed
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.sampled_from(["urls", "hosts"]),
+    _BODY,
+    _BODY,
+    _BODY,
+    st.lists(st.integers(0, 60), max_size=5),
+    st.integers(0, 3),
+)
+@example("urls", ["a.example"] * 3, ["a.example", "A.example"], [], [], 2)
+@example("urls", ["h1.example", "h2.example"], ["h1.example", "h3.example"], [], [0], 3)
+@example("hosts", ["a.example b.example"], ["a.example b.example", "com"], [], [1], 1)
+def test_partitions_stage_what_the_whole_arrays_stage(fmt, first, second, third, dropped, bits):
+    # Three refreshes of one source by each path, the listing of the second without a
+    # few rules (deleted by hand), each against the memo its own path saved.
+    try:
+        listed = {None: _NOTHING, bits: _NOTHING}
+        seen: dict[int | None, list] = {None: [], bits: []}
+        for step, body in enumerate((first, second, third)):
+            for path, source_id in ((None, 1), (bits, 2)):
+                found, keys = _refresh(fmt, source_id, body, path, listed[path])
+                seen[path].append(found)
+                if step == 0 and len(keys):
+                    keys = np.delete(keys, [i % len(keys) for i in dropped])
+                listed[path] = keys
+            assert seen[bits][-1] == seen[None][-1], step
+            assert _memo_arrays(2) == _memo_arrays(1), step
+    finally:
+        for source_id in (1, 2):
+            memo.path_for(source_id).unlink(missing_ok=True)
+
+
+def test_a_partitioned_memo_save_killed_part_way_leaves_the_last_memo(monkeypatch):
+    body = [f"h{i}.example" for i in range(30)]
+    try:
+        _refresh("urls", 3, body[:20], 2, _NOTHING)
+        before = _memo_arrays(3)
+        staged, _ = _read("urls", body, 2, memo.open_file(3, "stamp"), _NOTHING)
+
+        def killed(self):
+            yield np.zeros(1, dtype=np.int64)
+            raise KeyboardInterrupt  # what a kill leaves: a temp file cut short
+
+        monkeypatch.setattr(memo.FileColumn, "slices", killed)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                staged.remember(3, "stamp", None)
+        finally:
+            staged.close()
+        assert _memo_arrays(3) == before
+        opened = memo.open_file(3, "stamp")
+        assert opened is not None and len(opened) == 20
+        opened.close()
+    finally:
+        memo.path_for(3).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    "entries, parts",
+    [(0, 1), (partitions.PARTITION_ENTRIES, 1), (partitions.PARTITION_ENTRIES + 1, 4)]
+    + [(4 * partitions.PARTITION_ENTRIES, 8), (10**12, 1 << partitions._MAX_BITS)],
+)
+def test_a_partition_holds_at_most_half_the_entries_that_are_partitioned(entries, parts):
+    assert partitions.partitions_for(entries) == parts
+
+
+# -- the refresh's scenarios, every body in partitions ---------------------------------
+
+
+@pytest.fixture
+def in_partitions(monkeypatch):
+    """Every body of an entry or more staged in 8 partitions."""
+    monkeypatch.setattr(partitions, "PARTITION_ENTRIES", 0)
+    monkeypatch.setattr(partitions, "_MAX_BITS", 3)
+    made: list[partitions.Partitioned] = []
+    real = partitions.Partitioned.__init__
+
+    def counted(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(partitions.Partitioned, "__init__", counted)
+    return made
+
+
+_SCENARIOS = [
+    refresh_scenarios.test_first_refresh_lists_everything,
+    refresh_scenarios.test_second_version_applies_exactly_the_difference,
+    refresh_scenarios.test_a_rule_listed_elsewhere_survives_when_one_source_drops_it,
+    refresh_scenarios.test_a_big_shrink_is_held_until_accepted,
+    refresh_scenarios.test_a_feed_drained_a_little_at_a_time_is_held_against_its_high_water_mark,
+    refresh_scenarios.test_allowlist_refuses_whole_host_rules_but_not_narrower_ones,
+    refresh_scenarios.test_a_host_allowlisted_later_leaves_the_feed_at_its_next_refresh,
+    refresh_scenarios.test_an_interrupted_refresh_is_finished_in_its_own_change_set,
+    refresh_scenarios.test_two_refreshes_from_the_same_old_state_do_not_double_apply,
+    refresh_scenarios.test_dry_run_writes_nothing,
+    refresh_scenarios.test_verify_filter_passes_after_refreshes,
+    refresh_scenarios.test_a_refresh_normalizes_only_what_it_has_not_seen,
+    refresh_scenarios.test_a_remembered_rule_deleted_by_hand_is_listed_again,
+    refresh_scenarios.test_a_held_refresh_then_accepted_lists_what_the_memo_already_knew,
+    refresh_scenarios.test_a_line_with_a_refused_entry_is_counted_refused_every_time,
+    refresh_scenarios.test_the_format_a_body_is_read_as_is_part_of_the_memo,
+    holds_scenarios.test_popular_hosts_and_shorteners_are_held_the_rest_applies,
+    holds_scenarios.test_accepting_with_the_command_applies_them,
+]
+
+
+@pytest.mark.django_db(transaction=False)
+@pytest.mark.parametrize("scenario", _SCENARIOS, ids=lambda f: f.__name__.removeprefix("test_"))
+def test_the_refresh_scenarios_hold_in_partitions(scenario, in_partitions, request):
+    import inspect
+
+    names = inspect.signature(scenario).parameters
+    scenario(**{name: request.getfixturevalue(name) for name in names})
+    assert in_partitions, "no body was staged in partitions"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("fmt", ["urls", "hosts", "phishtank-csv"])
+def test_random_refreshes_in_partitions_list_what_a_full_parse_finds(fmt, in_partitions, request):
+    refresh_scenarios.test_forty_random_refreshes_list_what_a_full_parse_finds(
+        request.getfixturevalue("server"), request.getfixturevalue("settings"), fmt
+    )
+    assert in_partitions
+
+
+# -- memory ----------------------------------------------------------------------------
+
+
+def _traced_peak(entries: int, bits: int | None) -> int:
+    """tracemalloc's peak (bytes) of a first read and a 1% churn of `entries` lines, as
+    a refresh does them (the churn's listing, 8 bytes a unit either way, not counted)."""
+    lines = [f"http://h{i}.example/p/{i}" for i in range(entries)]
+    churned = lines[entries // 100 :] + [f"http://n{i}.example/" for i in range(entries // 100)]
+    peaks = []
+    try:
+        tracemalloc.start()
+        listed = _NOTHING
+        for body in (lines, churned):
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            remembered = memo.open_file(4, "s") if bits is not None else memo.load(4, "s")
+            staged, _ = _read("urls", body, bits, remembered, listed)
+            try:
+                staged.diff()
+                staged.remember(4, "s", remembered)
+                del remembered
+                peaks.append(tracemalloc.get_traced_memory()[1] - base)
+                listed = staged.sorted_keys() if bits is not None else staged.unique_keys.copy()
+            finally:
+                staged.close()
+        return max(peaks)
+    finally:
+        tracemalloc.stop()
+        memo.path_for(4).unlink(missing_ok=True)
+
+
+def test_a_partitioned_read_holds_a_partition_not_the_feed(monkeypatch):
+    # Partitions of about the same size whatever the feed, and every batch and span
+    # smaller than the feeds: a partitioned read's peak grows by the bytes a unit
+    # held whole (which units are left, which memo entries kept, which entries are
+    # new: one each), where Staged's grows by the feed's arrays (about a hundred).
+    monkeypatch.setattr(partitions, "_SPAN", 1 << 10)
+    monkeypatch.setattr(partitions, "_GATHER", 1 << 10)
+    monkeypatch.setattr(staging, "_BATCH", 1 << 10)
+    monkeypatch.setattr(staging, "_SPAN_UNITS", 1 << 10)
+    monkeypatch.setattr(memo, "_SLICE", 1 << 8)
+    small, large = 6_000, 18_000
+    _traced_peak(1_000, 1)  # what a first run allocates once (imports, caches)
+    grown = _traced_peak(large, 3) - _traced_peak(small, 1)
+    whole = _traced_peak(large, None) - _traced_peak(small, None)
+    assert whole > 40 * (large - small), whole
+    assert grown < 8 * (large - small), (grown, whole)
