@@ -105,7 +105,9 @@ class Runs:
         records, part = records[order], part[order]
         edges = np.searchsorted(part, np.arange(len(self.files) + 1))
         for p in np.flatnonzero(np.diff(edges)).tolist():
-            self.files[p].write(records[edges[p] : edges[p + 1]].astype("<i8").tobytes())
+            data = _bytes(records[edges[p] : edges[p + 1]]).cast("B")
+            while data:  # an unbuffered write may take part of it
+                data = data[self.files[p].write(data) :]
 
     def read(self, p: int) -> np.ndarray:
         """Partition `p`'s records, in the order they were added (rows of `width`)."""
@@ -157,7 +159,7 @@ class Partitioned(Staged):
             self._memo_file.listed and self._memo_file.listed == memo.listed_digest(listed)
         )
         self._listing = tempfile.TemporaryFile(prefix="urlguard-listing-")  # noqa: SIM115
-        self._listing.write(np.ascontiguousarray(listed, dtype="<i8").data)
+        self._listing.write(_bytes(listed))
         self._listing_bounds = _bounds(listed, self.bits)
         # Every unit in body order: its columns (_END ... _CATEGORY), 40 bytes each.
         self._columns = tempfile.TemporaryFile(prefix="urlguard-units-")  # noqa: SIM115
@@ -192,8 +194,7 @@ class Partitioned(Staged):
         self.units.write(b"".join(texts))
         self._end = int(ends[-1])
         kinds = categories if categories is not None else np.zeros(len(texts), dtype=np.int64)
-        columns = np.column_stack((ends, linenos, high, low, kinds)).astype("<i8")
-        self._columns.write(columns.tobytes())
+        self._columns.write(_bytes(np.column_stack((ends, linenos, high, low, kinds))))
         self._digests.add(high, low, np.arange(first, self._units, dtype=np.int64))
 
     def finish(self) -> None:
@@ -308,7 +309,7 @@ class Partitioned(Staged):
             del texts, data
             self.expressions.write(entry_lines(categories, expressions))
             keys = expression_keys(expressions)
-            self._key_file.write(keys.astype("<i8").tobytes())
+            self._key_file.write(_bytes(keys))
             numbered = np.arange(self._entries, self._entries + len(keys), dtype=np.int64)
             entries.add(keys, numbered)
             self._entries += len(keys)
@@ -357,7 +358,7 @@ class Partitioned(Staged):
             unique = keys[firsts]
             numbers = run[order[firsts], 1]
             del run, order, keys, firsts
-            self._unique.write(unique.astype("<i8").tobytes())
+            self._unique.write(_bytes(unique))
             digest.update(np.ascontiguousarray(unique, dtype="<i8").data)
             count += len(unique)
             self._unique_bounds[q + 1] = count
@@ -418,7 +419,7 @@ class Partitioned(Staged):
                 merged = part.merged_parts(kept, high, low, keys)
                 length += len(merged[0])
                 for file, column in zip(columns, merged, strict=True):
-                    file.write(column().astype("<i8").tobytes())
+                    file.write(_bytes(column()))
             memo.write(
                 source_id,
                 stamp,
@@ -456,6 +457,12 @@ class Partitioned(Staged):
         self._digests.close()
         for file in (self._listing, self._unique, self._key_file):
             file.close()
+
+
+def _bytes(values: np.ndarray) -> memoryview:
+    """The bytes of an int64 array as a file holds them (little-endian), not copied
+    when they are already so."""
+    return np.ascontiguousarray(values, dtype="<i8").data
 
 
 def _sorted_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:

@@ -9,7 +9,9 @@ and its memo (urlguard.feeds.memo) are read first; the body is then split into
 units (lines, or a structured format's entries) a block at a time, each unit's text
 looked up in the memo as it is read, and only the texts it does not know, or whose
 rule this source no longer lists, are kept for the second pass, which parses and
-normalizes them (urlguard.feeds.staging). urlguard.feeds.planning diffs and
+normalizes them (urlguard.feeds.staging; a body of millions of entries is staged
+in partitions on disk instead, urlguard.feeds.partitions, so that its memory is a
+partition's, not the feed's). urlguard.feeds.planning diffs and
 screens the result into a listing plan, data only, which
 urlguard.writepath.apply.apply_listing writes; the write path never calls back here.
 
