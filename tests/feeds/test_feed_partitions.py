@@ -142,6 +142,25 @@ def test_a_partition_holds_at_most_half_the_entries_that_are_partitioned(entries
     assert partitions.partitions_for(entries) == parts
 
 
+def test_a_body_is_estimated_by_its_lines_or_its_last_refresh():
+    import gzip
+    import io
+
+    from urlguard.models import Source
+
+    plain = b"".join(b"http://h%d.example/\n" % i for i in range(1000))
+    assert partitions.estimate(io.BytesIO(plain), len(plain)) == 1001
+    document = b"[" + b'"x",' * 5000 + b"]"
+    assert partitions.estimate(io.BytesIO(document), len(document)) == len(document) // 64
+    packed = gzip.compress(plain)
+    assert partitions.estimate(io.BytesIO(packed), len(packed)) == len(packed) // 2
+    last = Source(last_bytes=len(plain), last_entries=500)
+    assert partitions.estimate(io.BytesIO(plain), 2 * len(plain), last) == 1000
+    body = io.BytesIO(plain)
+    partitions.estimate(body, len(plain))
+    assert body.tell() == 0
+
+
 # -- the refresh's scenarios, every body in partitions ---------------------------------
 
 

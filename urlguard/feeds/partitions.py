@@ -60,14 +60,20 @@ def partitions_for(entries: int) -> int:
 
 def estimate(body: IO[bytes], size: int, source: Source | None = None) -> int:
     """About how many entries a fetched body of `size` bytes holds: as many a byte as
-    the source's last refresh had, else one each 16 bytes (a line is rarely shorter)
-    and eight times that for a compressed body (gzip, zip)."""
+    the source's last refresh had; else its lines, counted, or one each 64 bytes if
+    that is more (a document of one line); a compressed body (gzip, zip) one each 16
+    bytes, eight times over, as it expands."""
     if source is not None and source.last_bytes and source.last_entries:
         return size * source.last_entries // source.last_bytes
     head = body.read(4)
     body.seek(0)
-    packed = head.startswith((b"\x1f\x8b", b"PK\x03\x04"))
-    return size * (8 if packed else 1) // 16
+    if head.startswith((b"\x1f\x8b", b"PK\x03\x04")):
+        return size * 8 // 16
+    lines = 0
+    while block := body.read(1 << 23):
+        lines += block.count(b"\n")
+    body.seek(0)
+    return max(lines + 1, size // 64)
 
 
 class Runs:
