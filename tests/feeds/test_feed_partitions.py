@@ -135,10 +135,10 @@ def test_a_partitioned_memo_save_killed_part_way_leaves_the_last_memo(monkeypatc
 
 @pytest.mark.parametrize(
     "entries, parts",
-    [(0, 1), (partitions.PARTITION_ENTRIES, 1), (partitions.PARTITION_ENTRIES + 1, 4)]
-    + [(4 * partitions.PARTITION_ENTRIES, 8), (10**12, 1 << partitions._MAX_BITS)],
+    [(0, 1), (partitions.PARTITION_ENTRIES, 1), (partitions.PARTITION_ENTRIES + 1, 16)]
+    + [(32 * partitions.PARTITION_SIZE, 32), (10**12, 1 << partitions._MAX_BITS)],
 )
-def test_a_partition_holds_at_most_half_the_entries_that_are_partitioned(entries, parts):
+def test_a_partition_holds_at_most_partition_size_entries(entries, parts):
     assert partitions.partitions_for(entries) == parts
 
 
@@ -168,6 +168,7 @@ def test_a_body_is_estimated_by_its_lines_or_its_last_refresh():
 def in_partitions(monkeypatch):
     """Every body of an entry or more staged in 8 partitions."""
     monkeypatch.setattr(partitions, "PARTITION_ENTRIES", 0)
+    monkeypatch.setattr(partitions, "PARTITION_SIZE", 0)
     monkeypatch.setattr(partitions, "_MAX_BITS", 3)
     made: list[partitions.Partitioned] = []
     real = partitions.Partitioned.__init__

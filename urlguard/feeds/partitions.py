@@ -2,7 +2,7 @@
 memo, the listing, every unit's digests, the entries' keys and their sorted copy) is
 kept on disk in runs partitioned by the top bits of a digest or of a key, and each
 step works one partition at a time, so a refresh of ten million entries holds one
-partition's arrays (about PARTITION_ENTRIES / 2 entries), not the feed's.
+partition's arrays (at most about PARTITION_SIZE entries), not the feed's.
 
 The steps: every unit is spooled with its digests as it is read (Staged spools only
 the units its memo does not know: here the memo is looked up afterwards, a digest
@@ -32,12 +32,14 @@ from urlguard.models import Source
 from urlguard.writepath import allowlist
 from urlguard.writepath.plan import Additions, KeyFile, entry_lines, read_entries
 
-__all__ = ["PARTITION_ENTRIES", "Partitioned", "partitions_for"]
+__all__ = ["PARTITION_ENTRIES", "PARTITION_SIZE", "Partitioned", "estimate", "partitions_for"]
 
 #: A body of more entries than this (as estimated before it is read) is staged in
-#: partitions of at most half as many; below it, Staged's whole arrays are a few
-#: tens of MB.
+#: partitions; below it, Staged's whole arrays are ~100 MB at most.
 PARTITION_ENTRIES = 1 << 21
+#: The entries a partition holds at most (while there are at most 2**_MAX_BITS
+#: partitions): its arrays are a few tens of MB.
+PARTITION_SIZE = 1 << 18
 _MAX_BITS = 10
 # Units a span of the body-order files holds (reading them back in order).
 _SPAN = 1 << 14
@@ -49,11 +51,11 @@ _END, _LINENO, _HIGH, _LOW, _CATEGORY = range(5)
 
 def partitions_for(entries: int) -> int:
     """The partitions of a body of about `entries` entries: 1 (not partitioned) up to
-    PARTITION_ENTRIES, else a power of two of at most PARTITION_ENTRIES / 2 each."""
+    PARTITION_ENTRIES, else a power of two of at most PARTITION_SIZE each."""
     if entries <= PARTITION_ENTRIES:
         return 1
     bits = 1
-    while entries > (PARTITION_ENTRIES // 2) << bits and bits < _MAX_BITS:
+    while entries > PARTITION_SIZE << bits and bits < _MAX_BITS:
         bits += 1
     return 1 << bits
 
