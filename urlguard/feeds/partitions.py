@@ -125,6 +125,7 @@ class Runs:
         file.seek(0)
         records = np.fromfile(file, dtype="<i8").astype(np.int64, copy=False)
         file.truncate(0)  # read once: its disk space back
+        file.seek(0)
         return records.reshape(-1, self.width)
 
     def close(self) -> None:
