@@ -1,8 +1,10 @@
 """Peak RSS and time of the Python side of a 1% churn refresh at N entries, without the
-database (so 10M entries take a minute, not the first load's write): the memo and the
-listing of a first read are made in memory, then a churned body (bench/feeds.py's
-lines) is staged and resolved, the memo merged and the diff taken as refresh_source
-does. VmHWM is reset before the churn, so the peak is the churn's own.
+database (so 10M entries take a minute, not the first load's write): a first read is
+staged and resolved and its memo saved, then a churned body (bench/feeds.py's lines)
+is staged against that memo and the first read's keys as the listing, resolved, the
+memo merged and the diff taken, each as refresh_source does (in partitions above
+urlguard.feeds.partitions.PARTITION_ENTRIES). VmHWM is reset before the churn, so the
+peak is the churn's own.
 
     .venv/bin/python bench/feeds_memory.py [--entries 10000000]
 """
@@ -48,11 +50,21 @@ def main() -> None:
 
     django.setup()
     settings.URLGUARD = {**settings.URLGUARD, "FEED_MAX_ENTRIES": 4 * n, "FEED_MAX_BYTES": 1 << 40}
-    from urlguard.feeds import memo, staging
+    import numpy as np
+
+    from urlguard.feeds import partitions, staging
     from urlguard.feeds.outcome import RefreshResult
-    from urlguard.feeds.refresh import _give_back_memory
+    from urlguard.feeds.refresh import _give_back_memory, _stage
     from urlguard.models import Source
     from urlguard.writepath import allowlist
+
+    def stage(listed: np.ndarray) -> tuple[staging.Staged, object]:
+        """The feed staged as refresh_source stages it (the memo saved as "bench")."""
+        result = RefreshResult(source="bench")
+        with feed.open("rb") as body:
+            size = partitions.estimate(body, feed.stat().st_size)
+            with staging.opened(body, source, result) as text:
+                return _stage(text, source, result, "bench", listed, size)
 
     try:
         feed = folder / "feed.txt"
@@ -61,48 +73,54 @@ def main() -> None:
         source.pk = 1
         protected = allowlist.Allowlist({})
         baseline = status("VmRSS")
-        started = time.perf_counter()
-        with feed.open("rb") as body:
-            first = staging.stage(body, source, RefreshResult(source="bench"))
+        started, cpu = time.perf_counter(), time.process_time()
+        first, _ = stage(np.zeros(0, dtype=np.int64))
         first.resolve(protected, RefreshResult(source="bench"))
         first_peak = status("VmHWM")
         first.remember(source.pk, "bench", None)  # as a first load saves its memo
         save_peak = status("VmHWM")
-        remembered = memo.load(source.pk, "bench")
-        assert remembered is not None
-        listed = first.unique_keys.copy()
+        if isinstance(first, partitions.Partitioned):
+            listed = first.sorted_keys()
+        else:
+            listed = first.unique_keys.copy()
         first.close()
         del first
         _give_back_memory()
-        first_s = time.perf_counter() - started
-        held = (remembered.high.nbytes * 3 + listed.nbytes) >> 20
+        first_s, first_cpu = time.perf_counter() - started, time.process_time() - cpu
+        parts = partitions.partitions_for(len(listed))
+        held = (len(listed) * 4 * 8) >> 20
         before = status("VmRSS")
         churn = n // 100
         write_feed(feed, [*range(churn, n), *range(n, n + churn)])
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")
-        started = time.perf_counter()
-        with feed.open("rb") as body:
-            staged = staging.stage(body, source, RefreshResult(source="bench"), remembered, listed)
+        started, cpu = time.perf_counter(), time.process_time()
+        staged, remembered = stage(listed)
+        del listed  # as refresh_source lets it go (a Staged keeps it)
         read_peak = status("VmHWM")
         staged.resolve(protected, RefreshResult(source="bench"))
         resolve_peak = status("VmHWM")
-        staged.remember(source.pk, "bench", remembered)
+        staged.remember(source.pk, "bench", remembered)  # type: ignore[arg-type]
         remember_peak = status("VmHWM")
         del remembered
-        gone = len(staged.diff(listed).gone)
-        churn_s = time.perf_counter() - started
+        gone = len(staged.diff().gone)
+        churn_s, churn_cpu = time.perf_counter() - started, time.process_time() - cpu
         load = os.getloadavg()
         print(f"{n:,} entries; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-        print(f"RSS: Django {baseline} MB; memo + listing {held} MB; before the churn {before} MB")
         print(
-            f"first read (stage + resolve) {first_s:.1f} s, peak RSS {first_peak} MB, "
+            f"RSS: Django {baseline} MB; memo + listing {held} MB (whole); before the churn "
+            f"{before} MB; {parts} partition(s)"
+        )
+        print(
+            f"first read (stage + resolve + memo) {first_s:.1f} s ({first_cpu:.1f} s of CPU), "
+            f"peak RSS {first_peak} MB, "
             f"{save_peak} MB once its memo is saved"
         )
         print(
-            f"1% churn: {churn_s:.2f} s ({staged.known:,} known, {len(staged.ends):,} "
-            f"normalized, {gone:,} gone); peak RSS after reading {read_peak} MB, "
-            f"resolving {resolve_peak} MB, saving the memo {remember_peak} MB, "
+            f"1% churn: {churn_s:.2f} s ({churn_cpu:.2f} s of CPU; {staged.known:,} known, "
+            f"{len(staged) - staged.known:,} normalized, {gone:,} gone); peak RSS after "
+            f"reading {read_peak} MB, resolving {resolve_peak} MB, "
+            f"saving the memo {remember_peak} MB, "
             f"at the end {status('VmHWM')} MB"
         )
         staged.close()

@@ -47,6 +47,7 @@ def listed(source: Source) -> set[str]:
     return set(RuleSource.objects.filter(source=source).values_list("rule__expression", flat=True))
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_popular_hosts_and_shorteners_are_held_the_rest_applies(feed):
     source = feed(*POPULAR, "evil.example", "google.com/forms/d/phish")
     result = refresh_source(source)
@@ -66,6 +67,7 @@ def test_popular_hosts_and_shorteners_are_held_the_rest_applies(feed):
     assert listed(source) == {"evil.example/"}
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_accepting_with_the_command_applies_them(feed):
     source = feed("bit.ly", "evil.example")
     out = io.StringIO()

@@ -54,6 +54,7 @@ def rules() -> set[str]:
     return set(SpamRule.objects.values_list("expression", flat=True))
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_first_refresh_lists_everything(server):
     feed = make_feed(server.serve("/openphish.txt", fixture("openphish.txt")))
     result = refresh_source(feed)
@@ -69,6 +70,7 @@ def test_first_refresh_lists_everything(server):
     assert history.refusals[0][0] == 10 and "one URL per line" in history.refusals[0][2]
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_second_version_applies_exactly_the_difference(server):
     url = server.serve("/list.txt", lines("a.example", "b.example", "c.example", "d.example"))
     feed = make_feed(url)
@@ -85,6 +87,7 @@ def test_second_version_applies_exactly_the_difference(server):
     assert rules() == {"a.example/", "b.example/", "c.example/", "e.example/"}
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_a_rule_listed_elsewhere_survives_when_one_source_drops_it(server):
     changes.add_rule("hand.example/", category="spam", note="mine")
     a = make_feed(server.serve("/a", lines("hand.example", "both.example", "a-only.example")))
@@ -187,6 +190,7 @@ def test_a_broken_upstream_changes_nothing(server, case, match):
     assert result.transient == (case in ("500", "timeout", "cut-short", "refused"))
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_a_big_shrink_is_held_until_accepted(server):
     hosts = [f"h{i}.example" for i in range(10)]
     feed = make_feed(server.serve("/l", lines(*hosts)))
@@ -209,6 +213,7 @@ def test_a_big_shrink_is_held_until_accepted(server):
     assert "shrink accepted" in ChangeSet.objects.get(pk=accepted.change_set).reason
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_a_feed_drained_a_little_at_a_time_is_held_against_its_high_water_mark(server):
     # 49% a refresh stays under the threshold each time; once drained 100 -> 2 in
     # 7 refreshes, never held.
@@ -249,6 +254,7 @@ def test_shrink_threshold_is_a_setting(server, settings):
     assert refresh_source(feed).status == "ok"
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_allowlist_refuses_whole_host_rules_but_not_narrower_ones(server):
     allow = make_feed(
         server.serve("/allow", lines("www.bigplatform.example", "docs.example.org")),
@@ -287,6 +293,7 @@ def test_allowlist_refuses_whole_host_rules_but_not_narrower_ones(server):
     assert ChangeSet.objects.get(pk=result.change_set).refused == 2
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_a_host_allowlisted_later_leaves_the_feed_at_its_next_refresh(server):
     feed = make_feed(server.serve("/feed", lines("a.example", "b.example", "c.example")))
     refresh_source(feed)
@@ -385,6 +392,7 @@ def test_a_refresh_leaves_a_claim_taken_over_from_it_alone(server, monkeypatch):
     assert feed.refresh_owner == other and feed.refreshing_since is not None
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_an_interrupted_refresh_is_finished_in_its_own_change_set(server):
     from django.core.management import call_command
 
@@ -423,6 +431,7 @@ def test_an_interrupted_refresh_that_was_reverted_is_not_written_into_again(serv
     assert ChangeSet.objects.get(pk=result.change_set).added == 2
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_two_refreshes_from_the_same_old_state_do_not_double_apply(server, monkeypatch):
     feed = make_feed(server.serve("/l", lines("a.example", "b.example", "c.example")))
     refresh_source(feed)
@@ -439,6 +448,7 @@ def test_two_refreshes_from_the_same_old_state_do_not_double_apply(server, monke
     assert rules() == {"a.example/", "b.example/", "d.example/"}
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_dry_run_writes_nothing(server):
     feed = make_feed(server.serve("/l", lines("a.example", "b.example")))
     result = refresh_source(feed, dry_run=True)
@@ -481,6 +491,7 @@ def test_size_limit(server, settings):
     assert result.status == "failed" and "FEED_MAX_BYTES" in result.error
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_verify_filter_passes_after_refreshes(server, sync_filter):
     a = make_feed(server.serve("/a", lines(*(f"h{i}.example" for i in range(40)))))
     b = make_feed(server.serve("/b", lines(*(f"h{i}.example" for i in range(30, 60)))), name="b")
@@ -518,6 +529,7 @@ def normalized(monkeypatch) -> list[str]:
     return calls
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_a_refresh_normalizes_only_what_it_has_not_seen(server, normalized):
     hosts = [f"host{i}.example" for i in range(40)]
     feed = make_feed(server.serve("/list.txt", lines(*hosts, "HOST1.example")))
@@ -603,6 +615,7 @@ def test_a_refresh_removes_the_memos_of_deleted_sources(server):
     assert (folder / "source-notanumber.memo.npz").exists()
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_a_remembered_rule_deleted_by_hand_is_listed_again(server, normalized):
     # The memo knows "a.example", but the source no longer lists its rule: the refresh
     # needs its expression to add it, so it normalizes it again.
@@ -616,6 +629,7 @@ def test_a_remembered_rule_deleted_by_hand_is_listed_again(server, normalized):
     assert result.added == 2 and listed(feed) == {"a.example/", "b.example/", "c.example/"}
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_a_held_refresh_then_accepted_lists_what_the_memo_already_knew(server, normalized):
     hosts = [f"h{i}.example" for i in range(10)]
     feed = make_feed(server.serve("/list.txt", lines(*hosts[:2])))
@@ -638,6 +652,7 @@ def test_a_setting_normalize_rule_reads_is_part_of_the_memo(server, settings):
     assert result.refused == 1 and listed(feed) == {"a.example/", "b.example/"}
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_the_format_a_body_is_read_as_is_part_of_the_memo(server):
     body = b"||evil.example^$third-party\n||ok.example^\n"
     feed = make_feed(server.serve("/list.txt", body), format="urls")
@@ -651,6 +666,7 @@ def test_the_format_a_body_is_read_as_is_part_of_the_memo(server):
     assert result.refused == 1 and listed(feed) == {"ok.example/", "new.example/"}
 
 
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_a_line_with_a_refused_entry_is_counted_refused_every_time(server):
     body = b"0.0.0.0 good.example com\n0.0.0.0 other.example\n"
     feed = make_feed(server.serve("/hosts.txt", body), format="hosts")
@@ -691,6 +707,7 @@ def _random_body(fmt: str, rnd) -> str:
 
 
 @pytest.mark.parametrize("fmt", ["urls", "hosts", "phishtank-csv"])
+@pytest.mark.usefixtures("whole_and_in_partitions")
 def test_forty_random_refreshes_list_what_a_full_parse_finds(server, settings, fmt):
     # The memo's shortcuts against the plain truth: after each refresh (some after a
     # rule was deleted by hand), the source lists exactly what parsing it all gives.

@@ -10,7 +10,7 @@ loses its hold."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import islice
 
@@ -84,15 +84,14 @@ def screen(source: Source, staged: Staged, new: np.ndarray, count: int) -> list[
     return held
 
 
-def record(source: Source, held: list[Held], listed: np.ndarray) -> None:
+def record(source: Source, held: list[Held], lists: Callable[[np.ndarray], np.ndarray]) -> None:
     """Keep a FeedHold for each of `held`, and drop the holds (accepted or not) of
-    entries the source no longer lists (`listed`: its entries' keys, sorted)."""
+    entries the source no longer lists (`lists(keys)`: which of these keys its
+    entries have, Staged.has)."""
     rows = dict(FeedHold.objects.filter(source=source).values_list("key", "pk"))
     if rows:
         keys = np.fromiter(rows, dtype=np.int64, count=len(rows))
-        at = np.searchsorted(listed, keys)
-        at[at == len(listed)] = 0
-        gone = keys[(listed[at] != keys) if len(listed) else np.ones(len(keys), dtype=bool)]
+        gone = keys[~lists(keys)]
         for start in range(0, len(gone), _CHUNK):
             part = gone[start : start + _CHUNK].tolist()
             FeedHold.objects.filter(source=source, key__in=part).delete()

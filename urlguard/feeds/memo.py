@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import io
 import os
 import re
+import struct
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ import publicsuffixlist
 from filterengine.atomicfile import remove_stale_temps, replacing
 from urlguard.conf import conf
 
-__all__ = ["Memo", "load", "prune", "save"]
+__all__ = ["Memo", "MemoFile", "load", "open_file", "prune", "save"]
 
 # Raise when a line or an entry can give another expression than before: a change to
 # normalize_rule, to a format's parser, or to rulelists.entry_text.
@@ -288,6 +290,122 @@ def load(source_id: int, expected_stamp: str) -> Memo | None:
     if not (len(memo.high) == len(memo.low) == len(memo.keys)):
         return None
     return memo
+
+
+_COLUMNS = ("high", "low", "keys")
+# A zip member's local header: signature, versions and flags, sizes, then the lengths
+# of its name and extra field (what lies between it and the member's bytes).
+_LOCAL_HEADER = struct.Struct("<4s5H3L2H")
+
+
+class MemoFile:
+    """A saved memo read a range of entries at a time (its members are stored, so
+    each column's place in the file is known): a partitioned refresh reads one
+    partition's entries of the high words' top bits, never the whole memo. The file
+    is held open, so a save that replaces it meanwhile is not read half old, half
+    new."""
+
+    def __init__(self, file: Any, listed: str, length: int, offsets: dict[str, int]) -> None:
+        self.file, self.listed, self.length, self.offsets = file, listed, length, offsets
+
+    def __len__(self) -> int:
+        return self.length
+
+    def column(self, name: str, start: int, stop: int) -> np.ndarray:
+        self.file.seek(self.offsets[name] + 8 * start)
+        values = np.fromfile(self.file, dtype="<i8", count=stop - start)
+        if len(values) != stop - start:
+            raise ValueError(f"the memo {self.file.name} ends inside its {name} column")
+        return values.astype(np.int64, copy=False)
+
+    def part(self, start: int, stop: int) -> Memo:
+        """The entries from `start` to `stop` (a range of high words)."""
+        high, low, keys = (self.column(name, start, stop) for name in _COLUMNS)
+        return Memo(high, low, keys)
+
+    def bounds(self, bits: int) -> np.ndarray:
+        """Where each partition of the high words' top `bits` begins, and the end."""
+        counts = np.zeros(1 << bits, dtype=np.int64)
+        for start in range(0, self.length, _SLICE * 16):
+            high = self.column("high", start, min(start + _SLICE * 16, self.length))
+            counts += np.bincount(top_bits(high, bits), minlength=1 << bits)
+        bounds = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=bounds[1:])
+        return bounds
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def top_bits(values: np.ndarray, bits: int) -> np.ndarray:
+    """The partition of each value: its top `bits` bits, the sign bit flipped so that
+    partitions follow signed order (a sorted array's partitions are ranges of it)."""
+    if not bits:
+        return np.zeros(len(values), dtype=np.intp)
+    flipped = values.view(np.uint64) ^ np.uint64(1 << 63)
+    return (flipped >> np.uint64(64 - bits)).astype(np.intp)
+
+
+def open_file(source_id: int, expected_stamp: str) -> MemoFile | None:
+    """The source's memo as a MemoFile (None: missing, unreadable, of another stamp)."""
+    try:
+        file = path_for(source_id).open("rb")
+    except OSError:
+        return None
+    try:
+        with zipfile.ZipFile(file) as zf:
+            if _text(zf.read("stamp.npy")) != expected_stamp:
+                raise ValueError("another stamp")
+            members = {name: zf.getinfo(f"{name}.npy") for name in _COLUMNS}
+            listed = zf.read("listed.npy") if "listed.npy" in zf.namelist() else b""
+        offsets, lengths = {}, set()
+        size = os.fstat(file.fileno()).st_size
+        for name, info in members.items():
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError("a compressed member")
+            file.seek(info.header_offset)
+            fields = _LOCAL_HEADER.unpack(file.read(_LOCAL_HEADER.size))
+            file.seek(info.header_offset + _LOCAL_HEADER.size + fields[-2] + fields[-1])
+            version = np.lib.format.read_magic(file)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(file)
+            if dtype != np.dtype("<i8") or fortran or len(shape) != 1:
+                raise ValueError("not an int64 column")
+            offsets[name] = file.tell()
+            lengths.add(shape[0])
+            if offsets[name] + 8 * shape[0] > size:
+                raise ValueError("cut short")
+        if len(lengths) != 1:
+            raise ValueError("columns of different lengths")
+        return MemoFile(file, _text(listed) if listed else "", lengths.pop(), offsets)
+    except Exception:  # missing, empty, cut short, not ours: a cache miss
+        file.close()
+        return None
+
+
+def _text(member: bytes) -> str:
+    return str(np.load(io.BytesIO(member), allow_pickle=False))
+
+
+class FileColumn(Sliced):
+    """An int64 column in a binary file of its own (little-endian), for write():
+    read back a slice at a time."""
+
+    def __init__(self, file: Any, length: int) -> None:
+        self.file, self.length = file, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def slices(self) -> Iterator[np.ndarray]:
+        self.file.flush()
+        self.file.seek(0)
+        for _ in range(0, self.length, _SLICE):
+            yield np.fromfile(self.file, dtype="<i8", count=_SLICE)
 
 
 def listed_digest(keys: np.ndarray) -> str:

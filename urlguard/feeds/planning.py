@@ -11,7 +11,6 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-import numpy as np
 from django.db.models import Max
 from django.utils import timezone
 
@@ -38,7 +37,7 @@ IMPACT_HOLD = "CONFIRM_IMPACT_LINKS"
 def plan_listing(
     source: Source,
     staged: Staged,
-    listed: np.ndarray,
+    listed: int,
     result: RefreshResult,
     *,
     dry_run: bool,
@@ -46,11 +45,12 @@ def plan_listing(
     accept_impact: bool,
     report: Callable[[str, int, int], None],
 ) -> tuple[ListingPlan | None, list[holds.Held]]:
-    """The plan of `staged` (resolved) for `source`, which lists `listed` (keys,
-    sorted), and the entries held from it; its figures go into `result`. None: the
-    refresh is held whole (`result` says why) or `dry_run`. The plan's additions
+    """The plan of `staged` (resolved) for `source`, which lists `listed` entries
+    (those `staged` was staged against), and the entries held from it; its figures
+    go into `result`. None: the refresh is held whole (`result` says why) or
+    `dry_run`. The plan's additions
     are the staged spool and keys, valid until `staged` is closed."""
-    diff = staged.diff(listed)
+    diff = staged.diff()
     new = diff.new
     report("screening", 0, diff.count)
     held = holds.screen(source, staged, new, diff.count)
@@ -61,7 +61,7 @@ def plan_listing(
     result.added = diff.count - len(held)
     result.removed = len(diff.gone)
     result.unchanged = staged.count() - diff.count
-    if _shrunk(source, len(listed), staged.count(), result, dry_run=dry_run, accept=accept_shrink):
+    if _shrunk(source, listed, staged.count(), result, dry_run=dry_run, accept=accept_shrink):
         return None, held
     if result.added:
         report("impact", 0, 0)
@@ -93,7 +93,7 @@ def plan_listing(
         ),
         additions=staged.additions(new),
         withdrawals=diff.gone,
-        listed=len(listed),
+        listed=listed,
         refused=result.refused,
         allowlist_digest=staged.allowlist_digest,
     )

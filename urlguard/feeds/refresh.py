@@ -9,7 +9,9 @@ and its memo (urlguard.feeds.memo) are read first; the body is then split into
 units (lines, or a structured format's entries) a block at a time, each unit's text
 looked up in the memo as it is read, and only the texts it does not know, or whose
 rule this source no longer lists, are kept for the second pass, which parses and
-normalizes them (urlguard.feeds.staging). urlguard.feeds.planning diffs and
+normalizes them (urlguard.feeds.staging; a body of millions of entries is staged
+in partitions on disk instead, urlguard.feeds.partitions, so that its memory is a
+partition's, not the feed's). urlguard.feeds.planning diffs and
 screens the result into a listing plan, data only, which
 urlguard.writepath.apply.apply_listing writes; the write path never calls back here.
 
@@ -39,7 +41,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from urlguard.conf import conf
-from urlguard.feeds import holds, listing, memo, planning, staging
+from urlguard.feeds import holds, listing, memo, partitions, planning, staging
 from urlguard.feeds.decoding import FeedError
 from urlguard.feeds.fetching import FetchSettings, TransientFeedError, fetch
 from urlguard.feeds.outcome import RefreshResult, RefreshStatus, refuse
@@ -136,15 +138,17 @@ def refresh_source(
                 _record(source, result)
             return result
         protected = allowlist.load() if not source.is_allowlist else allowlist.Allowlist({})
+        size = partitions.estimate(fetched.body, fetched.size, source)
         with fetched.body, staging.opened(fetched.body, source, result) as body:
             # The listing and the memo before the body: the units the memo knows
             # (and whose rules the source lists) are resolved as they are read.
             report("listing", 0, 0)
             listed = listing.listed_keys(source)
+            listed_count = len(listed)
             stamp = memo.stamp(body.format, protected.digest())
-            remembered = None if source.is_allowlist else memo.load(source.pk, stamp)
             report("reading", 0, 0)
-            staged = staging.stage(body, source, result, remembered, listed)
+            staged, remembered = _stage(body, source, result, stamp, listed, size)
+            del listed  # a Staged keeps it, a Partitioned on disk
         _give_back_memory()  # the body's blocks, between the arrays of each step
         report("normalizing", staged.known, len(staged))
         staged.resolve(protected, result)
@@ -165,7 +169,7 @@ def refresh_source(
             _diff_and_apply(
                 source,
                 staged,
-                listed,
+                listed_count,
                 result,
                 dry_run=dry_run,
                 accept_shrink=accept_shrink,
@@ -216,6 +220,30 @@ def refresh_source(
     if result.status not in (RefreshStatus.FAILED, RefreshStatus.BUSY):
         logger.info("feed %s", result.summary())
     return result
+
+
+def _stage(
+    body: staging.Opened,
+    source: Source,
+    result: RefreshResult,
+    stamp: str,
+    listed: np.ndarray,
+    size: int,
+) -> tuple[Staged, memo.Memo | None]:
+    """`body` staged, and the memo it was staged with when it is held whole: a body
+    of more entries than partitions.PARTITION_ENTRIES (by its listing, its memo or
+    its size) is staged in partitions on disk, a smaller one in memory."""
+    if source.is_allowlist:
+        return staging.stage(body, source, result, None, listed), None
+    file = memo.open_file(source.pk, stamp)
+    parts = partitions.partitions_for(max(len(listed), len(file) if file else 0, size))
+    if parts > 1:
+        into = partitions.Partitioned(body.format, source.category, parts, file, listed)
+        return staging.stage(body, source, result, into=into), None
+    if file is not None:
+        file.close()
+    remembered = memo.load(source.pk, stamp)
+    return staging.stage(body, source, result, remembered, listed), remembered
 
 
 def _remember(staged: Staged, source: Source, stamp: str, remembered: memo.Memo | None) -> None:
@@ -315,7 +343,7 @@ def _claim(source: Source, owner: str) -> str:
 def _diff_and_apply(
     source: Source,
     staged: Staged,
-    listed: np.ndarray,
+    listed: int,
     result: RefreshResult,
     *,
     dry_run: bool,
@@ -325,8 +353,9 @@ def _diff_and_apply(
     report: Callable[[str, int, int], None],
     job: int | None = None,
 ) -> None:
-    """Plan the refresh (urlguard.feeds.planning), and unless it is held or a dry
-    run, hand the plan to the write path and keep the entries held from it."""
+    """Plan the refresh (urlguard.feeds.planning) of `staged` for `source`, which
+    lists `listed` entries, and unless it is held or a dry run, hand the plan to the
+    write path and keep the entries held from it."""
     plan, held = planning.plan_listing(
         source,
         staged,
@@ -349,7 +378,7 @@ def _diff_and_apply(
     for expression, category, reason in applied.refused:
         refuse(result, 0, expression, reason)
         staged.allowlisted[expression] = category
-    holds.record(source, held, staged.unique_keys)
+    holds.record(source, held, staged.has)
     total = result.added + result.removed
     report("done", total, total)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tempfile
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +68,7 @@ class Staged:
         self.source_category = source_category
         self._memo = remembered if remembered is not None and len(remembered) else None
         listed = listed if listed is not None else np.zeros(0, dtype=np.int64)
+        self._listed = listed  # diff()'s other side
         # Whether a key from the memo must be looked up in the listing: not when the
         # source lists exactly the keys the memo was saved beside (all of its keys).
         self._listed_index: memo.Index | None = None
@@ -215,14 +216,8 @@ class Staged:
     ) -> None:
         if not texts:
             return
-        if max_units and self._units + len(texts) > max_units:
-            raise FeedError(
-                f"the body lists more than {max_units:,} entries (FEED_MAX_ENTRIES): "
-                "refused, nothing applied"
-            )
-        self._units += len(texts)
-        digests = np.frombuffer(b"".join(map(_digest, texts)), dtype="<i8")
-        high, low = digests[0::2].astype(np.int64), digests[1::2].astype(np.int64)
+        self._count_units(len(texts), max_units)
+        high, low = unit_digests(texts)
         if self._memo is not None:
             found, at = self._memo.lookup(high, low)
             # A remembered rule this source no longer lists (a held refresh, a rule
@@ -246,6 +241,14 @@ class Staged:
         self._todo.append((high, low, linenos, ends))
         if categories is not None:
             self.category_of.extend(categories.tolist())
+
+    def _count_units(self, count: int, max_units: int) -> None:
+        if max_units and self._units + count > max_units:
+            raise FeedError(
+                f"the body lists more than {max_units:,} entries (FEED_MAX_ENTRIES): "
+                "refused, nothing applied"
+            )
+        self._units += count
 
     def finish(self) -> None:
         """The end of the body: the units read become arrays."""
@@ -318,58 +321,19 @@ class Staged:
         unit_of = array("q")
         keys: list[np.ndarray] = []
         refused_units = array("q")  # never remembered: their refusals count each time
-        screened = len(protected) > 0
-        plain_lines = self.format == "urls"
         self.units.flush()
-        linenos = self.linenos
         for first, texts in self._spans():
-            plain = plain_expressions(texts) if plain_lines else [None] * len(texts)
-            expressions: list[str] = []
-            categories: list[str] = []
-            if plain_lines and not screened and None not in plain:
-                # Every line of the span plain, no allowlist to ask: one entry each.
-                expressions = plain  # type: ignore[assignment]
-                categories = [self.source_category] * len(plain)
-                unit_of.extend(range(first, first + len(plain)))
-                texts, plain = [], []
-            for index, (text, expression) in enumerate(zip(texts, plain, strict=True), first):
-                entries: list[tuple[int, str, str, str | None, str | None]]
-                if expression is not None:
-                    entries = [(0, text, self.source_category, None, expression)]
-                elif self.by_line:
-                    entries = [
-                        (parsed.lineno, parsed.token or "", parsed.category, parsed.error, None)
-                        for parsed in formats.parse_line(
-                            self.format,
-                            text,
-                            int(linenos[index]),
-                            self.source_category,
-                            pending_entry,
-                        )
-                    ]
-                else:
-                    category = self.categories[self.category_of[index]]
-                    entries = [(int(linenos[index]), text, category, None, None)]
-                for lineno, token, category, error, known in entries:
-                    if error is not None:
-                        refuse(result, lineno, text, error)
-                        refused_units.append(index)
-                        continue
-                    try:
-                        expression = known or normalize_rule(token)
-                    except RuleError as exc:
-                        refuse(result, lineno, token, str(exc))
-                        refused_units.append(index)
-                        continue
-                    reason = protected.refusal(expression) if screened else None
-                    if reason is not None:
-                        refuse(result, lineno or int(linenos[index]), token, reason)
-                        refused_units.append(index)
-                        self.allowlisted[expression] = category or self.source_category
-                        continue
-                    expressions.append(expression)
-                    categories.append(category or self.source_category)
-                    unit_of.append(index)
+            stop = first + len(texts)
+            expressions, categories = self._normalize(
+                range(first, stop),
+                texts,
+                self.linenos[first:stop],
+                self.category_of[first:stop],
+                protected,
+                result,
+                unit_of,
+                refused_units,
+            )
             self.expressions.write(entry_lines(categories, expressions))
             keys.append(expression_keys(expressions))
         normalized = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
@@ -392,13 +356,76 @@ class Staged:
         self.unique_keys = sorted_unique(self.keys)
         result.refusals.sort(key=lambda refusal: refusal[0])
 
+    def _normalize(
+        self,
+        numbers: Sequence[int],
+        texts: list[str],
+        linenos: Sequence[int] | np.ndarray,
+        category_of: Sequence[int],
+        protected: allowlist.Allowlist,
+        result: RefreshResult,
+        unit_of: array,
+        refused_units: array,
+    ) -> tuple[list[str], list[str]]:
+        """(expressions, categories) of the accepted entries of the units `texts`
+        (numbered `numbers`, with their line numbers and, not by_line, categories),
+        each entry's unit number appended to `unit_of`, a unit with a refused entry's
+        to `refused_units`."""
+        screened = len(protected) > 0
+        plain_lines = self.format == "urls"
+        plain = plain_expressions(texts) if plain_lines else [None] * len(texts)
+        if plain_lines and not screened and None not in plain:
+            # Every line plain, no allowlist to ask: one entry each.
+            unit_of.extend(numbers)
+            return plain, [self.source_category] * len(plain)  # type: ignore[return-value]
+        expressions: list[str] = []
+        categories: list[str] = []
+        for at, (text, expression) in enumerate(zip(texts, plain, strict=True)):
+            index = numbers[at]
+            entries: list[tuple[int, str, str, str | None, str | None]]
+            if expression is not None:
+                entries = [(0, text, self.source_category, None, expression)]
+            elif self.by_line:
+                entries = [
+                    (parsed.lineno, parsed.token or "", parsed.category, parsed.error, None)
+                    for parsed in formats.parse_line(
+                        self.format, text, int(linenos[at]), self.source_category, pending_entry
+                    )
+                ]
+            else:
+                category = self.categories[category_of[at]]
+                entries = [(int(linenos[at]), text, category, None, None)]
+            for lineno, token, category, error, known in entries:
+                if error is not None:
+                    refuse(result, lineno, text, error)
+                    refused_units.append(index)
+                    continue
+                try:
+                    expression = known or normalize_rule(token)
+                except RuleError as exc:
+                    refuse(result, lineno, token, str(exc))
+                    refused_units.append(index)
+                    continue
+                reason = protected.refusal(expression) if screened else None
+                if reason is not None:
+                    refuse(result, lineno or int(linenos[at]), token, reason)
+                    refused_units.append(index)
+                    self.allowlisted[expression] = category or self.source_category
+                    continue
+                expressions.append(expression)
+                categories.append(category or self.source_category)
+                unit_of.append(index)
+        return expressions, categories
+
     def new_keys(self) -> np.ndarray:
         """The keys of the entries resolve() normalized (numbered from `known`)."""
         return self.keys[self.known :]
 
-    def diff(self, listed: np.ndarray) -> Diff:
-        """The entries new to a source that lists `listed` (keys, sorted), and the
-        keys it lists that this body no longer has. After resolve()."""
+    def diff(self, listed: np.ndarray | None = None) -> Diff:
+        """The entries new to a source that lists `listed` (keys, sorted; by default
+        what it was staged against), and the keys it lists that this body no longer
+        has. After resolve()."""
+        listed = self._listed if listed is None else listed
         # The first entry of each key the source does not list yet: one resolve()
         # normalized (a unit resolved from the memo is of a listed rule).
         fresh = self.known + np.flatnonzero(~member(self.new_keys(), listed))
@@ -426,6 +453,10 @@ class Staged:
             memo.write(source_id, stamp, *parts, listed=listed)
         else:  # no unit was known
             memo.save(source_id, stamp, high, low, keys, listed)
+
+    def has(self, keys: np.ndarray) -> np.ndarray:
+        """keys[i] among the accepted entries' keys. After resolve()."""
+        return member(keys, self.unique_keys)
 
     def forget_units(self) -> None:
         """Free the units' digests and places (what is left to do needs the entries)."""
@@ -481,6 +512,12 @@ _BLOCK = 1 << 18
 _digest = mmh3.mmh3_x64_128_digest
 
 
+def unit_digests(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """The high and low words of each unit's digest, hashed in bulk."""
+    digests = np.frombuffer(b"".join(map(_digest, texts)), dtype="<i8")
+    return digests[0::2].astype(np.int64), digests[1::2].astype(np.int64)
+
+
 def expression_keys(expressions: list[str]) -> np.ndarray:
     """[expression_key(e) for e in expressions] as an array, hashed in bulk."""
     if not expressions:
@@ -525,16 +562,19 @@ def stage(
     result: RefreshResult,
     remembered: memo.Memo | None = None,
     listed: np.ndarray | None = None,
+    *,
+    into: Staged | None = None,
 ) -> Staged:
-    """Read `body` (Opened, or a body not opened yet) into a Staged. `remembered`:
-    the source's memo (None: none usable) and `listed`: the keys it lists now
-    (sorted): the units these resolve are resolved as they are read."""
+    """Read `body` (Opened, or a body not opened yet) into a Staged (or `into`, one
+    made for it). `remembered`: the source's memo (None: none usable) and `listed`:
+    the keys it lists now (sorted): the units these resolve are resolved as they are
+    read."""
     if not isinstance(body, Opened):
         with opened(body, source, result) as text:
-            return stage(text, source, result, remembered, listed)
+            return stage(text, source, result, remembered, listed, into=into)
     max_line, max_units = conf.FEED_MAX_LINE, conf.FEED_MAX_ENTRIES
     fmt, stream = body.format, body.text
-    staged = Staged(fmt, source.category, remembered, listed)
+    staged = into if into is not None else Staged(fmt, source.category, remembered, listed)
     try:
         if staged.by_line:
             comments = _COMMENTS.get(fmt, "")

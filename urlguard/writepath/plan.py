@@ -17,7 +17,15 @@ import numpy as np
 
 from urlguard.models import ChangeSet, Source, expression_key
 
-__all__ = ["Additions", "ChangePlan", "Entries", "ListingPlan", "entry_lines", "read_entries"]
+__all__ = [
+    "Additions",
+    "ChangePlan",
+    "Entries",
+    "KeyFile",
+    "ListingPlan",
+    "entry_lines",
+    "read_entries",
+]
 
 # What a read of an entry file takes at once (bytes).
 _READ = 1 << 23
@@ -29,8 +37,34 @@ def entry_lines(categories: Iterable[str], expressions: Iterable[str]) -> str:
     return "".join([f"{c}\t{e}\n" for c, e in zip(categories, expressions, strict=True)])
 
 
+class KeyFile:
+    """An entry file's keys in a binary file of their own (little-endian int64s, by
+    number from 0), read a block at a time: a first load's keys are 8 bytes an entry,
+    80 MB at ten million."""
+
+    def __init__(self, file: IO[bytes], length: int) -> None:
+        self.file, self.length = file, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def between(self, start: int, stop: int) -> np.ndarray:
+        self.file.flush()
+        self.file.seek(8 * start)
+        return np.fromfile(self.file, dtype="<i8", count=max(0, min(stop, self.length) - start))
+
+
+def _keys_between(keys: np.ndarray | KeyFile, start: int, stop: int) -> np.ndarray:
+    return keys.between(start, stop) if isinstance(keys, KeyFile) else keys[start:stop]
+
+
 def read_entries(
-    file: IO[str], first: int, keys: np.ndarray, picked: np.ndarray, *, whole_hosts: bool = False
+    file: IO[str],
+    first: int,
+    keys: np.ndarray | KeyFile,
+    picked: np.ndarray,
+    *,
+    whole_hosts: bool = False,
 ) -> Iterator[tuple[int, str, str, int]]:
     """(number, expression, category, key) of the entries of an entry `file` (its
     lines the entries numbered `first`, `first` + 1, ...) that `picked` marks (by
@@ -45,7 +79,7 @@ def read_entries(
             ends = [lines[at].endswith("/\n") for at in chosen.tolist()]
             chosen = chosen[np.array(ends, dtype=bool)] if ends else chosen
         if len(chosen):
-            chosen_keys = keys[number + chosen].tolist()
+            chosen_keys = _keys_between(keys, number, number + len(lines))[chosen].tolist()
             for at, key in zip(chosen.tolist(), chosen_keys, strict=True):
                 category, expression = lines[at].rstrip("\n").split("\t", 1)
                 if whole_hosts and expression.find("/") != len(expression) - 1:
@@ -57,12 +91,13 @@ def read_entries(
 @dataclass
 class Additions:
     """The entries to list: those `picked` marks of an entry file (entry_lines; its
-    lines the entries numbered `first` on), with their keys, `keys` (by number).
-    Distinct normalized rule expressions, none of which the source lists yet."""
+    lines the entries numbered `first` on), with their keys, `keys` (by number, in
+    memory or a KeyFile). Distinct normalized rule expressions, none of which the
+    source lists yet."""
 
     file: IO[str]
     first: int
-    keys: np.ndarray
+    keys: np.ndarray | KeyFile
     picked: np.ndarray
     count: int = field(init=False)
 
