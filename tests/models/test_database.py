@@ -10,10 +10,12 @@ import sqlite3
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from django.db import connection
 from django.utils import timezone
 
+from tests.support.services import live
 from urlguard.models import (
     Click,
     HostHitDay,
@@ -162,3 +164,31 @@ def test_only_the_database_module_asks_which_backend_it_has():
         if asking.search(line)
     ]
     assert found == []
+
+
+def _sorted_column_reads_each_part_in_order():
+    """Keys over the whole int64 range (every top-bits part, both ends), another
+    source's keys beside them, and a source listing nothing."""
+    feed = Source.objects.create(name="f", kind=Source.Kind.FEED, url="file:///dev/null")
+    other = Source.objects.create(name="g", kind=Source.Kind.FEED, url="file:///dev/null")
+    empty = Source.objects.create(name="e", kind=Source.Kind.FEED, url="file:///dev/null")
+    pks = _rules(600, feed)
+    rng = np.random.default_rng(7)
+    keys = rng.integers(-(2**63), 2**63 - 1, size=len(pks), dtype=np.int64, endpoint=True)
+    keys[:2] = (-(2**63), 2**63 - 1)
+    for pk, key in zip(pks, keys.tolist(), strict=True):
+        RuleSource.objects.filter(rule_id=pk, source=feed).update(key=key)
+    RuleSource.objects.create(rule_id=pks[0], source=other, key=0, created=timezone.now())
+    read = database.sorted_int64_column(RuleSource, "key", source_id=feed.pk)
+    assert read.dtype == np.int64 and read.tolist() == sorted(keys.tolist())
+    assert database.sorted_int64_column(RuleSource, "key", source_id=empty.pk).tolist() == []
+
+
+def test_a_sorted_column_is_read_whole_and_in_order():
+    _sorted_column_reads_each_part_in_order()
+
+
+@live
+def test_a_sorted_column_is_read_a_part_at_a_time_on_postgresql():
+    assert connection.vendor == "postgresql"
+    _sorted_column_reads_each_part_in_order()

@@ -11,12 +11,9 @@ from urlguard.writepath.listings import listed_now, rule_ids
 
 __all__ = ["listed_keys", "listed_now", "rule_ids"]
 
-_FETCH_ROWS = 20_000
-
 
 def listed_keys(source: Source) -> np.ndarray:
     """The keys of what `source` lists now, sorted (half the rows' bytes of
-    listed_now, and a sort where listed_now needs an argsort and two gathers)."""
-    (keys,) = database.int64_columns(RuleSource, ("key",), fetch=_FETCH_ROWS, source_id=source.pk)
-    keys.sort()
-    return keys
+    listed_now, and a sort where listed_now needs an argsort and two gathers), read a
+    part at a time."""
+    return database.sorted_int64_column(RuleSource, "key", source_id=source.pk)

@@ -32,6 +32,7 @@ __all__ = [
     "in_memory_sqlite",
     "insert_rows",
     "int64_columns",
+    "sorted_int64_column",
     "lock_transaction",
     "map_in",
     "postgresql",
@@ -458,4 +459,51 @@ def int64_columns(
     for i in range(len(found)):
         result.append(np.frombuffer(found[i], dtype=">i8").astype(np.int64))
         found[i] = None  # a million rows' bytes each: not all held at once
+    return result
+
+
+# The parts sorted_int64_column reads a column in: the top bits of the value.
+_PART_SHIFT = 60
+
+
+def sorted_int64_column(model: type[models.Model], column: str, **equal: Any) -> np.ndarray:
+    """One integer column of the rows whose columns `equal` names have those values,
+    sorted. PostgreSQL: one scan, the values grouped into 16 parts by their top bits
+    and fetched a part at a time into an array of the rows' count (the first part
+    says it), so the transfer holds a sixteenth of the bytes, not all of them twice
+    over (10 million keys read whole peaked 300 MB above the keys themselves)."""
+    connection = connections[router.db_for_read(model)]
+    if not postgresql(connection):
+        (values,) = int64_columns(model, (column,), **equal)
+        values.sort()
+        return values
+    qn = connection.ops.quote_name
+    name = qn(_column(model, column))
+    where = " AND ".join(f"{qn(_column(model, n))} = %s" for n in equal) or "TRUE"
+    connection.ensure_connection()
+    import psycopg  # only on PostgreSQL (the `postgres` extra)
+
+    result = np.zeros(0, dtype=np.int64)
+    at = 0
+    # A named (server-side) cursor, in a transaction: one part a round trip.
+    with (
+        transaction.atomic(using=connection.alias),
+        psycopg.ServerCursor(connection.connection, "urlguard_sorted_column") as cursor,
+    ):
+        cursor.execute(
+            f"SELECT sum(count(*)) OVER (), string_agg(int8send({name}), '') "
+            f"FROM {qn(model._meta.db_table)} WHERE {where} "
+            f"GROUP BY {name} >> {_PART_SHIFT} ORDER BY {name} >> {_PART_SHIFT}",
+            list(equal.values()),
+            binary=True,
+        )
+        while (row := cursor.fetchone()) is not None:
+            if at == 0:
+                result = np.empty(int(row[0]), dtype=np.int64)
+            part = np.frombuffer(row[1], dtype=">i8")
+            into = result[at : at + len(part)]
+            into[:] = part
+            into.sort()
+            at += len(part)
+            del row, part, into  # this part's bytes go before the next arrive
     return result
