@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -28,6 +29,11 @@ hypothesis_settings.register_profile("dev", derandomize=False, print_blob=True)
 hypothesis_settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
+
+# `make test` starts pass two in the background, where sh leaves SIGINT ignored: Ctrl-C
+# must stop it too, through pytest's KeyboardInterrupt (which tears its fixtures down).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Metric files of this test run (urlguard.runtime.metrics), not in var/ of the checkout; set
 # before anything imports prometheus_client.
