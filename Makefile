@@ -43,13 +43,12 @@ run: install
 # pytest-django's order (transactional tests last) within each process.
 # Pass two: the `live` tests against real PostgreSQL, Redis and a Celery worker.
 # The two run side by side: pass two mostly waits on its services and workers, so it
-# costs pass one little CPU, and pass one runs under `nice` so that pass two's waits
-# stay short. Pass two's output is held in a file and printed after pass one's; the
-# recipe fails if either pass failed.
+# costs pass one little CPU. Pass two's output is held in a file and printed after
+# pass one's; the recipe fails if either pass failed.
 test: lint typecheck
 	@live_log=$$(mktemp) && trap 'rm -f "$$live_log"' EXIT && \
 	{ $(LIVE_PYTEST) >"$$live_log" 2>&1 & } && live_pid=$$! && \
-	{ nice -n 10 $(PY) -m pytest -q --hypothesis-profile=ci -n 2 --dist load; one=$$?; } && \
+	{ $(PY) -m pytest -q --hypothesis-profile=ci -n 2 --dist load; one=$$?; } && \
 	{ wait $$live_pid; two=$$?; } && \
 	echo "=== pass two (make test-live) ===" && cat "$$live_log" && \
 	test $$one -eq 0 && test $$two -eq 0
