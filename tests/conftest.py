@@ -5,8 +5,12 @@ the rules a test has written."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import signal
+import sqlite3
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -15,6 +19,8 @@ from typing import Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Hypothesis profiles. `ci` gives the same answer on every run (a fixed seed per test,
 # no example database carried between runs, no deadline a busy machine can miss) and
@@ -28,6 +34,11 @@ hypothesis_settings.register_profile("dev", derandomize=False, print_blob=True)
 hypothesis_settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
+
+# `make test` starts pass two in the background, where sh leaves SIGINT ignored: Ctrl-C
+# must stop it too, through pytest's KeyboardInterrupt (which tears its fixtures down).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Metric files of this test run (urlguard.runtime.metrics), not in var/ of the checkout; set
 # before anything imports prometheus_client.
@@ -59,6 +70,29 @@ def django_db_modify_db_settings(
             db.setdefault("TEST", {})["NAME"] = os.path.join(folder, f"{alias}.sqlite3")
     yield
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded SQLite database as `manage.py migrate` leaves it, migrated once per
+    test process: a test that runs the service in processes of its own copies it to its
+    var dir as urlguard.sqlite3 (each migration in a subprocess costs seconds of CPU)."""
+    var = tmp_path_factory.mktemp("migrated-template")
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(URLGUARD_VAR_DIR=str(var), DJANGO_SETTINGS_MODULE="urlguard_service.settings")
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    database = var / "urlguard.sqlite3"
+    # Everything in the one file (WAL mode): a copy of it alone is the whole database.
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return database
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -142,3 +142,17 @@ def test_make_test_fast_is_pass_one_without_browser_slow_and_live_tests():
     assert "--hypothesis-profile=ci" in run
     assert '-m "not live and not browser and not slow"' in run
     assert not [line for line in lines if "ruff" in line or "mypy" in line]
+
+
+def test_a_pass_started_in_the_background_by_sh_still_stops_on_ctrl_c():
+    # `make test` runs pass two as `cmd &`: sh starts it with SIGINT ignored.
+    probe = "import signal, tests.conftest; print(signal.getsignal(signal.SIGINT))"
+    done = subprocess.run(
+        ["sh", "-c", '"$0" -c "$1" & wait', sys.executable, probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "default_int_handler" in done.stdout, done.stdout + done.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -236,7 +237,7 @@ CHILD = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def file_db(tmp_path_factory):
+def file_db(tmp_path_factory, migrated_database):
     var = tmp_path_factory.mktemp("stats-var")
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env.update(
@@ -245,13 +246,7 @@ def file_db(tmp_path_factory):
         DJANGO_SETTINGS_MODULE="urlguard_service.settings",
         PYTHONDONTWRITEBYTECODE="1",
     )
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        timeout=120,
-    )
+    shutil.copy(migrated_database, var / "urlguard.sqlite3")
     db = sqlite3.connect(var / "urlguard.sqlite3")
     db.execute(
         "INSERT INTO urlguard_shortlink (slug, destination, created, disabled, "

@@ -54,30 +54,13 @@ RULES = 3000
 CHUNK = 500
 
 
-@pytest.fixture(scope="module")
-def migrated(tmp_path_factory) -> Path:
-    """A var dir migrated once for the module: each test copies its database."""
-    var = tmp_path_factory.mktemp("migrated")
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
-    env.update(URLGUARD_VAR_DIR=str(var), DJANGO_SETTINGS_MODULE="urlguard_service.settings")
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return var / "urlguard.sqlite3"
-
-
 @pytest.fixture
-def node(tmp_path, migrated):
+def node(tmp_path, migrated_database):
     """A throw-away var dir with a migrated database: steps() runs steps in a process
     of its own (killed() one that dies at a known point); db() reads its database."""
     var = tmp_path / "node"
     var.mkdir()
-    shutil.copy(migrated, var / "urlguard.sqlite3")
+    shutil.copy(migrated_database, var / "urlguard.sqlite3")
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env.update(
         URLGUARD_VAR_DIR=str(var),

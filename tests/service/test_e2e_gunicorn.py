@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,9 +69,9 @@ _service_var: dict[str, tuple[Path, dict[str, str]]] = {}
 
 
 @contextmanager
-def _serving(var: Path) -> Iterator[str]:
+def _serving(var: Path, migrated: Path) -> Iterator[str]:
     """gunicorn (2 workers, urlguard_service.gunicornconf) on a seeded database of its
-    own in `var`."""
+    own in `var`, a copy of `migrated` (tests/conftest.py's `migrated_database`)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -88,7 +89,7 @@ def _serving(var: Path) -> Iterator[str]:
         DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
         PYTHONDONTWRITEBYTECODE="1",
     )
-    _run(["migrate", "--noinput", "-v", "0"], env)
+    shutil.copy(migrated, var / "urlguard.sqlite3")
     _run(["seed_demo", "--no-superuser"], env)
     assert (var / "filter.bin").exists()
 
@@ -135,15 +136,15 @@ def _serving(var: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory) -> Iterator[str]:
-    with _serving(tmp_path_factory.mktemp("e2e-var")) as base:
+def service(tmp_path_factory, migrated_database) -> Iterator[str]:
+    with _serving(tmp_path_factory.mktemp("e2e-var"), migrated_database) as base:
         yield base
 
 
 @pytest.fixture(scope="module")
-def metrics_service(tmp_path_factory) -> Iterator[str]:
+def metrics_service(tmp_path_factory, migrated_database) -> Iterator[str]:
     """A server of its own: no other test's checks are in its counts."""
-    with _serving(tmp_path_factory.mktemp("e2e-metrics-var")) as base:
+    with _serving(tmp_path_factory.mktemp("e2e-metrics-var"), migrated_database) as base:
         yield base
 
 
