@@ -438,7 +438,7 @@ def int64_columns(
         return [np.frombuffer(values, dtype=np.int64) for values in arrays]
     qn = connection.ops.quote_name
     aggregates = ", ".join(f"string_agg(int8send({qn(_column(model, c))}), '')" for c in columns)
-    where = " AND ".join(f"{qn(_column(model, name))} = %s" for name in equal) or "TRUE"
+    where = _equal_to(connection, model, equal)
     connection.ensure_connection()
     # A server-side-binding cursor of its own: Django's client-side cursors cannot
     # ask for binary results, and in text the 16 MB of a million rows arrive as 32 MB
@@ -479,7 +479,7 @@ def sorted_int64_column(model: type[models.Model], column: str, **equal: Any) ->
         return values
     qn = connection.ops.quote_name
     name = qn(_column(model, column))
-    where = " AND ".join(f"{qn(_column(model, n))} = %s" for n in equal) or "TRUE"
+    where = _equal_to(connection, model, equal)
     connection.ensure_connection()
     import psycopg  # only on PostgreSQL (the `postgres` extra)
 
@@ -507,3 +507,10 @@ def sorted_int64_column(model: type[models.Model], column: str, **equal: Any) ->
             at += len(part)
             del row, part, into  # this part's bytes go before the next arrive
     return result
+
+
+def _equal_to(connection: BaseDatabaseWrapper, model: type[models.Model], equal: dict) -> str:
+    """The WHERE condition that each column `equal` names has its value (%s each, in
+    `equal`'s order); TRUE for none."""
+    qn = connection.ops.quote_name
+    return " AND ".join(f"{qn(_column(model, name))} = %s" for name in equal) or "TRUE"
